@@ -1,0 +1,56 @@
+"""pglab's exception types and the exit codes the CLI maps them to.
+
+Every error a user can cause (a bad flag, a malformed YAML file, a corrupt checkpoint,
+an unusable data file) is a subclass of :class:`UsageError` and makes ``pglab`` exit
+with code 2. Failures of the program itself exit with code 1.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+class PglabError(Exception):
+    """Base class of pglab's own errors."""
+
+    exit_code = EXIT_FAILURE
+
+
+class UsageError(PglabError):
+    """The user asked for something that cannot be done as asked (exit code 2)."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(UsageError, ValueError):
+    """A configuration field holds a value outside its allowed range.
+
+    It is a ``ValueError`` so that tyro, which builds configs from the command line,
+    reports it as a parse error (exit code 2) with this message.
+    """
+
+    def __init__(self, field: str, value: Any, expected: str):
+        self.field, self.value, self.expected = field, value, expected
+        super().__init__(f"{field}={value!r}: {expected}")
+
+
+class CheckpointError(UsageError):
+    """A checkpoint file is missing, corrupt, or belongs to another kind of run."""
+
+
+class DataError(UsageError, ValueError):
+    """An input data file or series cannot be used (empty, non-numeric, too short)."""
+
+
+class TensorContractError(ValueError):
+    """A tensor crossing a module boundary has the wrong shape, dtype or device.
+
+    This is a programming error, not a usage error, so it keeps exit code 1.
+    """
+
+
+class WorkerError(PglabError, RuntimeError):
+    """A parallel rollout worker died or failed."""

@@ -1,0 +1,132 @@
+"""Gaussian policy for non-negative continuous controls (dividend and issuance rates)."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.distributions import Normal
+from torch.nn import functional as F
+
+from pglab.contracts import check_tensor
+from pglab.nets.mlp import build_mlp
+
+_FLOATS = (torch.float32, torch.float64)
+
+
+class GaussianPolicy(nn.Module):
+    """``pi(.|s) = N(mu(s), diag sigma(s)^2)`` with ``mu = softplus(net(s)) >= 0``.
+
+    The network ``state -> hidden (activation) -> action_dim`` ends in a softplus so the
+    mean rate is never negative. The standard deviation is either one learnable
+    ``log_std`` per action (default) or the output of a second MLP
+    (``state_dependent_std``); either way it is clamped to ``[min_std, max_std]``.
+
+    Training draws *raw* Gaussian samples (:meth:`sample`) and scores them with
+    :meth:`log_prob`; the environment clips them to its control bounds. Scoring the raw
+    sample keeps the score-function gradient exact (the clip is part of the environment,
+    not of the policy). :meth:`act` is the user-facing call and returns clipped actions.
+
+    Args:
+        state_dim, action_dim: sizes of ``s`` and ``a``.
+        hidden_dims: hidden layer sizes, e.g. ``(64, 64)``.
+        activation: hidden activation name (``tanh`` default).
+        log_std_init: initial ``log sigma`` (0 gives sigma = 1).
+        state_dependent_std: learn ``sigma(s)`` with its own MLP.
+        min_std, max_std: clamp range of ``sigma``.
+        action_high: optional upper bounds applied by :meth:`act` (lower bound is 0).
+    """
+
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        hidden_dims: Sequence[int] = (64, 64),
+        *,
+        activation: str = "tanh",
+        log_std_init: float = 0.0,
+        state_dependent_std: bool = False,
+        min_std: float = 1e-3,
+        max_std: float = 2.0,
+        action_high: Sequence[float] | None = None,
+    ):
+        super().__init__()
+        if not 0 < min_std < max_std:
+            raise ValueError(f"GaussianPolicy: need 0 < min_std < max_std, got min_std={min_std}, max_std={max_std}")
+        self.state_dim, self.action_dim = state_dim, action_dim
+        self.state_dependent_std = state_dependent_std
+        self.log_std_min, self.log_std_max = math.log(min_std), math.log(max_std)
+        self.mean_net = build_mlp(state_dim, hidden_dims, action_dim, activation=activation)
+        if state_dependent_std:
+            self.std_net = build_mlp(state_dim, hidden_dims, action_dim, activation=activation)
+            with torch.no_grad():
+                final = self.std_net[-1]
+                final.weight.mul_(0.01)
+                final.bias.fill_(log_std_init)
+        else:
+            self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
+        high = torch.full((action_dim,), math.inf) if action_high is None else torch.as_tensor(action_high, dtype=torch.float32)
+        if high.shape != (action_dim,):
+            raise ValueError(f"GaussianPolicy: action_high must have {action_dim} entries, got {tuple(high.shape)}")
+        self.register_buffer("action_high", high, persistent=False)
+
+    def _check_states(self, states: torch.Tensor, where: str) -> None:
+        check_tensor("states", states, ("B", self.state_dim), _FLOATS, where=f"GaussianPolicy.{where}")
+
+    def mean_std(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mu, sigma)``, each ``[B, action_dim]``. Unchecked: the rollout hot path."""
+        mean = F.softplus(self.mean_net(states))
+        if self.state_dependent_std:
+            log_std = self.std_net(states)
+        else:
+            log_std = self.log_std.expand_as(mean)
+        return mean, log_std.clamp(self.log_std_min, self.log_std_max).exp()
+
+    def forward(self, states: torch.Tensor) -> Normal:
+        """The action distribution for ``states`` float ``[B, state_dim]``."""
+        self._check_states(states, "forward")
+        mean, std = self.mean_std(states)
+        return Normal(mean, std, validate_args=False)
+
+    def sample(self, states: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Raw (unclipped) samples ``mu + sigma * eps``, ``[B, action_dim]``."""
+        mean, std = self.mean_std(states)
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+        return mean + std * noise
+
+    def act(self, states: torch.Tensor, deterministic: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Actions ``[B, action_dim]`` clipped to ``[0, action_high]``: the mean when
+        ``deterministic`` else a sample."""
+        self._check_states(states, "act")
+        actions = self.mean_std(states)[0] if deterministic else self.sample(states, generator)
+        return torch.minimum(actions.clamp_min(0.0), self.action_high.to(actions.dtype))
+
+    def log_prob(self, states: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """``log pi(a|s)`` summed over action dimensions, ``[B]``."""
+        self._check_states(states, "log_prob")
+        check_tensor("actions", actions, (states.shape[0], self.action_dim), _FLOATS, where="GaussianPolicy.log_prob")
+        mean, std = self.mean_std(states)
+        return gaussian_log_prob(actions, mean, std)
+
+    def entropy(self, states: torch.Tensor) -> torch.Tensor:
+        """Differential entropy ``H[pi(.|s)]`` summed over action dimensions, ``[B]``."""
+        self._check_states(states, "entropy")
+        _, std = self.mean_std(states)
+        return (0.5 + 0.5 * math.log(2 * math.pi) + std.log()).sum(-1)
+
+    def evaluate_actions(self, states: torch.Tensor, actions: torch.Tensor) -> tuple[None, torch.Tensor, torch.Tensor]:
+        """``(values, log_probs [B], entropy [B])``; ``values`` is ``None`` for a
+        policy without a critic (kept for a uniform actor-critic interface)."""
+        self._check_states(states, "evaluate_actions")
+        mean, std = self.mean_std(states)
+        log_probs = gaussian_log_prob(actions, mean, std)
+        entropy = (0.5 + 0.5 * math.log(2 * math.pi) + std.log()).sum(-1)
+        return None, log_probs, entropy
+
+
+def gaussian_log_prob(actions: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Diagonal-Gaussian log density summed over the last axis:
+    ``sum_i [-(a_i - mu_i)^2 / (2 sigma_i^2) - log sigma_i - log(2 pi)/2]``."""
+    z = (actions - mean) / std
+    return (-0.5 * z.pow(2) - std.log() - 0.5 * math.log(2 * math.pi)).sum(-1)

@@ -1,0 +1,2 @@
+"""The imperative shell shared by every trainer: configs, run directories, logs,
+checkpoints, progress bars and plots."""

@@ -1,0 +1,70 @@
+"""Learning-curve plots of any run directory (``pglab plot RUN_DIR``)."""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from pglab.errors import UsageError
+from pglab.run.logger import read_metrics
+
+# The counter to put on the x axis, in order of preference.
+STEP_COLUMNS = ("env_steps", "global_step", "iteration", "opt_steps", "episode", "step")
+
+
+def plot_learning_curves(
+    run_dir: str | os.PathLike,
+    *,
+    keys: Sequence[str] | None = None,
+    x: str | None = None,
+    output: str | os.PathLike | None = None,
+    smooth: int = 1,
+) -> Path:
+    """Plot metrics of a run (``metrics.csv`` or a ``*.jsonl`` log) into one PNG.
+
+    Args:
+        keys: metric columns to plot (default: every numeric column, at most 12).
+        x: x-axis column (default: the first of ``STEP_COLUMNS`` present).
+        output: PNG path (default ``RUN_DIR/plots/learning_curves.png``).
+        smooth: moving-average window in records.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    frame = read_metrics(run_dir)
+    if frame.empty:
+        raise UsageError(f"run directory {run_dir}: the metrics log has no records yet")
+    x_column = x or next((c for c in STEP_COLUMNS if c in frame.columns), None)
+    if x_column is None or x_column not in frame.columns:
+        raise UsageError(f"x={x!r}: not a column of the log; columns: {', '.join(frame.columns)}")
+    numeric = [c for c in frame.columns if c != x_column and frame[c].dtype.kind in "fiu"]
+    chosen = list(keys) if keys else [c for c in numeric if c not in STEP_COLUMNS][:12]
+    missing = [k for k in chosen if k not in frame.columns]
+    if missing:
+        raise UsageError(f"keys={missing}: not in the log; columns: {', '.join(frame.columns)}")
+    if not chosen:
+        raise UsageError(f"run directory {run_dir}: no numeric metrics to plot")
+    cols = min(3, len(chosen))
+    rows = math.ceil(len(chosen) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False)
+    for ax, key in zip(axes.flat, chosen):
+        series = frame[[x_column, key]].dropna()
+        values = series[key].rolling(max(1, smooth), min_periods=1).mean()
+        ax.plot(series[x_column], values, lw=1.2)
+        ax.set_title(key)
+        ax.set_xlabel(x_column)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(chosen):]:
+        ax.set_visible(False)
+    fig.suptitle(str(run_dir))
+    fig.tight_layout()
+    target = Path(output) if output else Path(run_dir) / "plots" / "learning_curves.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.stem}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, target)
+    return target

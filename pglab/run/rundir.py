@@ -1,0 +1,52 @@
+"""Run directories: creation, the refusal to overwrite a finished run, config.json."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pglab.errors import UsageError
+from pglab.run.atomic import atomic_write_json
+from pglab.run.checkpoint import library_versions
+
+CONFIG_NAME = "config.json"
+
+
+def default_run_dir(system: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / system / stamp
+
+
+def create_run_dir(path: str | os.PathLike, *, subdirs: tuple[str, ...] = ("checkpoints", "plots")) -> Path:
+    """Create a fresh run directory.
+
+    Refuses a directory that already holds a run (a ``config.json``): continuing it is
+    ``--resume``'s job, and silently starting over would destroy its logs.
+    """
+    run_dir = Path(path)
+    if (run_dir / CONFIG_NAME).exists():
+        raise UsageError(
+            f"log_dir={str(run_dir)!r}: already holds a run; continue it with --resume {run_dir} "
+            "or choose another --log_dir"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for sub in subdirs:
+        (run_dir / sub).mkdir(exist_ok=True)
+    return run_dir
+
+
+def write_run_config(run_dir: str | os.PathLike, config: dict[str, Any], *, kind: str) -> Path:
+    payload = {"kind": kind, "config": config, "versions": library_versions()}
+    return atomic_write_json(Path(run_dir) / CONFIG_NAME, payload)
+
+
+def read_run_config(run_dir: str | os.PathLike) -> dict[str, Any]:
+    path = Path(run_dir) / CONFIG_NAME
+    if not path.exists():
+        raise UsageError(f"run directory {run_dir}: no {CONFIG_NAME} (is this a pglab run directory?)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"run directory {run_dir}: {CONFIG_NAME} is not valid JSON ({exc})") from exc
