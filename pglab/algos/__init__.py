@@ -1,0 +1,1 @@
+"""Algorithms: the imperative shells that wire envs, estimators, losses and nets."""

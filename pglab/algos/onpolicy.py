@@ -1,0 +1,198 @@
+"""The on-policy update shared by every policy-gradient trainer that collects a batch.
+
+``rl_mode`` (the PSO design note's names):
+
+* ``reinforce_raw`` — one gradient step on ``-(R - mean R) * log pi``: Monte Carlo
+  returns with a batch-mean baseline, no critic.
+* ``vpg_gae`` — one gradient step on the policy-gradient loss with GAE advantages plus
+  ``value_coef *`` the critic's regression loss and the entropy bonus.
+* ``ppo`` — ``ppo_epochs`` passes over shuffled minibatches of the same batch with the
+  clipped surrogate (:func:`pglab.losses.ppo.ppo_clip_loss`), optional KL early stop.
+
+The caller collects the rollout, computes advantages/returns with the shared estimators
+(:func:`pglab.estimators.compute_gae`, :func:`pglab.estimators.reward_to_go`) and
+supplies ``evaluate(indices)``: re-run the current networks on the flat samples
+``indices`` and return ``(log_probs [M], entropy [M], values [M])``. The update does not
+care whether a sample is an (env, step) pair of CartPole or a (particle, iteration) pair
+of a swarm.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from pglab.contracts import check_tensor
+from pglab.estimators import normalize_advantages
+from pglab.losses.ppo import ppo_clip_loss
+from pglab.validation import check_choice, check_int, check_non_negative, check_positive, check_range
+
+RLMode = Literal["reinforce_raw", "vpg_gae", "ppo"]
+Evaluate = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class OnPolicyHyperparams:
+    """Update hyperparameters (the PSO note's table; CleanRL's PPO defaults)."""
+
+    rl_mode: RLMode = "ppo"
+    """reinforce_raw | vpg_gae | ppo"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """GAE lambda (1 = Monte Carlo, 0 = one-step TD)"""
+    ppo_epochs: int = 4
+    """passes over each batch (ppo only)"""
+    num_minibatches: int = 4
+    """minibatches per pass (ppo only)"""
+    clip_coef: float = 0.2
+    """surrogate clip range epsilon"""
+    value_clip_coef: float | None = None
+    """clip the value update to +-this around the old values (None: no clipping)"""
+    value_coef: float = 0.5
+    """weight of the critic loss"""
+    entropy_coef: float = 0.01
+    """weight of the entropy bonus"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    target_kl: float | None = None
+    """stop the epochs early once approx-KL exceeds this (None: never)"""
+    normalize_advantages: bool = True
+    """standardise advantages per minibatch"""
+
+    def __post_init__(self):
+        check_choice("rl_mode", self.rl_mode, ("reinforce_raw", "vpg_gae", "ppo"))
+        check_range("gamma", self.gamma, 0.0, 1.0)
+        check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
+        check_int("ppo_epochs", self.ppo_epochs, minimum=1)
+        check_int("num_minibatches", self.num_minibatches, minimum=1)
+        check_positive("clip_coef", self.clip_coef)
+        if self.value_clip_coef is not None:
+            check_positive("value_clip_coef", self.value_clip_coef)
+        check_non_negative("value_coef", self.value_coef)
+        check_non_negative("entropy_coef", self.entropy_coef)
+        check_positive("max_grad_norm", self.max_grad_norm)
+        if self.target_kl is not None:
+            check_positive("target_kl", self.target_kl)
+
+
+@dataclass
+class OnPolicyBatch:
+    """Flat samples of one rollout (every tensor ``[M]``, detached).
+
+    ``returns`` are the critic's targets (GAE's ``A + V`` or Monte Carlo returns);
+    ``advantages`` the policy-gradient weights before normalisation.
+    """
+
+    old_log_probs: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    old_values: torch.Tensor
+
+    def __post_init__(self):
+        dims: dict[str, int] = {}
+        for name in ("old_log_probs", "advantages", "returns", "old_values"):
+            check_tensor(name, getattr(self, name), ("M",), (torch.float32, torch.float64), dims=dims, where="OnPolicyBatch")
+
+    @property
+    def size(self) -> int:
+        return int(self.old_log_probs.shape[0])
+
+
+def _step(loss: torch.Tensor, params: list[nn.Parameter], optimizer: torch.optim.Optimizer, max_grad_norm: float) -> torch.Tensor:
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = nn.utils.clip_grad_norm_(params, max_grad_norm)
+    optimizer.step()
+    return grad_norm.detach()
+
+
+def onpolicy_update(
+    evaluate: Evaluate,
+    batch: OnPolicyBatch,
+    params: Iterable[nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    hp: OnPolicyHyperparams,
+    *,
+    generator: torch.Generator | None = None,
+) -> dict[str, torch.Tensor]:
+    """Improve the policy (and critic) on one batch; return mean diagnostics as tensors.
+
+    Metrics (tensors on the batch's device; the trainer syncs when it logs):
+    ``loss/policy``, ``loss/value``, ``loss/entropy``, ``stats/entropy``,
+    ``stats/approx_kl``, ``stats/clipfrac``, ``stats/grad_norm``, ``stats/epochs``,
+    ``stats/explained_variance``.
+    """
+    params = [p for p in params if p.requires_grad]
+    size = batch.size
+    device = batch.old_log_probs.device
+    sums: dict[str, torch.Tensor] = {}
+    updates = 0
+
+    def accumulate(metrics: dict[str, torch.Tensor]) -> None:
+        for key, value in metrics.items():
+            if key != "loss":
+                sums[key] = sums.get(key, torch.zeros((), device=device)) + value.detach().float()
+
+    if hp.rl_mode in ("reinforce_raw", "vpg_gae"):
+        indices = torch.arange(size, device=device)
+        log_probs, entropy, values = evaluate(indices)
+        if hp.rl_mode == "reinforce_raw":
+            # R - mean(R): the batch-mean baseline of plain REINFORCE; no critic.
+            advantages = batch.returns - batch.returns.mean()
+        else:
+            advantages = batch.advantages
+        if hp.normalize_advantages:
+            advantages = normalize_advantages(advantages)
+        policy_loss = -(advantages.detach() * log_probs).mean()
+        mean_entropy = entropy.mean()
+        value_loss = 0.5 * (values - batch.returns).pow(2).mean() if hp.rl_mode == "vpg_gae" else torch.zeros((), device=device)
+        loss = policy_loss + hp.value_coef * value_loss - hp.entropy_coef * mean_entropy
+        grad_norm = _step(loss, params, optimizer, hp.max_grad_norm)
+        accumulate({
+            "loss/policy": policy_loss, "loss/value": value_loss,
+            "loss/entropy": -hp.entropy_coef * mean_entropy, "stats/entropy": mean_entropy,
+            "stats/grad_norm": grad_norm,
+        })
+        updates = 1
+        epochs_run = 1
+    else:
+        minibatch = max(1, size // hp.num_minibatches)
+        epochs_run = 0
+        for _ in range(hp.ppo_epochs):
+            order = torch.randperm(size, generator=generator, device="cpu").to(device)
+            epoch_kl = torch.zeros((), device=device)
+            epoch_batches = 0
+            for start in range(0, size - minibatch + 1, minibatch):
+                index = order[start : start + minibatch]
+                log_probs, entropy, values = evaluate(index)
+                advantages = batch.advantages[index]
+                if hp.normalize_advantages:
+                    advantages = normalize_advantages(advantages)
+                out = ppo_clip_loss(
+                    log_probs, batch.old_log_probs[index], advantages, values, batch.returns[index],
+                    entropy=entropy, old_values=batch.old_values[index], clip_coef=hp.clip_coef,
+                    value_clip_coef=hp.value_clip_coef, value_coef=hp.value_coef, entropy_coef=hp.entropy_coef,
+                )
+                out["stats/grad_norm"] = _step(out["loss"], params, optimizer, hp.max_grad_norm)
+                accumulate(out)
+                epoch_kl = epoch_kl + out["stats/approx_kl"]
+                epoch_batches += 1
+                updates += 1
+            epochs_run += 1
+            # KL early stop: one host sync per epoch, only when the user asked for it.
+            if hp.target_kl is not None and float(epoch_kl / max(epoch_batches, 1)) > hp.target_kl:
+                break
+    metrics = {key: value / updates for key, value in sums.items()}
+    metrics["stats/epochs"] = torch.tensor(float(epochs_run), device=device)
+    metrics["stats/explained_variance"] = explained_variance(batch.old_values, batch.returns)
+    return metrics
+
+
+def explained_variance(predicted: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``1 - Var[y - y_hat] / Var[y]`` (1 is perfect, 0 no better than a constant)."""
+    variance = targets.var()
+    return torch.where(variance > 0, 1.0 - (targets - predicted).var() / variance, torch.zeros_like(variance))

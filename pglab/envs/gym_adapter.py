@@ -1,0 +1,160 @@
+"""Gymnasium vector environments (and ALE's C++ vector env) as pglab batched envs.
+
+``make_gym_env("CartPole-v1", num_envs=8)`` builds a ``gymnasium`` vector env in
+``SAME_STEP`` autoreset mode; ``make_gym_env("ALE/Pong-v5", ...)`` (or ``"ale:pong"``)
+builds ``ale_py.vector_env.AtariVectorEnv``, which steps Atari games in C++ threads and
+returns stacked grayscale frames ``uint8 [N, 4, 84, 84]``. Either is wrapped in
+:class:`GymVectorAdapter`, which converts NumPy to torch tensors on the chosen device.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from pglab.contracts import check_tensor
+from pglab.envs.base import ActionSpec, StepResult
+from pglab.errors import ConfigError
+
+_TORCH_DTYPES = {
+    np.dtype(np.uint8): torch.uint8,
+    np.dtype(np.float32): torch.float32,
+    np.dtype(np.float64): torch.float32,  # gymnasium's float64 boxes -> float32 for the nets
+    np.dtype(np.int64): torch.int64,
+    np.dtype(np.int32): torch.int32,
+}
+
+
+def _action_spec(space: Any) -> ActionSpec:
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Discrete):
+        if int(space.start) != 0:
+            raise ConfigError("env", str(space), "Discrete action spaces must start at 0")
+        return ActionSpec(kind="discrete", num_actions=int(space.n), dtype=torch.int64)
+    if isinstance(space, spaces.Box) and np.issubdtype(space.dtype, np.floating):
+        return ActionSpec(
+            kind="continuous",
+            shape=tuple(int(s) for s in space.shape),
+            low=tuple(float(v) for v in np.asarray(space.low).ravel()),
+            high=tuple(float(v) for v in np.asarray(space.high).ravel()),
+            dtype=torch.float32,
+        )
+    raise ConfigError(
+        "env", f"action space {space}", "unsupported: pglab's trainers handle Discrete and float Box action spaces"
+    )
+
+
+class GymVectorAdapter:
+    """Wrap a Gymnasium ``VectorEnv`` whose autoreset mode is ``SAME_STEP``.
+
+    Observations come back as tensors of ``observation_dtype`` (uint8 pixels stay uint8;
+    float observations become float32). ``info["final_obs"]`` is a dense tensor: the
+    pre-reset observation where ``done | trunc``, the current observation elsewhere.
+    """
+
+    def __init__(self, env: Any, *, device: torch.device | str = "cpu"):
+        self.env = env
+        self.device = torch.device(device)
+        self.num_envs = int(env.num_envs)
+        obs_space = env.single_observation_space
+        if obs_space.shape is None or np.dtype(obs_space.dtype) not in _TORCH_DTYPES:
+            raise ConfigError("env", str(obs_space), "unsupported observation space: need a Box of numbers")
+        self.observation_shape = tuple(int(s) for s in obs_space.shape)
+        self.observation_dtype = _TORCH_DTYPES[np.dtype(obs_space.dtype)]
+        self.action_spec = _action_spec(env.single_action_space)
+
+    def _obs(self, array: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(array)).to(device=self.device, dtype=self.observation_dtype)
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        obs, _ = self.env.reset(seed=seed)
+        return self._obs(obs)
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        spec = self.action_spec
+        if spec.kind == "discrete":
+            check_tensor("actions", actions, (self.num_envs,), (torch.int32, torch.int64), where="GymVectorAdapter.step")
+        else:
+            check_tensor("actions", actions, (self.num_envs, *spec.shape), (torch.float32, torch.float64), where="GymVectorAdapter.step")
+        obs, reward, terminated, truncated, info = self.env.step(actions.detach().cpu().numpy())
+        obs_t = self._obs(obs)
+        finished = np.logical_or(terminated, truncated)
+        final_obs = obs_t
+        if finished.any() and "final_obs" in info:
+            raw = info["final_obs"]
+            if isinstance(raw, np.ndarray) and raw.dtype != object:
+                final_obs = self._obs(raw)  # ALE: dense array
+            else:
+                mask = info.get("_final_obs", finished)
+                final_obs = obs_t.clone()
+                index = np.flatnonzero(mask)
+                final_obs[torch.as_tensor(index, device=self.device)] = self._obs(np.stack([raw[i] for i in index]))
+        out_info = {"final_obs": final_obs}
+        return (
+            obs_t,
+            torch.as_tensor(np.asarray(reward), dtype=torch.float32, device=self.device),
+            torch.as_tensor(np.asarray(terminated), dtype=torch.bool, device=self.device),
+            torch.as_tensor(np.asarray(truncated), dtype=torch.bool, device=self.device),
+            out_info,
+        )
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _ale_game(env_id: str) -> str | None:
+    """``"ALE/Pong-v5"`` or ``"ale:pong"`` -> ``"pong"``; other ids -> ``None``."""
+    if env_id.startswith("ale:"):
+        return env_id[4:]
+    if env_id.startswith("ALE/"):
+        name = env_id[4:].split("-v")[0]
+        # CamelCase -> snake_case ("SpaceInvaders" -> "space_invaders")
+        return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(name))
+    return None
+
+
+def make_gym_env(
+    env_id: str,
+    num_envs: int,
+    *,
+    device: torch.device | str = "cpu",
+    vectorization: str = "sync",
+    **env_kwargs: Any,
+) -> GymVectorAdapter:
+    """Build a vectorised Gymnasium (or ALE) environment wrapped as a batched env.
+
+    Raises:
+        ConfigError: unknown environment id or unsupported spaces (exit code 2).
+    """
+    import gymnasium as gym
+
+    game = _ale_game(env_id)
+    if game is not None:
+        try:
+            from ale_py.vector_env import AtariVectorEnv
+        except ImportError as exc:  # pragma: no cover - ale-py is in the [atari] extra
+            raise ConfigError("env", env_id, "needs ale-py: pip install 'pglab[atari]'") from exc
+        try:
+            env = AtariVectorEnv(game=game, num_envs=num_envs, autoreset_mode="SameStep", **env_kwargs)
+        except Exception as exc:
+            raise ConfigError("env", env_id, f"ALE could not start this game ({exc})") from exc
+        return GymVectorAdapter(env, device=device)
+    if vectorization not in ("sync", "async"):
+        raise ConfigError("vectorization", vectorization, "must be 'sync' or 'async'")
+    try:
+        env = gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode=vectorization,
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+            **env_kwargs,
+        )
+    except gym.error.Error as exc:
+        raise ConfigError("env", env_id, f"not a registered Gymnasium environment ({exc})") from exc
+    try:
+        return GymVectorAdapter(env, device=device)
+    except ConfigError:
+        env.close()
+        raise
