@@ -2,7 +2,7 @@
 
     pglab train {ghm,a2c,ppo,pso-tsp,maxk-pomo,forecast} [FLAGS]
     pglab evaluate CHECKPOINT [FLAGS]        (dispatched on the checkpoint's kind)
-    pglab evaluate {pso-tsp,maxk-pomo} [FLAGS]
+    pglab evaluate {pso-tsp,maxk-pomo,forecast} [FLAGS]
     pglab solve ghm [FLAGS]                  (finite-difference HJB reference)
     pglab validate CHECKPOINT [FLAGS]        (HJB residual of a GHM checkpoint)
     pglab compare RUN_DIR... [FLAGS]         (GHM solver comparison)
@@ -41,6 +41,7 @@ TRAINERS: dict[str, Handler] = {
 NAMED_EVALUATORS: dict[str, Handler] = {
     "pso-tsp": "pglab.commands.pso_tsp:evaluate",
     "maxk-pomo": "pglab.commands.maxk:evaluate",
+    "forecast": "pglab.commands.forecast:evaluate",
 }
 
 # `pglab evaluate CHECKPOINT ...`: the checkpoint's ``kind`` starts with one of these.
@@ -50,7 +51,6 @@ CHECKPOINT_EVALUATORS: dict[str, Handler] = {
     "ppo": "pglab.commands.ppo:evaluate",
     "pso-tsp": "pglab.commands.pso_tsp:evaluate_checkpoint",
     "maxk-pomo": "pglab.commands.maxk:evaluate_checkpoint",
-    "forecast": "pglab.commands.forecast:evaluate",
 }
 
 SOLVERS: dict[str, Handler] = {"ghm": "pglab.commands.ghm:solve"}
