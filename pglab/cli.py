@@ -4,8 +4,6 @@
     pglab evaluate CHECKPOINT [FLAGS]        (dispatched on the checkpoint's kind)
     pglab evaluate {pso-tsp,maxk-pomo,forecast} [FLAGS]
     pglab solve ghm [FLAGS]                  (finite-difference HJB reference)
-    pglab validate CHECKPOINT [FLAGS]        (HJB residual of a GHM checkpoint)
-    pglab compare RUN_DIR... [FLAGS]         (GHM solver comparison)
     pglab backtest [FLAGS]                   (walk-forward forecasting backtest)
     pglab plot RUN_DIR [FLAGS]               (learning curves of any run)
     pglab bench NAME [FLAGS]                 (speed benchmarks, see bench/)
@@ -51,13 +49,12 @@ CHECKPOINT_EVALUATORS: dict[str, Handler] = {
     "ppo": "pglab.commands.ppo:evaluate",
     "pso-tsp": "pglab.commands.pso_tsp:evaluate_checkpoint",
     "maxk-pomo": "pglab.commands.maxk:evaluate_checkpoint",
+    "forecast": "pglab.commands.forecast:evaluate_checkpoint",
 }
 
 SOLVERS: dict[str, Handler] = {"ghm": "pglab.commands.ghm:solve"}
 
 SINGLE: dict[str, Handler] = {
-    "validate": "pglab.commands.ghm:validate",
-    "compare": "pglab.commands.ghm:compare",
     "backtest": "pglab.commands.forecast:backtest",
     "plot": "pglab.commands.plot:plot",
 }
@@ -125,7 +122,8 @@ def dispatch(argv: Sequence[str]) -> int:
         return _load(checkpoint_evaluator(rest[0]))(rest)
     if command in SINGLE:
         return _load(SINGLE[command])(rest)
-    raise PglabUsage(f"command={command!r}: unknown; choose one of train, evaluate, solve, validate, compare, backtest, plot, bench")
+    commands = ["train", "evaluate", "solve", *SINGLE, "bench"]
+    raise PglabUsage(f"command={command!r}: unknown; choose one of {', '.join(commands)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,6 +36,9 @@ class GaussianPolicy(nn.Module):
         state_dependent_std: learn ``sigma(s)`` with its own MLP.
         min_std, max_std: clamp range of ``sigma``.
         action_high: optional upper bounds applied by :meth:`act` (lower bound is 0).
+        mean_init: optional initial mean per action (> 0): the last layer starts with
+            small weights and the bias ``softplus^{-1}(mean_init)``, so ``mu(s) ~ mean_init``
+            everywhere (default: the plain initialisation, ``mu ~ softplus(0) = 0.69``).
     """
 
     def __init__(
@@ -50,6 +53,7 @@ class GaussianPolicy(nn.Module):
         min_std: float = 1e-3,
         max_std: float = 2.0,
         action_high: Sequence[float] | None = None,
+        mean_init: Sequence[float] | None = None,
     ):
         super().__init__()
         if not 0 < min_std < max_std:
@@ -58,6 +62,15 @@ class GaussianPolicy(nn.Module):
         self.state_dependent_std = state_dependent_std
         self.log_std_min, self.log_std_max = math.log(min_std), math.log(max_std)
         self.mean_net = build_mlp(state_dim, hidden_dims, action_dim, activation=activation)
+        if mean_init is not None:
+            target = torch.as_tensor(mean_init, dtype=torch.float32)
+            if target.shape != (action_dim,) or not bool((target > 0).all()):
+                raise ValueError(f"GaussianPolicy: mean_init must be {action_dim} positive values, got {list(mean_init)}")
+            with torch.no_grad():
+                final = self.mean_net[-1]
+                final.weight.mul_(0.01)
+                # softplus^{-1}(m) = log(e^m - 1): the initial mean is ~m at every state
+                final.bias.copy_(torch.log(torch.expm1(target)))
         if state_dependent_std:
             self.std_net = build_mlp(state_dim, hidden_dims, action_dim, activation=activation)
             with torch.no_grad():

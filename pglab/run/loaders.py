@@ -12,6 +12,8 @@ AGENT_LOADERS: dict[str, str] = {
     "a2c": "pglab.algos.a2c:agent_from_checkpoint",
     "ppo": "pglab.algos.ppo:agent_from_checkpoint",
     "pso-tsp": "pglab.algos.pso_tsp:agent_from_checkpoint",
+    "maxk-pomo": "pglab.commands.maxk:agent_from_checkpoint",
+    "forecast": "pglab.algos.tabular.checkpoint:agent_from_checkpoint",
 }
 
 

@@ -1,0 +1,73 @@
+"""A trained GHM agent loaded from a checkpoint: ``pglab.load_checkpoint(path)``.
+
+    agent = pglab.load_checkpoint("runs/ghm-mc/checkpoints/checkpoint_latest.pt")
+    rates = agent.policy.act(torch.tensor([[0.5]]), deterministic=True)   # [1, 2]: a_L, a_E
+    values = agent.value(torch.tensor([[0.5], [1.0]]))                    # [2]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from pglab.algos.ghm_train import GHM_KINDS, GHMTrainConfig, build_networks
+from pglab.contracts import check_tensor
+from pglab.envs.ghm import GHMModel
+from pglab.errors import CheckpointError
+from pglab.nets import GaussianPolicy, ValueNetwork
+from pglab.run.checkpoint import load_state_dict_checked
+from pglab.run.config import config_from_dict
+
+
+@dataclass
+class GHMAgent:
+    """A trained GHM policy with its value network and the model it was trained on.
+
+    Attributes:
+        policy: :class:`GaussianPolicy`; ``policy.act(cash [B, 1], deterministic=True)``
+            gives the rates ``[B, 2]`` (dividend ``a_L``, issuance ``a_E``), clipped to
+            the control bounds.
+        baseline: the learned value network (``None`` for a ``--no_baseline`` run).
+        model: the :class:`GHMModel` (parameters as trained).
+        config: the run's :class:`GHMTrainConfig`. iteration: training iterations done.
+    """
+
+    policy: GaussianPolicy
+    baseline: ValueNetwork | None
+    model: GHMModel
+    config: GHMTrainConfig
+    iteration: int
+
+    def value(self, states: torch.Tensor) -> torch.Tensor:
+        """Learned value ``V(c)`` ``[B]`` of cash ``states`` float ``[B, 1]``."""
+        check_tensor("states", states, ("B", 1), (torch.float32, torch.float64), where="GHMAgent.value")
+        if self.baseline is None:
+            raise CheckpointError("this GHM checkpoint was trained with --no_baseline and holds no value network")
+        with torch.no_grad():
+            return self.baseline(states)
+
+    def act(self, states: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        """Rates ``[B, 2]`` for cash ``[B, 1]`` (the deterministic mean by default)."""
+        with torch.no_grad():
+            return self.policy.act(states, deterministic=deterministic)
+
+
+def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: str | torch.device = "cpu") -> GHMAgent:
+    """Build a :class:`GHMAgent` from a loaded, validated checkpoint dict."""
+    if checkpoint["kind"] not in GHM_KINDS:
+        raise CheckpointError(f"checkpoint {checkpoint.get('path')}: kind={checkpoint['kind']!r} is not a GHM checkpoint")
+    config = config_from_dict(GHMTrainConfig, {**checkpoint["config"], "resume": None, "log_dir": None})
+    model = GHMModel(config.ghm_params())
+    device = torch.device(device)
+    policy, baseline = build_networks(config, model, device)
+    source = str(checkpoint.get("path"))
+    load_state_dict_checked(policy, checkpoint["models"]["policy"], name="policy", source=source)
+    if baseline is not None:
+        if "baseline" not in checkpoint["models"]:
+            raise CheckpointError(f"checkpoint {source}: missing the baseline network")
+        load_state_dict_checked(baseline, checkpoint["models"]["baseline"], name="baseline", source=source)
+        baseline.eval()
+    policy.eval()
+    return GHMAgent(policy=policy, baseline=baseline, model=model, config=config,
+                    iteration=int(checkpoint["counters"]["iteration"]))

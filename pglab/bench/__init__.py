@@ -1,0 +1,1 @@
+"""Benchmark implementations behind ``pglab bench NAME`` and ``bench/*.py``."""
