@@ -1,0 +1,237 @@
+"""Streaming A2C trainer: schema golden test, exact resume, reuse-forward exactness,
+gradient accumulation, SIGTERM, error records, CLI exit codes, network contracts."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from pglab.algos.a2c import DIST_KEYS, LOG_NAME, RECORD_KEYS, A2CTrainConfig, A2CTrainer, sample_actions, train_a2c
+from pglab.cli import main as cli_main
+from pglab.errors import ConfigError, TensorContractError
+from pglab.losses.a2c import a2c_td0_losses
+from pglab.nets.pixel_cnn import PixelActorCriticCNN
+from pglab.run.checkpoint import load_checkpoint_file
+
+TINY = dict(num_envs=8, update_every=2, device="cpu", grid_size=4, hidden=32, checkpoint_every_opt_steps=3)
+
+# The frozen JSONL schema (docs/a2c.md). Changing it is a breaking change for every
+# consumer of train_log.jsonl: update this list, the module docstring and the docs together.
+GOLDEN_KEYS = {
+    "opt_steps", "env_steps", "loss", "loss/policy", "loss/value", "loss/entropy", "stats/entropy",
+    "stats/advantage_mean", "stats/value_mean", "stats/grad_norm", "reward_mean", "done_rate", "trunc_rate",
+    "reset_rate", "episodes", "return/mean", "success_rate", "episode_length", "perf/steps_per_s", "perf/iter_s", "lr",
+    "dist_p10", "dist_p50", "dist_p90",
+}
+
+
+def read_log(run_dir):
+    return [json.loads(line) for line in (run_dir / LOG_NAME).read_text().splitlines()]
+
+
+def params(run_dir):
+    return load_checkpoint_file(run_dir)["models"]["model"]
+
+
+def test_jsonl_golden_schema_and_counters(tmp_path):
+    run = tmp_path / "run"
+    result = train_a2c(A2CTrainConfig(total_env_steps=8 * 2 * 5, log_dir=run, **TINY), echo=lambda *a, **k: None)
+    lines = read_log(run)
+    assert set(lines[0]) == {"meta"}
+    meta = lines[0]["meta"]
+    assert {"versions", "config", "run_id", "num_params"} <= set(meta) and "torch" in meta["versions"]
+    assert meta["config"]["num_envs"] == 8
+    records = lines[1:]
+    assert set(RECORD_KEYS) | set(DIST_KEYS) == GOLDEN_KEYS
+    assert all(set(r) == GOLDEN_KEYS for r in records)
+    assert [r["opt_steps"] for r in records] == [1, 2, 3, 4, 5]
+    assert [r["env_steps"] for r in records] == [16, 32, 48, 64, 80]
+    assert result["env_steps"] == 80 and not result["interrupted"]
+    # rates are fractions of the window's 16 transitions
+    for r in records:
+        assert r["reset_rate"] == pytest.approx(r["done_rate"] + r["trunc_rate"])
+        assert 0 <= r["success_rate"] <= 1 and r["dist_p10"] <= r["dist_p50"] <= r["dist_p90"]
+
+
+def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
+    quiet = lambda *a, **k: None  # noqa: E731
+    full, half = tmp_path / "full", tmp_path / "half"
+    train_a2c(A2CTrainConfig(total_env_steps=8 * 2 * 8, log_dir=full, **TINY), echo=quiet)
+    train_a2c(A2CTrainConfig(total_env_steps=8 * 2 * 4, log_dir=half, **TINY), echo=quiet)
+    # resume may grow the budget; counters continue and the log is appended
+    train_a2c(A2CTrainConfig(total_env_steps=8 * 2 * 8, num_envs=8, resume=half, device="cpu"), echo=quiet)
+    a, b = params(full), params(half)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    strip = lambda recs: [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in recs]  # noqa: E731
+    log_full, log_half = read_log(full), read_log(half)
+    assert strip(log_full[1:]) == strip(log_half[1:])
+    assert sum("meta" in r for r in log_half) == 1
+    # resuming with a changed trajectory-defining field is refused, naming the field
+    with pytest.raises(ConfigError, match="lr=0.5"):
+        train_a2c(A2CTrainConfig(total_env_steps=8 * 2 * 9, num_envs=8, resume=half, lr=0.5), echo=quiet)
+
+
+def test_reusing_the_bootstrap_forward_is_exact(tmp_path):
+    quiet = lambda *a, **k: None  # noqa: E731
+    runs = {}
+    for reuse in (True, False):
+        run = tmp_path / f"reuse{reuse}"
+        cfg = A2CTrainConfig(total_env_steps=8 * 3 * 4, log_dir=run, reuse_forward=reuse, **{**TINY, "update_every": 3})
+        train_a2c(cfg, echo=quiet)
+        runs[reuse] = params(run)
+    assert all(torch.equal(runs[True][k], runs[False][k]) for k in runs[True])
+
+
+def test_gradient_accumulation_equals_the_mean_of_per_step_gradients(tmp_path):
+    """One window of update_every=2 env-steps: the accumulated gradient equals the
+    gradient of (L_1 + L_2) / 2 recomputed from the same transitions."""
+    cfg = A2CTrainConfig(total_env_steps=16, log_dir=tmp_path, reuse_forward=False, **TINY)
+    trainer = A2CTrainer(cfg, run_dir=tmp_path)
+    reference = PixelActorCriticCNN(1, 8, 8, 5, hidden=32)
+    reference.load_state_dict(trainer.model.state_dict())
+    recorded = []
+    step = trainer.env.step
+
+    def recording_step(actions):
+        before = trainer.obs.clone()
+        out = step(actions)
+        recorded.append((before, actions.clone(), *(t.clone() for t in out[:4])))
+        return out
+
+    trainer.env.step = recording_step
+    trainer.env_step(None, last_in_window=False)
+    trainer.env_step(None, last_in_window=True)
+    accumulated = [p.grad.clone() for p in trainer.model.parameters()]
+    total = 0.0
+    for obs, actions, next_obs, reward, done, trunc in recorded:
+        logits, values = reference(obs)
+        with torch.no_grad():
+            _, v_next = reference(next_obs)
+        total = total + a2c_td0_losses(logits, actions.long(), values, reward, done, trunc, v_next, gamma=cfg.gamma,
+                                       value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef)["loss"]
+    (total / 2).backward()
+    for got, ref in zip(accumulated, reference.parameters()):
+        assert torch.allclose(got, ref.grad, atol=1e-7, rtol=1e-5)
+
+
+def test_gumbel_sampling_matches_softmax_frequencies():
+    logits = torch.log(torch.tensor([[0.1, 0.2, 0.7]])).expand(60000, 3).contiguous()
+    actions = sample_actions(logits, torch.Generator().manual_seed(0))
+    freq = torch.bincount(actions, minlength=3).float() / 60000
+    assert torch.allclose(freq, torch.tensor([0.1, 0.2, 0.7]), atol=0.01)
+
+
+def test_failure_writes_one_error_record(tmp_path):
+    cfg = A2CTrainConfig(total_env_steps=8 * 2 * 10, log_dir=tmp_path, **TINY)
+    trainer = A2CTrainer(cfg, run_dir=tmp_path)
+    calls = {"n": 0}
+    step = trainer.env.step
+
+    def failing_step(actions):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise RuntimeError("simulator exploded")
+        return step(actions)
+
+    trainer.env.step = failing_step
+    with pytest.raises(RuntimeError, match="exploded"):
+        trainer.train(resumed=False)
+    last = read_log(tmp_path)[-1]
+    assert last["error"]["type"] == "RuntimeError" and last["error"]["opt_steps"] == 2
+    assert last["error"]["env_steps"] == 32 and last["error"]["run_id"]
+
+
+def test_cnn_contracts_and_shapes():
+    net = PixelActorCriticCNN(4, 84, 84, 6)
+    assert net.torso_name == "nature"
+    logits, values = net(torch.zeros(3, 4, 84, 84, dtype=torch.uint8))
+    assert logits.shape == (3, 6) and values.shape == (3,) and logits.dtype == torch.float32
+    with pytest.raises(TensorContractError, match="obs expected uint8"):
+        net(torch.zeros(3, 4, 84, 84))
+    with pytest.raises(TensorContractError, match="obs"):
+        net(torch.zeros(3, 2, 84, 84, dtype=torch.uint8))
+    small = PixelActorCriticCNN(1, 16, 16, 5)
+    assert small.torso_name == "small"
+    # the initial policy is near-uniform (policy head gain 0.01)
+    probs = torch.softmax(small(torch.randint(0, 255, (8, 1, 16, 16), dtype=torch.uint8))[0], dim=1)
+    assert torch.allclose(probs, torch.full_like(probs, 0.2), atol=0.02)
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--num-envs", "0"], "num_envs"),
+    (["--gamma", "1.5"], "gamma"),
+    (["--update-every", "0"], "update_every"),
+    (["--num-envs", "64", "--total-env-steps", "10"], "total_env_steps"),
+    (["--tau", "0"], "tau"),
+    (["--algo", "stream-ac", "--num-envs", "4"], "num_envs"),
+    (["--env", "nonsense"], "env"),
+])
+def test_bad_input_exits_2_naming_the_field(argv, field, capsys):
+    assert cli_main(["train", "a2c", *argv]) == 2
+    assert field in capsys.readouterr().err
+
+
+def test_bad_checkpoint_and_resume_exit_2(tmp_path, capsys):
+    assert cli_main(["train", "a2c", "--resume", str(tmp_path / "missing")]) == 2
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    assert cli_main(["evaluate", str(tmp_path / "junk.pt")]) == 2
+
+
+def test_self_test_cli_passes(capsys):
+    assert cli_main(["train", "a2c", "--self-test"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["self_test"] == "pass"
+
+
+def test_sigterm_in_process_finishes_the_window_and_checkpoints(tmp_path):
+    cfg = A2CTrainConfig(total_env_steps=8 * 2 * 1000, log_dir=tmp_path, **TINY)
+    trainer = A2CTrainer(cfg, run_dir=tmp_path)
+    calls = {"n": 0}
+    step = trainer.env.step
+
+    def signalling_step(actions):
+        calls["n"] += 1
+        if calls["n"] == 7:  # mid-window: the 4th window's first env-step
+            os.kill(os.getpid(), signal.SIGTERM)
+        return step(actions)
+
+    trainer.env.step = signalling_step
+    result = trainer.train(resumed=False, echo=lambda *a, **k: None)
+    assert result["interrupted"] and result["opt_steps"] == 4
+    assert load_checkpoint_file(tmp_path)["counters"] == {"env_steps": 64, "opt_steps": 4}
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler was removed again
+
+
+@pytest.mark.slow
+def test_kill_9_during_a_checkpoint_write_leaves_the_previous_one_loadable_and_resumable(tmp_path):
+    run = tmp_path / "run"
+    script = f"""
+import os, signal
+from pathlib import Path
+import pglab.run.atomic as atomic
+real = atomic.atomic_write_bytes
+calls = {{"n": 0}}
+def dying_write(path, payload):
+    if str(path).endswith(".pt"):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second checkpoint: write half of it, then die
+            tmp = Path(path).with_name("." + Path(path).name + ".tmp-" + str(os.getpid()))
+            tmp.write_bytes(payload[: len(payload) // 2])
+            os.kill(os.getpid(), signal.SIGKILL)
+    return real(path, payload)
+atomic.atomic_write_bytes = dying_write
+from pglab.algos.a2c import A2CTrainConfig, train_a2c
+train_a2c(A2CTrainConfig(num_envs=8, update_every=2, device="cpu", grid_size=4, hidden=32,
+                         checkpoint_every_opt_steps=2, total_env_steps=8 * 2 * 10, log_dir=Path({str(run)!r})))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PGLAB_NO_PROGRESS": "1"}, capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    assert list((run / "checkpoints").glob(".*tmp-*"))  # the torn temporary is there...
+    assert load_checkpoint_file(run)["counters"]["opt_steps"] == 2  # ...but the previous checkpoint loads
+    result = train_a2c(A2CTrainConfig(num_envs=8, total_env_steps=8 * 2 * 6, resume=run, device="cpu"), echo=lambda *a, **k: None)
+    assert result["opt_steps"] == 6 and not list((run / "checkpoints").glob(".*tmp-*"))
+    steps = [r["opt_steps"] for r in read_log(run)[1:]]
+    assert steps == [1, 2, 3, 4, 5, 6]  # records of the lost work were dropped, then redone

@@ -1,0 +1,85 @@
+"""Stream-AC(lambda): ObGD against a hand computation, sparse init, reward scaling,
+normalisation statistics, and a short end-to-end run through the CLI config."""
+import json
+import math
+
+import pytest
+import torch
+
+from pglab.algos.a2c import LOG_NAME, A2CTrainConfig, train_a2c
+from pglab.algos.stream_ac import ObGD, RewardScaler, StreamActorCritic, sparse_init_
+from pglab.run.checkpoint import load_checkpoint_file
+
+
+def test_obgd_matches_the_hand_computed_update():
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+    opt = ObGD([w], lr=0.5, gamma=0.9, lam=0.5, kappa=2.0)
+    opt.traces[0].copy_(torch.tensor([0.4, 0.0]))
+    w.grad = torch.tensor([1.0, 3.0])
+    step = opt.step(torch.tensor(2.0), reset=False)
+    z = torch.tensor([0.4 * 0.45 + 1.0, 3.0])               # z = gamma lambda z + g
+    bound = 0.5 * 2.0 * max(2.0, 1.0) * float(z.abs().sum())  # M = alpha kappa max(|d|,1) ||z||_1
+    assert step == pytest.approx(0.5 / max(bound, 1.0))
+    assert torch.allclose(w.detach(), torch.tensor([1.0, -2.0]) + step * 2.0 * z)
+    assert torch.allclose(opt.traces[0], z) and w.grad is None
+    # a small delta with a tiny trace takes the full step alpha; reset clears the trace
+    w.grad = torch.zeros(2)
+    opt.traces[0].fill_(0.01)
+    assert opt.step(torch.tensor(0.1), reset=True) == pytest.approx(0.5)
+    assert torch.count_nonzero(opt.traces[0]) == 0
+
+
+def test_sparse_init_zeroes_the_fraction_per_unit():
+    layer = torch.nn.Linear(50, 7)
+    sparse_init_(layer.weight, 0.9)
+    assert ((layer.weight == 0).sum(dim=1) == 45).all()
+    assert layer.weight.abs().max() <= math.sqrt(1 / 50)
+
+
+def test_reward_scaler_divides_by_the_running_return_std():
+    scaler = RewardScaler(gamma=0.0)  # the return is the reward itself
+    rewards = [1.0, 3.0, 5.0, 7.0]
+    for r in rewards[:-1]:
+        scaler(r, False)
+    out = scaler(rewards[-1], False)
+    assert out == pytest.approx(7.0 / torch.tensor(rewards).std(unbiased=False).item(), rel=1e-6)
+
+
+def test_observation_statistics_are_welford_exact():
+    net = StreamActorCritic(1, 4, 4, 3, hidden=8)
+    frames = torch.randint(0, 256, (10, 1, 4, 4), dtype=torch.uint8)
+    net.observe(frames)
+    data = frames.double() / 255
+    assert torch.allclose(net.obs_mean, data.mean(0))
+    assert torch.allclose(net.obs_m2 / 10, data.var(0, unbiased=False))
+    logits, values = net(frames[:2])
+    assert logits.shape == (2, 3) and values.shape == (2,)
+
+
+def test_stream_ac_runs_end_to_end_and_checkpoints(tmp_path):
+    cfg = A2CTrainConfig(algo="stream-ac", num_envs=1, lr=1.0, total_env_steps=60, device="cpu", grid_size=4, hidden=16,
+                         log_dir=tmp_path / "run")
+    result = train_a2c(cfg, echo=lambda *a, **k: None)
+    assert result["env_steps"] == 60 and result["opt_steps"] == 60
+    lines = [json.loads(line) for line in (tmp_path / "run" / LOG_NAME).read_text().splitlines()]
+    assert "meta" in lines[0] and lines[-1]["env_steps"] == 60 and math.isfinite(lines[-1]["loss"])
+    checkpoint = load_checkpoint_file(tmp_path / "run")
+    assert checkpoint["kind"] == "a2c-stream-ac" and checkpoint["counters"]["env_steps"] == 60
+    import pglab
+
+    agent = pglab.load_checkpoint(tmp_path / "run")
+    obs = torch.zeros(2, 1, 8, 8, dtype=torch.uint8)
+    assert agent.policy.act_batch(obs).dtype == torch.int32
+
+
+def test_stream_ac_resume_is_bit_identical(tmp_path):
+    quiet = lambda *a, **k: None  # noqa: E731
+    common = dict(algo="stream-ac", num_envs=1, lr=1.0, device="cpu", grid_size=4, hidden=16)
+    train_a2c(A2CTrainConfig(total_env_steps=80, log_dir=tmp_path / "full", **common), echo=quiet)
+    train_a2c(A2CTrainConfig(total_env_steps=40, log_dir=tmp_path / "half", **common), echo=quiet)
+    train_a2c(A2CTrainConfig(total_env_steps=80, resume=tmp_path / "half", **common), echo=quiet)
+    full = load_checkpoint_file(tmp_path / "full")
+    half = load_checkpoint_file(tmp_path / "half")
+    assert half["counters"] == full["counters"] == {"env_steps": 80, "opt_steps": 80}
+    assert all(torch.equal(full["models"]["model"][k], half["models"]["model"][k]) for k in full["models"]["model"])
+    assert all(torch.equal(a, b) for a, b in zip(full["extra"]["actor_traces"]["traces"], half["extra"]["actor_traces"]["traces"]))
