@@ -11,6 +11,7 @@ Terminated vs truncated (TorchRL's distinction, kept everywhere in pglab):
   ``T``) although the process goes on; its future is bootstrapped from a value estimate.
 """
 from pglab.estimators.gae import compute_gae, td0_targets
+from pglab.estimators.maxk import maxk_gradient_weights, maxk_reward_estimate
 from pglab.estimators.returns import (
     discount_powers,
     discounted_return,
@@ -25,4 +26,6 @@ __all__ = [
     "discounted_return",
     "reward_to_go",
     "normalize_advantages",
+    "maxk_reward_estimate",
+    "maxk_gradient_weights",
 ]

@@ -1,0 +1,241 @@
+"""Max@K estimator speed and memory: vectorised (sort + cumsum) vs brute-force subsets.
+
+``python bench/maxk.py`` prints, for ``rewards[B, n]`` with k samples per subset:
+
+* ms per call of ``maxk_reward_estimate`` and of ``maxk_gradient_weights`` in each mode;
+* peak extra memory of one call (CPU: tracemalloc cannot see torch's allocator, so the
+  number is the sum of the sizes of the intermediate tensors the algorithm creates,
+  measured with ``torch.profiler``'s memory profiling; CUDA: ``max_memory_allocated``);
+* the brute-force reference (a ``[C(n, k), k]`` index table, gathered per row): it is
+  timed on a smaller case (``--brute-n``) because C(128, 8) = 1.4e12 subsets cannot be
+  enumerated; the table reports its cost per subset and the extrapolated time.
+* ``--rl4co``: one MaxKPOMO vs POMO training step on TSP (overhead of the Max@K loss);
+* ``--variance DRAWS``: empirical gradient variance of each mode on TSP20.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import time
+
+import torch
+
+from pglab.estimators.maxk import VARIANCE_REDUCTIONS, maxk_gradient_weights, maxk_reward_estimate
+
+
+def _time(fn, repeats: int, device: torch.device, *, clock=time.perf_counter) -> float:
+    """Median time of ``fn()`` in ms (after two warm-up calls) on ``clock``."""
+    for _ in range(2):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = clock()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        samples.append((clock() - start) * 1e3)
+    samples.sort()
+    return samples[len(samples) // 2]
+
+
+def _cpu_time(fn, repeats: int, device: torch.device) -> float:
+    """Median CPU time of this thread per call in ms: on a shared, oversubscribed machine
+    wall time mostly measures the scheduler; CPU time measures the work (1 thread)."""
+    if device.type != "cpu":
+        return float("nan")
+    return _time(fn, repeats, device, clock=time.thread_time)
+
+
+def _peak_memory_mb(fn, device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated(device) - base) / 2**20
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    # Sum of positive allocations = every intermediate tensor (an upper bound on the peak).
+    allocated = sum(max(event.cpu_memory_usage, 0) for event in prof.key_averages())
+    return allocated / 2**20
+
+
+def brute_force_weights(rewards: torch.Tensor, k: int) -> torch.Tensor:
+    """Reference ``"none"`` weights: gather every k-subset and average its max (vectorised
+    over the batch, O(C(n, k) * k) per row)."""
+    n = rewards.shape[1]
+    subsets = torch.tensor(list(itertools.combinations(range(n), k)), device=rewards.device)  # [S, k]
+    subset_max = rewards[:, subsets].max(dim=-1).values  # [B, S]
+    membership = torch.zeros(subsets.shape[0], n, dtype=rewards.dtype, device=rewards.device)
+    membership.scatter_(1, subsets, 1.0)
+    return subset_max @ membership / subsets.shape[0]
+
+
+def _tiny_tsp_models(device: torch.device):
+    import warnings
+
+    from rl4co.envs import TSPEnv
+    from rl4co.models.zoo.pomo import POMO
+
+    from pglab.algos.maxk_pomo import MaxKPOMO
+
+    warnings.filterwarnings("ignore", message=r".*self\.log\(\).*")
+    warnings.filterwarnings("ignore", message=r".*is an instance of `nn.Module`.*")
+    env = TSPEnv(generator_params={"num_loc": 20})
+    policy_kwargs = {"embed_dim": 64, "num_encoder_layers": 3, "num_heads": 4}
+    torch.manual_seed(0)
+    models = {"pomo": POMO(env, policy_kwargs=policy_kwargs)}
+    for mode in VARIANCE_REDUCTIONS:
+        models[f"maxk-pomo/{mode}"] = MaxKPOMO(env, policy_kwargs=policy_kwargs, k=8, variance_reduction=mode)
+        models[f"maxk-pomo/{mode}"].load_state_dict(models["pomo"].state_dict())
+    return {name: model.to(device) for name, model in models.items()}
+
+
+def _rl4co_overhead(device: torch.device, repeats: int) -> list[tuple[str, float, float]]:
+    """Median ms of one training step (decode 64 x 20 tours, loss, backward) per model,
+    timed in interleaved rounds so that load drifts hit every model alike; and the median
+    ms of ``calculate_loss`` alone on the same ``[64, 20]`` tensors."""
+    from tensordict import TensorDict
+
+    models = _tiny_tsp_models(device)
+    generator = torch.Generator().manual_seed(0)
+    locs = torch.rand(64, 20, 2, generator=generator).to(device)
+    # CPU time of this thread on the CPU (1 thread; robust to other jobs on a shared box).
+    clock = time.thread_time if device.type == "cpu" else time.perf_counter
+    step_ms: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(repeats + 1):
+        for name, model in models.items():
+            batch = TensorDict({"locs": locs}, batch_size=[locs.shape[0]], device=device)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = clock()
+            out = model.training_step(batch, 0)
+            out["loss"].backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            step_ms[name].append((clock() - start) * 1e3)
+            model.zero_grad(set_to_none=True)
+    reward = -4 - torch.rand(64, 20, generator=generator).to(device)
+    log_likelihood = torch.randn(64, 20, generator=generator).to(device).requires_grad_(True)
+    rows = []
+    for name, model in models.items():
+        loss_ms = _time(lambda model=model: model.calculate_loss(None, {}, {}, reward, log_likelihood), repeats * 4, device,
+                        clock=clock)
+        samples = sorted(step_ms[name][1:])
+        rows.append((name, samples[len(samples) // 2], loss_ms))
+    return rows
+
+
+def _gradient_variance(device: torch.device, draws: int) -> list[tuple[str, float, float, float]]:
+    """Empirical variance of the Max@K gradient per mode on TSP20 (random-init policy).
+
+    The same batch of 16 instances is decoded ``draws`` times (20 starts each); for each
+    draw, the three modes' gradients are computed from the *same* tours (common random
+    numbers). Reported: squared norm of the mean gradient, total variance
+    ``E||g - mean g||^2`` and the variance relative to ``||target||^2``, the target
+    being the mean over the draws of both baselined modes (lower: fewer samples for the
+    same signal). All three estimate the same gradient; with few draws the "none" mean
+    is itself noisy (its squared norm is inflated by about variance / draws).
+    """
+    from rl4co.utils.ops import unbatchify
+    from tensordict import TensorDict
+
+    from pglab.losses.maxk import maxk_policy_loss
+
+    model = _tiny_tsp_models(device)["maxk-pomo/none"]
+    params = [p for p in model.parameters() if p.requires_grad]
+    generator = torch.Generator().manual_seed(1)
+    locs = torch.rand(16, 20, 2, generator=generator).to(device)
+    grads: dict[str, list[torch.Tensor]] = {mode: [] for mode in VARIANCE_REDUCTIONS}
+    torch.manual_seed(2)
+    for _ in range(draws):
+        td = model.env.reset(TensorDict({"locs": locs}, batch_size=[16], device=device))
+        out = model.policy(td, model.env, phase="train", num_starts=20)
+        reward = unbatchify(out["reward"], 20)
+        log_likelihood = unbatchify(out["log_likelihood"], 20)
+        for mode in VARIANCE_REDUCTIONS:
+            loss = maxk_policy_loss(log_likelihood, reward, 8, variance_reduction=mode)["loss"]
+            parts = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+            flat = torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, parts)])
+            grads[mode].append(-flat.detach())
+    # The common target gradient, estimated from the two low-variance modes.
+    target = torch.stack(grads["sample_loo"] + grads["subloo"]).double().mean(0)
+    rows = []
+    for mode, samples in grads.items():
+        stacked = torch.stack(samples).double()
+        mean = stacked.mean(0)
+        variance = float(((stacked - mean) ** 2).sum(1).mean())
+        rows.append((mode, float(mean.pow(2).sum()), variance, variance / float(target.pow(2).sum())))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench/maxk.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=512, help="B, rows (instances)")
+    parser.add_argument("--n", type=int, default=128, help="samples per row")
+    parser.add_argument("--k", type=int, default=8, help="subset size")
+    parser.add_argument("--brute-n", type=int, default=14, help="n for the brute-force reference (C(n, k) subsets)")
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--device", default="cpu", help="cpu | cuda")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    parser.add_argument("--rl4co", action="store_true", help="also time one MaxKPOMO vs POMO training step")
+    parser.add_argument("--variance", type=int, default=0, metavar="DRAWS",
+                        help="also measure the gradient variance of each mode on TSP20 (needs rl4co)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
+    generator = torch.Generator().manual_seed(0)
+    rewards = (-4.0 + 0.3 * torch.randn(args.batch, args.n, generator=generator)).to(device=device, dtype=dtype)
+
+    print(f"Max@K estimators: B={args.batch}, n={args.n}, k={args.k}, {args.dtype}, device={device}, threads={args.threads}")
+    print(f"{'function':<40} {'wall ms':>10} {'cpu ms':>10} {'alloc MB':>10}")
+    cases = [("maxk_reward_estimate", lambda: maxk_reward_estimate(rewards, args.k))]
+    for mode in VARIANCE_REDUCTIONS:
+        cases.append(
+            (f"maxk_gradient_weights[{mode}]", lambda mode=mode: maxk_gradient_weights(rewards, args.k, variance_reduction=mode))
+        )
+    for name, fn in cases:
+        print(f"{name:<40} {_time(fn, args.repeats, device):>10.3f} {_cpu_time(fn, args.repeats, device):>10.3f} "
+              f"{_peak_memory_mb(fn, device):>10.2f}")
+
+    brute_rewards = rewards[:, : args.brute_n]
+    subsets = math.comb(args.brute_n, args.k)
+    brute_ms = _time(lambda: brute_force_weights(brute_rewards, args.k), max(3, args.repeats // 10), device)
+    fast_small_ms = _time(lambda: maxk_gradient_weights(brute_rewards, args.k), args.repeats, device)
+    torch.testing.assert_close(
+        maxk_gradient_weights(brute_rewards.double(), args.k), brute_force_weights(brute_rewards.double(), args.k)
+    )
+    per_subset_ns = brute_ms * 1e6 / (subsets * args.batch)
+    full_subsets = math.comb(args.n, args.k)
+    extrapolated_s = per_subset_ns * full_subsets * args.batch / 1e9
+    print()
+    print(f"brute force, n={args.brute_n} ({subsets} subsets/row): {brute_ms:.2f} ms/call "
+          f"(vectorised at the same n: {fast_small_ms:.3f} ms; results agree)")
+    print(f"brute force extrapolated to n={args.n} ({full_subsets:.3g} subsets/row): "
+          f"{extrapolated_s:.3g} s/call ({per_subset_ns:.2f} ns per subset-row)")
+
+    if args.rl4co:
+        print()
+        print("training step (TSP20, batch 64, 20 starts, embed 64, 3 layers), forward + backward,")
+        print("median of interleaved rounds (CPU time on the CPU, wall time on CUDA); calculate_loss alone on [64, 20]:")
+        rows = _rl4co_overhead(device, max(5, args.repeats // 5))
+        base_step, base_loss = rows[0][1], rows[0][2]
+        print(f"{'model':<24} {'step ms':>9} {'vs pomo':>9} {'loss ms':>9} {'loss - pomo loss, % of step':>28}")
+        for name, step_ms, loss_ms in rows:
+            print(f"{name:<24} {step_ms:>9.1f} {100 * (step_ms / base_step - 1):>+8.1f}% {loss_ms:>9.3f} "
+                  f"{100 * (loss_ms - base_loss) / base_step:>+27.2f}%")
+    if args.variance:
+        print()
+        print(f"gradient variance, TSP20 random-init policy, 16 instances x 20 starts, k=8, {args.variance} draws:")
+        print(f"{'mode':<12} {'|mean grad|^2':>14} {'E|g - mean|^2':>14} {'var/|target|^2':>15}")
+        for mode, signal, variance, ratio in _gradient_variance(device, args.variance):
+            print(f"{mode:<12} {signal:>14.4g} {variance:>14.4g} {ratio:>15.3g}")
+    return 0

@@ -1,0 +1,143 @@
+"""``pglab train maxk-pomo`` / ``pglab evaluate``: configs, exact resume, evaluation, references."""
+import csv
+import json
+
+import pytest
+import torch
+
+from pglab.cli import main
+from pglab.commands.maxk import MaxKPOMOTrainConfig
+from pglab.errors import ConfigError
+
+TINY = ["--num-loc", "6", "--k", "3", "--batch-size", "4", "--embed-dim", "16", "--num-encoder-layers", "1",
+        "--num-heads", "2", "--device", "cpu", "--log-every", "2", "--checkpoint-every", "2"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"k": 21}, "k"),
+        ({"k": 0}, "k"),
+        ({"k": 20, "variance_reduction": "sample_loo"}, "variance_reduction"),
+        ({"k": 1, "variance_reduction": "subloo"}, "variance_reduction"),
+        ({"embed_dim": 64, "num_heads": 5}, "num_heads"),
+        ({"lr": -1.0}, "lr"),
+        ({"device": "tpu"}, "device"),
+    ],
+)
+def test_config_rejects_bad_values_naming_the_field(overrides, field):
+    with pytest.raises(ConfigError) as info:
+        MaxKPOMOTrainConfig(**overrides)
+    assert info.value.field == field
+
+
+def test_pomo_baseline_ignores_the_maxk_mode_constraints():
+    MaxKPOMOTrainConfig(algo="pomo", k=1, variance_reduction="subloo")
+
+
+def test_bad_flags_exit_with_code_2(capsys):
+    assert main(["train", "maxk-pomo", "--k", "30"]) == 2
+    assert main(["train", "maxk-pomo", "--variance-reduction", "loo"]) == 2
+    assert main(["evaluate", "maxk-pomo"]) == 2  # no checkpoints
+
+
+@pytest.mark.co
+def test_elkai_reference_tours_are_optimal_on_small_instances():
+    pytest.importorskip("elkai")
+    from pglab.commands.maxk import reference_tour_lengths
+    from pglab.envs.tsp_solvers import distance_matrix, held_karp
+
+    gen = torch.Generator().manual_seed(1)
+    locs = torch.rand(6, 10, 2, generator=gen, dtype=torch.float64)
+    got = reference_tour_lengths(locs)
+    exact = torch.tensor([held_karp(distance_matrix(c.numpy()))[1] for c in locs], dtype=torch.float64)
+    # Integer scaling (1e6) inside LKH: the tour is optimal, its float length exact.
+    torch.testing.assert_close(got, exact, rtol=1e-6, atol=1e-6)
+
+
+def read_rows(path):
+    with open(path) as handle:
+        return [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in csv.DictReader(handle)]
+
+
+@pytest.mark.co
+@pytest.mark.slow
+def test_train_resume_is_bit_identical_and_evaluate_reports_gaps(tmp_path):
+    pytest.importorskip("rl4co")
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert main(["train", "maxk-pomo", *TINY, "--n-steps", "6", "--log-dir", str(full)]) == 0
+    assert main(["train", "maxk-pomo", *TINY, "--n-steps", "2", "--log-dir", str(part)]) == 0
+    assert main(["train", "maxk-pomo", "--resume", str(part), "--n-steps", "6"]) == 0
+    a = torch.load(full / "checkpoints" / "checkpoint_latest.pt", weights_only=True)
+    b = torch.load(part / "checkpoints" / "checkpoint_latest.pt", weights_only=True)
+    assert a["counters"]["step"] == b["counters"]["step"] == 6
+    for name, tensor in a["models"]["model"].items():
+        assert torch.equal(tensor, b["models"]["model"][name]), name
+    assert read_rows(full / "metrics.csv") == read_rows(part / "metrics.csv")
+    # A resumed run may not change what it trains.
+    assert main(["train", "maxk-pomo", "--resume", str(part), "--n-steps", "8", "--lr", "0.5"]) == 2
+    # An existing run directory is not overwritten.
+    assert main(["train", "maxk-pomo", *TINY, "--n-steps", "2", "--log-dir", str(full)]) == 2
+
+    out = tmp_path / "eval.json"
+    assert main(["evaluate", str(full), "--num-instances", "12", "--k", "3", "--device", "cpu",
+                 "--output", str(out)]) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["label"] == "maxk-pomo/subloo" and row["step"] == 6
+    # Tours of the policy are never shorter than the (optimal) reference tours.
+    for key in ("greedy", "maxk", "sample_best", "sample_mean"):
+        assert row[f"{key}_gap_pct"] >= -1e-6
+    assert row["sample_best_length"] <= row["maxk_length"] <= row["sample_mean_length"]
+
+    # The loader behind pglab.load_checkpoint rebuilds the trained module exactly.
+    from pglab.commands.maxk import agent_from_checkpoint
+    from pglab.run.checkpoint import load_checkpoint_file
+
+    agent = agent_from_checkpoint(load_checkpoint_file(full), device="cpu")
+    assert agent.k == 3 and not agent.training and agent.pglab_config.num_loc == 6
+    for name, tensor in agent.state_dict().items():
+        assert torch.equal(tensor, a["models"]["model"][name]), name
+
+
+@pytest.mark.co
+def test_evaluate_rejects_a_checkpoint_of_another_kind(tmp_path):
+    from pglab.run.checkpoint import build_checkpoint, save_checkpoint
+
+    path = save_checkpoint(tmp_path / "other.pt", build_checkpoint(kind="ghm-mc", config={}, counters={}, models={}))
+    assert main(["evaluate", "maxk-pomo", "--checkpoints", str(path), "--optimal", "none"]) == 2
+
+
+@pytest.mark.co
+@pytest.mark.slow
+def test_sigterm_writes_a_final_checkpoint_and_resume_completes_the_run(tmp_path, monkeypatch):
+    pytest.importorskip("rl4co")
+    import os
+    import signal
+
+    import pglab.commands.maxk as maxk_cmd
+
+    base = dict(num_loc=6, k=3, batch_size=4, embed_dim=16, num_encoder_layers=1, num_heads=2, device="cpu",
+                log_every=1, checkpoint_every=100, n_steps=5)
+    full = maxk_cmd.train_maxk_pomo(MaxKPOMOTrainConfig(**base, log_dir=tmp_path / "full"), echo=lambda *a, **k: None)
+    assert not full["interrupted"]
+
+    real_locs = maxk_cmd._random_locs
+    calls = {"n": 0}
+
+    def locs_then_signal(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:  # during step 3: as if the user pressed Ctrl-C / the job was killed
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_locs(*args, **kwargs)
+
+    monkeypatch.setattr(maxk_cmd, "_random_locs", locs_then_signal)
+    cut = maxk_cmd.train_maxk_pomo(MaxKPOMOTrainConfig(**base, log_dir=tmp_path / "cut"), echo=lambda *a, **k: None)
+    assert cut["interrupted"] and cut["step"] == 3
+    saved = torch.load(tmp_path / "cut" / "checkpoints" / "checkpoint_latest.pt", weights_only=True)
+    assert saved["counters"]["step"] == 3
+    monkeypatch.setattr(maxk_cmd, "_random_locs", real_locs)
+    maxk_cmd.train_maxk_pomo(MaxKPOMOTrainConfig(resume=tmp_path / "cut", n_steps=5), echo=lambda *a, **k: None)
+    a = torch.load(tmp_path / "full" / "checkpoints" / "checkpoint_latest.pt", weights_only=True)
+    b = torch.load(tmp_path / "cut" / "checkpoints" / "checkpoint_latest.pt", weights_only=True)
+    for name, tensor in a["models"]["model"].items():
+        assert torch.equal(tensor, b["models"]["model"][name]), name

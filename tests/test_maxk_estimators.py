@@ -1,0 +1,283 @@
+"""Max@K estimators against brute-force subset enumeration and exact expectations.
+
+References used here:
+* subsets: ``itertools.combinations`` over all C(n, k) subsets of the n samples;
+* unbiasedness: every n-tuple of draws from a small categorical distribution is
+  enumerated with its probability, so expectations are exact sums, not Monte Carlo;
+* the exact objective ``E[max of k]`` is differentiated by autograd.
+"""
+import itertools
+import math
+
+import pytest
+import torch
+
+from pglab.errors import TensorContractError
+from pglab.estimators import maxk_gradient_weights, maxk_reward_estimate
+from pglab.estimators.maxk import pass_at_k_estimate
+
+MODES = ("none", "sample_loo", "subloo")
+
+
+# -- brute-force references -----------------------------------------------------------
+
+
+def brute_rho(row: list[float], k: int) -> float:
+    subsets = list(itertools.combinations(range(len(row)), k))
+    return sum(max(row[j] for j in s) for s in subsets) / len(subsets)
+
+
+def brute_weights(row: list[float], k: int, mode: str) -> list[float]:
+    n = len(row)
+    subsets = list(itertools.combinations(range(n), k))
+    total = len(subsets)
+    out = []
+    for i in range(n):
+        containing = [s for s in subsets if i in s]
+        if mode == "none":
+            out.append(sum(max(row[j] for j in s) for s in containing) / total)
+        elif mode == "sample_loo":
+            s_i = sum(max(row[j] for j in s) for s in containing) / total
+            others = [row[j] for j in range(n) if j != i]
+            out.append(s_i - (k / n) * brute_rho(others, k))
+        else:  # subloo: each subset baselined by the best of its other k-1 members
+            out.append(
+                sum(max(row[j] for j in s) - max(row[j] for j in s if j != i) for s in containing) / total
+            )
+    return out
+
+
+def mode_allowed(mode: str, n: int, k: int) -> bool:
+    return not ((mode == "sample_loo" and n <= k) or (mode == "subloo" and k < 2))
+
+
+# -- agreement with subset enumeration ------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 7])
+def test_value_and_weights_match_subset_enumeration_including_ties(n):
+    gen = torch.Generator().manual_seed(n)
+    # Integer-valued rewards in a small range: many exact ties in every row.
+    tied = torch.randint(-2, 3, (3, n), generator=gen).to(torch.float64)
+    continuous = torch.randn(3, n, generator=gen, dtype=torch.float64)
+    rewards = torch.cat([tied, continuous, torch.full((1, n), 0.5, dtype=torch.float64)])
+    for k in range(1, n + 1):
+        rho = maxk_reward_estimate(rewards, k)
+        want_rho = torch.tensor([brute_rho(r.tolist(), k) for r in rewards], dtype=torch.float64)
+        torch.testing.assert_close(rho, want_rho, rtol=1e-12, atol=1e-12)
+        for mode in MODES:
+            if not mode_allowed(mode, n, k):
+                continue
+            got = maxk_gradient_weights(rewards, k, variance_reduction=mode)
+            want = torch.tensor([brute_weights(r.tolist(), k, mode) for r in rewards], dtype=torch.float64)
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=f"mode={mode} n={n} k={k}")
+
+
+def test_tied_samples_get_identical_weights_and_order_does_not_matter():
+    rewards = torch.tensor([[3.0, 1.0, 3.0, 2.0, 1.0, 3.0, 0.0]], dtype=torch.float64)
+    perm = torch.tensor([4, 6, 0, 2, 5, 1, 3])
+    for mode in MODES:
+        w = maxk_gradient_weights(rewards, 3, variance_reduction=mode)
+        # Equal rewards are exchangeable: their weights must be exactly equal.
+        assert w[0, 0] == w[0, 2] == w[0, 5]
+        assert w[0, 1] == w[0, 4]
+        # Permuting the samples permutes the weights (original order is kept).
+        w_perm = maxk_gradient_weights(rewards[:, perm], 3, variance_reduction=mode)
+        torch.testing.assert_close(w_perm, w[:, perm], rtol=1e-14, atol=1e-14)
+        unstable = maxk_gradient_weights(rewards, 3, variance_reduction=mode, stable_sort=False)
+        torch.testing.assert_close(unstable, w, rtol=1e-14, atol=1e-14)
+
+
+def test_all_equal_rewards_give_zero_baselined_weights():
+    rewards = torch.full((2, 6), -4.25, dtype=torch.float64)
+    assert torch.all(maxk_gradient_weights(rewards, 3, variance_reduction="sample_loo") == 0)
+    assert torch.all(maxk_gradient_weights(rewards, 3, variance_reduction="subloo") == 0)
+    # Without a baseline every sample is pushed with the common value times k/n.
+    torch.testing.assert_close(maxk_gradient_weights(rewards, 3), torch.full((2, 6), -4.25 * 3 / 6, dtype=torch.float64))
+
+
+def test_k_equal_one_reduces_to_mean_and_rloo():
+    gen = torch.Generator().manual_seed(1)
+    rewards = torch.randn(4, 6, generator=gen, dtype=torch.float64)
+    n = rewards.shape[1]
+    torch.testing.assert_close(maxk_reward_estimate(rewards, 1), rewards.mean(-1))
+    torch.testing.assert_close(maxk_gradient_weights(rewards, 1), rewards / n)
+    loo_mean = (rewards.sum(-1, keepdim=True) - rewards) / (n - 1)
+    torch.testing.assert_close(maxk_gradient_weights(rewards, 1, variance_reduction="sample_loo"), (rewards - loo_mean) / n)
+    # k = n: the estimate is the row maximum.
+    torch.testing.assert_close(maxk_reward_estimate(rewards, n), rewards.max(-1).values)
+
+
+def test_batched_rows_are_independent():
+    gen = torch.Generator().manual_seed(2)
+    rewards = torch.randn(5, 9, generator=gen, dtype=torch.float64)
+    for mode in MODES:
+        whole = maxk_gradient_weights(rewards, 4, variance_reduction=mode)
+        rows = torch.cat([maxk_gradient_weights(r[None], 4, variance_reduction=mode) for r in rewards])
+        torch.testing.assert_close(whole, rows, rtol=0, atol=1e-14)
+
+
+# -- exact unbiasedness ---------------------------------------------------------------
+
+
+def exact_expectations(logits: torch.Tensor, values: torch.Tensor, n: int, k: int):
+    """Enumerate all m**n sample tuples of a categorical(softmax(logits)) with per-outcome
+    reward ``values``. Returns E[rho_hat], {mode: E[gradient estimate]} and
+    {mode: trace Cov[gradient estimate]} (all exact)."""
+    m = logits.shape[0]
+    probs = torch.softmax(logits, -1)
+    tuples = torch.tensor(list(itertools.product(range(m), repeat=n)))  # [m**n, n]
+    tuple_prob = probs[tuples].prod(-1)  # [m**n]
+    rewards = values[tuples]  # [m**n, n]
+    # d log softmax(logits)[x] / d logits = onehot(x) - probs
+    scores = torch.nn.functional.one_hot(tuples, m).to(torch.float64) - probs  # [m**n, n, m]
+    mean_rho = (tuple_prob * maxk_reward_estimate(rewards, k)).sum()
+    mean_grad, var_grad = {}, {}
+    for mode in MODES:
+        if not mode_allowed(mode, n, k):
+            continue
+        w = maxk_gradient_weights(rewards, k, variance_reduction=mode)
+        estimate = (w.unsqueeze(-1) * scores).sum(1)  # [m**n, m]
+        mean = (tuple_prob[:, None] * estimate).sum(0)
+        mean_grad[mode] = mean
+        var_grad[mode] = (tuple_prob[:, None] * (estimate - mean) ** 2).sum()
+    return mean_rho, mean_grad, var_grad
+
+
+def exact_max_at_k(logits: torch.Tensor, values: torch.Tensor, k: int) -> torch.Tensor:
+    """E[max of k i.i.d. draws] via the CDF: sum_v v * (F(v)^k - F(v-)^k) over sorted values."""
+    probs = torch.softmax(logits, -1)
+    order = torch.argsort(values)
+    cdf = torch.cumsum(probs[order], 0)
+    below = torch.cat([cdf.new_zeros(1), cdf[:-1]])
+    return (values[order] * (cdf**k - below**k)).sum()
+
+
+@pytest.mark.parametrize(("n", "k"), [(4, 2), (5, 3), (4, 4), (3, 1)])
+def test_value_and_gradient_are_unbiased_by_exact_enumeration(n, k):
+    # Four outcomes, two of them with the same reward (ties), and a large offset so that
+    # the unbaselined estimator is noticeably noisier than the baselined ones.
+    values = torch.tensor([10.0, 11.5, 11.5, 13.0], dtype=torch.float64)
+    logits = torch.tensor([0.3, -0.2, 0.5, -0.7], dtype=torch.float64, requires_grad=True)
+    target = exact_max_at_k(logits, values, k)
+    (true_grad,) = torch.autograd.grad(target, logits)
+    with torch.no_grad():
+        mean_rho, mean_grad, _ = exact_expectations(logits.detach(), values, n, k)
+    torch.testing.assert_close(mean_rho, target.detach(), rtol=1e-12, atol=1e-12)
+    assert mean_grad, "at least one mode applies"
+    for mode, grad in mean_grad.items():
+        torch.testing.assert_close(grad, true_grad, rtol=1e-10, atol=1e-12, msg=f"mode={mode}")
+
+
+def test_baselines_reduce_exact_gradient_variance_with_offset_rewards():
+    values = torch.tensor([10.0, 11.5, 11.5, 13.0], dtype=torch.float64)
+    logits = torch.tensor([0.3, -0.2, 0.5, -0.7], dtype=torch.float64)
+    _, _, var = exact_expectations(logits, values, 5, 2)
+    # Exact variances (trace of covariance); the baselined modes remove the offset.
+    assert var["sample_loo"] < 0.05 * var["none"]
+    assert var["subloo"] < 0.05 * var["none"]
+    # "none" is not shift-invariant: moving all rewards by -10 changes its variance only.
+    _, _, var_shift = exact_expectations(logits, values - 10.0, 5, 2)
+    torch.testing.assert_close(var_shift["sample_loo"], var["sample_loo"])
+    torch.testing.assert_close(var_shift["subloo"], var["subloo"])
+    assert var_shift["none"] < var["none"]
+
+
+# -- pass@k ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("n", "k"), [(10, 1), (10, 4), (16, 16), (200, 8)])
+def test_binary_rewards_are_the_pass_at_k_estimator(n, k):
+    gen = torch.Generator().manual_seed(n + k)
+    rewards = (torch.rand(32, n, generator=gen) < torch.linspace(0, 1, 32)[:, None]).to(torch.float64)
+    correct = rewards.sum(-1)
+    closed = torch.tensor([1 - math.comb(n - int(c), k) / math.comb(n, k) for c in correct], dtype=torch.float64)
+    torch.testing.assert_close(maxk_reward_estimate(rewards, k), closed, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(pass_at_k_estimate(n, correct, k), closed, rtol=1e-10, atol=1e-12)
+    # "none" weights: k/n for a success, (k/n)(1 - C(n-1-c, k-1)/C(n-1, k-1)) for a failure.
+    w = maxk_gradient_weights(rewards, k)
+    fail = torch.tensor(
+        # (a row without failures has no failure weight to check: use 0 there)
+        [(k / n) * (1 - math.comb(n - 1 - int(c), k - 1) / math.comb(n - 1, k - 1)) if c < n else 0.0 for c in correct],
+        dtype=torch.float64,
+    )
+    want = torch.where(rewards > 0, torch.full_like(rewards, k / n), fail[:, None].expand_as(rewards))
+    torch.testing.assert_close(w, want, rtol=1e-10, atol=1e-12)
+
+
+# -- numerics -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [1, 8, 1000, 4095, 4096])
+def test_float32_with_n_4096_is_finite_and_matches_float64(k):
+    gen = torch.Generator().manual_seed(k)
+    # Negative tour lengths around -4 with spread 0.1: the regime of TSP rewards.
+    rewards64 = -4.0 + 0.1 * torch.randn(4, 4096, generator=gen, dtype=torch.float64)
+    rewards32 = rewards64.float()
+    rho32 = maxk_reward_estimate(rewards32, k)
+    assert rho32.dtype == torch.float32 and torch.isfinite(rho32).all()
+    torch.testing.assert_close(rho32.double(), maxk_reward_estimate(rewards32.double(), k), rtol=1e-5, atol=1e-5)
+    for mode in MODES:
+        if not mode_allowed(mode, 4096, k):
+            continue
+        w32 = maxk_gradient_weights(rewards32, k, variance_reduction=mode)
+        w64 = maxk_gradient_weights(rewards32.double(), k, variance_reduction=mode)
+        assert w32.dtype == torch.float32 and torch.isfinite(w32).all()
+        scale = w64.abs().max().clamp_min(1e-30)
+        assert float((w32.double() - w64).abs().max() / scale) < 1e-4, mode
+        # The weights of one row sum to k * rho_hat's own "sum" identity for "none":
+        # sum_i s_i = k * rho_hat (each subset is counted once per member).
+        if mode == "none":
+            torch.testing.assert_close(w64.sum(-1), k * maxk_reward_estimate(rewards32.double(), k))
+
+
+def test_half_precision_inputs_keep_their_dtype():
+    rewards = torch.randn(3, 16).to(torch.bfloat16)
+    assert maxk_reward_estimate(rewards, 4).dtype == torch.bfloat16
+    assert maxk_gradient_weights(rewards, 4, variance_reduction="subloo").dtype == torch.bfloat16
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_cuda_matches_cpu():
+    rewards = torch.randn(64, 128, dtype=torch.float64)
+    for mode in MODES:
+        cpu = maxk_gradient_weights(rewards, 8, variance_reduction=mode)
+        gpu = maxk_gradient_weights(rewards.cuda(), 8, variance_reduction=mode)
+        assert gpu.device.type == "cuda"
+        torch.testing.assert_close(gpu.cpu(), cpu)
+
+
+# -- argument errors ------------------------------------------------------------------
+
+
+def test_invalid_arguments_raise_value_error():
+    rewards = torch.randn(2, 4)
+    with pytest.raises(ValueError, match="sample_loo.*n > k"):
+        maxk_gradient_weights(rewards, 4, variance_reduction="sample_loo")
+    with pytest.raises(ValueError, match="subloo.*k >= 2"):
+        maxk_gradient_weights(rewards, 1, variance_reduction="subloo")
+    with pytest.raises(ValueError, match="variance_reduction"):
+        maxk_gradient_weights(rewards, 2, variance_reduction="loo")  # type: ignore[arg-type]
+    for bad_k in (0, 5, 2.0, True):
+        with pytest.raises(ValueError, match="k must"):
+            maxk_reward_estimate(rewards, bad_k)  # type: ignore[arg-type]
+    with pytest.raises(TensorContractError, match=r"rewards expected"):
+        maxk_reward_estimate(torch.randn(4), 2)
+    with pytest.raises(TensorContractError):
+        maxk_gradient_weights(torch.ones(2, 4, dtype=torch.long), 2)
+    assert issubclass(TensorContractError, ValueError)
+
+
+def test_packed_cpu_sort_equals_torch_stable_sort():
+    from pglab.estimators.maxk import _sort_rows
+
+    gen = torch.Generator().manual_seed(5)
+    rewards = torch.randint(-3, 4, (64, 33), generator=gen).float() * 0.5
+    rewards[0, :4] = torch.tensor([-0.0, 0.0, float("inf"), -float("inf")])
+    rewards[1] = torch.randn(33, generator=gen) * 1e30
+    values, indices = _sort_rows(rewards, True)
+    want_values, want_indices = torch.sort(rewards, dim=-1, stable=True)
+    assert torch.equal(values, want_values)
+    # -0.0 and 0.0 compare equal: both orders are valid stable sorts of that pair.
+    assert torch.equal(indices[1:], want_indices[1:])
+    assert torch.equal(indices[0, 2:], want_indices[0, 2:])
