@@ -1,0 +1,126 @@
+"""Actor-critic networks and the PPO update on problems with a known better action."""
+import math
+
+import pytest
+import torch
+
+from pglab.algos.onpolicy import OnPolicyBatch, OnPolicyHyperparams, onpolicy_update
+from pglab.errors import TensorContractError
+from pglab.estimators import compute_gae, reward_to_go
+from pglab.nets.actor_critic import CategoricalActorCritic, GaussianActorCritic, build_actor_critic
+
+
+def test_categorical_log_prob_entropy_and_sampling_match_torch_distributions():
+    net = CategoricalActorCritic(5, 3, (16,))
+    obs = torch.randn(7, 5)
+    logits = net.actor(obs)
+    reference = torch.distributions.Categorical(logits=logits)
+    actions = torch.tensor([0, 1, 2, 2, 1, 0, 1])
+    log_probs, entropy, values = net.evaluate_actions(obs, actions)
+    torch.testing.assert_close(log_probs, reference.log_prob(actions))
+    torch.testing.assert_close(entropy, reference.entropy())
+    torch.testing.assert_close(values, net.critic(obs).squeeze(-1))
+    # act(): the returned log-prob is that of the returned action; frequencies follow pi.
+    many = obs[:1].expand(20_000, 5)
+    sampled, sampled_log_probs, _ = net.act(many, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(sampled_log_probs, torch.log_softmax(logits[0], -1)[sampled])
+    frequencies = torch.bincount(sampled, minlength=3).double() / 20_000
+    assert torch.allclose(frequencies, reference.probs[0].double(), atol=0.015)
+    assert torch.equal(net.deterministic_action(obs), logits.argmax(-1))
+
+
+def test_gaussian_log_prob_entropy_and_initial_policy_match_torch_normal():
+    net = GaussianActorCritic(3, 2, (16,), log_std_init=-0.5)
+    obs = torch.randn(6, 3)
+    actions = torch.randn(6, 2)
+    reference = torch.distributions.Normal(net.actor(obs), torch.full((2,), -0.5).exp())
+    log_probs, entropy, _ = net.evaluate_actions(obs, actions)
+    torch.testing.assert_close(log_probs, reference.log_prob(actions).sum(-1))
+    torch.testing.assert_close(entropy, reference.entropy().sum(-1))
+    sampled, sampled_log_probs, _ = net.act(obs, torch.Generator().manual_seed(1))
+    torch.testing.assert_close(sampled_log_probs, reference.log_prob(sampled).sum(-1))
+    # Orthogonal init with gain 0.01 on the output: the initial mean is close to 0.
+    assert net.actor(torch.randn(100, 3)).abs().max() < 0.1
+
+
+def test_contracts_and_builder():
+    net = build_actor_critic(4, "discrete", 2)
+    with pytest.raises(TensorContractError, match="4 numbers per row"):
+        net.check_obs(torch.zeros(3, 5), "predict")
+    with pytest.raises(ValueError, match="action_kind"):
+        build_actor_critic(4, "multi_binary", 2)
+
+
+def contextual_bandit_batch(net, n, seed, reward_fn):
+    """One-step episodes: obs ~ N(0, 1), reward = reward_fn(obs, action)."""
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(n, net.obs_dim, generator=g)
+    with torch.no_grad():
+        actions, log_probs, values = net.act(obs, g)
+    rewards = reward_fn(obs, actions)
+    dones = torch.ones(n, 1, dtype=torch.bool)
+    advantages, returns = compute_gae(rewards[:, None], values[:, None], dones, None, torch.zeros(n), 0.99, 0.95)
+    batch = OnPolicyBatch(log_probs, advantages[:, 0], returns[:, 0], values)
+    return obs, actions, batch
+
+
+@pytest.mark.parametrize("mode", ["reinforce_raw", "vpg_gae", "ppo"])
+def test_one_update_raises_probability_of_better_action_discrete(mode):
+    torch.manual_seed(0)
+    net = CategoricalActorCritic(2, 2, (16,))
+    probe = torch.randn(64, 2, generator=torch.Generator().manual_seed(9))
+    before = torch.softmax(net.actor(probe), -1)[:, 1].mean().item()
+    obs, actions, batch = contextual_bandit_batch(net, 512, 0, lambda o, a: (a == 1).float())
+    # Plain SGD, so the step follows the (expected) policy gradient; Adam's first step
+    # would move every weight by about lr whatever its gradient's sign-to-noise ratio.
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.3)
+    hp = OnPolicyHyperparams(rl_mode=mode)
+    onpolicy_update(lambda i: net.evaluate_actions(obs[i], actions[i]), batch, net.parameters(), optimizer, hp,
+                    generator=torch.Generator().manual_seed(0))
+    after = torch.softmax(net.actor(probe), -1)[:, 1].mean().item()
+    assert after > before + 0.02
+
+
+def test_one_ppo_update_moves_gaussian_mean_toward_reward_peak():
+    torch.manual_seed(0)
+    net = GaussianActorCritic(1, 1, (16,))
+    probe = torch.zeros(1, 1)
+    before = net.deterministic_action(probe).item()
+    # reward = -(a - 1)^2: the optimum is a = 1 whatever the observation
+    obs, actions, batch = contextual_bandit_batch(net, 1024, 3, lambda o, a: -(a[:, 0] - 1.0).pow(2))
+    optimizer = torch.optim.Adam(net.parameters(), lr=3e-3)
+    onpolicy_update(lambda i: net.evaluate_actions(obs[i], actions[i]), batch, net.parameters(), optimizer,
+                    OnPolicyHyperparams(rl_mode="ppo", entropy_coef=0.0), generator=torch.Generator().manual_seed(0))
+    assert net.deterministic_action(probe).item() > before + 0.02
+
+
+def test_gae_lambda_one_with_mid_rollout_truncation_is_segment_monte_carlo_returns():
+    """lam=1: within each episode segment, A_t = G_t - V(s_t) where G_t is bootstrapped
+    with V(final_obs) at a truncation and with 0 at a termination (closed form)."""
+    gamma = 0.9
+    rewards = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0]], dtype=torch.float64)
+    values = torch.tensor([[0.5, -1.0, 2.0, 0.0, 1.5]], dtype=torch.float64)
+    dones = torch.tensor([[False, False, False, True, False]])
+    truncs = torch.tensor([[False, True, False, False, False]])
+    final_value, last_value = 7.0, -2.0
+    next_values = torch.cat([values[:, 1:], torch.tensor([[last_value]], dtype=torch.float64)], 1)
+    next_values[0, 1] = final_value
+    adv, ret = compute_gae(rewards, values, dones, truncs, torch.tensor([last_value], dtype=torch.float64), gamma, 1.0,
+                           next_values=next_values)
+    g1 = 2.0 + gamma * final_value
+    g0 = 1.0 + gamma * g1
+    g3 = 4.0
+    g2 = 3.0 + gamma * g3
+    g4 = 5.0 + gamma * last_value
+    want = torch.tensor([[g0, g1, g2, g3, g4]], dtype=torch.float64)
+    torch.testing.assert_close(ret, want)
+    torch.testing.assert_close(adv, want - values)
+    # lam=0: TD errors, with V(final_obs) at the truncation and no bootstrap at the end.
+    adv0, _ = compute_gae(rewards, values, dones, truncs, torch.tensor([last_value], dtype=torch.float64), gamma, 0.0,
+                          next_values=next_values)
+    td = rewards + gamma * (~dones).double() * next_values - values
+    torch.testing.assert_close(adv0, td)
+    assert math.isclose(float(adv0[0, 1]), 2.0 + gamma * final_value + 1.0)
+    # reinforce_raw's returns: no critic at all, every episode boundary cuts the sum.
+    mc = reward_to_go(rewards, dones | truncs, gamma)
+    torch.testing.assert_close(mc, torch.tensor([[1.0 + gamma * 2.0, 2.0, 3.0 + gamma * 4.0, 4.0, 5.0]], dtype=torch.float64))
