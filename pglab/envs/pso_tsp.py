@@ -1,0 +1,293 @@
+"""``PSOTSPEnv``: particle-swarm optimisation of TSP tours as a batched RL environment.
+
+One episode runs ``pso_iterations`` PSO steps on ``B`` TSP instances at once, each with
+a swarm of ``P`` particles. A particle's position is an *edge-score vector*: one real
+score per candidate edge of the instance's k-nearest-neighbour graph (``dim = n * k``
+directed edges ``i -> neighbours[i, m]``; ``k = n - 1`` gives the full graph).
+
+Decoding (batched over instances and particles; the only Python loop is over the
+``n - 1`` construction steps). From city 0, the next city is drawn among the unvisited
+ones with logits::
+
+    logit(i -> j) = x_ij / temperature - distance_prior * d_ij / mean_kNN_edge   (kNN edge)
+    logit(i -> j) = -1e4 - distance_prior * d_ij / mean_kNN_edge                 (other edge)
+
+so an edge outside the kNN graph is taken only when every kNN neighbour of the current
+city is visited (then the nearest unvisited city is preferred). ``decode="sample"``
+samples (Gumbel-max with the env's generator); ``decode="greedy"`` takes the argmax.
+Cost: ``L = sum_t d[tour_t, tour_{t+1 mod n}]``; reward ``r = -L`` per particle.
+
+PSO update with per-particle, per-dimension coefficients ``wc1c2 [B, P, D, 3]`` (the
+policy's action; clamped to ``[w_min, w_max]``, ``[0, c_max]``) and ``r1, r2 ~ U(0,1)``::
+
+    v <- w * v + c1 * r1 * (pbest - x) + c2 * r2 * (gbest - x),   v clamped to +-v_max
+    x <- x + v
+    pbest <- x where L(x) < L(pbest);   gbest <- pbest of the particle with least L
+
+The swarm's answer for an instance is the shortest tour decoded in the episode
+(``best_tour``, ``best_cost``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from pglab.contracts import check_tensor
+from pglab.errors import ConfigError
+from pglab.validation import check_choice, check_int, check_non_negative, check_positive
+
+FLOATS = (torch.float32, torch.float64)
+NON_EDGE_PENALTY = 1e4
+# The classic constriction coefficients of Clerc & Kennedy (2002).
+CLASSIC_W, CLASSIC_C1, CLASSIC_C2 = 0.7298, 1.49618, 1.49618
+
+
+@dataclass(frozen=True)
+class PSOTSPEnvConfig:
+    """Swarm and decoding settings of :class:`PSOTSPEnv`."""
+
+    num_cities: int = 20
+    """cities per instance (n)"""
+    knn: int = 10
+    """candidate edges per city (k); 0 or >= n-1 means the full graph"""
+    n_particles: int = 16
+    """particles per swarm (P)"""
+    pso_iterations: int = 20
+    """PSO steps per episode (T)"""
+    distance_prior: float = 3.0
+    """weight of -d_ij / mean edge length in the decoding logits"""
+    temperature: float = 1.0
+    """edge scores are divided by this in the decoding logits"""
+    init_std: float = 1.0
+    """initial positions ~ N(0, init_std^2)"""
+    v_max: float = 2.0
+    """velocity clamp per dimension"""
+    w_min: float = -1.0
+    """lower clamp of the applied inertia w"""
+    w_max: float = 1.2
+    """upper clamp of the applied inertia w"""
+    c_max: float = 4.0
+    """upper clamp of the applied c1, c2 (lower clamp is 0)"""
+
+    def __post_init__(self):
+        check_int("num_cities", self.num_cities, minimum=4)
+        check_int("knn", self.knn, minimum=0)
+        if 0 < self.knn < 2:
+            raise ConfigError("knn", self.knn, "must be 0 (full graph) or >= 2")
+        check_int("n_particles", self.n_particles, minimum=1)
+        check_int("pso_iterations", self.pso_iterations, minimum=1)
+        check_non_negative("distance_prior", self.distance_prior)
+        check_positive("temperature", self.temperature)
+        check_non_negative("init_std", self.init_std)
+        check_positive("v_max", self.v_max)
+        if self.w_min >= self.w_max:
+            raise ConfigError("w_min", self.w_min, f"must be < w_max={self.w_max}")
+        check_positive("c_max", self.c_max)
+
+    @property
+    def k(self) -> int:
+        """Neighbours per city actually used."""
+        return self.num_cities - 1 if self.knn == 0 or self.knn >= self.num_cities - 1 else self.knn
+
+    @property
+    def dim(self) -> int:
+        """Position dimension D = n * k (directed candidate edges)."""
+        return self.num_cities * self.k
+
+
+@dataclass
+class SwarmState:
+    """The swarm at iteration ``t`` (every tensor batched over ``B`` instances).
+
+    Instance (constant over the episode): ``coords [B, n, 2]``, ``dist [B, n, n]``,
+    ``neighbours [B, n, k]`` (long), ``edge_dist [B, D]`` (distance of each candidate
+    edge, divided by the instance's mean candidate-edge length).
+    Swarm: ``position, velocity, pbest [B, P, D]``; ``gbest [B, D]``; ``cost,
+    pbest_cost [B, P]`` (tour lengths); ``gbest_cost, best_cost [B]``;
+    ``best_tour [B, n]`` (long); ``iteration`` (steps done so far).
+    """
+
+    coords: torch.Tensor
+    dist: torch.Tensor
+    neighbours: torch.Tensor
+    edge_dist: torch.Tensor
+    position: torch.Tensor
+    velocity: torch.Tensor
+    pbest: torch.Tensor
+    gbest: torch.Tensor
+    cost: torch.Tensor
+    pbest_cost: torch.Tensor
+    gbest_cost: torch.Tensor
+    best_cost: torch.Tensor
+    best_tour: torch.Tensor
+    iteration: int
+
+    def snapshot(self) -> "SwarmState":
+        """A detached copy of the swarm tensors (instance tensors are shared: constant)."""
+        swarm = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for name in ("position", "velocity", "pbest", "gbest", "cost", "pbest_cost", "gbest_cost", "best_cost", "best_tour"):
+            swarm[name] = swarm[name].detach().clone()
+        return SwarmState(**swarm)
+
+
+def random_instances(num_instances: int, num_cities: int, generator: torch.Generator, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Uniform cities in the unit square: float32 ``[B, n, 2]``."""
+    return torch.rand((num_instances, num_cities, 2), generator=generator, device=device)
+
+
+def knn_graph(coords: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dist [B, n, n], neighbours [B, n, k], edge_length [B, n, k])`` of the k nearest
+    other cities of each city (ascending distance)."""
+    dist = torch.cdist(coords, coords)
+    n = coords.shape[1]
+    eye = torch.eye(n, dtype=torch.bool, device=coords.device)
+    edge_length, neighbours = dist.masked_fill(eye, float("inf")).topk(k, dim=-1, largest=False)
+    return dist, neighbours, edge_length
+
+
+def tour_cost(dist: torch.Tensor, tours: torch.Tensor) -> torch.Tensor:
+    """``L = sum_t d[tour_t, tour_{t+1 mod n}]`` for ``dist [B, n, n]``, ``tours [B, P, n]`` -> ``[B, P]``."""
+    B, P, n = tours.shape
+    nxt = tours.roll(-1, dims=-1)
+    flat = dist.reshape(B, 1, n * n).expand(B, P, n * n)
+    return flat.gather(2, tours * n + nxt).sum(-1)
+
+
+class PSOTSPEnv:
+    """Batched PSO-on-TSP episodes; see the module docstring for the equations.
+
+    Usage::
+
+        env = PSOTSPEnv(config, device, generator)
+        state = env.reset(coords)                      # coords [B, n, 2]
+        while not done:
+            state, reward, done = env.step(wc1c2)      # wc1c2 [B, P, D, 3]; reward [B, P]
+    """
+
+    def __init__(self, config: PSOTSPEnvConfig, device: torch.device | str = "cpu", generator: torch.Generator | None = None, *, decode: str = "sample"):
+        check_choice("decode", decode, ("sample", "greedy"))
+        self.config = config
+        self.device = torch.device(device)
+        self.generator = generator if generator is not None else torch.Generator(device=self.device)
+        self.decode_mode = decode
+        self.state: SwarmState | None = None
+
+    # -- decoding -----------------------------------------------------------------------
+    def edge_logits(self, position: torch.Tensor, state: SwarmState) -> torch.Tensor:
+        """Full logit matrix ``[B, P, n, n]`` of the decoding distribution."""
+        cfg = self.config
+        B, P, _ = position.shape
+        n, k = cfg.num_cities, cfg.k
+        mean_edge = state.dist.gather(2, state.neighbours).mean(dim=(1, 2)).clamp_min(1e-12)  # [B]
+        prior = cfg.distance_prior * state.dist / mean_edge[:, None, None]  # [B, n, n]
+        logits = (-NON_EDGE_PENALTY - prior).unsqueeze(1).expand(B, P, n, n).clone()
+        edge_prior = prior.gather(2, state.neighbours).reshape(B, 1, n * k)
+        scores = position / cfg.temperature - edge_prior  # [B, P, D]
+        index = state.neighbours.reshape(B, 1, n, k).expand(B, P, n, k)
+        logits.scatter_(3, index, scores.reshape(B, P, n, k))
+        return logits
+
+    def decode(self, position: torch.Tensor, state: SwarmState, *, greedy: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tours ``[B, P, n]`` (permutations starting at city 0) and their lengths ``[B, P]``."""
+        greedy = self.decode_mode == "greedy" if greedy is None else greedy
+        logits = self.edge_logits(position, state)
+        B, P, n, _ = logits.shape
+        current = torch.zeros((B, P), dtype=torch.long, device=position.device)
+        visited = torch.zeros((B, P, n), dtype=torch.bool, device=position.device)
+        visited[..., 0] = True
+        tours = torch.zeros((B, P, n), dtype=torch.long, device=position.device)
+        for step in range(1, n):
+            row = logits.gather(2, current[..., None, None].expand(B, P, 1, n)).squeeze(2)
+            row = row.masked_fill(visited, float("-inf"))
+            if not greedy:
+                # Gumbel-max: argmax(logit + G), G ~ Gumbel(0, 1), samples softmax(logit).
+                uniform = torch.rand(row.shape, generator=self.generator, device=row.device, dtype=row.dtype)
+                row = row - torch.log(-torch.log(uniform.clamp(1e-20, 1.0 - 1e-7)))
+            current = row.argmax(-1)
+            tours[..., step] = current
+            visited.scatter_(2, current.unsqueeze(-1), True)
+        return tours, tour_cost(state.dist, tours)
+
+    # -- episode ------------------------------------------------------------------------
+    def reset(self, coords: torch.Tensor) -> SwarmState:
+        """Start an episode on instances ``coords [B, n, 2]``: random positions, zero
+        velocities, pbest = the initial positions (decoded once)."""
+        cfg = self.config
+        check_tensor("coords", coords, (None, cfg.num_cities, 2), FLOATS, where="PSOTSPEnv.reset")
+        coords = coords.to(self.device, torch.float32)
+        B = coords.shape[0]
+        dist, neighbours, edge_length = knn_graph(coords, cfg.k)
+        edge_dist = (edge_length / edge_length.mean(dim=(1, 2), keepdim=True).clamp_min(1e-12)).reshape(B, cfg.dim)
+        position = cfg.init_std * torch.randn((B, cfg.n_particles, cfg.dim), generator=self.generator, device=self.device)
+        zeros = torch.zeros(B, dtype=torch.float32, device=self.device)
+        state = SwarmState(
+            coords=coords, dist=dist, neighbours=neighbours, edge_dist=edge_dist,
+            position=position, velocity=torch.zeros_like(position), pbest=position.clone(),
+            gbest=position[:, 0].clone(), cost=zeros[:, None].expand(B, cfg.n_particles).clone(),
+            pbest_cost=zeros[:, None].expand(B, cfg.n_particles).clone(), gbest_cost=zeros.clone(),
+            best_cost=torch.full((B,), float("inf"), device=self.device),
+            best_tour=torch.zeros((B, cfg.num_cities), dtype=torch.long, device=self.device), iteration=0,
+        )
+        tours, cost = self.decode(position, state)
+        state.cost, state.pbest_cost = cost, cost.clone()
+        self._update_gbest(state, tours)
+        self.state = state
+        return state
+
+    def step(self, wc1c2: torch.Tensor) -> tuple[SwarmState, torch.Tensor, bool]:
+        """One PSO iteration with coefficients ``wc1c2 [B, P, D, 3]``; returns
+        ``(state, reward [B, P] = -tour length, done)``."""
+        if self.state is None:
+            raise RuntimeError("PSOTSPEnv.step before reset")
+        cfg, state = self.config, self.state
+        B = state.coords.shape[0]
+        check_tensor("wc1c2", wc1c2, (B, cfg.n_particles, cfg.dim, 3), FLOATS, where="PSOTSPEnv.step")
+        wc1c2 = wc1c2.to(state.position.dtype)
+        w = wc1c2[..., 0].clamp(cfg.w_min, cfg.w_max)
+        c1 = wc1c2[..., 1].clamp(0.0, cfg.c_max)
+        c2 = wc1c2[..., 2].clamp(0.0, cfg.c_max)
+        r1 = torch.rand(state.position.shape, generator=self.generator, device=self.device)
+        r2 = torch.rand(state.position.shape, generator=self.generator, device=self.device)
+        x = state.position
+        # v <- w v + c1 r1 (pbest - x) + c2 r2 (gbest - x)
+        velocity = w * state.velocity + c1 * r1 * (state.pbest - x) + c2 * r2 * (state.gbest.unsqueeze(1) - x)
+        velocity = velocity.clamp(-cfg.v_max, cfg.v_max)
+        position = x + velocity  # x <- x + v
+        tours, cost = self.decode(position, state)
+        improved = cost < state.pbest_cost
+        state = dataclasses.replace(
+            state, position=position, velocity=velocity, cost=cost,
+            pbest=torch.where(improved.unsqueeze(-1), position, state.pbest),
+            pbest_cost=torch.where(improved, cost, state.pbest_cost), iteration=state.iteration + 1,
+        )
+        self._update_gbest(state, tours)
+        self.state = state
+        return state, -cost, state.iteration >= cfg.pso_iterations
+
+    @staticmethod
+    def _update_gbest(state: SwarmState, tours: torch.Tensor) -> None:
+        B = state.pbest.shape[0]
+        rows = torch.arange(B, device=state.pbest.device)
+        leader = state.pbest_cost.argmin(dim=1)
+        state.gbest = state.pbest[rows, leader]
+        state.gbest_cost = state.pbest_cost[rows, leader]
+        this_best = state.cost.argmin(dim=1)
+        this_cost = state.cost[rows, this_best]
+        better = this_cost < state.best_cost
+        state.best_cost = torch.where(better, this_cost, state.best_cost)
+        state.best_tour = torch.where(better.unsqueeze(-1), tours[rows, this_best], state.best_tour)
+
+
+def fixed_coefficients(shape: tuple[int, ...], w: float = CLASSIC_W, c1: float = CLASSIC_C1, c2: float = CLASSIC_C2, device="cpu") -> torch.Tensor:
+    """``wc1c2`` of classic PSO: the same ``(w, c1, c2)`` everywhere, shape ``[*shape, 3]``."""
+    return torch.tensor([w, c1, c2], device=device).expand(*shape, 3)
+
+
+def random_coefficients(shape: tuple[int, ...], generator: torch.Generator, device="cpu") -> torch.Tensor:
+    """Random-coefficient PSO: ``w ~ U(0.5, 1)`` (Eberhart & Shi's random inertia, mean
+    0.75), ``c1, c2 ~ U(0, 2 * 1.49618)`` (mean = the classic value), drawn afresh per
+    particle, dimension and iteration."""
+    u = torch.rand((*shape, 3), generator=generator, device=device)
+    return torch.stack([0.5 + 0.5 * u[..., 0], 2 * CLASSIC_C1 * u[..., 1], 2 * CLASSIC_C2 * u[..., 2]], dim=-1)

@@ -1,0 +1,174 @@
+"""``HyperparamTSPModel``: a network that sets PSO coefficients per particle and edge.
+
+Data flow (S swarms = instances or (iteration, instance) pairs, n cities, k neighbours,
+D = n * k candidate edges, P particles, E = ``emb_dim``)::
+
+    coords [S, n, 2] --TSPNodeEncoder (self-attention over cities)--> h [S, n, E]
+    edge e = (i -> j):  edge_emb[S, D, E] = A h_i + B h_j + c * d_ij
+    per particle and edge: f = [x, v, pbest - x, gbest - x]  -> Linear -> + edge_emb -> pe [S, P, D, E]
+    SwarmEncoder: mean_D(pe) + MLP(particle scalars) -> self-attention over particles -> z [S, P, E]
+    cross-attention: particle_ctx = LN(z + Attn(q=z, k=v=h))                     [S, P, E]
+    policy head:  MLP(pe + particle_ctx) -> (mu, log sigma) of wc1c2               [S, P, D, 3] each
+    value head:   MLP(particle_ctx) -> V(s_t, p)                                   [S, P]
+
+``mu`` starts at the classic coefficients (0.7298, 1.49618, 1.49618): the head's last
+layer is zero-initialised, so an untrained model *is* classic PSO plus exploration noise
+and training can only have to improve on it.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from pglab.contracts import check_tensor
+from pglab.envs.pso_tsp import CLASSIC_C1, CLASSIC_C2, CLASSIC_W, SwarmState
+from pglab.nets.mlp import build_mlp
+
+FLOATS = (torch.float32, torch.float64)
+
+
+class TSPNodeEncoder(nn.Module):
+    """Graph attention over the complete graph of cities (a Transformer encoder on the
+    coordinates, as in the attention model of Kool et al.): ``[S, n, 2] -> [S, n, E]``."""
+
+    def __init__(self, emb_dim: int, num_heads: int, num_layers: int):
+        super().__init__()
+        self.input = nn.Linear(2, emb_dim)
+        layer = nn.TransformerEncoderLayer(emb_dim, num_heads, dim_feedforward=2 * emb_dim, dropout=0.0, batch_first=True)
+        self.layers = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
+
+    def forward(self, coords: torch.Tensor) -> torch.Tensor:
+        return self.layers(self.input(coords))
+
+
+class SwarmEncoder(nn.Module):
+    """Per-particle tokens from its edge features and scalars, mixed by self-attention
+    across the swarm: ``pe [S, P, D, E], scalars [S, P, F] -> [S, P, E]``."""
+
+    def __init__(self, emb_dim: int, num_scalars: int, num_heads: int, num_layers: int):
+        super().__init__()
+        self.scalars = build_mlp(num_scalars, (emb_dim,), emb_dim, activation="relu")
+        layer = nn.TransformerEncoderLayer(emb_dim, num_heads, dim_feedforward=2 * emb_dim, dropout=0.0, batch_first=True)
+        self.layers = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
+
+    def forward(self, particle_edges: torch.Tensor, scalars: torch.Tensor) -> torch.Tensor:
+        tokens = particle_edges.mean(dim=2) + self.scalars(scalars)
+        return self.layers(tokens)
+
+
+def swarm_scalars(state: SwarmState, pso_iterations: int) -> torch.Tensor:
+    """Per-particle scalar features ``[S, P, 3]``: current and personal-best tour length
+    relative to the swarm's best (``L / L_gbest - 1``), and progress ``t / T``."""
+    reference = state.gbest_cost.clamp_min(1e-9).unsqueeze(1)
+    progress = torch.full_like(state.cost, state.iteration / pso_iterations)
+    return torch.stack([state.cost / reference - 1.0, state.pbest_cost / reference - 1.0, progress], dim=-1)
+
+
+class HyperparamTSPModel(nn.Module):
+    """Gaussian policy over ``wc1c2`` plus a per-particle value head (shared encoders).
+
+    Args:
+        num_cities, k: instance size and neighbours per city (D = num_cities * k).
+        emb_dim, num_heads: width and attention heads of every block.
+        node_layers, swarm_layers: depths of the city and swarm encoders.
+        log_std_init: initial log standard deviation of the coefficients.
+        min_std, max_std: clamp of the standard deviation.
+        mu_scale: ``mu = classic + mu_scale * head``; > 1 lets Adam move the mean
+            coefficients ``mu_scale`` times faster (its steps are ~lr in parameter space).
+    """
+
+    def __init__(self, num_cities: int, k: int, *, emb_dim: int = 32, num_heads: int = 4, node_layers: int = 2,
+                 swarm_layers: int = 1, log_std_init: float = math.log(0.3), min_std: float = 0.01, max_std: float = 1.0,
+                 mu_scale: float = 1.0):
+        super().__init__()
+        self.num_cities, self.k, self.dim = num_cities, k, num_cities * k
+        self.min_log_std, self.max_log_std = math.log(min_std), math.log(max_std)
+        self.mu_scale = mu_scale
+        self.node_encoder = TSPNodeEncoder(emb_dim, num_heads, node_layers)
+        self.edge_src = nn.Linear(emb_dim, emb_dim)
+        self.edge_dst = nn.Linear(emb_dim, emb_dim, bias=False)
+        self.edge_len = nn.Linear(1, emb_dim, bias=False)
+        self.particle_edge = nn.Linear(4, emb_dim)
+        self.swarm_encoder = SwarmEncoder(emb_dim, 3, num_heads, swarm_layers)
+        self.cross_attention = nn.MultiheadAttention(emb_dim, num_heads, batch_first=True)
+        self.cross_norm = nn.LayerNorm(emb_dim)
+        self.policy_head = build_mlp(emb_dim, (emb_dim,), 6, activation="relu")
+        self.value_head = build_mlp(emb_dim, (emb_dim,), 1, activation="relu")
+        last = self.policy_head[-1]
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
+        with torch.no_grad():
+            last.bias[3:] = log_std_init
+        self.register_buffer("classic", torch.tensor([CLASSIC_W, CLASSIC_C1, CLASSIC_C2]))
+        self.register_buffer("source_city", torch.arange(num_cities).repeat_interleave(k))
+
+    def encode_instances(self, coords: torch.Tensor, neighbours: torch.Tensor, edge_dist: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(node_emb [S, n, E], edge_emb [S, D, E])`` of instances (constant over an episode)."""
+        dims: dict[str, int] = {}
+        check_tensor("coords", coords, ("S", self.num_cities, 2), FLOATS, dims=dims, where="HyperparamTSPModel")
+        check_tensor("neighbours", neighbours, ("S", self.num_cities, self.k), torch.int64, dims=dims, where="HyperparamTSPModel")
+        check_tensor("edge_dist", edge_dist, ("S", self.dim), FLOATS, dims=dims, where="HyperparamTSPModel")
+        node_emb = self.node_encoder(coords)
+        S, E = node_emb.shape[0], node_emb.shape[2]
+        src = node_emb[:, self.source_city]  # [S, D, E]
+        dst = node_emb.gather(1, neighbours.reshape(S, self.dim, 1).expand(S, self.dim, E))
+        edge_emb = self.edge_src(src) + self.edge_dst(dst) + self.edge_len(edge_dist.unsqueeze(-1))
+        return node_emb, edge_emb
+
+    def forward(self, node_emb: torch.Tensor, edge_emb: torch.Tensor, position: torch.Tensor, velocity: torch.Tensor,
+                pbest: torch.Tensor, gbest: torch.Tensor, scalars: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(mu [S, P, D, 3], sigma [S, P, D, 3], values [S, P])``.
+
+        Args: node_emb ``[S, n, E]``, edge_emb ``[S, D, E]`` (from
+        :meth:`encode_instances`); position, velocity, pbest ``[S, P, D]``; gbest
+        ``[S, D]``; scalars ``[S, P, 3]`` (:func:`swarm_scalars`).
+        """
+        dims: dict[str, int] = {}
+        where = "HyperparamTSPModel"
+        check_tensor("position", position, ("S", "P", self.dim), FLOATS, dims=dims, where=where)
+        check_tensor("velocity", velocity, ("S", "P", self.dim), FLOATS, dims=dims, where=where)
+        check_tensor("pbest", pbest, ("S", "P", self.dim), FLOATS, dims=dims, where=where)
+        check_tensor("gbest", gbest, ("S", self.dim), FLOATS, dims=dims, where=where)
+        check_tensor("scalars", scalars, ("S", "P", 3), FLOATS, dims=dims, where=where)
+        check_tensor("edge_emb", edge_emb, ("S", self.dim, None), FLOATS, dims=dims, where=where)
+        features = torch.stack([position, velocity, pbest - position, gbest.unsqueeze(1) - position], dim=-1)
+        particle_edges = torch.relu(self.particle_edge(features) + edge_emb.unsqueeze(1))  # [S, P, D, E]
+        tokens = self.swarm_encoder(particle_edges, scalars)  # [S, P, E]
+        attended, _ = self.cross_attention(tokens, node_emb, node_emb, need_weights=False)
+        particle_ctx = self.cross_norm(tokens + attended)
+        head = self.policy_head(particle_edges + particle_ctx.unsqueeze(2))  # [S, P, D, 6]
+        mu = self.classic + self.mu_scale * head[..., :3]
+        sigma = head[..., 3:].clamp(self.min_log_std, self.max_log_std).exp()
+        values = self.value_head(particle_ctx).squeeze(-1)
+        return mu, sigma, values
+
+    def act(self, state: SwarmState, pso_iterations: int, *, deterministic: bool = False,
+            generator: torch.Generator | None = None) -> torch.Tensor:
+        """Coefficients ``wc1c2 [B, P, D, 3]`` for the env's current state (no gradient):
+        the mean (``deterministic``) or a sample of the Gaussian."""
+        with torch.no_grad():
+            node_emb, edge_emb = self.encode_instances(state.coords, state.neighbours, state.edge_dist)
+            mu, sigma, _ = self(node_emb, edge_emb, state.position, state.velocity, state.pbest, state.gbest,
+                                swarm_scalars(state, pso_iterations))
+            if deterministic:
+                return mu
+            noise = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
+            return mu + sigma * noise
+
+
+def gaussian_log_prob_entropy(mu: torch.Tensor, sigma: torch.Tensor, actions: torch.Tensor, reduction: str = "mean") -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-particle log-likelihood and entropy of ``actions [S, P, D, 3]``, ``[S, P]`` each.
+
+    ``log N(a; mu, sigma) = -(a - mu)^2 / (2 sigma^2) - log sigma - log(2 pi) / 2`` summed
+    over the 3 coefficients, then averaged (``"mean"``, the design note's choice: a
+    per-edge log-likelihood, which keeps PPO's ratio ``exp(lp - lp_old)`` O(1) for
+    D ~ hundreds of edges) or summed (``"sum"``, the exact joint density) over edges.
+    """
+    log_prob = -((actions - mu) ** 2) / (2 * sigma**2) - sigma.log() - 0.5 * math.log(2 * math.pi)
+    entropy = 0.5 + 0.5 * math.log(2 * math.pi) + sigma.log()
+    log_prob, entropy = log_prob.sum(-1), entropy.sum(-1)
+    if reduction == "mean":
+        return log_prob.mean(-1), entropy.mean(-1)
+    return log_prob.sum(-1), entropy.sum(-1)
