@@ -22,9 +22,11 @@ $(STAMP): pyproject.toml Makefile
 	mkdir -p $(MPLCONFIGDIR)
 	touch $(STAMP)
 
-# The flagship: Monte Carlo policy gradient on the GHM cash model, on the CPU.
+# The flagship: Monte Carlo policy gradient on the GHM cash model, on the CPU. Each run gets
+# its own directory (pglab never overwrites a run); `make run RUN_DIR=...` chooses it.
+RUN_DIR ?= runs/ghm-mc-$(shell date +%Y%m%d-%H%M%S)
 run: install
-	$(VENV)/bin/pglab train ghm --algo mc --device cpu --log_dir runs/ghm-mc
+	$(VENV)/bin/pglab train ghm --algo mc --device cpu --log_dir $(RUN_DIR)
 
 test: install
 	$(PY) -m pytest -q

@@ -326,3 +326,16 @@ def test_malformed_yaml_corrupt_and_mismatched_checkpoints_exit_2(tmp_path, caps
 
     foreign = save_checkpoint(tmp_path / "foreign.pt", build_checkpoint(kind="ghm-unknown", config={}, counters={"iteration": 0}, models={}))
     assert pglab_main(["train", "ghm", "--resume", str(foreign)]) == 2
+
+
+def test_learning_rate_and_exploration_schedules_reach_their_final_values(tmp_path):
+    import csv
+
+    train_ghm(GHMTrainConfig(n_iterations=3, log_dir=tmp_path / "run", lr_final_fraction=0.25,
+                             final_max_std=0.1, **TINY), echo=lambda *a, **k: None)
+    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
+    lrs = [float(row["learning_rate/policy"]) for row in rows]
+    assert lrs == pytest.approx([3e-4, 3e-4 * 0.625, 3e-4 * 0.25])  # linear in the iteration
+    stds = [float(row["policy/std_action_L"]) for row in rows]
+    # the clamp decays geometrically from exp(log_std_init) = e^-1 to 0.1
+    assert stds == pytest.approx([math.exp(-1.0), math.sqrt(math.exp(-1.0) * 0.1), 0.1], rel=2e-3)

@@ -24,6 +24,7 @@ Run directory (``--log_dir``)::
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -75,7 +76,7 @@ class GHMTrainConfig:
     algo: Literal["mc", "pathwise", "actor-critic"] = "mc"
     """solver: Monte Carlo policy gradient (mc), pathwise, or actor-critic"""
     # -- training ----------------------------------------------------------------------
-    n_iterations: int = 600
+    n_iterations: int = 900
     """training iterations"""
     n_trajectories: int = 1000
     """simulated paths per iteration"""
@@ -101,7 +102,7 @@ class GHMTrainConfig:
     score_samples: int = 0
     """alive (state, action) pairs per iteration scored by the policy loss and regressed by the
     reward-to-go baseline per gradient step (uniform subsample, unbiased; 0: all ~500k)"""
-    policy_steps: int = 1
+    policy_steps: int = 4
     """policy gradient steps per iteration, each on a disjoint subsample of the batch"""
     # -- networks ----------------------------------------------------------------------
     policy_hidden_dims: tuple[int, ...] = (64, 64)
@@ -122,6 +123,9 @@ class GHMTrainConfig:
     """lower clamp of the policy's standard deviation"""
     max_std: float = 2.0
     """upper clamp of the policy's standard deviation"""
+    final_max_std: float | None = None
+    """if set, the upper clamp of the standard deviation decays geometrically from its
+    initial value exp(log_std_init) to this by the last iteration (an exploration schedule)"""
     # -- simulation --------------------------------------------------------------------
     dt: float = 0.01
     """Euler-Maruyama time step"""
@@ -189,6 +193,10 @@ class GHMTrainConfig:
         check_positive("lr_policy", self.lr_policy)
         check_positive("lr_baseline", self.lr_baseline)
         check_range("lr_final_fraction", self.lr_final_fraction, 0.0, 1.0)
+        if self.final_max_std is not None:
+            check_positive("final_max_std", self.final_max_std)
+            if not self.min_std < self.final_max_std:
+                raise ConfigError("final_max_std", self.final_max_std, f"must exceed min_std={self.min_std}")
         check_positive("max_grad_norm", self.max_grad_norm)
         check_choice("advantage", self.advantage, ("trajectory", "reward_to_go"))
         check_choice("terminal_value", self.terminal_value, ("critic", "none"))
@@ -348,6 +356,7 @@ def policy_grid(policy: GaussianPolicy, baseline: ValueNetwork | None, high: flo
     states = torch.linspace(0.0, high, points, device=device).unsqueeze(1)
     with torch.no_grad():
         mean, std = policy.mean_std(states)
+        mean = torch.minimum(mean, policy.action_high.to(mean.dtype))  # the control actually applied
         values = baseline(states) if baseline is not None else None
     to_np = lambda t: None if t is None else t.cpu().numpy()  # noqa: E731
     return to_np(states[:, 0]), to_np(mean), to_np(std), to_np(values)
@@ -478,6 +487,10 @@ def train_ghm(config: GHMTrainConfig, *, echo=print) -> GHMRunResult:
                     initial_lr = config.lr_policy if name == "policy" else config.lr_baseline
                     for group in optimizer.param_groups:
                         group["lr"] = initial_lr * decay
+                if config.final_max_std is not None:
+                    # geometric decay of the std's upper clamp: log sigma_max moves linearly
+                    start_log = min(config.log_std_init, math.log(config.max_std))
+                    policy.log_std_max = start_log + (math.log(config.final_max_std) - start_log) * progress
                 metrics = solver.train_step()
                 elapsed = time.perf_counter() - tick
                 counters["iteration"] = iteration

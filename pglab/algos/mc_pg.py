@@ -28,6 +28,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from pglab.algos.onpolicy import explained_variance
 from pglab.envs.simulator import TrajectorySimulator
 from pglab.estimators import normalize_advantages, reward_to_go
 from pglab.losses.reinforce import reinforce_loss, value_regression_loss
@@ -154,6 +155,10 @@ class MonteCarloPolicyGradient:
                 targets = returns_to_go.reshape(-1)[used_index]
                 base = baseline(flat_states[used_index]) if baseline is not None else torch.zeros_like(targets)
                 advantages = targets - base  # A_t = G_t - V(x_t)
+            if baseline is not None:
+                # 1 - Var(target - V) / Var(target), before this iteration's baseline update
+                fitted = (returns, base) if self.advantage == "trajectory" else (targets, base)
+                baseline_explained_variance = explained_variance(fitted[1], fitted[0])
             if self.advantage_normalization:
                 advantages = normalize_advantages(advantages)
 
@@ -183,6 +188,7 @@ class MonteCarloPolicyGradient:
                 baseline_grad_norm = self._step(baseline_out["loss"], baseline, self.baseline_optimizer)
             metrics["loss/baseline"] = baseline_out["loss/value"]
             metrics["grad_norm/baseline"] = baseline_grad_norm
+            metrics["baseline/explained_variance"] = baseline_explained_variance
 
         # -- 7. diagnostics ---------------------------------------------------------------
         with torch.no_grad():

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from pglab.run.logger import MetricsLogger
 from pglab.run.progress import progress_bar
 from pglab.run.rundir import create_run_dir, default_run_dir, write_run_config
 from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state, seed_everything
+from pglab.run.signals import StopRequested
 from pglab.validation import check_choice, check_device, check_int, check_positive, check_range
 
 KIND = "pso-tsp"
@@ -342,27 +342,6 @@ def classic_validation(config: PSOTSPTrainConfig, coords: torch.Tensor, seed: in
 
 
 # -- the training loop ------------------------------------------------------------------------------
-class _StopRequested:
-    """SIGINT/SIGTERM set a flag; the loop saves a checkpoint and exits cleanly."""
-
-    def __init__(self):
-        self.requested = False
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not in the main thread
-                pass
-        return self
-
-    def _handle(self, signum, frame):
-        self.requested = True
-
-    def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 @dataclass
@@ -442,7 +421,7 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, echo=print) -> PSOTSPRunResult:
     steps_per_iteration = config.instances_per_iteration * config.n_particles * config.pso_iterations
     bar = progress_bar(config.n_iterations, desc=f"train pso-tsp --rl-mode {config.rl_mode}", initial=start, unit="iter")
     try:
-        with _StopRequested() as stop:
+        with StopRequested() as stop:
             for iteration in range(start + 1, config.n_iterations + 1):
                 tick = time.perf_counter()
                 # -- rollout ----------------------------------------------------------------
