@@ -17,8 +17,7 @@ from pglab.algos.ghm_train import GHMTrainConfig, train_ghm
 from pglab.algos.mc_pg import MonteCarloPolicyGradient
 from pglab.cli import main as pglab_main
 from pglab.envs.ghm import GHMModel, GHMParams
-from pglab.envs.simulator import RolloutNoise, TrajectorySimulator, euler_maruyama_step
-from pglab.errors import ConfigError
+from pglab.envs.simulator import TrajectorySimulator, euler_maruyama_step
 from pglab.hjb.fd import solve_hjb_1d, solve_hjb_1d_extrapolated
 from pglab.nets import GaussianPolicy, ValueNetwork
 from pglab.run.checkpoint import load_checkpoint_file

@@ -14,7 +14,6 @@ iterations, all decoding greedily, and reports mean tour length and gap to the o
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from dataclasses import dataclass
