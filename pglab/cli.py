@@ -61,7 +61,6 @@ SINGLE: dict[str, Handler] = {
 
 BENCHMARKS: dict[str, Handler] = {
     "ghm-rollout": "pglab.bench.ghm_rollout:main",
-    "ghm-parallel": "pglab.bench.ghm_parallel:main",
     "a2c-stream": "pglab.bench.a2c_stream:main",
     "maxk": "pglab.bench.maxk:main",
     "tabular": "pglab.bench.tabular:main",
