@@ -23,8 +23,10 @@ from pglab.nets import GaussianPolicy, ValueNetwork
 from pglab.run.checkpoint import load_checkpoint_file
 
 # A run small enough for unit tests: 64 paths x 50 steps, tiny FD grid, no plots' heavy eval.
+# constant learning rates: the resume tests extend n_iterations (2 + 2 == 4), and a decaying
+# schedule is a function of (iteration, n_iterations), so extending a run stretches its rest
 TINY = dict(n_trajectories=64, T=0.5, dt=0.01, log_interval=1, eval_interval=1000, save_interval=2,
-            eval_quick_paths=0, final_eval=False, fd_nodes=400, device="cpu", seed=3)
+            eval_quick_paths=0, final_eval=False, fd_nodes=400, device="cpu", seed=3, lr_final_fraction=1.0)
 
 
 # -- dynamics ---------------------------------------------------------------------------------------
@@ -144,6 +146,25 @@ def test_fd_default_model_has_a_dividend_barrier_and_issues_only_near_zero():
     # differences on this grid are too coarse) and from the artificial right end
     interior = (x > 0.15) & (x < 5.5)
     assert np.abs(rho * v - hamiltonian)[interior].max() < 2e-3
+
+
+def test_simulated_value_of_the_fd_policy_matches_the_fd_value():
+    # Two independent computations of the same number: the FD value of the optimal
+    # barrier policy, and its value by long Monte Carlo simulation (default tail bound).
+    from pglab.algos.ghm_eval import simulate_policy_value
+
+    model = GHMModel(GHMParams())
+    solution = solve_hjb_1d(model, x_max=6.0, num_nodes=3000)
+
+    def fd_policy(states):
+        return torch.as_tensor(solution.control_at(states[:, 0].numpy()), dtype=states.dtype)
+
+    result = simulate_policy_value(model, fd_policy, [0.25, 1.0], num_paths=1500,
+                                   generator=torch.Generator().manual_seed(0))
+    assert max(result.tail_bound) <= 0.005 * min(result.mean)
+    for cash, mean, stderr in zip(result.initial_states, result.mean, result.stderr):
+        # Euler steps of 0.01 and first-order FD: agree within 4 stderr + 1%
+        assert abs(mean - solution.value_at([cash])[0]) < 4 * stderr + 0.01 * mean
 
 
 # -- Monte Carlo policy gradient ---------------------------------------------------------------------
@@ -291,6 +312,8 @@ def test_solve_cli_prints_the_reference(capsys):
     (["--mu", "nan"], "mu"),
     (["--lr_policy", "inf"], "lr_policy"),
     (["--n_trajectories", "0"], "n_trajectories"),
+    (["--final_action_repeat", "20"], "final_action_repeat"),
+    (["--mean_shift_fraction", "-0.5"], "mean_shift_fraction"),
     (["--no-such-flag", "1"], "no-such-flag"),
 ])
 def test_bad_training_input_exits_2_and_names_the_field(tmp_path, capsys, flags, field):
@@ -299,6 +322,18 @@ def test_bad_training_input_exits_2_and_names_the_field(tmp_path, capsys, flags,
     err = capsys.readouterr().err
     assert field in err or field.replace("_", "-") in err
     assert not (tmp_path / "run").exists()
+
+
+def test_decision_interval_schedule_is_geometric_and_ends_where_asked():
+    from pglab.algos.ghm_train import GHMTrainConfig, action_repeat_at
+
+    constant = GHMTrainConfig(action_repeat=5)
+    assert [action_repeat_at(constant, p) for p in (0.0, 0.5, 1.0)] == [5, 5, 5]
+    schedule = GHMTrainConfig(action_repeat=16, final_action_repeat=1)
+    # round(16 * (1/16) ** p): 16 at the start, 4 halfway, 1 at the end, never increasing
+    assert [action_repeat_at(schedule, p) for p in (0.0, 0.5, 1.0)] == [16, 4, 1]
+    values = [action_repeat_at(schedule, i / 100) for i in range(101)]
+    assert all(a >= b for a, b in zip(values, values[1:]))
 
 
 def test_malformed_yaml_corrupt_and_mismatched_checkpoints_exit_2(tmp_path, capsys):
@@ -330,8 +365,8 @@ def test_malformed_yaml_corrupt_and_mismatched_checkpoints_exit_2(tmp_path, caps
 def test_learning_rate_and_exploration_schedules_reach_their_final_values(tmp_path):
     import csv
 
-    train_ghm(GHMTrainConfig(n_iterations=3, log_dir=tmp_path / "run", lr_final_fraction=0.25,
-                             final_max_std=0.1, **TINY), echo=lambda *a, **k: None)
+    train_ghm(GHMTrainConfig(**{**TINY, "n_iterations": 3, "log_dir": tmp_path / "run", "lr_final_fraction": 0.25,
+                                "final_max_std": 0.1}), echo=lambda *a, **k: None)
     rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
     lrs = [float(row["learning_rate/policy"]) for row in rows]
     assert lrs == pytest.approx([3e-4, 3e-4 * 0.625, 3e-4 * 0.25])  # linear in the iteration

@@ -45,6 +45,24 @@ def test_gaussian_policy_std_is_clamped():
         GaussianPolicy(1, 2, (8,), min_std=1.0, max_std=0.5)
 
 
+def test_gaussian_policy_mean_shift_and_mean_init():
+    states = torch.rand(64, 1) * 3
+    plain = GaussianPolicy(1, 2, (16,), mean_init=(0.1, 0.2))
+    shifted = GaussianPolicy(1, 2, (16,), mean_init=(0.1, 0.2), mean_shift=(0.5, 1.0))
+    shifted.mean_net.load_state_dict(plain.mean_net.state_dict())
+    # same network output: the shifted mean is lower by exactly the shift ...
+    torch.testing.assert_close(shifted.mean_std(states)[0], plain.mean_std(states)[0] - torch.tensor([0.5, 1.0]))
+    # ... and a freshly initialised shifted policy still starts at mean_init
+    fresh = GaussianPolicy(1, 2, (16,), mean_init=(0.1, 0.2), mean_shift=(0.5, 1.0))
+    torch.testing.assert_close(fresh.mean_std(states)[0], torch.tensor([[0.1, 0.2]]).expand(64, 2), atol=0.02, rtol=0)
+    with torch.no_grad():
+        fresh.mean_net[-1].bias.fill_(-20.0)  # softplus ~ 0: the mean is -shift, the action 0
+    assert (fresh.mean_std(states)[0] < -0.49).all()
+    assert (fresh.act(states, deterministic=True) == 0).all()
+    with pytest.raises(ValueError, match="mean_shift"):
+        GaussianPolicy(1, 2, (8,), mean_shift=-0.1)
+
+
 def test_policy_and_value_contracts():
     policy = GaussianPolicy(1, 2, (8,))
     with pytest.raises(TensorContractError, match=r"GaussianPolicy.act: states expected float32\|float64\[B, 1\], got float32\[4, 3\]"):

@@ -15,6 +15,7 @@ so the cost follows the number of surviving paths.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,22 @@ class PolicyValue:
         ]
 
 
+def corner_reward_bound(model: ContinuousTimeModel) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``max(0, max over the corners u of the control box of f(x, u)) / rho``: an upper
+    bound of any policy's value for models whose reward rate ``f`` is linear in the
+    controls and does not depend on the state (GHM: the corner (a_L_max, 0) gives
+    ``a_L_max / rho``). For other models pass a ``value_bound`` (e.g. the FD optimum)."""
+    corners = torch.tensor(list(itertools.product(*zip(model.control.low, model.control.high))), dtype=torch.float32)
+
+    def bound(states: torch.Tensor) -> torch.Tensor:
+        rates = torch.stack([
+            model.reward_rate(states, corner.to(states).expand(states.shape[0], -1)) for corner in corners
+        ])  # [corners, B]
+        return rates.max(0).values.clamp_min(0.0) / model.discount_rate
+
+    return bound
+
+
 @torch.no_grad()
 def simulate_policy_value(
     model: ContinuousTimeModel,
@@ -65,7 +82,7 @@ def simulate_policy_value(
     """Estimate ``V^pi`` at each of ``initial_states`` (1-D models) with ``num_paths``
     paths each. ``policy_fn`` maps states ``[B, 1]`` to controls ``[B, A]`` (it is
     clipped to the control box here). ``value_bound`` maps states ``[B, 1]`` to an upper
-    bound of the value ``[B]``; by default ``max reward rate / rho``."""
+    bound of the value ``[B]``; by default :func:`corner_reward_bound`."""
     check_int("num_paths", num_paths, minimum=2)
     check_positive("dt", dt)
     check_positive("tail_tolerance", tail_tolerance)
@@ -78,11 +95,7 @@ def simulate_policy_value(
     totals = torch.zeros(num_points * num_paths, dtype=torch.float64, device=device)
     low, high = model.control.bounds(states)
     if value_bound is None:
-        top_rate = float(model.reward_rate(torch.zeros(1, 1), torch.tensor([model.control.high])).item())
-        bound_value = max(top_rate, 0.0) / rho
-
-        def value_bound(x: torch.Tensor) -> torch.Tensor:
-            return torch.full((x.shape[0],), bound_value, dtype=x.dtype, device=x.device)
+        value_bound = corner_reward_bound(model)
 
     alive = ~model.terminated(states)
     step = 0
@@ -104,7 +117,6 @@ def simulate_policy_value(
         # Drop dead paths: their totals are final.
         keep = alive.nonzero().squeeze(1)
         states, owner, alive = states[keep], owner[keep], alive[keep]
-        low, high = low, high
         bound = torch.zeros(num_points * num_paths, dtype=torch.float64, device=device)
         if states.shape[0] > 0:
             bound.index_add_(0, owner, (discount * value_bound(states)).double())

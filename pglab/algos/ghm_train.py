@@ -76,7 +76,7 @@ class GHMTrainConfig:
     algo: Literal["mc", "pathwise", "actor-critic"] = "mc"
     """solver: Monte Carlo policy gradient (mc), pathwise, or actor-critic"""
     # -- training ----------------------------------------------------------------------
-    n_iterations: int = 900
+    n_iterations: int = 1100
     """training iterations"""
     n_trajectories: int = 1000
     """simulated paths per iteration"""
@@ -84,9 +84,10 @@ class GHMTrainConfig:
     """policy learning rate (Adam)"""
     lr_baseline: float = 1e-3
     """baseline / critic learning rate (Adam)"""
-    lr_final_fraction: float = 1.0
+    lr_final_fraction: float = 0.2
     """learning rates decay linearly to this fraction of their initial value by the last
-    iteration (1.0: constant)"""
+    iteration (1.0: constant); the decay settles the policy, whose quality otherwise
+    wanders by a few percent from one evaluation to the next"""
     max_grad_norm: float = 0.5
     """gradient-norm clip for both networks"""
     advantage: Literal["trajectory", "reward_to_go"] = "reward_to_go"
@@ -119,6 +120,10 @@ class GHMTrainConfig:
     """the untrained policy's mean rates as a fraction of their maxima (a cautious start that
     retains cash, as policy iteration starts from the no-payout policy; the default
     softplus(0) = 0.69 pays out and issues at once and falls into the pay-everything trap)"""
+    mean_shift_fraction: float = 0.5
+    """policy mean = softplus(net) - this fraction of each maximal rate: lets the mean go
+    below 0 so the clipped exploration noise stops leaking dividends and issuance where
+    the optimal rate is 0"""
     min_std: float = 1e-3
     """lower clamp of the policy's standard deviation"""
     max_std: float = 2.0
@@ -131,9 +136,13 @@ class GHMTrainConfig:
     """Euler-Maruyama time step"""
     T: float = 5.0
     """simulated horizon per iteration (the problem itself is infinite-horizon)"""
-    action_repeat: int = 10
+    action_repeat: int = 5
     """training rollouts draw a new action every this many steps and hold it (evaluation
     always applies the policy every dt)"""
+    final_action_repeat: int | None = None
+    """if set, the decision interval shrinks geometrically from action_repeat to this by the
+    last iteration (a long interval gives the score-function gradient its signal early on;
+    the policy that is optimal for a held action acts too early, so finish near every dt)"""
     # -- GHM model ---------------------------------------------------------------------
     mu: float = 0.1
     """cash-flow drift"""
@@ -162,7 +171,7 @@ class GHMTrainConfig:
     """iterations between plots and quick value checks"""
     save_interval: int = 100
     """iterations between checkpoints (the last iteration is always saved)"""
-    eval_quick_paths: int = 1000
+    eval_quick_paths: int = 500
     """paths per initial cash for the quick value check during training (0: off)"""
     # -- final evaluation ----------------------------------------------------------------
     eval_cash: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5)
@@ -207,6 +216,7 @@ class GHMTrainConfig:
         check_int_sequence("baseline_hidden_dims", self.baseline_hidden_dims)
         check_range("log_std_init", self.log_std_init, -20.0, 5.0)
         check_range("initial_rate_fraction", self.initial_rate_fraction, 0.0, 1.0, low_inclusive=False)
+        check_range("mean_shift_fraction", self.mean_shift_fraction, 0.0, 10.0)
         check_positive("min_std", self.min_std)
         check_positive("max_std", self.max_std)
         if self.min_std >= self.max_std:
@@ -216,6 +226,10 @@ class GHMTrainConfig:
         if self.dt >= self.T:
             raise ConfigError("dt", self.dt, f"must be < T={self.T}")
         check_int("action_repeat", self.action_repeat, minimum=1)
+        if self.final_action_repeat is not None:
+            check_int("final_action_repeat", self.final_action_repeat, minimum=1)
+            if self.final_action_repeat > self.action_repeat:
+                raise ConfigError("final_action_repeat", self.final_action_repeat, f"must be <= action_repeat={self.action_repeat}")
         self.ghm_params()  # validates mu, sigma, r, rho, lambda, rates, initial cash
         for name in ("log_interval", "eval_interval", "save_interval"):
             check_int(name, getattr(self, name), minimum=1)
@@ -243,7 +257,11 @@ class GHMTrainConfig:
         return f"ghm-{self.algo}"
 
 
-# Fields a resumed run may change (they do not alter the trajectory of training).
+# Fields a resumed run may change. They do not alter the trajectory of training, except
+# n_iterations when a schedule (lr_final_fraction < 1, final_max_std, final_action_repeat)
+# is on: schedules are functions of (iteration, n_iterations), so extending a run
+# stretches what is left of them. Resuming an interrupted run at the same n_iterations
+# is exact.
 RESUMABLE_FIELDS = {
     "n_iterations", "log_interval", "eval_interval", "save_interval", "eval_quick_paths",
     "eval_cash", "eval_paths", "eval_tail_tolerance", "final_eval", "device", "resume", "log_dir",
@@ -257,6 +275,7 @@ def build_networks(config: GHMTrainConfig, model: GHMModel, device: torch.device
         log_std_init=config.log_std_init, state_dependent_std=config.state_dependent_std,
         min_std=config.min_std, max_std=config.max_std, action_high=model.control.high,
         mean_init=[max(config.initial_rate_fraction * high, 1e-3) for high in model.control.high],
+        mean_shift=[config.mean_shift_fraction * high for high in model.control.high],
     ).to(device)
     baseline = None if config.no_baseline else ValueNetwork(model.state_dim, config.baseline_hidden_dims, activation=config.activation).to(device)
     return policy, baseline
@@ -289,6 +308,16 @@ def reference_solution(config: GHMTrainConfig, model: GHMModel, cache: Path | No
                  iterations=solution.iterations, converged=solution.converged)
         tmp.replace(cache)
     return solution
+
+
+def action_repeat_at(config: GHMTrainConfig, progress: float) -> int:
+    """The decision interval (in steps) at training progress ``progress`` in [0, 1]:
+    ``round(k0 * (k1 / k0) ** progress)``, geometric from ``action_repeat`` to
+    ``final_action_repeat`` (constant when that is unset)."""
+    if config.final_action_repeat is None:
+        return config.action_repeat
+    ratio = config.final_action_repeat / config.action_repeat
+    return max(1, int(round(config.action_repeat * ratio**progress)))
 
 
 def deterministic_policy_fn(policy: GaussianPolicy):
@@ -491,7 +520,9 @@ def train_ghm(config: GHMTrainConfig, *, echo=print) -> GHMRunResult:
                     # geometric decay of the std's upper clamp: log sigma_max moves linearly
                     start_log = min(config.log_std_init, math.log(config.max_std))
                     policy.log_std_max = start_log + (math.log(config.final_max_std) - start_log) * progress
+                simulator.action_repeat = action_repeat_at(config, progress)
                 metrics = solver.train_step()
+                metrics["train/action_repeat"] = float(simulator.action_repeat)
                 elapsed = time.perf_counter() - tick
                 counters["iteration"] = iteration
                 counters["wall_time"] += elapsed

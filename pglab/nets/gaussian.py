@@ -16,7 +16,8 @@ _FLOATS = (torch.float32, torch.float64)
 
 
 class GaussianPolicy(nn.Module):
-    """``pi(.|s) = N(mu(s), diag sigma(s)^2)`` with ``mu = softplus(net(s)) >= 0``.
+    """``pi(.|s) = N(mu(s), diag sigma(s)^2)`` with ``mu = softplus(net(s)) - shift``
+    (``shift = 0`` by default, so ``mu >= 0``).
 
     The network ``state -> hidden (activation) -> action_dim`` ends in a softplus so the
     mean rate is never negative. The standard deviation is either one learnable
@@ -39,6 +40,10 @@ class GaussianPolicy(nn.Module):
         mean_init: optional initial mean per action (> 0): the last layer starts with
             small weights and the bias ``softplus^{-1}(mean_init)``, so ``mu(s) ~ mean_init``
             everywhere (default: the plain initialisation, ``mu ~ softplus(0) = 0.69``).
+        mean_shift: ``mu = softplus(net(s)) - mean_shift`` (per action, >= 0; default 0).
+            A positive shift lets the mean go below the lower bound 0 of the control, so
+            the clipped Gaussian can put most of its mass at exactly 0 (with a mean
+            pinned at >= 0 it always "leaks" ``E[max(0, sigma eps)] = 0.4 sigma``).
     """
 
     def __init__(
@@ -54,6 +59,7 @@ class GaussianPolicy(nn.Module):
         max_std: float = 2.0,
         action_high: Sequence[float] | None = None,
         mean_init: Sequence[float] | None = None,
+        mean_shift: float | Sequence[float] = 0.0,
     ):
         super().__init__()
         if not 0 < min_std < max_std:
@@ -62,6 +68,10 @@ class GaussianPolicy(nn.Module):
         self.state_dependent_std = state_dependent_std
         self.log_std_min, self.log_std_max = math.log(min_std), math.log(max_std)
         self.mean_net = build_mlp(state_dim, hidden_dims, action_dim, activation=activation)
+        shift = torch.as_tensor(mean_shift, dtype=torch.float32).expand(action_dim).clone()
+        if not bool(torch.isfinite(shift).all()) or bool((shift < 0).any()):
+            raise ValueError(f"GaussianPolicy: mean_shift must be finite and >= 0, got {mean_shift}")
+        self.register_buffer("mean_shift", shift, persistent=False)
         if mean_init is not None:
             target = torch.as_tensor(mean_init, dtype=torch.float32)
             if target.shape != (action_dim,) or not bool((target > 0).all()):
@@ -70,7 +80,7 @@ class GaussianPolicy(nn.Module):
                 final = self.mean_net[-1]
                 final.weight.mul_(0.01)
                 # softplus^{-1}(m) = log(e^m - 1): the initial mean is ~m at every state
-                final.bias.copy_(torch.log(torch.expm1(target)))
+                final.bias.copy_(torch.log(torch.expm1(target + shift)))
         if state_dependent_std:
             self.std_net = build_mlp(state_dim, hidden_dims, action_dim, activation=activation)
             with torch.no_grad():
@@ -89,7 +99,7 @@ class GaussianPolicy(nn.Module):
 
     def mean_std(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mu, sigma)``, each ``[B, action_dim]``. Unchecked: the rollout hot path."""
-        mean = F.softplus(self.mean_net(states))
+        mean = F.softplus(self.mean_net(states)) - self.mean_shift
         if self.state_dependent_std:
             log_std = self.std_net(states)
         else:
