@@ -3,9 +3,11 @@
     pglab train {ghm,a2c,ppo,pso-tsp,maxk-pomo,forecast} [FLAGS]
     pglab evaluate CHECKPOINT [FLAGS]        (dispatched on the checkpoint's kind)
     pglab evaluate {pso-tsp,maxk-pomo,forecast} [FLAGS]
-    pglab solve ghm [FLAGS]                  (finite-difference HJB reference)
+    pglab solve {ghm,ghm-credit-line} [FLAGS] (finite-difference HJB reference)
     pglab backtest [FLAGS]                   (walk-forward forecasting backtest)
     pglab plot RUN_DIR [FLAGS]               (learning curves of any run)
+    pglab validate CHECKPOINT [FLAGS]        (HJB residual of a GHM agent vs the FD optimum)
+    pglab compare RUN_DIR... [FLAGS]         (GHM solvers side by side: table, CSV, figure)
     pglab bench NAME [FLAGS]                 (speed benchmarks, see bench/)
 
 Every sub-command parses its own flags from a frozen config dataclass (tyro), so
@@ -52,15 +54,18 @@ CHECKPOINT_EVALUATORS: dict[str, Handler] = {
     "forecast": "pglab.commands.forecast:evaluate_checkpoint",
 }
 
-SOLVERS: dict[str, Handler] = {"ghm": "pglab.commands.ghm:solve"}
+SOLVERS: dict[str, Handler] = {"ghm": "pglab.commands.ghm:solve", "ghm-credit-line": "pglab.commands.ghm_credit_line:solve"}
 
 SINGLE: dict[str, Handler] = {
     "backtest": "pglab.commands.forecast:backtest",
     "plot": "pglab.commands.plot:plot",
+    "validate": "pglab.commands.validate:validate",
+    "compare": "pglab.commands.compare:compare",
 }
 
 BENCHMARKS: dict[str, Handler] = {
     "ghm-rollout": "pglab.bench.ghm_rollout:main",
+    "ghm-parallel": "pglab.bench.ghm_parallel:main",
     "a2c-stream": "pglab.bench.a2c_stream:main",
     "maxk": "pglab.bench.maxk:main",
     "tabular": "pglab.bench.tabular:main",

@@ -36,7 +36,9 @@ import numpy as np
 import torch
 
 from pglab.algos.ghm_eval import PolicyValue, simulate_policy_value
+from pglab.algos.actor_critic import ActorCritic
 from pglab.algos.mc_pg import MonteCarloPolicyGradient
+from pglab.algos.pathwise import PathwisePolicyGradient
 from pglab.envs.ghm import GHMModel, GHMParams
 from pglab.envs.simulator import TrajectorySimulator
 from pglab.errors import ConfigError
@@ -69,6 +71,18 @@ from pglab.validation import (
 GHM_KINDS = ("ghm-mc", "ghm-pathwise", "ghm-actor-critic")
 
 
+# Defaults that differ between solvers (a field left at None takes its solver's value).
+# mc: the score-function gradient needs held actions (signal-to-noise grows with the
+# decision interval) and many small steps; the pathwise gradients (pathwise, actor-critic)
+# have little variance, so they take larger steps, decide every dt and need ~3x fewer
+# iterations, each ~3x dearer (the backward pass runs through the whole rollout).
+SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "mc": dict(n_iterations=1100, lr_policy=3e-4, lr_final_fraction=0.2, baseline_steps=1, score_samples=0, action_repeat=5),
+    "pathwise": dict(n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
+    "actor-critic": dict(n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
+}
+
+
 @dataclass(frozen=True)
 class GHMTrainConfig:
     """Configuration of ``pglab train ghm`` (flags as in the design note)."""
@@ -76,15 +90,16 @@ class GHMTrainConfig:
     algo: Literal["mc", "pathwise", "actor-critic"] = "mc"
     """solver: Monte Carlo policy gradient (mc), pathwise, or actor-critic"""
     # -- training ----------------------------------------------------------------------
-    n_iterations: int = 1100
-    """training iterations"""
+    n_iterations: int | None = None
+    """training iterations (default per solver, see SOLVER_DEFAULTS: mc 1100, pathwise and
+    actor-critic 350)"""
     n_trajectories: int = 1000
     """simulated paths per iteration"""
-    lr_policy: float = 3e-4
-    """policy learning rate (Adam)"""
+    lr_policy: float | None = None
+    """policy learning rate (Adam; default mc 3e-4, pathwise/actor-critic 1e-3)"""
     lr_baseline: float = 1e-3
     """baseline / critic learning rate (Adam)"""
-    lr_final_fraction: float = 0.2
+    lr_final_fraction: float | None = None
     """learning rates decay linearly to this fraction of their initial value by the last
     iteration (1.0: constant); the decay settles the policy, whose quality otherwise
     wanders by a few percent from one evaluation to the next"""
@@ -98,13 +113,24 @@ class GHMTrainConfig:
     """train without a baseline (plain REINFORCE, for comparison)"""
     terminal_value: Literal["critic", "none"] = "critic"
     """bootstrap paths alive at T with exp(-rho T) V(c_T) from the critic, or not"""
-    baseline_steps: int = 1
-    """baseline gradient steps per iteration"""
-    score_samples: int = 0
+    baseline_steps: int | None = None
+    """baseline / critic gradient steps per iteration (default mc 1, pathwise/actor-critic 4)"""
+    score_samples: int | None = None
     """alive (state, action) pairs per iteration scored by the policy loss and regressed by the
-    reward-to-go baseline per gradient step (uniform subsample, unbiased; 0: all ~500k)"""
+    reward-to-go baseline per gradient step (uniform subsample, unbiased; 0: all ~500k);
+    pathwise/actor-critic: (state, target) pairs per critic step (default mc 0, others 25,000)"""
     policy_steps: int = 4
     """policy gradient steps per iteration, each on a disjoint subsample of the batch"""
+    clip_sharpness: float = 50.0
+    """pathwise: sharpness k (high - low) of the smooth clip used in training (within
+    ln 2 / k of the hard clip)"""
+    gae_lambda: float = 0.995
+    """actor-critic: lambda of the critic's TD(lambda) targets (1: Monte Carlo, 0: one-step TD)"""
+    hjb_weight: float = 1.0
+    """actor-critic: weight of the squared policy-evaluation HJB residual in the critic loss
+    (the note's "MC + TD + HJB" critic; 0: a TD(lambda) critic alone)"""
+    hjb_samples: int = 4096
+    """actor-critic: states of each critic batch at which the HJB residual is evaluated"""
     # -- networks ----------------------------------------------------------------------
     policy_hidden_dims: tuple[int, ...] = (64, 64)
     """hidden layer sizes of the policy"""
@@ -136,9 +162,17 @@ class GHMTrainConfig:
     """Euler-Maruyama time step"""
     T: float = 5.0
     """simulated horizon per iteration (the problem itself is infinite-horizon)"""
-    action_repeat: int = 5
-    """training rollouts draw a new action every this many steps and hold it (evaluation
+    action_repeat: int | None = None
+    """training rollouts draw a new action every this many steps and hold it (default mc 5,
+    pathwise/actor-critic 1; evaluation
     always applies the policy every dt)"""
+    simulator: Literal["batched", "process", "ray"] = "batched"
+    """mc: where training rollouts run: one batched process, a pool of worker processes, or
+    Ray tasks (bit-identical results; see docs/ghm-parallel.md for when it pays)"""
+    n_workers: int | None = None
+    """workers of --simulator process|ray (default min(cpu_count, n_trajectories // 10))"""
+    ray_address: str | None = None
+    """--simulator ray: connect to this Ray cluster ("auto" or host:port; default: start a local one)"""
     final_action_repeat: int | None = None
     """if set, the decision interval shrinks geometrically from action_repeat to this by the
     last iteration (a long interval gives the score-function gradient its signal early on;
@@ -197,6 +231,10 @@ class GHMTrainConfig:
 
     def __post_init__(self):
         check_choice("algo", self.algo, ("mc", "pathwise", "actor-critic"))
+        # Fields left at None take the solver's default (frozen: set through object.__setattr__).
+        for name, value in SOLVER_DEFAULTS[self.algo].items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
         check_int("n_iterations", self.n_iterations, minimum=1)
         check_int("n_trajectories", self.n_trajectories, minimum=2)
         check_positive("lr_policy", self.lr_policy)
@@ -212,6 +250,12 @@ class GHMTrainConfig:
         check_int("baseline_steps", self.baseline_steps, minimum=1)
         check_int("score_samples", self.score_samples, minimum=0)
         check_int("policy_steps", self.policy_steps, minimum=1)
+        check_positive("clip_sharpness", self.clip_sharpness)
+        if self.no_baseline and self.algo != "mc":
+            raise ConfigError("no_baseline", True, f"--algo {self.algo} needs its critic (no_baseline is for --algo mc)")
+        check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
+        check_non_negative("hjb_weight", self.hjb_weight)
+        check_int("hjb_samples", self.hjb_samples, minimum=1)
         check_int_sequence("policy_hidden_dims", self.policy_hidden_dims)
         check_int_sequence("baseline_hidden_dims", self.baseline_hidden_dims)
         check_range("log_std_init", self.log_std_init, -20.0, 5.0)
@@ -226,6 +270,14 @@ class GHMTrainConfig:
         if self.dt >= self.T:
             raise ConfigError("dt", self.dt, f"must be < T={self.T}")
         check_int("action_repeat", self.action_repeat, minimum=1)
+        check_choice("simulator", self.simulator, ("batched", "process", "ray"))
+        if self.simulator != "batched" and self.algo != "mc":
+            raise ConfigError("simulator", self.simulator, f"--algo {self.algo} differentiates through the rollout, which "
+                              "must stay in this process; parallel rollouts serve --algo mc")
+        if self.n_workers is not None:
+            check_int("n_workers", self.n_workers, minimum=1)
+        if self.ray_address is not None and self.simulator != "ray":
+            raise ConfigError("ray_address", self.ray_address, "is only used with --simulator ray")
         if self.final_action_repeat is not None:
             check_int("final_action_repeat", self.final_action_repeat, minimum=1)
             if self.final_action_repeat > self.action_repeat:
@@ -265,6 +317,7 @@ class GHMTrainConfig:
 RESUMABLE_FIELDS = {
     "n_iterations", "log_interval", "eval_interval", "save_interval", "eval_quick_paths",
     "eval_cash", "eval_paths", "eval_tail_tolerance", "final_eval", "device", "resume", "log_dir",
+    "simulator", "n_workers", "ray_address",  # bit-identical rollouts whatever the backend
 }
 
 
@@ -281,6 +334,16 @@ def build_networks(config: GHMTrainConfig, model: GHMModel, device: torch.device
     return policy, baseline
 
 
+def build_simulator(config: GHMTrainConfig, model: GHMModel):
+    """The training rollouts' simulator: batched in this process, or spread over workers."""
+    if config.simulator == "batched":
+        return TrajectorySimulator(model, config.dt, config.T, action_repeat=config.action_repeat)
+    from pglab.envs.parallel import ParallelTrajectorySimulator
+
+    return ParallelTrajectorySimulator(model, config.dt, config.T, action_repeat=config.action_repeat,
+                                       backend=config.simulator, n_workers=config.n_workers, ray_address=config.ray_address)
+
+
 def build_solver(config: GHMTrainConfig, policy, baseline, simulator, generator):
     """The solver behind ``--algo`` (each provides ``train_step``, ``optimizers``)."""
     if config.algo == "mc":
@@ -291,7 +354,20 @@ def build_solver(config: GHMTrainConfig, policy, baseline, simulator, generator)
             baseline_steps=config.baseline_steps, score_samples=config.score_samples,
             policy_steps=config.policy_steps, generator=generator,
         )
-    raise ConfigError("algo", config.algo, "this solver is not available in this build; use --algo mc")
+    if config.algo == "pathwise":
+        return PathwisePolicyGradient(
+            policy, simulator, baseline, n_trajectories=config.n_trajectories, lr_policy=config.lr_policy,
+            lr_critic=config.lr_baseline, max_grad_norm=config.max_grad_norm, clip_sharpness=config.clip_sharpness,
+            critic_steps=config.baseline_steps, critic_samples=config.score_samples or 10**9, generator=generator,
+        )
+    if config.algo == "actor-critic":
+        return ActorCritic(
+            policy, simulator, baseline, n_trajectories=config.n_trajectories, lr_policy=config.lr_policy,
+            lr_critic=config.lr_baseline, max_grad_norm=config.max_grad_norm, clip_sharpness=config.clip_sharpness,
+            critic_steps=config.baseline_steps, critic_samples=config.score_samples or 10**9, generator=generator,
+            gae_lambda=config.gae_lambda, hjb_weight=config.hjb_weight, hjb_samples=config.hjb_samples,
+        )
+    raise ConfigError("algo", config.algo, "unknown solver")
 
 
 def reference_solution(config: GHMTrainConfig, model: GHMModel, cache: Path | None = None) -> FDSolution:
@@ -435,7 +511,7 @@ def train_ghm(config: GHMTrainConfig, *, echo=print) -> GHMRunResult:
     seed_everything(config.seed)
     generator = make_generator(config.seed, device)
     model = GHMModel(config.ghm_params())
-    simulator = TrajectorySimulator(model, config.dt, config.T, action_repeat=config.action_repeat)
+    simulator = build_simulator(config, model)
     policy, baseline = build_networks(config, model, device)
     solver = build_solver(config, policy, baseline, simulator, generator)
     solution = reference_solution(config, model, run_dir / "fd_reference.npz")
@@ -552,6 +628,8 @@ def train_ghm(config: GHMTrainConfig, *, echo=print) -> GHMRunResult:
         bar.close()
         logger.close()
         eval_logger.close()
+        if hasattr(simulator, "close"):
+            simulator.close()
 
     rows = None
     if config.final_eval and not interrupted:

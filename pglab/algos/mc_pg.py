@@ -28,7 +28,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from pglab.algos.onpolicy import explained_variance
+from pglab.algos.onpolicy import explained_variance, gradient_step
 from pglab.envs.simulator import TrajectorySimulator
 from pglab.estimators import normalize_advantages, reward_to_go
 from pglab.losses.reinforce import reinforce_loss, value_regression_loss
@@ -104,11 +104,7 @@ class MonteCarloPolicyGradient:
         return out
 
     def _step(self, loss: torch.Tensor, module: nn.Module, optimizer: torch.optim.Optimizer) -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        norm = nn.utils.clip_grad_norm_(module.parameters(), self.max_grad_norm)
-        optimizer.step()
-        return norm.detach()
+        return gradient_step(loss, module.parameters(), optimizer, self.max_grad_norm)
 
     def train_step(self) -> dict[str, torch.Tensor]:
         """One iteration; returns metrics as 0-d tensors (no host sync here)."""

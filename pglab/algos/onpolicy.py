@@ -102,7 +102,10 @@ class OnPolicyBatch:
         return int(self.old_log_probs.shape[0])
 
 
-def _step(loss: torch.Tensor, params: list[nn.Parameter], optimizer: torch.optim.Optimizer, max_grad_norm: float) -> torch.Tensor:
+def gradient_step(loss: torch.Tensor, params, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> torch.Tensor:
+    """``zero_grad -> backward -> clip the gradient norm to max_grad_norm -> step``; returns
+    the pre-clip gradient norm (0-d, detached). The one optimiser step of every trainer."""
+    params = list(params)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     grad_norm = nn.utils.clip_grad_norm_(params, max_grad_norm)
@@ -150,7 +153,7 @@ def onpolicy_update(
         mean_entropy = entropy.mean()
         value_loss = 0.5 * (values - batch.returns).pow(2).mean() if hp.rl_mode == "vpg_gae" else torch.zeros((), device=device)
         loss = policy_loss + hp.value_coef * value_loss - hp.entropy_coef * mean_entropy
-        grad_norm = _step(loss, params, optimizer, hp.max_grad_norm)
+        grad_norm = gradient_step(loss, params, optimizer, hp.max_grad_norm)
         accumulate({
             "loss/policy": policy_loss, "loss/value": value_loss,
             "loss/entropy": -hp.entropy_coef * mean_entropy, "stats/entropy": mean_entropy,
@@ -175,7 +178,7 @@ def onpolicy_update(
                     entropy=entropy, old_values=batch.old_values[index], clip_coef=hp.clip_coef,
                     value_clip_coef=hp.value_clip_coef, value_coef=hp.value_coef, entropy_coef=hp.entropy_coef,
                 )
-                out["stats/grad_norm"] = _step(out["loss"], params, optimizer, hp.max_grad_norm)
+                out["stats/grad_norm"] = gradient_step(out["loss"], params, optimizer, hp.max_grad_norm)
                 accumulate(out)
                 epoch_kl = epoch_kl + out["stats/approx_kl"]
                 epoch_batches += 1

@@ -94,6 +94,17 @@ class ContinuousTimeModel(abc.ABC):
     def terminated(self, states: torch.Tensor) -> torch.Tensor:
         """bool ``[B]``: the state is absorbing (no further rewards)."""
 
+    def step_survival(self, states: torch.Tensor, next_states: torch.Tensor, controls: torch.Tensor, dt: float) -> torch.Tensor:
+        """Probability ``[B]`` that a path moving from ``states`` to ``next_states`` over one
+        step of length ``dt`` was not absorbed on the way.
+
+        The default is the Euler scheme's hard rule (1 unless ``next_states`` is terminal):
+        piecewise constant, so its derivative carries no information about the boundary.
+        A model whose boundary crossing between grid times has a known law (GHM: the
+        Brownian-bridge formula) overrides it with a probability that is continuous in
+        both end points, which the pathwise solver differentiates."""
+        return (~self.terminated(next_states)).to(states.dtype)
+
     def initial_states(self, num_paths: int, generator: torch.Generator | None = None, *,
                        device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Initial states, uniform on ``[initial_low, initial_high]`` (default: the

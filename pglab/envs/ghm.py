@@ -62,11 +62,18 @@ class GHMParams:
             raise ConfigError("rho", self.rho, f"must exceed r={self.r} (otherwise the value is unbounded)")
         check_non_negative("a_L_max", self.a_L_max)
         check_non_negative("a_E_max", self.a_E_max)
-        check_non_negative("initial_cash_low", self.initial_cash_low)
+        self._check_initial_cash(lowest=0.0)
+
+    def _check_initial_cash(self, lowest: float) -> None:
+        """``lowest <= initial_cash_low <= initial_cash_high`` (a variant of the model with
+        another liquidation point passes its own ``lowest``)."""
+        from pglab.errors import ConfigError
+
+        check_finite("initial_cash_low", self.initial_cash_low)
+        if self.initial_cash_low < lowest:
+            raise ConfigError("initial_cash_low", self.initial_cash_low, f"must be >= {lowest:g} (below it the firm is liquidated)")
         check_finite("initial_cash_high", self.initial_cash_high)
         if self.initial_cash_high < self.initial_cash_low:
-            from pglab.errors import ConfigError
-
             raise ConfigError("initial_cash_high", self.initial_cash_high, f"must be >= initial_cash_low={self.initial_cash_low}")
 
 
@@ -106,6 +113,19 @@ class GHMModel(ContinuousTimeModel):
 
     def terminated(self, states: torch.Tensor) -> torch.Tensor:
         return states[:, 0] <= 0.0
+
+    def step_survival(self, states: torch.Tensor, next_states: torch.Tensor, controls: torch.Tensor, dt: float) -> torch.Tensor:
+        """Brownian-bridge survival over one step: given ``c > 0`` at the start and ``c' > 0``
+        at the end, a Brownian motion with constant drift and volatility ``sigma`` touched
+        0 in between with probability ``exp(-2 c c' / (sigma^2 dt))`` (independent of the
+        drift), so ``P(survive) = 1 - exp(-2 c+ c'+ / (sigma^2 dt))``. It is 0 when
+        ``c' <= 0`` and tends to 0 continuously as ``c' -> 0+``, so a path's survival weight
+        is continuous in the controls (the hard rule jumps from 1 to 0 at ``c' = 0``)."""
+        sigma = self.params.sigma
+        if sigma == 0.0:
+            return super().step_survival(states, next_states, controls, dt)
+        start, end = states[:, 0].clamp_min(0.0), next_states[:, 0].clamp_min(0.0)
+        return -torch.expm1(-2.0 * start * end / (sigma * sigma * dt))
 
     def describe(self) -> dict:
         from dataclasses import asdict
