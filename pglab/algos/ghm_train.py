@@ -77,7 +77,7 @@ GHM_KINDS = ("ghm-mc", "ghm-pathwise", "ghm-actor-critic")
 # have little variance, so they take larger steps, decide every dt and need ~3x fewer
 # iterations, each ~3x dearer (the backward pass runs through the whole rollout).
 SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "mc": dict(n_iterations=1100, lr_policy=3e-4, lr_final_fraction=0.2, baseline_steps=1, score_samples=0, action_repeat=5),
+    "mc": dict(n_iterations=1300, lr_policy=3e-4, lr_final_fraction=0.2, baseline_steps=1, score_samples=0, action_repeat=5),
     "pathwise": dict(n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
     "actor-critic": dict(n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
 }
@@ -91,7 +91,7 @@ class GHMTrainConfig:
     """solver: Monte Carlo policy gradient (mc), pathwise, or actor-critic"""
     # -- training ----------------------------------------------------------------------
     n_iterations: int | None = None
-    """training iterations (default per solver, see SOLVER_DEFAULTS: mc 1100, pathwise and
+    """training iterations (default per solver, see SOLVER_DEFAULTS: mc 1300, pathwise and
     actor-critic 350)"""
     n_trajectories: int = 1000
     """simulated paths per iteration"""
@@ -205,7 +205,7 @@ class GHMTrainConfig:
     """iterations between plots and quick value checks"""
     save_interval: int = 100
     """iterations between checkpoints (the last iteration is always saved)"""
-    eval_quick_paths: int = 500
+    eval_quick_paths: int = 200
     """paths per initial cash for the quick value check during training (0: off)"""
     # -- final evaluation ----------------------------------------------------------------
     eval_cash: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5)
