@@ -78,11 +78,11 @@ class ActorCritic(PathwisePolicyGradient):
         """TD(lambda) regression plus ``hjb_weight`` times the mean squared policy HJB residual."""
         out = value_regression_loss(self.critic(states), targets)
         if self.hjb_weight > 0:
-            with torch.no_grad():
-                controls = self.model.control.clip(self.policy.mean_std(states[: self.hjb_samples])[0])
             # a uniform subsample (the batch is a random draw): the double backward pass of
             # the residual costs ~10x a plain value regression per state
-            subset = slice(0, self.hjb_samples)
-            hjb_loss = policy_hjb_residual(self.model, self.critic, states[subset], controls[subset]).pow(2).mean()
+            subset = states[: self.hjb_samples]
+            with torch.no_grad():
+                controls = self.model.control.clip(self.policy.mean_std(subset)[0])
+            hjb_loss = policy_hjb_residual(self.model, self.critic, subset, controls).pow(2).mean()
             out = {**out, "loss": out["loss"] + self.hjb_weight * hjb_loss, "loss/hjb_residual": hjb_loss.detach()}
         return out
