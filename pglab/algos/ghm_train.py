@@ -354,19 +354,17 @@ def build_solver(config: GHMTrainConfig, policy, baseline, simulator, generator)
             baseline_steps=config.baseline_steps, score_samples=config.score_samples,
             policy_steps=config.policy_steps, generator=generator,
         )
+    # pathwise and actor-critic share the differentiable rollout and the critic's settings
+    pathwise = dict(
+        n_trajectories=config.n_trajectories, lr_policy=config.lr_policy, lr_critic=config.lr_baseline,
+        max_grad_norm=config.max_grad_norm, clip_sharpness=config.clip_sharpness, critic_steps=config.baseline_steps,
+        critic_samples=config.score_samples or 10**9, generator=generator,
+    )
     if config.algo == "pathwise":
-        return PathwisePolicyGradient(
-            policy, simulator, baseline, n_trajectories=config.n_trajectories, lr_policy=config.lr_policy,
-            lr_critic=config.lr_baseline, max_grad_norm=config.max_grad_norm, clip_sharpness=config.clip_sharpness,
-            critic_steps=config.baseline_steps, critic_samples=config.score_samples or 10**9, generator=generator,
-        )
+        return PathwisePolicyGradient(policy, simulator, baseline, **pathwise)
     if config.algo == "actor-critic":
-        return ActorCritic(
-            policy, simulator, baseline, n_trajectories=config.n_trajectories, lr_policy=config.lr_policy,
-            lr_critic=config.lr_baseline, max_grad_norm=config.max_grad_norm, clip_sharpness=config.clip_sharpness,
-            critic_steps=config.baseline_steps, critic_samples=config.score_samples or 10**9, generator=generator,
-            gae_lambda=config.gae_lambda, hjb_weight=config.hjb_weight, hjb_samples=config.hjb_samples,
-        )
+        return ActorCritic(policy, simulator, baseline, **pathwise, gae_lambda=config.gae_lambda,
+                           hjb_weight=config.hjb_weight, hjb_samples=config.hjb_samples)
     raise ConfigError("algo", config.algo, "unknown solver")
 
 
