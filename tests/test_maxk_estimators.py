@@ -275,9 +275,30 @@ def test_packed_cpu_sort_equals_torch_stable_sort():
     rewards = torch.randint(-3, 4, (64, 33), generator=gen).float() * 0.5
     rewards[0, :4] = torch.tensor([-0.0, 0.0, float("inf"), -float("inf")])
     rewards[1] = torch.randn(33, generator=gen) * 1e30
-    values, indices = _sort_rows(rewards, True)
+    values, indices, has_ties = _sort_rows(rewards, True)
+    assert has_ties  # the integer-valued rows repeat values
     want_values, want_indices = torch.sort(rewards, dim=-1, stable=True)
     assert torch.equal(values, want_values)
     # -0.0 and 0.0 compare equal: both orders are valid stable sorts of that pair.
     assert torch.equal(indices[1:], want_indices[1:])
     assert torch.equal(indices[0, 2:], want_indices[0, 2:])
+
+
+def test_fast_cpu_sorts_agree_with_torch_sort_and_detect_ties():
+    from pglab.estimators.maxk import _sort_rows, _sorted_values
+
+    gen = torch.Generator().manual_seed(6)
+    distinct = torch.randn(16, 40, generator=gen)
+    values, indices, has_ties = _sort_rows(distinct, True)
+    assert not has_ties
+    assert torch.equal(values, torch.sort(distinct, dim=-1).values)
+    assert torch.equal(_sorted_values(distinct, True), values)
+    # One repeated value in one row is a tie; float64 rows take torch.sort's path.
+    distinct[7, 3] = distinct[7, 30]
+    assert _sort_rows(distinct, True)[2]
+    assert _sort_rows(distinct.double(), True)[2]
+    assert not _sort_rows(torch.randn(16, 40, generator=gen).double(), True)[2]
+    # With autograd the values are gathered, so gradients flow through the estimate.
+    leaf = torch.randn(4, 10, generator=gen, requires_grad=True)
+    torch.testing.assert_close(_sorted_values(leaf, True), torch.sort(leaf.detach(), dim=-1).values)
+    assert _sorted_values(leaf, True).requires_grad

@@ -41,7 +41,7 @@ best of k samples with k distinct, uniformly chosen strata, with the same weight
 subset-average argument only needs the samples to be independent.
 
 Computation: one sort per row plus cumulative sums, O(n log n) per row, batched over
-rows, on any device (CPU float32 rows use a packed-key NumPy sort, ~3x faster than
+rows, on any device (CPU float32 rows use NumPy's SIMD sort, ~5-15x faster than
 ``torch.sort``). Binomial ratios are formed as ``exp(lgamma(..) - lgamma(..))`` in
 float64 (no binomial is ever materialised, so n = 4096 with any k is fine), cached per
 (n, k, device), and cast to the rewards' dtype; half-precision rewards are processed in
@@ -92,8 +92,8 @@ def _binomial_ratio(top: torch.Tensor, bottom: int, total_top: int, total_bottom
 
 
 @functools.lru_cache(maxsize=128)
-def _coefficients(n: int, k: int, device: torch.device) -> dict[str, torch.Tensor]:
-    """Per-rank coefficients (0-based rank r = 0..n-1), float64 ``[n]`` each.
+def _coefficients(n: int, k: int, device: torch.device, dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+    """Per-rank coefficients (0-based rank r = 0..n-1), ``[n]`` each, in ``dtype``.
 
     ``value[r]   = C(r, k-1)   / C(n, k)``     weight of g_(r) in rho_hat and diagonal of s
     ``above[r]   = C(r-1, k-2) / C(n, k)``     weight of a higher-ranked g_(r) in s below it
@@ -101,8 +101,9 @@ def _coefficients(n: int, k: int, device: torch.device) -> dict[str, torch.Tenso
     ``loo_hi[r]  = C(r-1, k-1) / C(n-1, k)``   rho_hat_k(x_{-p}) weight of g_(r), r > p
     ``below[r]   = C(r, k-2)   / C(n, k)``     subloo: weight of a lower-ranked g_(r)
 
-    Cached per (n, k, device): they depend on nothing else, and rebuilding them costs a
-    handful of small kernels per call.
+    Computed in float64 and cast once; cached per (n, k, device, dtype) because they
+    depend on nothing else and rebuilding (or even re-casting) them costs a handful of
+    small kernels per call, a visible share of a ~0.1 ms estimator.
     """
     rank = torch.arange(n, dtype=torch.float64, device=device)
     table = {
@@ -113,7 +114,7 @@ def _coefficients(n: int, k: int, device: torch.device) -> dict[str, torch.Tenso
     if n > k:
         table["loo_lo"] = _binomial_ratio(rank, k - 1, n - 1, k)
         table["loo_hi"] = _binomial_ratio(rank - 1, k - 1, n - 1, k)
-    return table
+    return {name: value.to(dtype) for name, value in table.items()}
 
 
 # -- argument checks ------------------------------------------------------------------
@@ -140,16 +141,20 @@ def _exclusive_cumsum(values: torch.Tensor) -> torch.Tensor:
     the partial sum they would be subtracted from (catastrophic cancellation in float32).
     """
     inclusive = torch.cumsum(values, dim=-1)
-    return torch.cat([torch.zeros_like(inclusive[..., :1]), inclusive[..., :-1]], dim=-1)
+    out = torch.zeros_like(inclusive)
+    out[..., 1:] = inclusive[..., :-1]
+    return out
 
 
 def _exclusive_reverse_cumsum(values: torch.Tensor) -> torch.Tensor:
     """``out[..., p] = sum_{j > p} values[..., j]`` (summed from the top, shifted)."""
     inclusive = torch.flip(torch.cumsum(torch.flip(values, dims=(-1,)), dim=-1), dims=(-1,))
-    return torch.cat([inclusive[..., 1:], torch.zeros_like(inclusive[..., :1])], dim=-1)
+    out = torch.zeros_like(inclusive)
+    out[..., :-1] = inclusive[..., 1:]
+    return out
 
 
-def _share_within_ties(ordered: torch.Tensor, weights_sorted: torch.Tensor) -> torch.Tensor:
+def _share_within_ties(ordered: torch.Tensor, weights_sorted: torch.Tensor, has_ties: bool) -> torch.Tensor:
     """Give every member of a run of equal rewards the weight of the run's top rank.
 
     Tied samples are exchangeable, so their exact weights are equal (Pascal's rule makes
@@ -157,9 +162,9 @@ def _share_within_ties(ordered: torch.Tensor, weights_sorted: torch.Tensor) -> t
     paths, though. Copying one value makes equal rewards get bit-identical weights, so
     the result does not depend on how the sort ordered the ties.
     """
-    tied_with_next = ordered[..., 1:] == ordered[..., :-1]
-    if not bool(tied_with_next.any()):  # the common case for continuous rewards
+    if not has_ties:  # the common case for continuous rewards
         return weights_sorted
+    tied_with_next = ordered[..., 1:] == ordered[..., :-1]
     # run_id[p] = number of runs that end before p; each run's weight is read at its end.
     run_ends = torch.ones_like(ordered, dtype=torch.bool)
     run_ends[..., :-1] = ~tied_with_next
@@ -169,28 +174,64 @@ def _share_within_ties(ordered: torch.Tensor, weights_sorted: torch.Tensor) -> t
     return run_weight.gather(-1, run_id)
 
 
-def _sort_rows(work: torch.Tensor, stable: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ascending sort of each row: ``(values, indices)`` like ``torch.sort(dim=-1)``.
+def _uses_packed_sort(work: torch.Tensor) -> bool:
+    return work.device.type == "cpu" and work.dtype == torch.float32 and work.shape[-1] < 2**32
+
+
+@functools.lru_cache(maxsize=32)
+def _positions(n: int):
+    import numpy as np
+
+    return np.arange(n, dtype=np.uint64)
+
+
+def _sort_rows(work: torch.Tensor, stable: bool) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """Ascending sort of each row: ``(values, indices, has_ties)``.
+
+    ``values, indices`` are as from ``torch.sort(dim=-1)``; ``has_ties`` says whether
+    any row holds two equal rewards.
 
     On the CPU, float32 rows are sorted as packed 64-bit integer keys
-    ``(monotone_bits(g) << 32) | index`` by NumPy's SIMD sort: about 3x faster than
+    ``(monotone_bits(g) << 32) | index`` by NumPy's SIMD sort: ~5x faster than
     ``torch.sort`` here (the sort dominates the estimator's cost), and the index in the
     low bits breaks ties by position, i.e. the result is always the stable order. The
     monotone map is the usual one for IEEE floats: flip every bit of a negative number,
     only the sign bit of a non-negative one (``+ 0.0`` first turns -0.0 into +0.0).
-    Values are gathered from ``work`` so autograd still sees the sort.
+    Ties are read off the sorted high words (equal keys <=> equal floats). Values are
+    gathered from ``work`` so autograd still sees the sort.
     """
-    n = work.shape[-1]
-    if work.device.type != "cpu" or work.dtype != torch.float32 or n >= 2**32:
-        return torch.sort(work, dim=-1, stable=stable)
+    if not _uses_packed_sort(work):
+        values, indices = torch.sort(work, dim=-1, stable=stable)
+        has_ties = bool((values[..., 1:] == values[..., :-1]).any())
+        return values, indices, has_ties
     import numpy as np
 
-    bits = (work.detach() + 0.0).contiguous().numpy().view(np.uint32)
-    flip = (np.uint32(0) - (bits >> np.uint32(31))) | np.uint32(0x80000000)
-    packed = ((bits ^ flip).astype(np.uint64) << np.uint64(32)) | np.arange(n, dtype=np.uint64)
+    u32, u64 = np.uint32, np.uint64
+    bits = (work.detach() + 0.0).contiguous().numpy().view(u32)
+    keys = bits ^ ((u32(0) - (bits >> u32(31))) | u32(0x80000000))
+    packed = keys.astype(u64)
+    packed <<= u64(32)
+    packed |= _positions(work.shape[-1])
     packed.sort(axis=-1)
-    order = torch.from_numpy((packed & np.uint64(0xFFFFFFFF)).astype(np.int64))
-    return work.gather(-1, order), order
+    # Little-endian words of each packed key: [index, key].
+    words = packed.view(u32)
+    high = words[..., 1::2]
+    has_ties = bool((high[..., 1:] == high[..., :-1]).any())
+    order = torch.from_numpy(words[..., 0::2].astype(np.int64))
+    return work.gather(-1, order), order, has_ties
+
+
+def _sorted_values(work: torch.Tensor, stable: bool) -> torch.Tensor:
+    """Each row's values in ascending order (no permutation needed: the value estimate).
+
+    A plain NumPy sort of float32 values (SIMD) on the CPU when autograd is not
+    involved, ~15x faster than ``torch.sort``; otherwise :func:`_sort_rows`.
+    """
+    if _uses_packed_sort(work) and not work.requires_grad:
+        import numpy as np
+
+        return torch.from_numpy(np.sort(work.contiguous().numpy(), axis=-1))
+    return _sort_rows(work, stable)[0]
 
 
 # -- public estimators ----------------------------------------------------------------
@@ -216,8 +257,8 @@ def maxk_reward_estimate(rewards: torch.Tensor, k: int, *, stable_sort: bool = T
     _check_arguments(where, rewards, k)
     work = rewards.to(_working_dtype(rewards))
     n = work.shape[1]
-    ordered, _ = _sort_rows(work, stable_sort)
-    value = _coefficients(n, k, work.device)["value"].to(work.dtype)
+    ordered = _sorted_values(work, stable_sort)
+    value = _coefficients(n, k, work.device, work.dtype)["value"]
     return (ordered * value).sum(dim=-1).to(rewards.dtype)
 
 
@@ -269,9 +310,8 @@ def maxk_gradient_weights(
         # Both baselined modes are invariant to a constant shift of the rewards; centring
         # first removes the cancellation between s_i and its baseline when |mean| >> spread.
         work = work - work.mean(dim=-1, keepdim=True)
-    ordered, order = _sort_rows(work, stable_sort)
-    table = _coefficients(n, k, work.device)
-    coef = {name: value.to(work.dtype) for name, value in table.items()}
+    ordered, order, has_ties = _sort_rows(work, stable_sort)
+    coef = _coefficients(n, k, work.device, work.dtype)
 
     if variance_reduction == "subloo":
         # w_(p) = C(p, k-1)/C(n,k) * g_(p) - sum_{q < p} C(q, k-2)/C(n,k) * g_(q)
@@ -286,7 +326,7 @@ def maxk_gradient_weights(
             )
             weights_sorted = weights_sorted - (k / n) * leave_one_out
 
-    weights_sorted = _share_within_ties(ordered, weights_sorted)
+    weights_sorted = _share_within_ties(ordered, weights_sorted, has_ties)
     weights = torch.empty_like(weights_sorted).scatter_(-1, order, weights_sorted)
     return weights.to(rewards.dtype)
 
