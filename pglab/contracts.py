@@ -54,18 +54,23 @@ def check_tensor(
         dims: bindings of symbolic sizes shared between calls (mutated).
         where: prefix naming the boundary (``"a2c_td0_losses"``).
     """
-    prefix = f"{where}: " if where else ""
-    expected = _describe(shape or (), dtype) if shape is not None else _describe((), dtype)
+    # The messages are built only on failure: this runs on hot paths (every env step).
+    def fail(template: str) -> TensorContractError:
+        prefix = f"{where}: " if where else ""
+        expected = _describe(shape or (), dtype)
+        got = f"{str(tensor.dtype).removeprefix('torch.')}[{', '.join(map(str, tensor.shape))}] on {tensor.device}"
+        return TensorContractError(prefix + template.format(name=name, expected=expected, got=got))
+
     if not isinstance(tensor, torch.Tensor):
-        raise TensorContractError(f"{prefix}{name} expected a torch.Tensor {expected}, got {type(tensor).__name__}")
-    got = f"{str(tensor.dtype).removeprefix('torch.')}[{', '.join(map(str, tensor.shape))}] on {tensor.device}"
+        prefix = f"{where}: " if where else ""
+        raise TensorContractError(f"{prefix}{name} expected a torch.Tensor {_describe(shape or (), dtype)}, got {type(tensor).__name__}")
     if dtype is not None:
         allowed = (dtype,) if isinstance(dtype, torch.dtype) else tuple(dtype)
         if tensor.dtype not in allowed:
-            raise TensorContractError(f"{prefix}{name} expected {expected}, got {got}")
+            raise fail("{name} expected {expected}, got {got}")
     if shape is not None:
         if tensor.dim() != len(shape):
-            raise TensorContractError(f"{prefix}{name} expected {expected}, got {got}")
+            raise fail("{name} expected {expected}, got {got}")
         bindings = dims if dims is not None else {}
         for axis, (want, have) in enumerate(zip(shape, tensor.shape)):
             if want is None:
@@ -73,18 +78,16 @@ def check_tensor(
             if isinstance(want, str):
                 bound = bindings.setdefault(want, int(have))
                 if bound != have:
-                    raise TensorContractError(
-                        f"{prefix}{name} expected {expected} with {want}={bound} (from an earlier argument), got {got}"
-                    )
+                    raise fail(f"{{name}} expected {{expected}} with {want}={bound} (from an earlier argument), got {{got}}")
             elif want != have:
-                raise TensorContractError(f"{prefix}{name} expected {expected}, got {got} (axis {axis})")
+                raise fail(f"{{name}} expected {{expected}}, got {{got}} (axis {axis})")
     if device is not None:
         want_device = torch.device(device)
         same = tensor.device.type == want_device.type and (
             want_device.index is None or tensor.device.index == want_device.index
         )
         if not same:
-            raise TensorContractError(f"{prefix}{name} expected a tensor on {want_device}, got {got}")
+            raise fail(f"{{name}} expected a tensor on {want_device}, got {{got}}")
     return tensor
 
 

@@ -54,3 +54,55 @@ def test_ale_ids_and_breakout_pixels():
         finished_any |= bool((done | trunc).any())
     assert finished_any  # 200 frames = 50 agent steps: the time limit truncates
     env.close()
+
+
+def test_vector_cartpole_matches_gymnasium_cartpole_step_for_step():
+    """The same-step array CartPole: every transition equals gymnasium's single CartPoleEnv
+    from the same state (bit for bit), resets happen in the same step, truncation at the
+    time limit, and the reset states come from U(-0.05, 0.05)."""
+    import gymnasium as gym
+    import numpy as np
+
+    env = make_gym_env("CartPole-v1", num_envs=4, vectorization="vector", max_episode_steps=30)
+    assert type(env.env).__name__ == "SameStepCartPoleVectorEnv"
+    assert type(make_gym_env("CartPole-v1", num_envs=2).env).__name__ == "SameStepCartPoleVectorEnv"  # auto
+    reference = gym.make("CartPole-v1").unwrapped
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    counts = {"terminated": 0, "truncated": 0}
+    for step in range(1500):
+        state, lengths = env.env.state.copy(), env.env.steps.copy()
+        actions = rng.integers(0, 2, 4) if step % 5 else np.ones(4, dtype=np.int64)
+        obs, reward, terminated, truncated, info = env.step(torch.as_tensor(actions))
+        for i in range(4):
+            reference.state, reference.steps_beyond_terminated = state[:, i].copy(), None
+            want_obs, want_reward, want_terminated, _, _ = reference.step(int(actions[i]))
+            assert np.array_equal(info["final_obs"][i].numpy(), want_obs)
+            assert bool(terminated[i]) == want_terminated and float(reward[i]) == want_reward
+            assert bool(truncated[i]) == (lengths[i] + 1 >= 30)
+            if terminated[i] or truncated[i]:
+                counts["terminated" if terminated[i] else "truncated"] += 1
+                assert np.all(np.abs(obs[i].numpy()) <= 0.05) and env.env.steps[i] == 0
+            else:
+                assert torch.equal(obs[i], info["final_obs"][i])
+    assert counts["terminated"] > 50 and counts["truncated"] > 5
+    with pytest.raises(ConfigError, match="no array-vectorised implementation"):
+        make_gym_env("Pendulum-v1", num_envs=2, vectorization="vector")
+    with pytest.raises(ConfigError, match="vectorization"):
+        make_gym_env("CartPole-v1", num_envs=2, vectorization="threads")
+    # gymnasium kwargs without a vector implementation of them: auto falls back to sync
+    assert type(make_gym_env("CartPole-v1", num_envs=2, sutton_barto_reward=True).env).__name__ == "SyncVectorEnv"
+
+
+def test_episode_tracker_rollout_update_equals_the_step_by_step_update():
+    generator = torch.Generator().manual_seed(0)
+    for trial in range(30):
+        stepwise, batched = EpisodeTracker(5, "cpu"), EpisodeTracker(5, "cpu")
+        for _rollout in range(4):
+            rewards = torch.randint(-3, 5, (5, 17), generator=generator).float()
+            finished = torch.rand(5, 17, generator=generator) < 0.05 + 0.3 * trial / 30
+            per_step = [stepwise.update(rewards[:, t], finished[:, t])[:2] for t in range(17)]
+            returns, lengths = batched.update_rollout(rewards, finished)
+            assert torch.equal(returns, torch.stack([r for r, _ in per_step], dim=1))
+            assert torch.equal(lengths, torch.stack([n for _, n in per_step], dim=1))
+            assert torch.equal(stepwise.returns, batched.returns) and torch.equal(stepwise.lengths, batched.lengths)

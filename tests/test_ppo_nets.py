@@ -124,3 +124,52 @@ def test_gae_lambda_one_with_mid_rollout_truncation_is_segment_monte_carlo_retur
     # reinforce_raw's returns: no critic at all, every episode boundary cuts the sum.
     mc = reward_to_go(rewards, dones | truncs, gamma)
     torch.testing.assert_close(mc, torch.tensor([[1.0 + gamma * 2.0, 2.0, 3.0 + gamma * 4.0, 4.0, 5.0]], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu", "elu", "silu", "gelu"])
+def test_mlp_forward_is_bit_identical_to_calling_the_module(activation):
+    from pglab.nets.mlp import build_mlp, mlp_forward
+
+    torch.manual_seed(0)
+    for layer_norm in (False, True):
+        mlp = build_mlp(7, (32, 16), 3, activation=activation, layer_norm=layer_norm)
+        inputs = torch.randn(50, 7, requires_grad=True)
+        fast = mlp_forward(mlp, inputs)
+        assert torch.equal(fast, mlp(inputs))
+        (grad_fast,) = torch.autograd.grad(fast.sum(), inputs)
+        (grad_module,) = torch.autograd.grad(mlp(inputs).sum(), inputs)
+        assert torch.equal(grad_fast, grad_module)
+
+
+def test_rollout_actor_samples_like_act_and_snapshots_the_weights():
+    torch.manual_seed(0)
+    obs = torch.randn(64, 5)
+    for net in (CategoricalActorCritic(5, 3, (16, 8)), GaussianActorCritic(5, 2, (16, 8), log_std_init=-0.5)):
+        with torch.no_grad():
+            for param in net.parameters():
+                param.add_(0.3 * torch.randn_like(param))  # away from the near-uniform init
+        step = net.rollout_actor()
+        assert step != net.act  # fused path taken
+        fused = step(obs, torch.Generator().manual_seed(1))
+        plain = net.act(obs, torch.Generator().manual_seed(1))
+        if isinstance(net, CategoricalActorCritic):
+            assert torch.equal(fused[0], plain[0])
+        else:
+            torch.testing.assert_close(fused[0], plain[0])
+        torch.testing.assert_close(fused[1], plain[1])
+        torch.testing.assert_close(fused[2], plain[2])
+        # The log-probs are those of the sampled actions under evaluate_actions.
+        torch.testing.assert_close(fused[1], net.evaluate_actions(obs, fused[0])[0])
+        # A snapshot: later weight changes need a new rollout_actor.
+        with torch.no_grad():
+            net.critic[-1].bias.add_(1.0)
+        torch.testing.assert_close(step(obs, torch.Generator().manual_seed(1))[2], fused[2])
+        torch.testing.assert_close(net.rollout_actor()(obs, torch.Generator().manual_seed(1))[2], fused[2] + 1.0)
+
+
+def test_rollout_actor_falls_back_to_act_for_other_layouts():
+    net = CategoricalActorCritic(5, 3, (16,))
+    from pglab.nets.mlp import build_mlp
+
+    net.critic = build_mlp(5, (16,), 1, layer_norm=True)
+    assert net.rollout_actor() == net.act

@@ -29,12 +29,14 @@ def small_config(tmp_path, name, **overrides):
     return PPOConfig(**fields)
 
 
-@pytest.mark.parametrize("env", ["gym:Pendulum-v1", "gym:CartPole-v1"])
-def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, env):
+@pytest.mark.parametrize(("env", "vectorization"),
+                         [("gym:Pendulum-v1", "auto"), ("gym:CartPole-v1", "auto"), ("gym:CartPole-v1", "sync")])
+def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, env, vectorization):
     # Pendulum: Box actions, truncation at 200 steps (crossed twice per copy); CartPole:
-    # Discrete actions, terminations at random steps. 8 iterations straight vs 4 + 4.
-    straight = train_ppo(small_config(tmp_path, "straight", env=env))
-    first = train_ppo(small_config(tmp_path, "split", env=env), stop_after=4)
+    # Discrete actions, terminations at random steps, both as gymnasium's array-vectorised
+    # env (auto) and as a SyncVectorEnv. 8 iterations straight vs 4 + 4.
+    straight = train_ppo(small_config(tmp_path, "straight", env=env, vectorization=vectorization))
+    first = train_ppo(small_config(tmp_path, "split", env=env, vectorization=vectorization), stop_after=4)
     assert first.interrupted and first.iterations == 4
     second = train_ppo(PPOConfig(resume=tmp_path / "split", **QUIET))
     assert second.iterations == 8 and not second.interrupted
@@ -122,6 +124,8 @@ gym.register("PglabTestMultiDiscrete-v0", entry_point=MultiDiscreteEnv)
         (["--rl-mode", "a2c"], ""),
         (["--gae-lambda", "1.5"], "gae_lambda=1.5"),
         (["--total-steps", "10"], "total_steps=10"),
+        (["--env", "gym:Pendulum-v1", "--vectorization", "vector"], "no array-vectorised implementation"),
+        (["--vectorization", "threads"], "vectorization"),
     ],
 )
 def test_bad_input_exits_2(tmp_path, capsys, argv, message):

@@ -39,6 +39,7 @@ import torch
 
 from pglab.algos.onpolicy import OnPolicyBatch, OnPolicyHyperparams, onpolicy_update
 from pglab.envs.base import ActionSpec, EpisodeTracker
+from pglab.envs.gym_adapter import VECTORIZATION_MODES
 from pglab.envs.registry import make_env
 from pglab.errors import CheckpointError, ConfigError
 from pglab.estimators import compute_gae, reward_to_go
@@ -78,8 +79,9 @@ class PPOConfig:
     """parallel environment copies"""
     num_steps: int = 128
     """rollout length per environment copy and iteration"""
-    vectorization: Literal["sync", "async"] = "sync"
-    """Gymnasium vector env: sync (one process) or async (one process per copy)"""
+    vectorization: Literal["auto", "vector", "sync", "async"] = "auto"
+    """Gymnasium vector env: vector (all copies as array ops; CartPole-v1), sync (a loop over
+    copies in one process), async (one process per copy); auto = vector where available, else sync"""
     # -- optimisation ------------------------------------------------------------------
     lr: float = 2.5e-4
     """Adam learning rate"""
@@ -143,7 +145,7 @@ class PPOConfig:
         check_int("total_steps", self.total_steps, minimum=1)
         check_int("num_envs", self.num_envs, minimum=1)
         check_int("num_steps", self.num_steps, minimum=1)
-        check_choice("vectorization", self.vectorization, ("sync", "async"))
+        check_choice("vectorization", self.vectorization, VECTORIZATION_MODES)
         if self.num_envs * self.num_steps < 2:
             raise ConfigError("num_steps", self.num_steps, "num_envs * num_steps must be >= 2 (advantages are standardised)")
         # (On --resume the rollout shape comes from the stored run; checked after merging.)
@@ -491,19 +493,10 @@ def train_ppo(config: PPOConfig, *, echo=print, stop_after: int | None = None) -
             )
             return manager.save(iteration, state)
 
-        # Rollout storage, batch-major [num_envs, num_steps, ...] (pglab's [B, T]).
+        # Rollout storage: per-step tensors are appended to lists and stacked once per
+        # rollout into batch-major [num_envs, num_steps, ...] (pglab's [B, T]); one stack
+        # per field costs less than a slice assignment per field and step.
         N, T = config.num_envs, config.num_steps
-        obs_buf = torch.zeros((N, T, *env.observation_shape), dtype=env.observation_dtype, device=device)
-        action_buf = (torch.zeros((N, T), dtype=torch.int64, device=device) if action.kind == "discrete"
-                      else torch.zeros((N, T, action.size), dtype=torch.float32, device=device))
-        log_prob_buf = torch.zeros((N, T), device=device)
-        value_buf = torch.zeros((N, T), device=device)
-        reward_buf = torch.zeros((N, T), device=device)
-        done_buf = torch.zeros((N, T), dtype=torch.bool, device=device)
-        trunc_buf = torch.zeros((N, T), dtype=torch.bool, device=device)
-        trunc_value_buf = torch.zeros((N, T), device=device)  # V(final_obs) where truncated
-        episode_return_buf = torch.zeros((N, T), device=device)  # return of an episode finished at (n, t)
-        episode_length_buf = torch.zeros((N, T), dtype=torch.int64, device=device)
 
         num_iterations = config.num_iterations
         interrupted = False
@@ -521,27 +514,30 @@ def train_ppo(config: PPOConfig, *, echo=print, stop_after: int | None = None) -
                         optimizer.param_groups[0]["lr"] = config.lr * (1.0 - (iteration - 1.0) / num_iterations)
 
                     # -- 1. collect a rollout with the current policy ------------------
-                    trunc_value_buf.zero_()
+                    steps: dict[str, list[torch.Tensor]] = {name: [] for name in (
+                        "obs", "actions", "log_probs", "values", "rewards", "dones", "truncs", "trunc_values")}
+                    no_trunc_value = torch.zeros(N, device=device)
                     # inference_mode, not just no_grad: it also skips autograd's version
                     # counters, about 10% of a CPU rollout step with these small nets.
                     with torch.inference_mode():
+                        policy_step = net.rollout_actor()  # actor + critic side by side, weights frozen
                         for step in range(T):
-                            obs_buf[:, step] = obs
-                            actions, log_probs, values = net.act(obs, action_generator)
+                            actions, log_probs, values = policy_step(obs, action_generator)
+                            steps["obs"].append(obs)
                             obs, rewards, dones, truncs, info = env.step(agent.to_env(actions))
-                            action_buf[:, step] = actions
-                            log_prob_buf[:, step] = log_probs
-                            value_buf[:, step] = values
-                            reward_buf[:, step] = rewards
-                            done_buf[:, step] = dones
-                            trunc_buf[:, step] = truncs
-                            if bool(truncs.any()):
-                                # A time limit: the future of the pre-reset state is bootstrapped.
-                                trunc_value_buf[:, step] = net.value(info.get("final_obs", obs))
-                            episode_return_buf[:, step], episode_length_buf[:, step], _ = tracker.update(rewards, dones | truncs)
+                            for name, value in (("actions", actions), ("log_probs", log_probs), ("values", values),
+                                                ("rewards", rewards), ("dones", dones), ("truncs", truncs)):
+                                steps[name].append(value)
+                            # A time limit: the future of the pre-reset state is bootstrapped.
+                            steps["trunc_values"].append(net.value(info.get("final_obs", obs)) if bool(truncs.any())
+                                                         else no_trunc_value)
 
                         # -- 2. bootstrap value of the state after the rollout ----------
                         last_value = net.value(obs)
+                    obs_buf, action_buf, log_prob_buf, value_buf, reward_buf, done_buf, trunc_buf, trunc_value_buf = (
+                        torch.stack(steps[name], dim=1) for name in (
+                            "obs", "actions", "log_probs", "values", "rewards", "dones", "truncs", "trunc_values"))
+                    episode_return_buf, episode_length_buf = tracker.update_rollout(reward_buf, done_buf | trunc_buf)
 
                     # Finished episodes of this rollout (returns/lengths are 0 elsewhere).
                     finished = episode_length_buf > 0

@@ -6,8 +6,14 @@
 
 For every (environment, seed) it trains SB3 and then pglab, one after the other in this
 process (interleaved, so both see the same machine load), each on ``torch`` with one
-thread and the CPU, on Gymnasium's own environment implementation (SB3's
-``DummyVecEnv`` vs gymnasium's ``SyncVectorEnv``). It reports:
+thread and the CPU, on Gymnasium's own environment implementation. SB3 steps its
+``DummyVecEnv`` of single environments; ``pglab`` uses its default
+``--vectorization auto``: for CartPole-v1 gymnasium's array-vectorised CartPole (its
+``vector_entry_point``, made same-step by :mod:`pglab.envs.gym_adapter`), elsewhere a
+``SyncVectorEnv``; ``pglab-sync`` forces the ``SyncVectorEnv`` of single environments,
+the like-for-like environment loop (run only where it differs from ``pglab``). One-time
+import costs (``torch._dynamo``, which the first ``torch.optim.Adam`` pulls in, ~2 s)
+are paid before any timing. It reports:
 
 * final return: the trained policy's deterministic return on ``--episodes`` held-out
   episodes (one per environment copy, seeds ``10_000 + i``), measured by one evaluator
@@ -33,6 +39,8 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+
+from pglab.envs.gym_adapter import _VECTOR_IMPLEMENTATIONS
 
 
 @dataclass(frozen=True)
@@ -104,7 +112,7 @@ def run_sb3(env_id: str, hp: Hyperparams, seed: int, episodes: int) -> dict[str,
     return {"return": final, "env_steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "steps_per_cpu_s": steps / cpu}
 
 
-def run_pglab(env_id: str, hp: Hyperparams, seed: int, episodes: int, work_dir: Path) -> dict[str, float]:
+def run_pglab(env_id: str, hp: Hyperparams, seed: int, episodes: int, work_dir: Path, vectorization: str = "auto") -> dict[str, float]:
     from pglab.algos.ppo import PPOConfig, train_ppo
 
     config = PPOConfig(
@@ -112,7 +120,8 @@ def run_pglab(env_id: str, hp: Hyperparams, seed: int, episodes: int, work_dir: 
         lr=hp.lr, anneal_lr=hp.anneal_lr, gamma=hp.gamma, gae_lambda=hp.gae_lambda, ppo_epochs=hp.ppo_epochs,
         num_minibatches=hp.num_minibatches, clip_coef=hp.clip_coef, entropy_coef=hp.entropy_coef, value_coef=hp.value_coef,
         max_grad_norm=hp.max_grad_norm, hidden_dims=hp.hidden, seed=seed, device="cpu", torch_threads=1,
-        log_dir=work_dir / f"{env_id}-seed{seed}", tensorboard=False, eval_episodes=0, log_interval=1,
+        log_dir=work_dir / f"{env_id}-seed{seed}-{vectorization}", tensorboard=False, eval_episodes=0, log_interval=1,
+        vectorization=vectorization,
     )
     wall, cpu = time.perf_counter(), time.process_time()
     result = train_ppo(config, echo=lambda *a, **k: None)
@@ -125,6 +134,20 @@ def run_pglab(env_id: str, hp: Hyperparams, seed: int, episodes: int, work_dir: 
     return {"return": final, "env_steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "steps_per_cpu_s": steps / cpu}
 
 
+LIBRARIES = ("sb3", "pglab", "pglab-sync")
+
+
+def _warm_up(libraries: list[str]) -> None:
+    """Pay one-time import costs before any timing, so no run is charged for them."""
+    import gymnasium  # noqa: F401
+    import torch._dynamo  # noqa: F401  (imported lazily by the first torch.optim.Adam)
+
+    torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
+    if "sb3" in libraries:
+        import stable_baselines3  # noqa: F401
+    import pglab.algos.ppo  # noqa: F401
+
+
 def _mean_std(values: list[float]) -> str:
     if len(values) == 1:
         return f"{values[0]:.1f}"
@@ -132,11 +155,11 @@ def _mean_std(values: list[float]) -> str:
 
 
 def format_table(results: dict[str, dict[str, list[dict[str, float]]]]) -> str:
-    header = f"{'env':<12} {'library':<8} {'seeds':>5} {'env steps':>9} {'final return':>18}  {'per seed':<34} {'steps/s':>8} {'steps/cpu-s':>11} {'speed-up':>8}"
+    header = f"{'env':<12} {'library':<10} {'seeds':>5} {'env steps':>9} {'final return':>18}  {'per seed':<34} {'steps/s':>8} {'steps/cpu-s':>11} {'speed-up':>8}"
     lines = [header, "-" * len(header)]
     for env_id, by_lib in results.items():
         sb3_sps = statistics.mean(r["steps_per_s"] for r in by_lib.get("sb3", [])) if by_lib.get("sb3") else math.nan
-        for lib in ("sb3", "pglab"):
+        for lib in LIBRARIES:
             runs = by_lib.get(lib, [])
             if not runs:
                 continue
@@ -144,7 +167,7 @@ def format_table(results: dict[str, dict[str, list[dict[str, float]]]]) -> str:
             sps = statistics.mean(r["steps_per_s"] for r in runs)
             cpu_sps = statistics.mean(r["steps_per_cpu_s"] for r in runs)
             per_seed = " ".join(f"{v:.0f}" for v in returns)
-            lines.append(f"{env_id:<12} {lib:<8} {len(runs):>5} {runs[0]['env_steps']:>9} {_mean_std(returns):>18}  {per_seed:<34} "
+            lines.append(f"{env_id:<12} {lib:<10} {len(runs):>5} {runs[0]['env_steps']:>9} {_mean_std(returns):>18}  {per_seed:<34} "
                          f"{sps:>8.0f} {cpu_sps:>11.0f} {sps / sb3_sps:>7.2f}x")
     return "\n".join(lines)
 
@@ -155,12 +178,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per environment and library")
     parser.add_argument("--steps", type=int, default=None, help="override total env steps (default: per-env setting)")
     parser.add_argument("--episodes", type=int, default=10, help="evaluation episodes of the final policy")
-    parser.add_argument("--libraries", nargs="+", default=["sb3", "pglab"], choices=["sb3", "pglab"])
+    parser.add_argument("--libraries", nargs="+", default=list(LIBRARIES), choices=list(LIBRARIES),
+                        help="pglab: default vectorization (auto); pglab-sync: gymnasium's SyncVectorEnv")
     parser.add_argument("--output", type=Path, default=None, help="write all per-run numbers to this JSON file")
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.episodes < 1 or (args.steps is not None and args.steps < 1):
         parser.error("--seeds, --episodes and --steps must be >= 1")
     torch.set_num_threads(1)  # both libraries on one thread (small MLPs run fastest so anyway)
+    _warm_up(args.libraries)
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
     settings = {}
     with tempfile.TemporaryDirectory(prefix="pglab-bench-ppo-") as tmp:
@@ -174,9 +199,14 @@ def main(argv: list[str] | None = None) -> int:
             results[env_id] = {lib: [] for lib in args.libraries}
             for seed in range(args.seeds):
                 for lib in args.libraries:
-                    run = run_sb3(env_id, hp, seed, args.episodes) if lib == "sb3" else run_pglab(env_id, hp, seed, args.episodes, Path(tmp))
+                    if lib == "pglab-sync" and env_id not in _VECTOR_IMPLEMENTATIONS:
+                        continue  # identical to "pglab" here
+                    if lib == "sb3":
+                        run = run_sb3(env_id, hp, seed, args.episodes)
+                    else:
+                        run = run_pglab(env_id, hp, seed, args.episodes, Path(tmp), "sync" if lib == "pglab-sync" else "auto")
                     results[env_id][lib].append({"seed": seed, **run})
-                    print(f"  {env_id} {lib:<5} seed {seed}: return {run['return']:8.1f}  {run['steps_per_s']:7.0f} steps/s  "
+                    print(f"  {env_id} {lib:<10} seed {seed}: return {run['return']:8.1f}  {run['steps_per_s']:7.0f} steps/s  "
                           f"({run['wall_s']:.1f} s)", flush=True)
     print()
     print(format_table(results))

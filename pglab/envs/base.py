@@ -74,6 +74,34 @@ class EpisodeTracker:
         self.lengths = torch.where(finished, torch.zeros_like(self.lengths), self.lengths)
         return episode_returns, episode_lengths, finished
 
+    def update_rollout(self, rewards: torch.Tensor, finished: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`update` for a whole rollout at once: ``rewards``, ``finished`` ``[N, T]``.
+
+        Returns ``(episode_returns, episode_lengths)`` ``[N, T]``: nonzero only at the
+        steps where an episode finished. A handful of tensor ops per rollout instead of
+        five per step: the return of an episode ending at ``t`` is a difference of the
+        row's cumulative rewards since the previous finish (plus the carried-in partial
+        return for the first episode of the rollout), summed in float64.
+        """
+        num_envs, horizon = rewards.shape
+        steps = torch.arange(horizon, device=rewards.device)
+        cumulative = torch.cumsum(rewards.double(), dim=1)
+        # last[n, t]: the latest step <= t at which env n finished an episode (-1: none)
+        last = torch.where(finished, steps, torch.full_like(steps, -1)).cummax(dim=1).values
+        previous = torch.cat([torch.full_like(last[:, :1], -1), last[:, :-1]], dim=1)  # latest finish < t
+        carried = previous < 0
+        base = torch.where(carried, -self.returns.double()[:, None], cumulative.gather(1, previous.clamp_min(0)))
+        episode_returns = torch.where(finished, cumulative - base, torch.zeros_like(cumulative)).to(self.returns.dtype)
+        lengths = torch.where(carried, steps + 1 + self.lengths[:, None], steps - previous)
+        episode_lengths = torch.where(finished, lengths, torch.zeros_like(lengths))
+        # Carry the unfinished tail of every row into the next rollout.
+        final_last = last[:, -1]
+        ended = final_last >= 0
+        tail = cumulative[:, -1] - cumulative.gather(1, final_last.clamp_min(0)[:, None]).squeeze(1)
+        self.returns = torch.where(ended, tail, self.returns.double() + cumulative[:, -1]).to(self.returns.dtype)
+        self.lengths = torch.where(ended, horizon - 1 - final_last, self.lengths + horizon)
+        return episode_returns, episode_lengths
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"returns": self.returns.clone(), "lengths": self.lengths.clone()}
 

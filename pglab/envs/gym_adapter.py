@@ -1,13 +1,17 @@
 """Gymnasium vector environments (and ALE's C++ vector env) as pglab batched envs.
 
 ``make_gym_env("CartPole-v1", num_envs=8)`` builds a ``gymnasium`` vector env in
-``SAME_STEP`` autoreset mode; ``make_gym_env("ALE/Pong-v5", ...)`` (or ``"ale:pong"``)
+``SAME_STEP`` autoreset mode: with ``vectorization="vector"`` (or ``"auto"``, where one
+exists) an implementation that steps all copies as array operations
+(:class:`SameStepCartPoleVectorEnv` for CartPole), otherwise gymnasium's
+``SyncVectorEnv``/``AsyncVectorEnv`` of single copies; ``make_gym_env("ALE/Pong-v5", ...)`` (or ``"ale:pong"``)
 builds ``ale_py.vector_env.AtariVectorEnv``, which steps Atari games in C++ threads and
 returns stacked grayscale frames ``uint8 [N, 4, 84, 84]``. Either is wrapped in
 :class:`GymVectorAdapter`, which converts NumPy to torch tensors on the chosen device.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -104,6 +108,67 @@ class GymVectorAdapter:
         self.env.close()
 
 
+@functools.cache
+def _same_step_cartpole() -> type:
+    """Gymnasium's array-vectorised CartPole-v1 (its ``vector_entry_point``) with ``SAME_STEP`` autoreset.
+
+    Gymnasium's ``CartPoleVectorEnv`` steps every copy with one set of NumPy array ops
+    but resets a finished copy on the *next* call (``NEXT_STEP``), which pglab's trainers
+    do not model. This subclass keeps the parent's constants, spaces, reset distribution
+    and seeding, and replaces ``step``: the same Euler step of the Barto-Sutton-Anderson
+    cart-pole equations and the same termination/truncation rules (tested bit-for-bit
+    against gymnasium's single ``CartPoleEnv``), after which finished copies are re-drawn
+    at once; their pre-reset observation goes to ``info["final_obs"]`` (dense, with
+    ``info["_final_obs"]`` marking the finished rows). It also skips the parent's
+    per-step ``action_space.contains`` assertion (half of the parent's step time at 4
+    copies); pglab's adapter has already checked the action tensor's shape and dtype.
+    """
+    from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+    from gymnasium.vector import AutoresetMode
+
+    class SameStepCartPoleVectorEnv(CartPoleVectorEnv):
+        metadata = {**CartPoleVectorEnv.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}
+
+        def step(self, action):
+            if self.state is None:
+                raise RuntimeError("SameStepCartPoleVectorEnv: call reset() before step()")
+            x, x_dot, theta, theta_dot = self.state
+            force = np.where(np.asarray(action) == 1, self.force_mag, -self.force_mag)
+            cos_theta, sin_theta = np.cos(theta), np.sin(theta)
+            # Pole angular acceleration first, then the cart's (Barto, Sutton & Anderson 1983).
+            temp = (force + self.polemass_length * theta_dot**2 * sin_theta) / self.total_mass
+            theta_acc = (self.gravity * sin_theta - cos_theta * temp) / (
+                self.length * (4.0 / 3.0 - self.masspole * cos_theta**2 / self.total_mass)
+            )
+            x_acc = temp - self.polemass_length * theta_acc * cos_theta / self.total_mass
+            # Explicit Euler with the old velocities (CartPole-v1's "euler" integrator).
+            self.state = np.stack((x + self.tau * x_dot, x_dot + self.tau * x_acc,
+                                   theta + self.tau * theta_dot, theta_dot + self.tau * theta_acc))
+            x, theta = self.state[0], self.state[2]
+            terminated = (np.abs(x) > self.x_threshold) | (np.abs(theta) > self.theta_threshold_radians)
+            self.steps += 1
+            truncated = self.steps >= self.max_episode_steps
+            reward = (-terminated.astype(np.float32) if self._sutton_barto_reward
+                      else np.ones(self.num_envs, dtype=np.float32))
+            obs = self.state.T.astype(np.float32)
+            finished = terminated | truncated
+            info = {}
+            if finished.any():
+                info = {"final_obs": obs, "_final_obs": finished}
+                # Same distribution and generator as the parent's reset: U(low, high)^4.
+                self.state[:, finished] = self.np_random.uniform(low=self.low, high=self.high, size=(4, int(finished.sum())))
+                self.steps[finished] = 0
+                obs = self.state.T.astype(np.float32)
+            return obs, reward, terminated, truncated, info
+
+    return SameStepCartPoleVectorEnv
+
+
+# Gymnasium ids with an array-vectorised, same-step implementation ("vector" mode).
+_VECTOR_IMPLEMENTATIONS = {"CartPole-v1": (_same_step_cartpole, {"max_episode_steps": 500})}
+VECTORIZATION_MODES = ("auto", "vector", "sync", "async")
+
+
 def _ale_game(env_id: str) -> str | None:
     """``"ALE/Pong-v5"`` or ``"ale:pong"`` -> ``"pong"``; other ids -> ``None``."""
     if env_id.startswith("ale:"):
@@ -120,10 +185,15 @@ def make_gym_env(
     num_envs: int,
     *,
     device: torch.device | str = "cpu",
-    vectorization: str = "sync",
+    vectorization: str = "auto",
     **env_kwargs: Any,
 ) -> GymVectorAdapter:
     """Build a vectorised Gymnasium (or ALE) environment wrapped as a batched env.
+
+    ``vectorization``: ``"vector"`` steps all copies as array operations (only ids in
+    ``_VECTOR_IMPLEMENTATIONS``: CartPole-v1), ``"sync"`` / ``"async"`` are gymnasium's
+    ``SyncVectorEnv`` / ``AsyncVectorEnv`` of single copies, ``"auto"`` is ``"vector"``
+    where available and ``"sync"`` otherwise. ALE games always use ALE's C++ vector env.
 
     Raises:
         ConfigError: unknown environment id or unsupported spaces (exit code 2).
@@ -141,8 +211,16 @@ def make_gym_env(
         except Exception as exc:
             raise ConfigError("env", env_id, f"ALE could not start this game ({exc})") from exc
         return GymVectorAdapter(env, device=device)
-    if vectorization not in ("sync", "async"):
-        raise ConfigError("vectorization", vectorization, "must be 'sync' or 'async'")
+    if vectorization not in VECTORIZATION_MODES:
+        raise ConfigError("vectorization", vectorization, f"must be one of {', '.join(VECTORIZATION_MODES)}")
+    if vectorization == "auto":
+        vectorization = "vector" if env_id in _VECTOR_IMPLEMENTATIONS and not env_kwargs else "sync"
+    if vectorization == "vector":
+        if env_id not in _VECTOR_IMPLEMENTATIONS:
+            raise ConfigError("vectorization", "vector", f"no array-vectorised implementation of {env_id!r} "
+                              f"(available: {', '.join(_VECTOR_IMPLEMENTATIONS)}); use 'sync' or 'async'")
+        factory, defaults = _VECTOR_IMPLEMENTATIONS[env_id]
+        return GymVectorAdapter(factory()(num_envs=num_envs, **{**defaults, **env_kwargs}), device=device)
     try:
         env = gym.make_vec(
             env_id,

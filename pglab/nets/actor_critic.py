@@ -20,6 +20,7 @@ Actions are ``int64 [B]`` (discrete) or ``float32 [B, action_dim]`` (continuous)
 """
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Sequence
 
@@ -29,7 +30,7 @@ from torch.nn import functional as F
 
 from pglab.contracts import check_tensor
 from pglab.errors import TensorContractError
-from pglab.nets.mlp import build_mlp
+from pglab.nets.mlp import build_mlp, mlp_forward
 
 _FLOATS = (torch.float32, torch.float64)
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -46,7 +47,7 @@ def orthogonal_init_(mlp: nn.Sequential, output_gain: float) -> nn.Sequential:
     return mlp
 
 
-class ActorCritic(nn.Module):
+class ActorCritic(nn.Module, abc.ABC):
     """Common part: the critic ``V(s)`` and input flattening/contract checks."""
 
     def __init__(self, obs_dim: int, hidden_dims: Sequence[int], activation: str):
@@ -68,7 +69,79 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """``V(s)``, float ``[B]``."""
-        return self.critic(self._flat(obs)).squeeze(-1)
+        return mlp_forward(self.critic, self._flat(obs)).squeeze(-1)
+
+    @abc.abstractmethod
+    def _sample(self, head: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(actions, log_probs [B])`` drawn from the policy head's output ``[B, A]``."""
+
+    def act(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Sample ``a ~ pi(.|s)``: ``(actions, log_probs [B], values [B])``.
+        Unchecked: this is the per-step hot path of the rollout."""
+        flat = self._flat(obs)
+        actions, log_probs = self._sample(mlp_forward(self.actor, flat), generator)
+        return actions, log_probs, mlp_forward(self.critic, flat).squeeze(-1)
+
+    def rollout_actor(self):
+        """``act`` for one rollout with frozen weights: ``step(obs, generator) -> (actions,
+        log_probs, values)``, the same distribution as :meth:`act`.
+
+        Actor and critic are evaluated as one MLP whose layers are the two networks'
+        layers side by side (first layer: weights stacked; later layers: block-diagonal),
+        so a step costs 3 matrix products instead of 6 and one Python-level forward
+        instead of two: ~40% of a CartPole rollout step's network time at 4 copies. The
+        weights are copied when this is called: build a new one after every update.
+        Falls back to :meth:`act` when the two MLPs are not plain ``Linear``/activation
+        stacks of equal depth (e.g. with LayerNorm). Results agree with :meth:`act` to
+        float rounding (a wider matrix product may sum in another order).
+        """
+        layers = _side_by_side(self.actor, self.critic)
+        if layers is None:
+            return self.act
+        head_size = [m for m in self.actor if isinstance(m, nn.Linear)][-1].out_features
+
+        def step(obs: torch.Tensor, generator: torch.Generator | None = None):
+            out = self._flat(obs)
+            for weight, bias, activation in layers:
+                out = F.linear(out, weight, bias)
+                if activation is not None:
+                    out = activation(out)
+            actions, log_probs = self._sample(out[:, :head_size], generator)
+            return actions, log_probs, out[:, head_size]
+
+        return step
+
+
+def _side_by_side(actor: nn.Sequential, critic: nn.Sequential):
+    """``[(weight, bias, activation)]`` of the joint MLP ``x -> [actor(x), critic(x)]``, or ``None``."""
+    from pglab.nets.mlp import _FUNCTIONAL
+
+    def plan(mlp: nn.Sequential):
+        steps: list[list] = []
+        for layer in mlp:
+            if type(layer) is nn.Linear:
+                steps.append([layer, None])
+            elif type(layer) in _FUNCTIONAL and steps and steps[-1][1] is None:
+                steps[-1][1] = type(layer)
+            else:
+                return None
+        return steps
+
+    actor_plan, critic_plan = plan(actor), plan(critic)
+    if actor_plan is None or critic_plan is None or len(actor_plan) != len(critic_plan):
+        return None
+    if [a for _, a in actor_plan] != [a for _, a in critic_plan]:
+        return None
+    layers = []
+    with torch.no_grad():
+        for index, ((actor_layer, activation), (critic_layer, _)) in enumerate(zip(actor_plan, critic_plan)):
+            if index == 0:
+                weight = torch.cat([actor_layer.weight, critic_layer.weight])
+            else:
+                weight = torch.block_diag(actor_layer.weight, critic_layer.weight)
+            bias = torch.cat([actor_layer.bias, critic_layer.bias])
+            layers.append((weight.detach().clone(), bias.detach().clone(), _FUNCTIONAL[activation] if activation else None))
+    return layers
 
 
 class CategoricalActorCritic(ActorCritic):
@@ -81,29 +154,27 @@ class CategoricalActorCritic(ActorCritic):
         self.num_actions = int(num_actions)
         self.actor = orthogonal_init_(build_mlp(self.obs_dim, hidden_dims, self.num_actions, activation=activation), 0.01)
 
-    def act(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample ``a ~ pi(.|s)``: ``(actions int64 [B], log_probs [B], values [B])``.
-        Unchecked: this is the per-step hot path of the rollout."""
-        flat = self._flat(obs)
-        log_pi = F.log_softmax(self.actor(flat), dim=-1)
+    def _sample(self, head: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``a ~ softmax(logits)``: ``(actions int64 [B], log_probs [B])``."""
+        log_pi = F.log_softmax(head, dim=-1)
         # Inverse-CDF sampling, a = #{k : F(k) < u} with u ~ U[0, 1): three cheap ops
         # instead of torch.multinomial's much larger per-call overhead on small batches.
         # The clamp guards against F(K-1) rounding to just below u.
-        uniform = torch.rand((flat.shape[0], 1), generator=generator, device=flat.device, dtype=log_pi.dtype)
+        uniform = torch.rand((head.shape[0], 1), generator=generator, device=head.device, dtype=log_pi.dtype)
         actions = (log_pi.exp().cumsum(-1) < uniform).sum(-1, keepdim=True).clamp_max(self.num_actions - 1)
-        return actions.squeeze(-1), log_pi.gather(-1, actions).squeeze(-1), self.critic(flat).squeeze(-1)
+        return actions.squeeze(-1), log_pi.gather(-1, actions).squeeze(-1)
 
     def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log pi(a|s) [B], H[pi(.|s)] [B], V(s) [B])`` for stored ``actions`` int ``[B]``."""
         flat = self._flat(obs)
-        log_pi = F.log_softmax(self.actor(flat), dim=-1)
+        log_pi = F.log_softmax(mlp_forward(self.actor, flat), dim=-1)
         log_probs = log_pi.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
         entropy = -(log_pi.exp() * log_pi).sum(-1)  # H = -sum_a pi(a) log pi(a)
-        return log_probs, entropy, self.critic(flat).squeeze(-1)
+        return log_probs, entropy, mlp_forward(self.critic, flat).squeeze(-1)
 
     def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
         """The most probable action, int64 ``[B]``."""
-        return self.actor(self._flat(obs)).argmax(-1)
+        return mlp_forward(self.actor, self._flat(obs)).argmax(-1)
 
 
 class GaussianActorCritic(ActorCritic):
@@ -134,24 +205,22 @@ class GaussianActorCritic(ActorCritic):
         z = (actions - mean) * torch.exp(-self.log_std)
         return (-0.5 * z.pow(2) - self.log_std - _LOG_SQRT_2PI).sum(-1)
 
-    def act(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Sample raw ``a = mu + sigma * eps``: ``(actions [B, action_dim], log_probs [B], values [B])``."""
-        flat = self._flat(obs)
-        mean = self.actor(flat)
-        noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
-        actions = mean + self.log_std.exp() * noise
-        return actions, self._log_prob(actions, mean), self.critic(flat).squeeze(-1)
+    def _sample(self, head: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Raw ``a = mu + sigma * eps``: ``(actions [B, action_dim], log_probs [B])``."""
+        noise = torch.randn(head.shape, generator=generator, device=head.device, dtype=head.dtype)
+        actions = head + self.log_std.exp() * noise
+        return actions, self._log_prob(actions, head)
 
     def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log pi(a|s) [B], H [B], V(s) [B])``; ``H = sum_i (1/2 + log sqrt(2 pi) + log sigma_i)``."""
         flat = self._flat(obs)
-        mean = self.actor(flat)
+        mean = mlp_forward(self.actor, flat)
         entropy = (0.5 + _LOG_SQRT_2PI + self.log_std).sum().expand(mean.shape[0])
-        return self._log_prob(actions, mean), entropy, self.critic(flat).squeeze(-1)
+        return self._log_prob(actions, mean), entropy, mlp_forward(self.critic, flat).squeeze(-1)
 
     def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
         """The mean action ``mu(s)``, float ``[B, action_dim]`` (unclipped)."""
-        return self.actor(self._flat(obs))
+        return mlp_forward(self.actor, self._flat(obs))
 
 
 def build_actor_critic(

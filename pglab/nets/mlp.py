@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
 from torch import nn
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -40,3 +41,26 @@ def build_mlp(
         width = hidden
     layers.append(nn.Linear(width, out_dim))
     return nn.Sequential(*layers)
+
+
+_FUNCTIONAL = {nn.Tanh: torch.tanh, nn.ReLU: torch.relu, nn.SiLU: nn.functional.silu}
+
+
+def mlp_forward(mlp: nn.Sequential, inputs: torch.Tensor) -> torch.Tensor:
+    """``mlp(inputs)`` without ``nn.Module.__call__`` per layer: the same ops (``F.linear``,
+    ``torch.tanh``, ...) in the same order, so the result is bit-identical.
+
+    Why: for the small MLPs of classic-control PPO the per-layer module dispatch (hooks,
+    ``__getattr__``, ``Sequential`` iteration) costs about as much as the arithmetic, and
+    the rollout calls the networks once per environment step. Layers of any other type
+    are called normally.
+    """
+    out = inputs
+    for layer in mlp:
+        if type(layer) is nn.Linear:
+            out = nn.functional.linear(out, layer.weight, layer.bias)
+        elif type(layer) in _FUNCTIONAL:
+            out = _FUNCTIONAL[type(layer)](out)
+        else:
+            out = layer(out)
+    return out
