@@ -54,11 +54,56 @@ def test_gaussian_log_prob_matches_torch_distributions():
     assert torch.allclose(lp_sum, dist.log_prob(actions).sum((-1, -2)), atol=1e-4)
 
 
-@pytest.mark.parametrize("rl_mode", ["vpg_gae", "reinforce_raw"])
-def test_reevaluation_reproduces_rollout_and_gae_layout(rl_mode):
+def test_particle_shared_noise_is_the_equicorrelated_gaussian_it_scores():
+    from pglab.nets.tsp_pso import sample_coefficients
+
+    generator = torch.Generator().manual_seed(3)
+    mu = torch.randn(2, 3, 6, 3, generator=generator, dtype=torch.float64)
+    sigma = torch.rand(2, 3, 6, 3, generator=generator, dtype=torch.float64) * 0.5 + 0.1
+    shared = 0.4
+    actions = sample_coefficients(mu, sigma, shared, torch.Generator().manual_seed(1))
+    lp, ent = gaussian_log_prob_entropy(mu, sigma, actions, "sum", shared)
+    want_lp, want_ent = torch.zeros(2, 3, dtype=torch.float64), torch.zeros(2, 3, dtype=torch.float64)
+    for s_index in range(2):
+        for particle in range(3):
+            for coefficient in range(3):
+                # Sigma = diag(sigma^2) + shared^2 1 1^T, scored by torch's dense MultivariateNormal
+                covariance = torch.diag(sigma[s_index, particle, :, coefficient] ** 2) + shared**2
+                dist = torch.distributions.MultivariateNormal(mu[s_index, particle, :, coefficient], covariance)
+                want_lp[s_index, particle] += dist.log_prob(actions[s_index, particle, :, coefficient])
+                want_ent[s_index, particle] += dist.entropy()
+    torch.testing.assert_close(lp, want_lp)
+    torch.testing.assert_close(ent, want_ent)
+    mean_lp, mean_ent = gaussian_log_prob_entropy(mu, sigma, actions, "mean", shared)
+    torch.testing.assert_close(mean_lp, want_lp / 6)
+    torch.testing.assert_close(mean_ent, want_ent / 6)
+    # The sampler draws that covariance: empirical covariance of many draws of one particle.
+    draws = sample_coefficients(mu[:1, :1].expand(20000, 1, 6, 3), sigma[:1, :1].expand(20000, 1, 6, 3), shared,
+                                torch.Generator().manual_seed(2))[:, 0, :, 0]
+    empirical = torch.cov(draws.T)
+    expected = torch.diag(sigma[0, 0, :, 0] ** 2) + shared**2
+    assert (empirical - expected).abs().max() < 0.02
+    # Swarm scope: one offset per instance for all particles; each particle carries 1/P of
+    # the swarm's joint density over its P * D entries per coefficient.
+    swarm_actions = sample_coefficients(mu, sigma, shared, torch.Generator().manual_seed(4), "swarm")
+    per_particle, _ = gaussian_log_prob_entropy(mu, sigma, swarm_actions, "sum", shared, "swarm")
+    for s_index in range(2):
+        want = sum(torch.distributions.MultivariateNormal(
+            mu[s_index, :, :, c].reshape(-1), torch.diag(sigma[s_index, :, :, c].reshape(-1) ** 2) + shared**2,
+        ).log_prob(swarm_actions[s_index, :, :, c].reshape(-1)) for c in range(3))
+        torch.testing.assert_close(per_particle[s_index], (want / 3).expand(3))
+    # shared = 0 is the independent Gaussian (and the sampler's noise stream is unchanged)
+    torch.testing.assert_close(gaussian_log_prob_entropy(mu, sigma, actions, "sum", 0.0)[0],
+                               torch.distributions.Normal(mu, sigma).log_prob(actions).sum((-1, -2)))
+    torch.testing.assert_close(sample_coefficients(mu, sigma, 0.0, torch.Generator().manual_seed(5)),
+                               mu + sigma * torch.randn(mu.shape, generator=torch.Generator().manual_seed(5), dtype=mu.dtype))
+
+
+@pytest.mark.parametrize(("rl_mode", "particle_noise_std"), [("vpg_gae", 0.0), ("reinforce_raw", 0.0), ("vpg_gae", 0.3)])
+def test_reevaluation_reproduces_rollout_and_gae_layout(rl_mode, particle_noise_std):
     # evaluate(indices) on unchanged parameters must give back the rollout's own
     # log-probs and values for any subset, in any order: checks the (t, b, p) indexing.
-    config = tiny_config(rl_mode=rl_mode)
+    config = tiny_config(rl_mode=rl_mode, particle_noise_std=particle_noise_std)
     model = build_model(config, torch.device("cpu"))
     torch.nn.init.normal_(model.policy_head[-1].weight, std=0.1)  # make outputs depend on the state
     env = PSOTSPEnv(config.env_config(), "cpu", make_generator(0))
@@ -133,6 +178,27 @@ def test_resume_is_bit_exact(tmp_path, rl_mode):
     assert checkpoint["counters"]["iteration"] == 4
 
 
+def test_best_validation_checkpoint_holds_the_best_validated_model(tmp_path):
+    from pglab.algos.pso_tsp import agent_from_checkpoint, classic_validation, greedy_validation
+
+    result = train_pso_tsp(tiny_config(n_iterations=6, eval_interval=1, save_interval=100, lr=3e-2, mu_scale=5.0,
+                                       particle_noise_std=0.3, noise_scope="swarm", reward="gbest_improvement",
+                                       log_dir=tmp_path / "run"), echo=lambda *a, **k: None)
+    rows = (result.run_dir / "eval.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    improvements = [float(row.split(",")[header.index("eval/improvement_pct")]) for row in rows[1:]]
+    assert len(improvements) == 6
+    best = load_checkpoint_file(result.run_dir / "checkpoints" / "checkpoint_best.pt", kinds=["pso-tsp"])
+    assert best["counters"]["best_validation_pct"] == pytest.approx(max(improvements))
+    assert best["counters"]["iteration"] == 1 + improvements.index(max(improvements))
+    # Re-validating the stored model reproduces the logged number (same instances and seed).
+    config = agent_from_checkpoint(best).config
+    coords = random_instances(config.eval_instances, config.num_cities, make_generator(10_000 + config.seed))
+    classic = classic_validation(config, coords, seed=1)
+    learned = greedy_validation(agent_from_checkpoint(best).model, config, coords, seed=1)
+    assert float(100.0 * (classic - learned) / classic) == pytest.approx(max(improvements), abs=1e-4)
+
+
 @pytest.mark.slow
 def test_cli_train_then_evaluate_checkpoint(tmp_path, capsys):
     run_dir = tmp_path / "run"
@@ -155,7 +221,7 @@ def test_cli_train_then_evaluate_checkpoint(tmp_path, capsys):
     assert agent.config.num_cities == 8
 
 
-@pytest.mark.parametrize("reward", ["tour_length", "pbest_improvement", "gbest_improvement"])
+@pytest.mark.parametrize("reward", ["tour_length", "pbest_improvement", "gbest_improvement", "gbest_credit"])
 def test_episode_sums_of_shaped_rewards(reward):
     # Telescoping sums: pbest/gbest improvements add up to the episode's total improvement.
     config = tiny_config(reward=reward, pso_iterations=4)
@@ -170,8 +236,18 @@ def test_episode_sums_of_shaped_rewards(reward):
         expected = (initial.cost.mean(1, keepdim=True) * 4 - rollout.tour_length.sum(0)) / reference
     elif reward == "pbest_improvement":
         expected = (initial.pbest_cost - env.state.pbest_cost) / reference
-    else:
+    elif reward == "gbest_improvement":
         expected = ((initial.best_cost - env.state.best_cost) / reference)[:, None].expand(2, 4)
+    else:
+        # gbest_credit: per instance the particles' credits add up to the swarm's improvement,
+        # and at each step at most one particle (the one holding the new best tour) is credited
+        expected_total = (initial.best_cost - env.state.best_cost) / reference
+        assert torch.allclose(total.sum(1), expected_total, atol=1e-5)
+        assert ((rollout.rewards != 0).sum(-1) <= 1).all() and (rollout.rewards >= 0).all()
+        credited = rollout.rewards.argmax(-1)  # [T, B]
+        improved = rollout.rewards.sum(-1) > 0
+        assert torch.equal(rollout.tour_length.argmin(-1)[improved], credited[improved])
+        return
     assert torch.allclose(total, expected, atol=1e-5)
 
 

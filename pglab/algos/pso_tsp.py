@@ -34,8 +34,8 @@ from pglab.algos.onpolicy import OnPolicyBatch, OnPolicyHyperparams, onpolicy_up
 from pglab.envs.pso_tsp import PSOTSPEnv, PSOTSPEnvConfig, SwarmState, fixed_coefficients, random_instances
 from pglab.errors import ConfigError
 from pglab.estimators import compute_gae
-from pglab.nets.tsp_pso import HyperparamTSPModel, gaussian_log_prob_entropy, swarm_scalars
-from pglab.run.checkpoint import CheckpointManager, build_checkpoint, load_checkpoint_file, load_state_dict_checked
+from pglab.nets.tsp_pso import HyperparamTSPModel, gaussian_log_prob_entropy, sample_coefficients, swarm_scalars
+from pglab.run.checkpoint import CheckpointManager, build_checkpoint, load_checkpoint_file, load_state_dict_checked, save_checkpoint
 from pglab.run.config import config_from_dict, config_to_dict
 from pglab.run.device import resolve_device
 from pglab.run.logger import MetricsLogger
@@ -43,7 +43,7 @@ from pglab.run.progress import progress_bar
 from pglab.run.rundir import create_run_dir, default_run_dir, write_run_config
 from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state, seed_everything
 from pglab.run.signals import StopRequested
-from pglab.validation import check_choice, check_device, check_int, check_positive, check_range
+from pglab.validation import check_choice, check_device, check_int, check_non_negative, check_positive, check_range
 
 KIND = "pso-tsp"
 BHH_CONSTANT = 0.7124  # E[L*] ~ 0.7124 sqrt(n A) for n uniform cities in area A
@@ -78,8 +78,9 @@ class PSOTSPTrainConfig:
     """upper clamp of the applied c1, c2"""
     train_decode: Literal["sample", "greedy"] = "sample"
     """decoding during training rollouts (evaluation always decodes greedily)"""
-    reward: Literal["tour_length", "pbest_improvement", "gbest_improvement"] = "tour_length"
-    """per-particle reward: -tour length (the note), own-best or swarm-best improvement"""
+    reward: Literal["tour_length", "pbest_improvement", "gbest_improvement", "gbest_credit"] = "tour_length"
+    """per-particle reward: -tour length (the note), own-best or swarm-best improvement, or the
+    swarm-best improvement credited to the particle whose tour achieved it"""
     # -- network ----------------------------------------------------------------------------
     emb_dim: int = 32
     """embedding width"""
@@ -99,6 +100,10 @@ class PSOTSPTrainConfig:
     """mean coefficients = classic + mu_scale * network output (a faster-moving mean)"""
     log_prob_reduction: Literal["mean", "sum"] = "mean"
     """per-particle log-likelihood: mean over edges (the note) or the exact sum"""
+    particle_noise_std: float = 0.0
+    """std of an exploration offset per coefficient shared by all edges (0: per-edge noise only)"""
+    noise_scope: Literal["particle", "swarm"] = "particle"
+    """who shares that offset: each particle its own, or the whole swarm of an instance"""
     # -- RL update (pglab.algos.onpolicy) -----------------------------------------------------
     rl_mode: Literal["reinforce_raw", "vpg_gae", "ppo"] = "ppo"
     """reinforce_raw | vpg_gae | ppo"""
@@ -149,7 +154,8 @@ class PSOTSPTrainConfig:
         self.env_config()  # validates the swarm fields (n_particles >= 1, ...)
         self.hyperparams()  # validates the RL fields
         check_choice("train_decode", self.train_decode, ("sample", "greedy"))
-        check_choice("reward", self.reward, ("tour_length", "pbest_improvement", "gbest_improvement"))
+        check_choice("reward", self.reward, ("tour_length", "pbest_improvement", "gbest_improvement", "gbest_credit"))
+        check_choice("noise_scope", self.noise_scope, ("particle", "swarm"))
         check_int("emb_dim", self.emb_dim, minimum=1)
         check_int("num_heads", self.num_heads, minimum=1)
         if self.emb_dim % self.num_heads:
@@ -163,6 +169,7 @@ class PSOTSPTrainConfig:
             raise ConfigError("min_std", self.min_std, f"must be < max_std={self.max_std}")
         check_positive("mu_scale", self.mu_scale)
         check_choice("log_prob_reduction", self.log_prob_reduction, ("mean", "sum"))
+        check_non_negative("particle_noise_std", self.particle_noise_std)
         check_positive("lr", self.lr)
         for name in ("n_iterations", "instances_per_iteration", "log_interval", "save_interval", "eval_instances"):
             check_int(name, getattr(self, name), minimum=1)
@@ -190,7 +197,7 @@ def build_model(config: PSOTSPTrainConfig, device: torch.device) -> HyperparamTS
     return HyperparamTSPModel(
         config.num_cities, env_cfg.k, emb_dim=config.emb_dim, num_heads=config.num_heads, node_layers=config.node_layers,
         swarm_layers=config.swarm_layers, log_std_init=config.log_std_init, min_std=config.min_std, max_std=config.max_std,
-        mu_scale=config.mu_scale,
+        mu_scale=config.mu_scale, particle_noise_std=config.particle_noise_std, noise_scope=config.noise_scope,
     ).to(device)
 
 
@@ -252,8 +259,9 @@ def collect_rollout(model: HyperparamTSPModel, env: PSOTSPEnv, coords: torch.Ten
         for _ in range(T):
             scalars = swarm_scalars(state, T)
             mu, sigma, values = model(node_emb, edge_emb, state.position, state.velocity, state.pbest, state.gbest, scalars)
-            actions = mu + sigma * torch.randn(mu.shape, generator=action_generator, device=mu.device)
-            log_probs, _ = gaussian_log_prob_entropy(mu, sigma, actions, config.log_prob_reduction)
+            actions = sample_coefficients(mu, sigma, config.particle_noise_std, action_generator, config.noise_scope)
+            log_probs, _ = gaussian_log_prob_entropy(mu, sigma, actions, config.log_prob_reduction, config.particle_noise_std,
+                                                     config.noise_scope)
             for name, tensor in (("position", state.position), ("velocity", state.velocity), ("pbest", state.pbest),
                                  ("gbest", state.gbest), ("scalars", scalars), ("actions", actions),
                                  ("log_probs", log_probs), ("values", values)):
@@ -275,12 +283,21 @@ def shaped_reward(kind: str, state: SwarmState, previous_pbest: torch.Tensor, pr
       personal-best improvement over the episode);
     * ``gbest_improvement``: ``best_{t-1} - best_t`` of the instance, shared by its
       particles (sums to the improvement of the swarm's answer: the evaluation metric).
+    * ``gbest_credit``: the same improvement, given only to the particle whose tour set
+      the new best (the first such particle on ties); summed over particles it is
+      ``best_{t-1} - best_t``, so the episode's total is still the evaluation metric.
     """
     if kind == "tour_length":
         return (initial_mean - state.cost) / reference
     if kind == "pbest_improvement":
         return (previous_pbest - state.pbest_cost) / reference
-    return ((previous_best - state.best_cost) / reference).unsqueeze(1).expand_as(state.cost).contiguous()
+    improvement = (previous_best - state.best_cost) / reference  # [B]
+    if kind == "gbest_credit":
+        # the particle whose current tour is the new best (argmin takes the first on ties)
+        finder = state.cost.argmin(dim=1, keepdim=True)
+        credit = torch.zeros_like(state.cost)
+        return credit.scatter_(1, finder, improvement.unsqueeze(1))
+    return improvement.unsqueeze(1).expand_as(state.cost).contiguous()
 
 
 def advantages_and_returns(rollout: Rollout, hp: OnPolicyHyperparams) -> tuple[torch.Tensor, torch.Tensor]:
@@ -315,7 +332,8 @@ def make_evaluate(model: HyperparamTSPModel, rollout: Rollout, config: PSOTSPTra
         node_emb, edge_emb = model.encode_instances(rollout.coords, rollout.neighbours, rollout.edge_dist)
         mu, sigma, values = model(node_emb[b], edge_emb[b], rollout.position[t, b], rollout.velocity[t, b],
                                   rollout.pbest[t, b], rollout.gbest[t, b], rollout.scalars[t, b])
-        log_probs, entropy = gaussian_log_prob_entropy(mu, sigma, rollout.actions[t, b], config.log_prob_reduction)
+        log_probs, entropy = gaussian_log_prob_entropy(mu, sigma, rollout.actions[t, b], config.log_prob_reduction,
+                                                       config.particle_noise_std, config.noise_scope)
         particle = indices % P
         return log_probs[inverse, particle], entropy[inverse, particle], values[inverse, particle]
 
@@ -391,7 +409,9 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, echo=print) -> PSOTSPRunResult:
     env = PSOTSPEnv(config.env_config(), device, generators["env"], decode=config.train_decode)
     validation_coords = random_instances(config.eval_instances, config.num_cities, make_generator(10_000 + config.seed, device), device)
 
-    counters: dict[str, float] = {"iteration": 0, "env_steps": 0, "wall_time": 0.0}
+    # best_validation_pct: the best greedy validation improvement over classic PSO so far
+    # (its model is checkpoints/checkpoint_best.pt); -inf before the first validation.
+    counters: dict[str, float] = {"iteration": 0, "env_steps": 0, "wall_time": 0.0, "best_validation_pct": float("-inf")}
     if checkpoint is not None:
         load_state_dict_checked(model, checkpoint["models"]["model"], name="model", source=checkpoint["path"])
         optimizer.load_state_dict(checkpoint["optimizers"]["adam"])
@@ -407,13 +427,15 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, echo=print) -> PSOTSPRunResult:
     manager = CheckpointManager(run_dir / "checkpoints", keep=3)
     classic_length = classic_validation(config, validation_coords, seed=1) if config.eval_interval else None
 
-    def save(iteration: int) -> Path:
-        state = build_checkpoint(
+    def checkpoint_state() -> dict[str, Any]:
+        return build_checkpoint(
             kind=KIND, config=config_to_dict(dataclasses.replace(config, resume=None)), counters=dict(counters),
             models={"model": model.state_dict()}, optimizers={"adam": optimizer.state_dict()},
             rng=capture_rng_state(generators),
         )
-        return manager.save(iteration, state)
+
+    def save(iteration: int) -> Path:
+        return manager.save(iteration, checkpoint_state())
 
     interrupted = False
     iteration = start
@@ -457,11 +479,16 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, echo=print) -> PSOTSPRunResult:
                 if config.eval_interval and (iteration % config.eval_interval == 0 or last):
                     model.eval()
                     learned = greedy_validation(model, config, validation_coords, seed=1)
+                    improvement = float(100.0 * (classic_length - learned) / classic_length)
                     eval_logger.log(iteration, {
                         "eval/tour_length_learned": learned, "eval/tour_length_classic": classic_length,
-                        "eval/improvement_pct": 100.0 * (classic_length - learned) / classic_length,
-                        "stats/wall_time": counters["wall_time"],
+                        "eval/improvement_pct": improvement, "stats/wall_time": counters["wall_time"],
                     })
+                    if improvement > counters["best_validation_pct"]:
+                        # Model selection on the validation instances (never the held-out set
+                        # that `pglab evaluate` uses): `pglab evaluate RUN/checkpoints/checkpoint_best.pt`.
+                        counters["best_validation_pct"] = improvement
+                        save_checkpoint(run_dir / "checkpoints" / "checkpoint_best.pt", checkpoint_state())
                 if iteration % config.save_interval == 0 or last:
                     save(iteration)
                 bar.update(1)

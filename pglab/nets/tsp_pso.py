@@ -77,12 +77,18 @@ class HyperparamTSPModel(nn.Module):
         min_std, max_std: clamp of the standard deviation.
         mu_scale: ``mu = classic + mu_scale * head``; > 1 lets Adam move the mean
             coefficients ``mu_scale`` times faster (its steps are ~lr in parameter space).
+        particle_noise_std: standard deviation of an exploration offset per coefficient
+            that is shared by all D edges (0: independent noise per edge only).
+        noise_scope: ``"particle"`` (one offset per particle) or ``"swarm"`` (one per
+            instance, shared by its particles). See :func:`sample_coefficients`.
     """
 
     def __init__(self, num_cities: int, k: int, *, emb_dim: int = 32, num_heads: int = 4, node_layers: int = 2,
                  swarm_layers: int = 1, log_std_init: float = math.log(0.3), min_std: float = 0.01, max_std: float = 1.0,
-                 mu_scale: float = 1.0):
+                 mu_scale: float = 1.0, particle_noise_std: float = 0.0, noise_scope: str = "particle"):
         super().__init__()
+        self.particle_noise_std = float(particle_noise_std)
+        self.noise_scope = noise_scope
         self.num_cities, self.k, self.dim = num_cities, k, num_cities * k
         self.min_log_std, self.max_log_std = math.log(min_std), math.log(max_std)
         self.mu_scale = mu_scale
@@ -154,21 +160,78 @@ class HyperparamTSPModel(nn.Module):
                                 swarm_scalars(state, pso_iterations))
             if deterministic:
                 return mu
-            noise = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
-            return mu + sigma * noise
+            return sample_coefficients(mu, sigma, self.particle_noise_std, generator, self.noise_scope)
 
 
-def gaussian_log_prob_entropy(mu: torch.Tensor, sigma: torch.Tensor, actions: torch.Tensor, reduction: str = "mean") -> tuple[torch.Tensor, torch.Tensor]:
+def sample_coefficients(mu: torch.Tensor, sigma: torch.Tensor, particle_noise_std: float = 0.0,
+                        generator: torch.Generator | None = None, noise_scope: str = "particle") -> torch.Tensor:
+    """Draw ``wc1c2 [S, P, D, 3] = mu + sigma * eps_edge + particle_noise_std * eps_shared``.
+
+    ``eps_edge ~ N(0, 1)`` is independent per edge; ``eps_shared ~ N(0, 1)`` is one draw
+    per particle (``noise_scope="particle"``) or per instance (``"swarm"``: one offset
+    for all P particles) and coefficient, added to all the edges it covers. Why the shared part: with only
+    independent noise, how a particle's reward responds to its *overall* coefficient
+    level is estimated through 3 * D ~ 600 independent score terms, whose sum is almost
+    pure noise (the mean coefficients random-walk); a shared offset is a 3-dimensional
+    perturbation per particle whose score term carries that signal directly (an
+    evolution-strategies-like direction), while the independent part still explores
+    per-edge differences. Each coefficient's D values are then jointly Gaussian with the
+    equicorrelated covariance ``diag(sigma^2) + particle_noise_std^2 * 1 1^T`` over the
+    D (particle scope) or P * D (swarm scope) entries that share an offset
+    (:func:`gaussian_log_prob_entropy` scores it exactly).
+    """
+    noise = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
+    actions = mu + sigma * noise
+    if particle_noise_std > 0:
+        shape = (mu.shape[0], 1, 1, mu.shape[-1]) if noise_scope == "swarm" else (*mu.shape[:-2], 1, mu.shape[-1])
+        shared = torch.randn(shape, generator=generator, device=mu.device, dtype=mu.dtype)
+        actions = actions + particle_noise_std * shared
+    return actions
+
+
+def gaussian_log_prob_entropy(mu: torch.Tensor, sigma: torch.Tensor, actions: torch.Tensor, reduction: str = "mean",
+                              particle_noise_std: float = 0.0, noise_scope: str = "particle") -> tuple[torch.Tensor, torch.Tensor]:
     """Per-particle log-likelihood and entropy of ``actions [S, P, D, 3]``, ``[S, P]`` each.
 
-    ``log N(a; mu, sigma) = -(a - mu)^2 / (2 sigma^2) - log sigma - log(2 pi) / 2`` summed
-    over the 3 coefficients, then averaged (``"mean"``, the design note's choice: a
-    per-edge log-likelihood, which keeps PPO's ratio ``exp(lp - lp_old)`` O(1) for
-    D ~ hundreds of edges) or summed (``"sum"``, the exact joint density) over edges.
+    Without shared noise: ``log N(a; mu, sigma) = -(a - mu)^2 / (2 sigma^2) - log sigma -
+    log(2 pi) / 2`` summed over the 3 coefficients and the D edges. With
+    ``particle_noise_std = s > 0`` each coefficient's D-vector ``a`` is
+    ``N(mu, Sigma)``, ``Sigma = diag(sigma^2) + s^2 1 1^T`` (:func:`sample_coefficients`),
+    scored exactly by Sherman-Morrison with ``r = a - mu``, ``q = sum_d 1 / sigma_d^2``:
+
+        r^T Sigma^-1 r = sum_d r_d^2 / sigma_d^2 - s^2 (sum_d r_d / sigma_d^2)^2 / (1 + s^2 q)
+        log det Sigma  = sum_d log sigma_d^2 + log(1 + s^2 q)
+        log p = -(r^T Sigma^-1 r + log det Sigma + D log(2 pi)) / 2,  H = (log det Sigma + D (1 + log 2 pi)) / 2
+
+    ``reduction="mean"`` divides the joint log-density and entropy by D (the design
+    note's per-edge log-likelihood, which keeps PPO's ratio ``exp(lp - lp_old)`` O(1) for
+    D ~ hundreds of edges); ``"sum"`` keeps the exact joint density.
+
+    ``noise_scope="swarm"``: the P particles of an instance share the offset, so only the
+    swarm's joint density exists; it is computed over the P * D entries as above and
+    each particle gets ``1 / P`` of it (the particles' log-probs sum to the swarm's, so
+    ``sum_p A * grad log p_p`` is the swarm's score term when the advantage is shared).
     """
-    log_prob = -((actions - mu) ** 2) / (2 * sigma**2) - sigma.log() - 0.5 * math.log(2 * math.pi)
-    entropy = 0.5 + 0.5 * math.log(2 * math.pi) + sigma.log()
-    log_prob, entropy = log_prob.sum(-1), entropy.sum(-1)
+    if noise_scope == "swarm" and particle_noise_std > 0:
+        num_particles = mu.shape[-3]
+        joint = [x.reshape(x.shape[0], 1, -1, x.shape[-1]) for x in (mu, sigma, actions)]
+        log_prob, entropy = gaussian_log_prob_entropy(*joint, "sum", particle_noise_std, "particle")  # [S, 1]
+        scale = num_particles * (mu.shape[-2] if reduction == "mean" else 1)
+        return (log_prob / scale).expand(-1, num_particles), (entropy / scale).expand(-1, num_particles)
+    num_edges = mu.shape[-2]
+    residual = actions - mu
+    inverse_variance = sigma.pow(-2)
+    quadratic = (residual.pow(2) * inverse_variance).sum(-2)  # [S, P, 3]
+    log_det = (2.0 * sigma.log()).sum(-2)
+    if particle_noise_std > 0:
+        shared_variance = particle_noise_std**2
+        precision_sum = inverse_variance.sum(-2)
+        denominator = 1.0 + shared_variance * precision_sum
+        quadratic = quadratic - shared_variance * (residual * inverse_variance).sum(-2).pow(2) / denominator
+        log_det = log_det + denominator.log()
+    log_prob = -0.5 * (quadratic + log_det + num_edges * math.log(2 * math.pi))
+    entropy = 0.5 * (log_det + num_edges * (1.0 + math.log(2 * math.pi)))
+    log_prob, entropy = log_prob.sum(-1), entropy.sum(-1)  # over w, c1, c2
     if reduction == "mean":
-        return log_prob.mean(-1), entropy.mean(-1)
-    return log_prob.sum(-1), entropy.sum(-1)
+        return log_prob / num_edges, entropy / num_edges
+    return log_prob, entropy
