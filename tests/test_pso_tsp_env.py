@@ -161,6 +161,32 @@ def test_seeded_episodes_are_identical():
     assert torch.equal(runs[0].position, runs[1].position) and torch.equal(runs[0].best_tour, runs[1].best_tour)
 
 
+def test_paired_env_gives_both_halves_the_same_random_numbers():
+    from pglab.nets.tsp_pso import sample_coefficients
+
+    config = PSOTSPEnvConfig(num_cities=9, knn=4, n_particles=5, pso_iterations=6)
+    coords = random_instances(2, 9, make_generator(10))
+    env = PSOTSPEnv(config, "cpu", make_generator(3), decode="sample", paired=True)
+    state = env.reset(torch.cat([coords, coords]))
+    assert torch.equal(state.position[:2], state.position[2:]) and torch.equal(state.cost[:2], state.cost[2:])
+    for step in range(4):
+        # identical coefficients -> identical swarms (sampled decode included)
+        state, _, _ = env.step(random_coefficients((2, 5, config.dim), make_generator(50 + step)).repeat(2, 1, 1, 1))
+        assert torch.equal(state.position[:2], state.position[2:]) and torch.equal(state.best_tour[:2], state.best_tour[2:])
+    # different coefficients in the second half -> the swarms part ways
+    state, _, _ = env.step(torch.cat([fixed_coefficients((2, 5, config.dim)), fixed_coefficients((2, 5, config.dim), w=-0.5)]))
+    assert not torch.equal(state.position[:2], state.position[2:])
+    with pytest.raises(ValueError, match="even"):
+        PSOTSPEnv(config, "cpu", make_generator(3), paired=True).reset(random_instances(3, 9, make_generator(1)))
+    # mirrored exploration noise: the second half's deviations are the first half's negated
+    mu = torch.randn(2, 5, config.dim, 3).repeat(2, 1, 1, 1)
+    sigma = torch.full_like(mu, 0.3)
+    for scope in ("particle", "swarm"):
+        actions = sample_coefficients(mu, sigma, 0.3, make_generator(4), scope, antithetic=True)
+        torch.testing.assert_close(actions[2:] - mu[2:], -(actions[:2] - mu[:2]))
+        assert not torch.allclose(actions[:2], mu[:2])
+
+
 def test_bad_config_and_bad_actions():
     with pytest.raises(ConfigError, match="n_particles=0"):
         PSOTSPEnvConfig(n_particles=0)

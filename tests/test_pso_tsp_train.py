@@ -178,6 +178,12 @@ def test_resume_is_bit_exact(tmp_path, rl_mode):
     assert checkpoint["counters"]["iteration"] == 4
 
 
+def test_antithetic_needs_an_even_batch():
+    with pytest.raises(ConfigError, match="instances_per_iteration=3"):
+        tiny_config(antithetic=True, instances_per_iteration=3)
+    assert tiny_config(antithetic=True, instances_per_iteration=2).antithetic
+
+
 def test_best_validation_checkpoint_holds_the_best_validated_model(tmp_path):
     from pglab.algos.pso_tsp import agent_from_checkpoint, classic_validation, greedy_validation
 

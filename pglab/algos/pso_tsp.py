@@ -104,6 +104,9 @@ class PSOTSPTrainConfig:
     """std of an exploration offset per coefficient shared by all edges (0: per-edge noise only)"""
     noise_scope: Literal["particle", "swarm"] = "particle"
     """who shares that offset: each particle its own, or the whole swarm of an instance"""
+    antithetic: bool = False
+    """rollouts in mirrored pairs: each instance twice, with common PSO/decode random numbers
+    and negated exploration noise (instances_per_iteration counts both copies; must be even)"""
     # -- RL update (pglab.algos.onpolicy) -----------------------------------------------------
     rl_mode: Literal["reinforce_raw", "vpg_gae", "ppo"] = "ppo"
     """reinforce_raw | vpg_gae | ppo"""
@@ -170,6 +173,8 @@ class PSOTSPTrainConfig:
         check_positive("mu_scale", self.mu_scale)
         check_choice("log_prob_reduction", self.log_prob_reduction, ("mean", "sum"))
         check_non_negative("particle_noise_std", self.particle_noise_std)
+        if self.antithetic and self.instances_per_iteration % 2:
+            raise ConfigError("instances_per_iteration", self.instances_per_iteration, "must be even with antithetic: true")
         check_positive("lr", self.lr)
         for name in ("n_iterations", "instances_per_iteration", "log_interval", "save_interval", "eval_instances"):
             check_int(name, getattr(self, name), minimum=1)
@@ -259,7 +264,8 @@ def collect_rollout(model: HyperparamTSPModel, env: PSOTSPEnv, coords: torch.Ten
         for _ in range(T):
             scalars = swarm_scalars(state, T)
             mu, sigma, values = model(node_emb, edge_emb, state.position, state.velocity, state.pbest, state.gbest, scalars)
-            actions = sample_coefficients(mu, sigma, config.particle_noise_std, action_generator, config.noise_scope)
+            actions = sample_coefficients(mu, sigma, config.particle_noise_std, action_generator, config.noise_scope,
+                                          antithetic=config.antithetic)
             log_probs, _ = gaussian_log_prob_entropy(mu, sigma, actions, config.log_prob_reduction, config.particle_noise_std,
                                                      config.noise_scope)
             for name, tensor in (("position", state.position), ("velocity", state.velocity), ("pbest", state.pbest),
@@ -406,7 +412,7 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, echo=print) -> PSOTSPRunResult:
     hp = config.hyperparams()
     # Separate streams: instances, env noise (decode, r1, r2), policy sampling, minibatch order.
     generators = {name: make_generator(config.seed * 4 + i, device) for i, name in enumerate(("instances", "env", "action", "update"))}
-    env = PSOTSPEnv(config.env_config(), device, generators["env"], decode=config.train_decode)
+    env = PSOTSPEnv(config.env_config(), device, generators["env"], decode=config.train_decode, paired=config.antithetic)
     validation_coords = random_instances(config.eval_instances, config.num_cities, make_generator(10_000 + config.seed, device), device)
 
     # best_validation_pct: the best greedy validation improvement over classic PSO so far
@@ -447,7 +453,11 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, echo=print) -> PSOTSPRunResult:
             for iteration in range(start + 1, config.n_iterations + 1):
                 tick = time.perf_counter()
                 # -- rollout ----------------------------------------------------------------
-                coords = random_instances(config.instances_per_iteration, config.num_cities, generators["instances"], device)
+                if config.antithetic:  # each instance twice: a mirrored pair
+                    coords = random_instances(config.instances_per_iteration // 2, config.num_cities, generators["instances"], device)
+                    coords = torch.cat([coords, coords])
+                else:
+                    coords = random_instances(config.instances_per_iteration, config.num_cities, generators["instances"], device)
                 model.eval()
                 rollout = collect_rollout(model, env, coords, config, generators["action"])
                 # -- advantages -------------------------------------------------------------

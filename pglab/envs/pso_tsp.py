@@ -166,13 +166,30 @@ class PSOTSPEnv:
             state, reward, done = env.step(wc1c2)      # wc1c2 [B, P, D, 3]; reward [B, P]
     """
 
-    def __init__(self, config: PSOTSPEnvConfig, device: torch.device | str = "cpu", generator: torch.Generator | None = None, *, decode: str = "sample"):
+    def __init__(self, config: PSOTSPEnvConfig, device: torch.device | str = "cpu", generator: torch.Generator | None = None, *,
+                 decode: str = "sample", paired: bool = False):
         check_choice("decode", decode, ("sample", "greedy"))
+        self.paired = paired
         self.config = config
         self.device = torch.device(device)
         self.generator = generator if generator is not None else torch.Generator(device=self.device)
         self.decode_mode = decode
         self.state: SwarmState | None = None
+
+    def _random(self, shape: tuple[int, ...], normal: bool = False) -> torch.Tensor:
+        """``torch.rand`` / ``torch.randn`` of ``shape`` (batch first) from the env's generator.
+
+        ``paired``: common random numbers for a batch of two identical halves (instance b
+        and b + B/2 are the same instance): the second half reuses the first half's draws,
+        so the two swarms differ only through their coefficients.
+        """
+        draw = torch.randn if normal else torch.rand
+        if not self.paired:
+            return draw(shape, generator=self.generator, device=self.device)
+        if shape[0] % 2:
+            raise ValueError(f"PSOTSPEnv(paired=True): the batch must have an even size, got {shape[0]}")
+        half = draw((shape[0] // 2, *shape[1:]), generator=self.generator, device=self.device)
+        return torch.cat([half, half])
 
     # -- decoding -----------------------------------------------------------------------
     def edge_logits(self, position: torch.Tensor, state: SwarmState) -> torch.Tensor:
@@ -203,7 +220,7 @@ class PSOTSPEnv:
             row = row.masked_fill(visited, float("-inf"))
             if not greedy:
                 # Gumbel-max: argmax(logit + G), G ~ Gumbel(0, 1), samples softmax(logit).
-                uniform = torch.rand(row.shape, generator=self.generator, device=row.device, dtype=row.dtype)
+                uniform = self._random(tuple(row.shape)).to(row.dtype)
                 row = row - torch.log(-torch.log(uniform.clamp(1e-20, 1.0 - 1e-7)))
             current = row.argmax(-1)
             tours[..., step] = current
@@ -220,7 +237,7 @@ class PSOTSPEnv:
         B = coords.shape[0]
         dist, neighbours, edge_length = knn_graph(coords, cfg.k)
         edge_dist = (edge_length / edge_length.mean(dim=(1, 2), keepdim=True).clamp_min(1e-12)).reshape(B, cfg.dim)
-        position = cfg.init_std * torch.randn((B, cfg.n_particles, cfg.dim), generator=self.generator, device=self.device)
+        position = cfg.init_std * self._random((B, cfg.n_particles, cfg.dim), normal=True)
         zeros = torch.zeros(B, dtype=torch.float32, device=self.device)
         state = SwarmState(
             coords=coords, dist=dist, neighbours=neighbours, edge_dist=edge_dist,
@@ -248,8 +265,8 @@ class PSOTSPEnv:
         w = wc1c2[..., 0].clamp(cfg.w_min, cfg.w_max)
         c1 = wc1c2[..., 1].clamp(0.0, cfg.c_max)
         c2 = wc1c2[..., 2].clamp(0.0, cfg.c_max)
-        r1 = torch.rand(state.position.shape, generator=self.generator, device=self.device)
-        r2 = torch.rand(state.position.shape, generator=self.generator, device=self.device)
+        r1 = self._random(tuple(state.position.shape))
+        r2 = self._random(tuple(state.position.shape))
         x = state.position
         # v <- w v + c1 r1 (pbest - x) + c2 r2 (gbest - x)
         velocity = w * state.velocity + c1 * r1 * (state.pbest - x) + c2 * r2 * (state.gbest.unsqueeze(1) - x)

@@ -164,7 +164,8 @@ class HyperparamTSPModel(nn.Module):
 
 
 def sample_coefficients(mu: torch.Tensor, sigma: torch.Tensor, particle_noise_std: float = 0.0,
-                        generator: torch.Generator | None = None, noise_scope: str = "particle") -> torch.Tensor:
+                        generator: torch.Generator | None = None, noise_scope: str = "particle",
+                        antithetic: bool = False) -> torch.Tensor:
     """Draw ``wc1c2 [S, P, D, 3] = mu + sigma * eps_edge + particle_noise_std * eps_shared``.
 
     ``eps_edge ~ N(0, 1)`` is independent per edge; ``eps_shared ~ N(0, 1)`` is one draw
@@ -179,13 +180,24 @@ def sample_coefficients(mu: torch.Tensor, sigma: torch.Tensor, particle_noise_st
     equicorrelated covariance ``diag(sigma^2) + particle_noise_std^2 * 1 1^T`` over the
     D (particle scope) or P * D (swarm scope) entries that share an offset
     (:func:`gaussian_log_prob_entropy` scores it exactly).
+
+    ``antithetic``: the batch is two halves (the same instances, see ``PSOTSPEnv(paired=
+    True)``) and the second half's noise is the first half's negated (mirrored
+    sampling): each pair's score terms are equal and opposite, so in the policy
+    gradient the part of the return the pair shares cancels exactly.
     """
-    noise = torch.randn(mu.shape, generator=generator, device=mu.device, dtype=mu.dtype)
-    actions = mu + sigma * noise
+    def draw(shape: tuple[int, ...]) -> torch.Tensor:
+        if not antithetic:
+            return torch.randn(shape, generator=generator, device=mu.device, dtype=mu.dtype)
+        if shape[0] % 2:
+            raise ValueError(f"sample_coefficients(antithetic=True): the batch must have an even size, got {shape[0]}")
+        half = torch.randn((shape[0] // 2, *shape[1:]), generator=generator, device=mu.device, dtype=mu.dtype)
+        return torch.cat([half, -half])
+
+    actions = mu + sigma * draw(tuple(mu.shape))
     if particle_noise_std > 0:
         shape = (mu.shape[0], 1, 1, mu.shape[-1]) if noise_scope == "swarm" else (*mu.shape[:-2], 1, mu.shape[-1])
-        shared = torch.randn(shape, generator=generator, device=mu.device, dtype=mu.dtype)
-        actions = actions + particle_noise_std * shared
+        actions = actions + particle_noise_std * draw(shape)
     return actions
 
 
