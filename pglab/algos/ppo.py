@@ -188,6 +188,8 @@ class PPOConfig:
 
 # Fields a resumed run may change: they do not alter what was computed so far.
 # (Changing total_steps with anneal_lr changes the remaining learning-rate schedule.)
+# Per-step rollout outputs, in the order the trainer stacks them into [N, T, ...] buffers.
+ROLLOUT_FIELDS = ("obs", "actions", "log_probs", "values", "rewards", "dones", "truncs", "trunc_values")
 RESUMABLE_FIELDS = {"total_steps", "log_interval", "save_interval", "tensorboard", "eval_episodes", "device", "resume", "log_dir", "torch_threads"}
 
 
@@ -514,8 +516,7 @@ def train_ppo(config: PPOConfig, *, echo=print, stop_after: int | None = None) -
                         optimizer.param_groups[0]["lr"] = config.lr * (1.0 - (iteration - 1.0) / num_iterations)
 
                     # -- 1. collect a rollout with the current policy ------------------
-                    steps: dict[str, list[torch.Tensor]] = {name: [] for name in (
-                        "obs", "actions", "log_probs", "values", "rewards", "dones", "truncs", "trunc_values")}
+                    steps: dict[str, list[torch.Tensor]] = {name: [] for name in ROLLOUT_FIELDS}
                     no_trunc_value = torch.zeros(N, device=device)
                     # inference_mode, not just no_grad: it also skips autograd's version
                     # counters, about 10% of a CPU rollout step with these small nets.
@@ -535,8 +536,7 @@ def train_ppo(config: PPOConfig, *, echo=print, stop_after: int | None = None) -
                         # -- 2. bootstrap value of the state after the rollout ----------
                         last_value = net.value(obs)
                     obs_buf, action_buf, log_prob_buf, value_buf, reward_buf, done_buf, trunc_buf, trunc_value_buf = (
-                        torch.stack(steps[name], dim=1) for name in (
-                            "obs", "actions", "log_probs", "values", "rewards", "dones", "truncs", "trunc_values"))
+                        torch.stack(steps[name], dim=1) for name in ROLLOUT_FIELDS)
                     episode_return_buf, episode_length_buf = tracker.update_rollout(reward_buf, done_buf | trunc_buf)
 
                     # Finished episodes of this rollout (returns/lengths are 0 elsewhere).

@@ -30,7 +30,7 @@ from torch.nn import functional as F
 
 from pglab.contracts import check_tensor
 from pglab.errors import TensorContractError
-from pglab.nets.mlp import build_mlp, mlp_forward
+from pglab.nets.mlp import FUNCTIONAL_ACTIVATIONS, build_mlp, mlp_forward
 
 _FLOATS = (torch.float32, torch.float64)
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -114,14 +114,13 @@ class ActorCritic(nn.Module, abc.ABC):
 
 def _side_by_side(actor: nn.Sequential, critic: nn.Sequential):
     """``[(weight, bias, activation)]`` of the joint MLP ``x -> [actor(x), critic(x)]``, or ``None``."""
-    from pglab.nets.mlp import _FUNCTIONAL
 
     def plan(mlp: nn.Sequential):
         steps: list[list] = []
         for layer in mlp:
             if type(layer) is nn.Linear:
                 steps.append([layer, None])
-            elif type(layer) in _FUNCTIONAL and steps and steps[-1][1] is None:
+            elif type(layer) in FUNCTIONAL_ACTIVATIONS and steps and steps[-1][1] is None:
                 steps[-1][1] = type(layer)
             else:
                 return None
@@ -140,7 +139,7 @@ def _side_by_side(actor: nn.Sequential, critic: nn.Sequential):
             else:
                 weight = torch.block_diag(actor_layer.weight, critic_layer.weight)
             bias = torch.cat([actor_layer.bias, critic_layer.bias])
-            layers.append((weight.detach().clone(), bias.detach().clone(), _FUNCTIONAL[activation] if activation else None))
+            layers.append((weight.detach().clone(), bias.detach().clone(), FUNCTIONAL_ACTIVATIONS[activation] if activation else None))
     return layers
 
 

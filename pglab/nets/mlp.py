@@ -43,7 +43,7 @@ def build_mlp(
     return nn.Sequential(*layers)
 
 
-_FUNCTIONAL = {nn.Tanh: torch.tanh, nn.ReLU: torch.relu, nn.SiLU: nn.functional.silu}
+FUNCTIONAL_ACTIVATIONS = {nn.Tanh: torch.tanh, nn.ReLU: torch.relu, nn.SiLU: nn.functional.silu}
 
 
 def mlp_forward(mlp: nn.Sequential, inputs: torch.Tensor) -> torch.Tensor:
@@ -59,8 +59,8 @@ def mlp_forward(mlp: nn.Sequential, inputs: torch.Tensor) -> torch.Tensor:
     for layer in mlp:
         if type(layer) is nn.Linear:
             out = nn.functional.linear(out, layer.weight, layer.bias)
-        elif type(layer) in _FUNCTIONAL:
-            out = _FUNCTIONAL[type(layer)](out)
+        elif type(layer) in FUNCTIONAL_ACTIVATIONS:
+            out = FUNCTIONAL_ACTIVATIONS[type(layer)](out)
         else:
             out = layer(out)
     return out
