@@ -106,3 +106,26 @@ def test_episode_tracker_rollout_update_equals_the_step_by_step_update():
             assert torch.equal(returns, torch.stack([r for r, _ in per_step], dim=1))
             assert torch.equal(lengths, torch.stack([n for _, n in per_step], dim=1))
             assert torch.equal(stepwise.returns, batched.returns) and torch.equal(stepwise.lengths, batched.lengths)
+
+
+def test_numpy_to_tensor_conversion_keeps_dtype_and_values_on_every_path():
+    import numpy as np
+
+    from pglab.envs.gym_adapter import _to_tensor
+
+    cpu = torch.device("cpu")
+    rewards = np.array([1.0, -2.5, 3.25], dtype=np.float32)
+    fast = _to_tensor(rewards, torch.float32, cpu)
+    assert fast.dtype == torch.float32 and fast.tolist() == [1.0, -2.5, 3.25]
+    assert np.shares_memory(fast.numpy(), rewards)  # torch.from_numpy: no copy, like torch.as_tensor
+    flags = _to_tensor(np.array([True, False]), torch.bool, cpu)
+    assert flags.dtype == torch.bool and flags.tolist() == [True, False]
+    # conversions and arrays torch.from_numpy cannot take fall back to torch.as_tensor
+    assert _to_tensor(np.array([0.5, 1.5]), torch.float32, cpu).dtype == torch.float32  # float64 Box obs
+    assert _to_tensor(np.array([1, 0]), torch.bool, cpu).tolist() == [True, False]
+    frozen = np.array([1.0, 2.0], dtype=np.float32)
+    frozen.flags.writeable = False
+    assert _to_tensor(frozen, torch.float32, cpu).tolist() == [1.0, 2.0]
+    swapped = np.array([1.0, 2.0], dtype=">f4")  # non-native byte order
+    assert _to_tensor(swapped, torch.float32, cpu).tolist() == [1.0, 2.0]
+    assert _to_tensor([1.0, 2.0], torch.float32, cpu).tolist() == [1.0, 2.0]  # a list (AsyncVectorEnv infos)

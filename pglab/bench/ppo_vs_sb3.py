@@ -58,7 +58,7 @@ class Hyperparams:
     gae_lambda: float
     clip_coef: float = 0.2
     entropy_coef: float = 0.0
-    value_coef: float = 0.5
+    value_coef: float = 0.5  # SB3 vf_coef (pglab gets 2x: see run_pglab)
     max_grad_norm: float = 0.5
     hidden: tuple[int, ...] = (64, 64)
 
@@ -118,7 +118,11 @@ def run_pglab(env_id: str, hp: Hyperparams, seed: int, episodes: int, work_dir: 
     config = PPOConfig(
         env=f"gym:{env_id}", rl_mode="ppo", total_steps=hp.total_steps, num_envs=hp.num_envs, num_steps=hp.num_steps,
         lr=hp.lr, anneal_lr=hp.anneal_lr, gamma=hp.gamma, gae_lambda=hp.gae_lambda, ppo_epochs=hp.ppo_epochs,
-        num_minibatches=hp.num_minibatches, clip_coef=hp.clip_coef, entropy_coef=hp.entropy_coef, value_coef=hp.value_coef,
+        num_minibatches=hp.num_minibatches, clip_coef=hp.clip_coef, entropy_coef=hp.entropy_coef,
+        # SB3's value loss is mean((R - V)^2); pglab's (CleanRL's) is 0.5 * mean((V - R)^2).
+        # Twice the coefficient gives the same loss, hence the same gradient-norm clipping,
+        # which acts on actor and critic gradients together.
+        value_coef=2.0 * hp.value_coef,
         max_grad_norm=hp.max_grad_norm, hidden_dims=hp.hidden, seed=seed, device="cpu", torch_threads=1,
         log_dir=work_dir / f"{env_id}-seed{seed}-{vectorization}", tensorboard=False, eval_episodes=0, log_interval=1,
         vectorization=vectorization,

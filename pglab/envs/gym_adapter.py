@@ -30,6 +30,26 @@ _TORCH_DTYPES = {
 }
 
 
+def _to_tensor(array: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """NumPy (or a list) -> torch tensor of ``dtype`` on ``device``, sharing memory where
+    it can, as ``torch.as_tensor`` does. ``torch.from_numpy`` costs ~2 us against ~5-10 us
+    for ``torch.as_tensor(..., dtype=, device=)``; with four conversions per step that is
+    a sixth of a 4-copy CartPole step. Read-only or non-native-byte-order arrays, which
+    torch cannot wrap, are copied first."""
+    array = np.asarray(array)
+    if not (array.dtype.isnative and array.flags.writeable):
+        array = array.astype(array.dtype.newbyteorder("="), copy=True)
+    tensor = torch.from_numpy(array)
+    if device.type == "cpu" and _FROM_NUMPY_DTYPES.get(array.dtype) == dtype:
+        return tensor
+    return tensor.to(device=device, dtype=dtype)
+
+
+# The dtype torch.from_numpy gives for each NumPy dtype that can arrive here.
+_FROM_NUMPY_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.bool_): torch.bool, np.dtype(np.uint8): torch.uint8,
+                      np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32}
+
+
 def _action_spec(space: Any) -> ActionSpec:
     from gymnasium import spaces
 
@@ -70,7 +90,7 @@ class GymVectorAdapter:
         self.action_spec = _action_spec(env.single_action_space)
 
     def _obs(self, array: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(array)).to(device=self.device, dtype=self.observation_dtype)
+        return _to_tensor(array, self.observation_dtype, self.device)
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         obs, _ = self.env.reset(seed=seed)
@@ -98,9 +118,9 @@ class GymVectorAdapter:
         out_info = {"final_obs": final_obs}
         return (
             obs_t,
-            torch.as_tensor(np.asarray(reward), dtype=torch.float32, device=self.device),
-            torch.as_tensor(np.asarray(terminated), dtype=torch.bool, device=self.device),
-            torch.as_tensor(np.asarray(truncated), dtype=torch.bool, device=self.device),
+            _to_tensor(reward, torch.float32, self.device),
+            _to_tensor(terminated, torch.bool, self.device),
+            _to_tensor(truncated, torch.bool, self.device),
             out_info,
         )
 
@@ -142,8 +162,10 @@ def _same_step_cartpole() -> type:
             )
             x_acc = temp - self.polemass_length * theta_acc * cos_theta / self.total_mass
             # Explicit Euler with the old velocities (CartPole-v1's "euler" integrator).
-            self.state = np.stack((x + self.tau * x_dot, x_dot + self.tau * x_acc,
-                                   theta + self.tau * theta_dot, theta_dot + self.tau * theta_acc))
+            # One [4, N] update, elementwise the same operations as CartPoleEnv's
+            # x + tau * x_dot etc.: each NumPy call on 4-element rows costs ~1 us of
+            # dispatch, so 3 calls instead of 9 (and np.array, not the slower np.stack).
+            self.state = self.state + self.tau * np.array((x_dot, x_acc, theta_dot, theta_acc))
             x, theta = self.state[0], self.state[2]
             terminated = (np.abs(x) > self.x_threshold) | (np.abs(theta) > self.theta_threshold_radians)
             self.steps += 1
