@@ -120,7 +120,7 @@ def test_numpy_to_tensor_conversion_keeps_dtype_and_values_on_every_path():
     assert np.shares_memory(fast.numpy(), rewards)  # torch.from_numpy: no copy, like torch.as_tensor
     flags = _to_tensor(np.array([True, False]), torch.bool, cpu)
     assert flags.dtype == torch.bool and flags.tolist() == [True, False]
-    # conversions and arrays torch.from_numpy cannot take fall back to torch.as_tensor
+    # dtype conversions, and arrays torch.from_numpy cannot wrap (copied first)
     assert _to_tensor(np.array([0.5, 1.5]), torch.float32, cpu).dtype == torch.float32  # float64 Box obs
     assert _to_tensor(np.array([1, 0]), torch.bool, cpu).tolist() == [True, False]
     frozen = np.array([1.0, 2.0], dtype=np.float32)
@@ -128,4 +128,4 @@ def test_numpy_to_tensor_conversion_keeps_dtype_and_values_on_every_path():
     assert _to_tensor(frozen, torch.float32, cpu).tolist() == [1.0, 2.0]
     swapped = np.array([1.0, 2.0], dtype=">f4")  # non-native byte order
     assert _to_tensor(swapped, torch.float32, cpu).tolist() == [1.0, 2.0]
-    assert _to_tensor([1.0, 2.0], torch.float32, cpu).tolist() == [1.0, 2.0]  # a list (AsyncVectorEnv infos)
+    assert _to_tensor([1.0, 2.0], torch.float32, cpu).tolist() == [1.0, 2.0]  # not an array at all

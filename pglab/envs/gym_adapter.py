@@ -40,14 +40,9 @@ def _to_tensor(array: Any, dtype: torch.dtype, device: torch.device) -> torch.Te
     if not (array.dtype.isnative and array.flags.writeable):
         array = array.astype(array.dtype.newbyteorder("="), copy=True)
     tensor = torch.from_numpy(array)
-    if device.type == "cpu" and _FROM_NUMPY_DTYPES.get(array.dtype) == dtype:
+    if tensor.dtype == dtype and tensor.device == device:
         return tensor
     return tensor.to(device=device, dtype=dtype)
-
-
-# The dtype torch.from_numpy gives for each NumPy dtype that can arrive here.
-_FROM_NUMPY_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.bool_): torch.bool, np.dtype(np.uint8): torch.uint8,
-                      np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32}
 
 
 def _action_spec(space: Any) -> ActionSpec:
