@@ -302,3 +302,141 @@ def test_fast_cpu_sorts_agree_with_torch_sort_and_detect_ties():
     leaf = torch.randn(4, 10, generator=gen, requires_grad=True)
     torch.testing.assert_close(_sorted_values(leaf, True), torch.sort(leaf.detach(), dim=-1).values)
     assert _sorted_values(leaf, True).requires_grad
+
+
+def _tricky_float32_rows(seed: int) -> torch.Tensor:
+    """float32 rows exercising the packed CPU sort: ties among negative and positive
+    rewards, both zeros, denormals, huge magnitudes and neighbouring floats."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = torch.randint(-3, 4, (48, 33), generator=gen).float() * 0.5  # many ties, both signs
+    rows[0] = -4.0 - torch.rand(33, generator=gen)  # negative, like -tour_length
+    rows[0, ::3] = rows[0, 1]  # a run of equal negative rewards
+    rows[1] = torch.randn(33, generator=gen) * 1e30
+    rows[2] = torch.randn(33, generator=gen) * 1e-40  # float32 denormals
+    rows[3] = torch.nextafter(torch.full((33,), 1.0), torch.tensor(2.0)) * torch.arange(33).remainder(2)
+    rows[4, :6] = torch.tensor([0.0, 0.0, 1e-45, -1e-45, 0.0, 0.0])
+    return rows
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_packed_cpu_sort_is_the_stable_sort_in_both_directions(descending):
+    from pglab.estimators.maxk import _sort_rows
+
+    rewards = _tricky_float32_rows(7)
+    want_values, want_indices = torch.sort(rewards, dim=-1, descending=descending, stable=True)
+    values, indices, has_ties = _sort_rows(rewards, True, descending=descending)
+    assert has_ties
+    assert torch.equal(values, want_values)
+    assert torch.equal(indices, want_indices)
+    # Without `stable` the order of ties is only deterministic; values and the
+    # permutation still agree.
+    values, indices, _ = _sort_rows(rewards, False, descending=descending)
+    assert torch.equal(values, want_values)
+    assert torch.equal(rewards.gather(-1, indices), values)
+    assert torch.equal(indices.sort(-1).values, torch.arange(33).expand(48, 33))
+    # A row without ties takes the one-sort path and is still the stable order.
+    distinct = rewards[1:2]
+    values, indices, has_ties = _sort_rows(distinct, True, descending=descending)
+    assert not has_ties and torch.equal(indices, torch.sort(distinct, descending=descending).indices)
+
+
+def test_packed_cpu_sort_falls_back_for_infinities_and_nan():
+    from pglab.estimators.maxk import _packed_sort, _sort_rows
+
+    rewards = torch.randn(3, 9, generator=torch.Generator().manual_seed(8))
+    rewards[0, 0] = float("inf")  # at position 0 no bits are set: still a valid key
+    assert _packed_sort(rewards, descending=False, stable=False) is not None
+    rewards[1, 4] = -float("inf")  # becomes NaN with its position bits: not packable
+    assert _packed_sort(rewards, descending=False, stable=False) is None
+    for descending in (False, True):
+        values, indices, _ = _sort_rows(rewards, True, descending=descending)
+        want = torch.sort(rewards, dim=-1, descending=descending, stable=True)
+        assert torch.equal(values, want.values) and torch.equal(indices, want.indices)
+    rewards[2, 2] = float("nan")
+    values, _, _ = _sort_rows(rewards, True)
+    assert torch.equal(values.isnan(), torch.sort(rewards, dim=-1).values.isnan())
+
+
+@pytest.mark.parametrize("n", [2, 5, 8])
+def test_float32_cpu_path_matches_subset_enumeration_and_shares_ties_exactly(n):
+    gen = torch.Generator().manual_seed(10 + n)
+    tied = torch.randint(-2, 3, (4, n), generator=gen).float() * 0.75 - 4.0
+    continuous = torch.randn(4, n, generator=gen) * 0.3 - 4.0
+    rewards = torch.cat([tied, continuous, -tied])
+    for k in range(1, n + 1):
+        for mode in MODES:
+            if not mode_allowed(mode, n, k):
+                continue
+            got = maxk_gradient_weights(rewards, k, variance_reduction=mode)
+            assert got.dtype == torch.float32
+            want = torch.tensor([brute_weights(r.double().tolist(), k, mode) for r in rewards], dtype=torch.float64)
+            torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6, msg=f"mode={mode} n={n} k={k}")
+            # Equal rewards get bit-identical weights, whichever sort order is used.
+            same = rewards[:, :, None] == rewards[:, None, :]
+            assert torch.all((got[:, :, None] == got[:, None, :])[same])
+            unstable = maxk_gradient_weights(rewards, k, variance_reduction=mode, stable_sort=False)
+            assert torch.equal(unstable, got)
+
+
+@pytest.mark.parametrize(("n", "k"), [(6, 1), (6, 3), (40, 8), (40, 20)])
+def test_sample_loo_closed_form_equals_the_leave_one_out_sums(n, k, monkeypatch):
+    """w = n/(n-k) (s - mean s) (used for 2k <= n) against the explicit form
+    s_i - (k/n) rho_hat_k(g_{-i}) evaluated by the general code path."""
+    from pglab.estimators import maxk
+
+    gen = torch.Generator().manual_seed(n * k)
+    rewards = torch.randn(6, n, generator=gen, dtype=torch.float64) - 4.0
+    assert maxk._sample_loo_from_none(n, k)
+    closed = maxk_gradient_weights(rewards, k, variance_reduction="sample_loo")
+    none = maxk_gradient_weights(rewards, k)
+    torch.testing.assert_close(closed, n / (n - k) * (none - none.mean(-1, keepdim=True)), rtol=1e-12, atol=1e-13)
+    maxk._sorted_coefficients.cache_clear()
+    monkeypatch.setattr(maxk, "_sample_loo_from_none", lambda n, k: False)
+    try:
+        general = maxk_gradient_weights(rewards, k, variance_reduction="sample_loo")
+    finally:
+        maxk._sorted_coefficients.cache_clear()
+    torch.testing.assert_close(general, closed, rtol=1e-11, atol=1e-13)
+    # The explicit definition, one row at a time: rho_hat_k of the other n-1 samples.
+    s = none[0]
+    for i in range(n):
+        others = torch.cat([rewards[0, :i], rewards[0, i + 1 :]])[None]
+        want = s[i] - (k / n) * maxk_reward_estimate(others, k)[0]
+        torch.testing.assert_close(closed[0, i], want, rtol=1e-11, atol=1e-13)
+
+
+def test_subloo_weights_are_nonnegative_nondecreasing_and_zero_for_the_worst():
+    gen = torch.Generator().manual_seed(11)
+    rewards = torch.randn(64, 128, generator=gen) * 0.3 - 4.0
+    k = 8
+    w = maxk_gradient_weights(rewards, k, variance_reduction="subloo")
+    assert torch.all(w >= 0)
+    by_rank = w.gather(-1, rewards.argsort(-1))
+    assert torch.all(by_rank[:, 1:] >= by_rank[:, :-1])
+    assert torch.all(by_rank[:, : k - 1] == 0) and torch.all(by_rank[:, k - 1 :] > 0)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e3, -1e4])
+def test_float32_baselined_weights_survive_a_large_reward_offset(offset):
+    gen = torch.Generator().manual_seed(12)
+    rewards32 = (offset + 0.05 * torch.randn(16, 128, generator=gen, dtype=torch.float64)).float()
+    for mode in ("sample_loo", "subloo"):
+        w32 = maxk_gradient_weights(rewards32, 8, variance_reduction=mode)
+        w64 = maxk_gradient_weights(rewards32.double(), 8, variance_reduction=mode)
+        assert float((w32.double() - w64).abs().max() / w64.abs().max()) < 1e-5, mode
+
+
+def test_weights_are_differentiable_through_the_rewards():
+    """Autograd sees the sort on both paths (float64: torch.sort; float32 CPU: packed
+    keys, values gathered from the input), and both give the same gradient."""
+    gen = torch.Generator().manual_seed(13)
+    rewards = torch.randn(3, 9, generator=gen, dtype=torch.float64)
+    cotangent = torch.randn(3, 9, generator=gen, dtype=torch.float64)
+    for mode in MODES:
+        leaf = rewards.clone().requires_grad_(True)
+        assert torch.autograd.gradcheck(lambda x: maxk_gradient_weights(x, 3, variance_reduction=mode), (leaf,))
+        (grad64,) = torch.autograd.grad((maxk_gradient_weights(leaf, 3, variance_reduction=mode) * cotangent).sum(), leaf)
+        leaf32 = rewards.float().requires_grad_(True)
+        weights32 = maxk_gradient_weights(leaf32, 3, variance_reduction=mode)
+        (grad32,) = torch.autograd.grad((weights32 * cotangent.float()).sum(), leaf32)
+        torch.testing.assert_close(grad32.double(), grad64, rtol=1e-5, atol=1e-6)
