@@ -202,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         cases.append(
             (f"maxk_gradient_weights[{mode}]", lambda mode=mode: maxk_gradient_weights(rewards, args.k, variance_reduction=mode))
         )
+    # Rewards on a grid of 0.01: ties in every row (tied samples then share one weight).
+    tied = torch.round(rewards * 100) / 100
+    cases.append(("maxk_gradient_weights[subloo], ties", lambda: maxk_gradient_weights(tied, args.k, variance_reduction="subloo")))
     for name, fn in cases:
         print(f"{name:<40} {_time(fn, args.repeats, device):>10.3f} {_cpu_time(fn, args.repeats, device):>10.3f} "
               f"{_peak_memory_mb(fn, device):>10.2f}")

@@ -40,33 +40,26 @@ forces a distinct first node per sample) the same formulas are unbiased for the
 best of k samples with k distinct, uniformly chosen strata, with the same weights: the
 subset-average argument only needs the samples to be independent.
 
-Two identities the computation uses (both follow from the subset sums above):
+Computation: one sort per row, then every mode's weights are one or two cumulative sums
+over the gaps ``g_(r+1) - g_(r) >= 0`` between neighbouring sorted rewards (derived in
+:func:`_weights_in_sorted_order`; e.g. subloo is
+``w_(p) = (1 / C(n, k)) * sum_{r=2}^{p} C(r-1, k-1) (g_(r) - g_(r-1))``, 1-based). Each
+sum adds terms of one sign, so float32 needs no care (no cancellation; the baselined
+modes need no centring, and a large common offset of the rewards does not enter at all).
+O(n log n) per row, batched over rows, on any device. On the CPU, float32 rows are
+sorted by NumPy's SIMD sort as float64 keys that carry each sample's position in their
+spare mantissa bits (~20x faster than ``torch.sort``; ~0.4 ms for all of
+``maxk_gradient_weights`` at B=512, n=128 on one core, ``bench/maxk.py``). Binomial
+ratios come from ``lgamma`` in float64 (no binomial is ever materialised, so n = 4096
+with any k is fine), cached per (n, k, device), and cast to the rewards' dtype;
+half-precision rewards are processed in float32.
 
-* ``"sample_loo"`` is the ``"none"`` weights centred and rescaled,
-  ``w_i = n/(n-k) * (s_i - mean_j s_j)``: a subset without i is any subset minus one
-  with i, ``C(n-1, k) rho_hat_k(g_{-i}) = C(n, k) (rho_hat - s_i)``, and
-  ``sum_i s_i = k rho_hat``.
-* ``"subloo"`` is a cumulative sum over the gaps between neighbouring sorted rewards,
-  ``w_(p) = (1 / C(n, k)) * sum_{r=2}^{p} C(r-1, k-1) (g_(r) - g_(r-1))`` (1-based):
-  every term is >= 0, so it has no cancellation at all.
-
-Computation: one sort per row plus one or two cumulative sums, O(n log n) per row,
-batched over rows, on any device. On the CPU, float32 rows are sorted by NumPy's SIMD
-sort as float64 keys that carry each sample's position in their spare mantissa bits
-(~20x faster than ``torch.sort``; ~0.4 ms for all of ``maxk_gradient_weights`` at
-B=512, n=128 on one core, ``bench/maxk.py``). Binomial ratios are formed as
-``exp(lgamma(..) - lgamma(..))`` in float64 (no binomial is ever materialised, so
-n = 4096 with any k is fine), cached per (n, k, device), and cast to the rewards' dtype;
-half-precision rewards are processed in float32. Exclusive sums are cumulative sums over
-a slice, never ``cumsum - x`` (that cancels catastrophically in float32 when a
-coefficient is ~n times the partial sum, as at k near n).
-
-Ties: all three estimators are symmetric in tied values (Pascal's rule makes the rank
-formulas agree for equal rewards), so any tie order gives the same exact result. In
-floating point, members of a run of equal rewards are given the weight computed for one
-member of the run, so equal rewards get bit-identical weights and the result does not
-depend on the tie order at all. ``stable_sort`` makes the sort itself order ties by
-position (deterministic and stable, as ``torch.sort(stable=True)``).
+Ties: all three estimators are symmetric in tied values, so any tie order gives the
+same exact result. In floating point too: a run of equal rewards has zero gaps, so its
+members get bit-identical weights, whatever order the sort gave them (on the CPU, where
+cumulative sums are sequential; on other devices one member's weight is copied to the
+run). ``stable_sort`` is ``torch.sort``'s flag where that sort is used (CUDA, float64);
+the CPU float32 sort orders ties deterministically by position.
 """
 from __future__ import annotations
 
@@ -105,27 +98,41 @@ def _binomial_ratio(top: torch.Tensor, bottom: int, total_top: int, total_bottom
     return torch.exp(_log_binomial(top, bottom_) - log_den)
 
 
+def _reverse_cumsum(values: torch.Tensor) -> torch.Tensor:
+    """``out[..., p] = sum_{j >= p} values[..., j]`` (summed from the top)."""
+    return torch.flip(torch.cumsum(torch.flip(values, dims=(-1,)), dim=-1), dims=(-1,))
+
+
 @functools.lru_cache(maxsize=128)
 def _coefficients(n: int, k: int, device: torch.device, dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
-    """Per-rank coefficients (0-based rank r = 0..n-1), ``[n]`` each, in ``dtype``.
+    """Per-rank coefficients, in ``dtype``: the value estimate's (0-based rank r = 0..n-1)
+    and, per mode, the weight of each gap ``g_(r+1) - g_(r)`` (r = 0..n-2) in the
+    weights of the ranks above it (``*_below``: r < p) or at and below it (``*_above``:
+    r >= p); see :func:`_weights_in_sorted_order`::
 
-    ``value[r]   = C(r, k-1)   / C(n, k)``     weight of g_(r) in rho_hat and diagonal of s
-    ``above[r]   = C(r-1, k-2) / C(n, k)``     weight of a higher-ranked g_(r) in s below it
-    ``loo_lo[r]  = C(r, k-1)   / C(n-1, k)``   rho_hat_k(x_{-p}) weight of g_(r), r < p
-    ``loo_hi[r]  = C(r-1, k-1) / C(n-1, k)``   rho_hat_k(x_{-p}) weight of g_(r), r > p
+        value[r]            = C(r, k-1) / C(n, k)
+        none_above[r]       = sum_{q > r} C(q-1, k-2) / C(n, k)
+        subloo_below[r]     = C(r+1, k-1) / C(n, k)
+        sample_loo_below[r] = (k/n) C(r+1, k) / C(n-1, k)                     (n > k)
+        sample_loo_above[r] = -(k/n) C(r, k-1) / C(n-1, k-1) * (n-1-r)/(n-k)  (n > k)
 
-    Computed in float64 and cast once; cached per (n, k, device, dtype) because they
-    depend on nothing else and rebuilding (or even re-casting) them costs a handful of
+    Ratios of binomials from ``lgamma`` in float64 (never a binomial, so n = 4096 with any
+    k is fine), every one a product or a sum of non-negative terms (no cancellation);
+    cast once and cached per (n, k, device, dtype): rebuilding them costs a handful of
     small kernels per call, a visible share of a ~0.1 ms estimator.
     """
     rank = torch.arange(n, dtype=torch.float64, device=device)
+    gap = rank[:-1]  # the gap between ranks r and r+1, r = 0..n-2
+    above_rank = _binomial_ratio(rank - 1, k - 2, n, k) if k >= 2 else torch.zeros_like(rank)
     table = {
         "value": _binomial_ratio(rank, k - 1, n, k),
-        "above": _binomial_ratio(rank - 1, k - 2, n, k) if k >= 2 else torch.zeros_like(rank),
+        # sum over the ranks q > r: a cumulative sum from the top of non-negative terms
+        "none_above": _reverse_cumsum(above_rank)[1:],
+        "subloo_below": _binomial_ratio(gap + 1, k - 1, n, k),
     }
     if n > k:
-        table["loo_lo"] = _binomial_ratio(rank, k - 1, n - 1, k)
-        table["loo_hi"] = _binomial_ratio(rank - 1, k - 1, n - 1, k)
+        table["sample_loo_below"] = (k / n) * _binomial_ratio(gap + 1, k, n - 1, k)
+        table["sample_loo_above"] = -(k / n) * _binomial_ratio(gap, k - 1, n - 1, k - 1) * (n - 1 - gap) / (n - k)
     return {name: value.to(dtype) for name, value in table.items()}
 
 
@@ -146,118 +153,86 @@ def _working_dtype(rewards: torch.Tensor) -> torch.dtype:
     return rewards.dtype if rewards.dtype in (torch.float32, torch.float64) else torch.float32
 
 
-def _exclusive_cumsum(values: torch.Tensor) -> torch.Tensor:
-    """``out[..., p] = sum_{j < p} values[..., j]`` (used for the run ids of tied rewards)."""
-    inclusive = torch.cumsum(values, dim=-1)
-    out = torch.zeros_like(inclusive)
-    out[..., 1:] = inclusive[..., :-1]
-    return out
-
-
-def _reverse_cumsum(values: torch.Tensor) -> torch.Tensor:
-    """``out[..., p] = sum_{j >= p} values[..., j]`` (summed from the top)."""
-    return torch.flip(torch.cumsum(torch.flip(values, dims=(-1,)), dim=-1), dims=(-1,))
-
-
-def _sample_loo_from_none(n: int, k: int) -> bool:
-    """Whether ``"sample_loo"`` is computed as ``n/(n-k) * (s - mean(s))``.
-
-    That identity costs one cheap pass over the ``"none"`` weights instead of a second
-    cumulative sum, but it cancels: the spread of ``s`` across a row shrinks like
-    ``(n - k) / n`` as k nears n (every subset then holds the best sample), so the
-    rounding error of ``s`` is amplified ~``n / (n - k)``-fold. For ``2k <= n`` that is
-    at most 2x; beyond it the ranks-below/ranks-above sums are used (stable for every k).
-    """
-    return 2 * k <= n
-
-
-def _sorts_descending(mode: str, n: int, k: int) -> bool:
-    """The sort order each mode's weights are computed in: the one where its sum over
-    other ranks runs over the positions *before* each sample, a plain cumulative sum (a
-    sum over the positions after it needs two flips as well)."""
-    return mode == "none" or (mode == "sample_loo" and _sample_loo_from_none(n, k))
+# The sort order each mode's weights are computed in: the one where its sum over gaps
+# runs over the gaps before each sample, a plain cumulative sum (a sum over the gaps
+# after it would need two flips as well): "none" sums the gaps above a sample.
+_DESCENDING = {"none": True, "subloo": False, "sample_loo": False}
 
 
 @functools.lru_cache(maxsize=128)
 def _sorted_coefficients(n: int, k: int, mode: str, device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """The per-position coefficient vectors :func:`_weights_in_sorted_order` uses for
-    one mode, in its sort order (:func:`_sorts_descending`); formed in float64 from
-    :func:`_coefficients`, cast once, cached."""
+    """:func:`_coefficients`' gap weights of one mode laid out over the positions of the
+    mode's sort order (``_DESCENDING``), for :func:`_weights_in_sorted_order`:
+    ``forward[j]`` (and, for sample_loo, ``total[j]``) multiplies the step
+    ``g_j - g_{j-1}`` into position j (``[n]`` each, 0 at j = 0, where there is no step)."""
     coef = _coefficients(n, k, device)
-    if mode == "subloo":
-        # Ascending; the weight of the gap g_(r) - g_(r-1) is value_r (0 for r = 0).
-        out = {"gap": torch.cat([coef["value"].new_zeros(1), coef["value"][1:]])}
-    elif _sorts_descending(mode, n, k):
-        scale = n / (n - k) if mode == "sample_loo" else 1.0
-        # Descending: position j holds rank n-1-j. The rank's own `above` term is moved
-        # from the diagonal into the (then inclusive) cumulative sum.
-        value, above = (scale * torch.flip(coef[name], dims=(0,)) for name in ("value", "above"))
-        out = {"diagonal": value - above, "above": above}
-    else:  # sample_loo, 2k > n: ascending, exclusive sums over the ranks below and above
-        out = {
-            "value": coef["value"],
-            "below": -(k / n) * coef["loo_lo"][:-1],  # (the baseline's lower ranks)
-            "above": (coef["above"] - (k / n) * coef["loo_hi"])[1:],
-        }
+    zero = torch.zeros(1, dtype=torch.float64, device=device)
+    if mode == "none":
+        # Descending: the step into position j >= 1 is -(gap of rank n-1-j), and the
+        # ranks at or below that gap are the positions j and after.
+        out = {"forward": torch.cat([zero, -torch.flip(coef["none_above"], dims=(0,))])}
+    else:
+        # Ascending: the step into position j >= 1 is the gap of rank j-1.
+        out = {"forward": torch.cat([zero, coef[f"{mode}_below"]])}
+        if mode == "sample_loo":
+            # sum_{r>=p} above_r d_r = (row total) - sum_{r<p} above_r d_r: one forward sum
+            out["forward"] = out["forward"] - torch.cat([zero, coef["sample_loo_above"]])
+            out["total"] = torch.cat([zero, coef["sample_loo_above"]])
     return {name: vector.to(dtype).contiguous() for name, vector in out.items()}
 
 
 def _weights_in_sorted_order(ordered: torch.Tensor, k: int, mode: str) -> torch.Tensor:
     """One mode's weights for rewards sorted along the last axis (``[B, n]``, in the
-    mode's order, :func:`_sorts_descending`), in that order.
+    mode's order, ``_DESCENDING``), in that order.
 
-    In ascending rank order ``g_(0) <= ... <= g_(n-1)`` (``value``, ``above``, ``loo_lo``,
-    ``loo_hi`` are :func:`_coefficients`; ``below_q = C(q, k-2) / C(n, k)``):
+    Every mode is written over the gaps ``d_r = g_(r+1) - g_(r) >= 0`` between
+    neighbouring sorted rewards (ascending rank order, 0-based; the gap weights are
+    :func:`_coefficients`'), by ``g_(q) = g_(p) +- (the gaps between them)``:
 
-    * ``"none"``:   ``s_(p) = value_p g_(p) + sum_{q>p} above_q g_(q)``. Computed
-      descending, where the sum runs over earlier positions, as an inclusive cumulative
-      sum with ``above_p`` moved out of the diagonal: safe, as ``above_r / value_r =
-      (k-1)/r <= 1``, so the extra rounding is at most that of the diagonal term.
-    * ``"subloo"``: ``w_(p) = sum_{q<p} below_q (g_(p) - g_(q)) = sum_{r=1}^{p} value_r
-      (g_(r) - g_(r-1))`` (write each difference as a sum of gaps between neighbours;
-      ``sum_{q<r} below_q = value_r``). Every term is >= 0: no cancellation at all,
-      weights >= 0 and non-decreasing in rank, and no need to centre the rewards.
-    * ``"sample_loo"``: ``w_(p) = s_(p) - (k/n) [sum_{q<p} loo_lo_q g_(q) + sum_{q>p}
-      loo_hi_q g_(q)]``, which equals ``n/(n-k) (s_(p) - mean_q s_(q))`` (used where
-      :func:`_sample_loo_from_none`). The general form takes exclusive sums over slices
-      (never ``cumsum - x``, which cancels in float32 when a coefficient is ~n times the
-      partial sum, as at k near n).
+    * ``"none"``:   ``s_(p) = (k/n) g_(p) + sum_{r >= p} none_above_r d_r``, as
+      ``value_p g_(p) + sum_{q>p} above_q g_(q)`` with ``value_p + sum_{q>p} above_q = k/n``.
+    * ``"subloo"``: ``w_(p) = sum_{r < p} subloo_below_r d_r``, from
+      ``sum_{q<p} below_q (g_(p) - g_(q))`` with ``sum_{q<=r} below_q = C(r+1, k-1)/C(n, k)``.
+    * ``"sample_loo"``: ``w_(p) = sum_{r < p} sample_loo_below_r d_r +
+      sum_{r >= p} sample_loo_above_r d_r``: the reward itself cancels, as the mode is
+      shift-invariant.
+
+    sample_loo is evaluated as ``sum_r above_r d_r + sum_{r<p} (below_r - above_r) d_r``
+    (``above_r <= 0 <= below_r``): one forward sum and a row total.
+
+    This form is why the weights need no care in float32: each cumulative sum adds terms
+    of one sign (no cancellation; the only subtraction left, sample_loo's total plus its
+    partial sum, errs by at most ~eps times the sum of |coefficient| x gap), a common
+    offset of the rewards never enters the baselined modes (so no centring), and a run of
+    equal rewards has zero gaps, so on the CPU (whose cumulative sums run sequentially)
+    its members get bit-identical weights.
     """
     n = ordered.shape[-1]
     coef = _sorted_coefficients(n, k, mode, ordered.device, ordered.dtype)
-    if mode == "subloo":
-        weights = torch.diff(ordered, dim=-1, prepend=ordered[..., :1])  # g_(r) - g_(r-1); 0 at r = 0
-        weights *= coef["gap"]
-        return weights.cumsum_(dim=-1)
-    if "diagonal" in coef:
-        weights = torch.addcmul(torch.cumsum(coef["above"] * ordered, dim=-1), coef["diagonal"], ordered)
-        if mode == "sample_loo":
-            weights -= weights.mean(dim=-1, keepdim=True)
-        return weights
-    weights = coef["value"] * ordered
-    weights[..., 1:] += torch.cumsum(coef["below"] * ordered[..., :-1], dim=-1)
-    weights[..., :-1] += _reverse_cumsum(coef["above"] * ordered[..., 1:])
+    steps = torch.diff(ordered, dim=-1, prepend=ordered[..., :1])  # g_j - g_{j-1}; 0 at j = 0
+    total = steps @ coef["total"] if mode == "sample_loo" else None  # [B]: sum_r above_r d_r
+    weights = steps.mul_(coef["forward"]).cumsum_(dim=-1)
+    if mode == "none":
+        weights.add_(ordered, alpha=k / n)
+    elif total is not None:
+        weights += total[..., None]
     return weights
 
 
-def _share_within_ties(ordered: torch.Tensor, weights_sorted: torch.Tensor, has_ties: bool) -> torch.Tensor:
-    """Give every member of a run of equal rewards the weight of the run's top rank.
+def _share_within_ties(ordered: torch.Tensor, weights_sorted: torch.Tensor) -> torch.Tensor:
+    """Give every member of a run of equal rewards the weight of the run's first member.
 
-    Tied samples are exchangeable, so their exact weights are equal (Pascal's rule makes
-    the rank formulas agree); the cumulative sums reach them along different rounding
-    paths, though. Copying one value makes equal rewards get bit-identical weights, so
-    the result does not depend on how the sort ordered the ties.
+    Tied samples are exchangeable, so their exact weights are equal, and the gap form of
+    :func:`_weights_in_sorted_order` adds exact zeros across a run; but a parallel scan
+    reaches the members along different rounding paths. Copying one value makes equal
+    rewards get bit-identical weights there too.
     """
-    if not has_ties:  # the common case for continuous rewards
-        return weights_sorted
-    tied_with_next = ordered[..., 1:] == ordered[..., :-1]
-    # run_id[p] = number of runs that end before p; each run's weight is read at its end.
-    run_ends = torch.ones_like(ordered, dtype=torch.bool)
-    run_ends[..., :-1] = ~tied_with_next
-    run_id = _exclusive_cumsum(run_ends.to(torch.int64))
-    at_end = torch.where(run_ends, weights_sorted, torch.zeros_like(weights_sorted))
-    run_weight = torch.zeros_like(weights_sorted).scatter_add_(-1, run_id, at_end)
-    return run_weight.gather(-1, run_id)
+    n = ordered.shape[-1]
+    # run_start[j] = the first position of j's run = max over i <= j of i * [g_i != g_{i-1}]
+    run_start = torch.zeros(ordered.shape, dtype=torch.int64, device=ordered.device)
+    torch.ne(ordered[..., 1:], ordered[..., :-1], out=run_start[..., 1:])
+    run_start *= torch.arange(n, device=ordered.device)
+    return weights_sorted.gather(-1, torch.cummax(run_start, dim=-1).values)
 
 
 # A float32 widened to float64 has 52 - 23 = 29 low mantissa bits that are always zero:
@@ -324,44 +299,46 @@ def _packed_sort(work: torch.Tensor, descending: bool, stable: bool) -> tuple[to
     return values, order
 
 
-def _has_adjacent_equal(ordered: np.ndarray) -> bool:
-    """Whether any row of a row-sorted NumPy array holds two equal values.
+def _has_ties(ordered: torch.Tensor) -> bool:
+    """Whether any row of a row-sorted tensor holds two equal values.
 
-    A flat comparison first (one contiguous pass, ~4x cheaper than the row-wise one);
-    it also compares each row's last value with the next row's first, so a hit is
-    confirmed row by row.
+    On the CPU by NumPy, flat first (one contiguous pass, ~4x cheaper than row-wise, and
+    ~5x cheaper than torch's comparison to bool); the flat pass also compares each row's
+    last value with the next row's first, so a hit is confirmed row by row.
     """
-    flat = ordered.reshape(-1)
+    if ordered.device.type != "cpu":
+        return bool((ordered[..., 1:] == ordered[..., :-1]).any())
+    values = ordered.detach().numpy()
+    flat = values.reshape(-1)
     if not (flat[1:] == flat[:-1]).any():
         return False
-    return bool((ordered[:, 1:] == ordered[:, :-1]).any())
+    return bool((values[..., 1:] == values[..., :-1]).any())
 
 
-def _sort_rows(work: torch.Tensor, stable: bool, descending: bool = False) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    """Sort each row: ``(values, indices, has_ties)``.
-
-    ``values, indices`` are as from ``torch.sort(work, dim=-1, descending=descending,
-    stable=stable)``; ``has_ties`` says whether any row holds two equal rewards.
+def _sort_rows(
+    work: torch.Tensor, stable: bool, descending: bool = False, *, exact_tie_order: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sort each row: ``(values, indices)`` as from ``torch.sort(work, dim=-1,
+    descending=descending, stable=stable)``.
 
     On the CPU, float32 rows go through :func:`_packed_sort` (NumPy's SIMD sort of
     float64 keys with the position in the spare mantissa bits: ~0.15 ms against ~2 ms
-    for ``torch.sort`` at 512 x 128). Tied rewards come out in the stable order whenever
-    ``stable`` is set (re-sorted with the stable encoding when a tie is found). Without
-    autograd the sorted values are read off the keys; with it they are gathered from
-    ``work`` so that autograd sees the sort.
+    for ``torch.sort`` at 512 x 128). It orders tied rewards deterministically, by their
+    position bits; with ``stable`` and ``exact_tie_order`` that is made the stable order
+    (a second sort, where a tie is present). A caller whose result cannot depend on the
+    order of ties passes ``exact_tie_order=False``. Without autograd the sorted values are
+    read off the keys; with it they are gathered from ``work`` so that autograd sees the
+    sort.
     """
     packed = _packed_sort(work, descending, stable=False) if _uses_packed_sort(work) else None
     if packed is None:
-        values, indices = torch.sort(work, dim=-1, descending=descending, stable=stable)
-        has_ties = bool((values[..., 1:] == values[..., :-1]).any())
-        return values, indices, has_ties
+        return torch.sort(work, dim=-1, descending=descending, stable=stable)
     values, indices = packed
-    has_ties = _has_adjacent_equal(values.numpy())
-    if has_ties and stable:
+    if stable and exact_tie_order and _has_ties(values):
         values, indices = _packed_sort(work, descending, stable=True)
     if work.requires_grad:
-        return work.gather(-1, indices), indices, has_ties
-    return values, indices, has_ties
+        return work.gather(-1, indices), indices
+    return values, indices
 
 
 def _sorted_values(work: torch.Tensor, stable: bool) -> torch.Tensor:
@@ -447,16 +424,13 @@ def maxk_gradient_weights(
         raise ValueError(f"{where}: variance_reduction='subloo' needs k >= 2 (a non-empty S minus i), got k={k}")
 
     work = rewards.to(_working_dtype(rewards))
-    ordered, order, has_ties = _sort_rows(work, stable_sort, descending=_sorts_descending(variance_reduction, n, k))
-    centred = ordered
-    if variance_reduction == "sample_loo":
-        # The mode is invariant to a constant shift of the rewards; centring each row on
-        # its median removes the cancellation between s_i and its baseline when
-        # |rewards| >> spread. A shift keeps the order, so it is applied after the sort,
-        # to the sorted row (where the median is the middle entry). subloo needs none.
-        centred = ordered - ordered[..., n // 2 : n // 2 + 1]
-    weights_sorted = _weights_in_sorted_order(centred, k, variance_reduction)
-    weights_sorted = _share_within_ties(ordered, weights_sorted, has_ties)
+    # Tied rewards get equal weights whatever their order in the sort, so the packed CPU
+    # sort's one-pass order serves.
+    ordered, order = _sort_rows(work, stable_sort, descending=_DESCENDING[variance_reduction], exact_tie_order=False)
+    weights_sorted = _weights_in_sorted_order(ordered, k, variance_reduction)
+    if ordered.device.type != "cpu" and _has_ties(ordered):
+        # Parallel scans (CUDA) add a zero gap along another rounding path: copy.
+        weights_sorted = _share_within_ties(ordered, weights_sorted)
     weights = torch.empty_like(weights_sorted).scatter_(-1, order, weights_sorted)
     return weights.to(rewards.dtype)
 
