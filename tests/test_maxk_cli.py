@@ -23,6 +23,8 @@ TINY = ["--num-loc", "6", "--k", "3", "--batch-size", "4", "--embed-dim", "16", 
         ({"embed_dim": 64, "num_heads": 5}, "num_heads"),
         ({"lr": -1.0}, "lr"),
         ({"device": "tpu"}, "device"),
+        ({"trainer": "keras"}, "trainer"),
+        ({"trainer": "lightning", "resume": "runs/x"}, "resume"),
     ],
 )
 def test_config_rejects_bad_values_naming_the_field(overrides, field):
@@ -89,11 +91,10 @@ def test_train_resume_is_bit_identical_and_evaluate_reports_gaps(tmp_path):
         assert row[f"{key}_gap_pct"] >= -1e-6
     assert row["sample_best_length"] <= row["maxk_length"] <= row["sample_mean_length"]
 
-    # The loader behind pglab.load_checkpoint rebuilds the trained module exactly.
-    from pglab.commands.maxk import agent_from_checkpoint
-    from pglab.run.checkpoint import load_checkpoint_file
+    # pglab.load_checkpoint rebuilds the trained module exactly.
+    import pglab
 
-    agent = agent_from_checkpoint(load_checkpoint_file(full), device="cpu")
+    agent = pglab.load_checkpoint(full, device="cpu")
     assert agent.k == 3 and not agent.training and agent.pglab_config.num_loc == 6
     for name, tensor in agent.state_dict().items():
         assert torch.equal(tensor, a["models"]["model"][name]), name
@@ -141,3 +142,31 @@ def test_sigterm_writes_a_final_checkpoint_and_resume_completes_the_run(tmp_path
     b = torch.load(tmp_path / "cut" / "checkpoints" / "checkpoint_latest.pt", weights_only=True)
     for name, tensor in a["models"]["model"].items():
         assert torch.equal(tensor, b["models"]["model"][name]), name
+
+
+@pytest.mark.co
+def test_lightning_trainer_trains_and_leaves_a_pglab_checkpoint(tmp_path):
+    """--trainer lightning: RL4COTrainer.fit runs n_steps batches with the Max@K loss,
+    logs rho_hat, keeps float32 matmuls, and the final model is a pglab checkpoint."""
+    import pglab
+
+    run = tmp_path / "lightning"
+    precision = torch.get_float32_matmul_precision()
+    assert TINY[-4:] == ["--log-every", "2", "--checkpoint-every", "2"]
+    args = ["train", "maxk-pomo", *TINY[:-4], "--log-every", "1", "--trainer", "lightning", "--n-steps", "3",
+            "--log-dir", str(run)]
+    assert main(args) == 0
+    assert torch.get_float32_matmul_precision() == precision
+    rows = list(csv.DictReader((run / "lightning" / "metrics.csv").open()))
+    logged = [row for row in rows if row.get("train/rho_hat")]
+    assert [int(row["step"]) for row in logged] == [0, 1, 2]
+    # rho_hat (max@3 of the sampled rewards) is at least their mean, batch by batch.
+    assert all(float(row["train/rho_hat"]) >= float(row["train/reward"]) for row in logged)
+    agent = pglab.load_checkpoint(run, device="cpu")
+    assert agent.pglab_config.trainer == "lightning" and agent.k == 3
+    saved = torch.load(run / "checkpoints" / "checkpoint_latest.pt", weights_only=True)
+    assert saved["counters"]["step"] == 3
+    # The rows evaluate like any run, and a Lightning run cannot be resumed.
+    assert main(["evaluate", "maxk-pomo", "--checkpoints", str(run), "--optimal", "none", "--num-instances", "4",
+                 "--k", "3", "--device", "cpu"]) == 0
+    assert main(["train", "maxk-pomo", "--resume", str(run)]) == 2

@@ -2,10 +2,12 @@
 
 ``python bench/maxk.py`` prints, for ``rewards[B, n]`` with k samples per subset:
 
-* ms per call of ``maxk_reward_estimate`` and of ``maxk_gradient_weights`` in each mode;
+* ms per call of ``maxk_reward_estimate`` and of ``maxk_gradient_weights`` in each mode,
+  and once more for rewards rounded to 0.01 (ties in every row);
 * peak extra memory of one call (CPU: tracemalloc cannot see torch's allocator, so the
   number is the sum of the sizes of the intermediate tensors the algorithm creates,
-  measured with ``torch.profiler``'s memory profiling; CUDA: ``max_memory_allocated``);
+  measured with ``torch.profiler``'s memory profiling, which does not see NumPy arrays
+  (the value estimate's sorted copy); CUDA: ``max_memory_allocated``);
 * the brute-force reference (a ``[C(n, k), k]`` index table, gathered per row): it is
   timed on a smaller case (``--brute-n``) because C(128, 8) = 1.4e12 subsets cannot be
   enumerated; the table reports its cost per subset and the extrapolated time.

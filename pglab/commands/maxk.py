@@ -24,6 +24,7 @@ see ``docs/maxk.md``.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 import warnings
@@ -51,6 +52,9 @@ class MaxKPOMOTrainConfig:
 
     algo: Literal["maxk-pomo", "pomo"] = "maxk-pomo"
     """maxk-pomo (Max@K loss) or pomo (RL4CO's shared-baseline loss, the baseline)"""
+    trainer: Literal["pglab", "lightning"] = "pglab"
+    """pglab: pglab's loop over model.training_step (run directory, exact --resume);
+    lightning: RL4CO's RL4COTrainer.fit (Lightning's loop, fp32; no --resume)"""
     problem: Literal["tsp"] = "tsp"
     """routing problem (RL4CO environment)"""
     num_loc: int = 20
@@ -92,6 +96,9 @@ class MaxKPOMOTrainConfig:
 
     def __post_init__(self):
         check_choice("algo", self.algo, ("maxk-pomo", "pomo"))
+        check_choice("trainer", self.trainer, ("pglab", "lightning"))
+        if self.trainer == "lightning" and self.resume is not None:
+            raise ConfigError("resume", self.resume, "needs --trainer pglab: Lightning's loop restores no RNG state, so it cannot continue a run exactly")
         check_choice("problem", self.problem, ("tsp",))
         check_int("num_loc", self.num_loc, minimum=3)
         check_int("k", self.k, minimum=1)
@@ -173,8 +180,9 @@ def _quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=r".*is an instance of `nn.Module`.*")
 
 
-def build_model(config: MaxKPOMOTrainConfig, device: torch.device):
-    """The RL4CO module for ``config``: MaxKPOMO or POMO on a ``TSPEnv(num_loc)``."""
+def build_model(config: MaxKPOMOTrainConfig, device: torch.device, **data_sizes: int):
+    """The RL4CO module for ``config``: MaxKPOMO or POMO on a ``TSPEnv(num_loc)``.
+    ``data_sizes`` (``train_data_size`` ...) size the datasets a Lightning ``fit`` generates."""
     try:
         from rl4co.envs import TSPEnv
         from rl4co.models.zoo.pomo import POMO
@@ -192,6 +200,7 @@ def build_model(config: MaxKPOMOTrainConfig, device: torch.device):
         },
         "batch_size": config.batch_size,
         "optimizer_kwargs": {"lr": config.lr},
+        **data_sizes,
     }
     if config.algo == "pomo":
         model = POMO(env, **common)
@@ -264,6 +273,8 @@ def train_maxk_pomo(config: MaxKPOMOTrainConfig, *, echo=print) -> dict[str, Any
         write_run_config(run_dir, config_to_dict(config), kind=KIND)
 
     seed_everything(config.seed)
+    if config.trainer == "lightning":
+        return _train_with_lightning(config, run_dir, device, echo=echo)
     data_generator = make_generator(config.seed + 1)  # instances: CPU stream, device-independent
     model = build_model(config, device)
     # Adam as RL4CO's configure_optimizers builds it (no scheduler), kept here to own its state.
@@ -343,15 +354,60 @@ def train_maxk_pomo(config: MaxKPOMOTrainConfig, *, echo=print) -> dict[str, Any
     return {"run_dir": run_dir, "step": step, "interrupted": interrupted, "last": last}
 
 
+def _train_with_lightning(config: MaxKPOMOTrainConfig, run_dir: Path, device: torch.device, *, echo=print) -> dict[str, Any]:
+    """``--trainer lightning``: one epoch of ``n_steps`` batches under RL4CO's ``RL4COTrainer``.
+
+    RL4CO generates ``n_steps * batch_size`` training instances (and 2 batches of
+    validation instances) in ``setup``; Lightning logs to ``run_dir/lightning`` (CSV) and
+    ``run_dir/tensorboard``, clips gradients at ``max_grad_norm`` and keeps float32
+    matmuls (RL4CO's default "medium" precision runs them in bfloat16 on CPUs with AMX).
+    The final model (also after Ctrl-C) is saved as a pglab checkpoint, so ``pglab
+    evaluate`` and ``pglab.load_checkpoint`` read it like any other run.
+    """
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+    from rl4co.utils.trainer import RL4COTrainer
+
+    from pglab.run.checkpoint import CheckpointManager, build_checkpoint
+
+    model = build_model(config, device, train_data_size=config.n_steps * config.batch_size,
+                        val_data_size=2 * config.batch_size, test_data_size=config.batch_size)
+    trainer = RL4COTrainer(
+        max_epochs=1, accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, precision="32-true",
+        matmul_precision=None, gradient_clip_val=config.max_grad_norm, log_every_n_steps=config.log_every,
+        logger=[CSVLogger(run_dir, name="", version="lightning"), TensorBoardLogger(run_dir, name="", version="tensorboard")],
+        enable_checkpointing=False, enable_model_summary=False,
+        enable_progress_bar=os.environ.get("PGLAB_NO_PROGRESS", "") in ("", "0"),
+    )
+    tick = time.perf_counter()
+    interrupted = False
+    try:
+        trainer.fit(model)
+    except SystemExit:  # Lightning's answer to Ctrl-C (sys.exit(1)) and to SIGTERM
+        interrupted = True
+    step = int(trainer.global_step)
+    counters = {"step": step, "instances": step * config.batch_size, "wall_time": time.perf_counter() - tick}
+    state = build_checkpoint(
+        kind=KIND, config=config_to_dict(config), counters=counters, models={"model": model.state_dict()},
+        optimizers={"adam": trainer.optimizers[0].state_dict()}, extra={"label": config.label, "trainer": "lightning"},
+    )
+    CheckpointManager(run_dir / "checkpoints", keep=3).save(step, state)
+    last = {name: float(value) for name, value in trainer.logged_metrics.items()}
+    if interrupted:
+        echo(f"interrupted: checkpoint saved at step {step} in {run_dir}", file=sys.stderr)
+    return {"run_dir": run_dir, "step": step, "interrupted": interrupted, "last": last}
+
+
 def train(argv: list[str]) -> int:
     """``pglab train maxk-pomo [FLAGS]``."""
     config = parse_config(MaxKPOMOTrainConfig, argv, prog="pglab train maxk-pomo",
                           description=MaxKPOMOTrainConfig.__doc__)
     result = train_maxk_pomo(config)
     last = result["last"]
-    if last:
+    if "stats/tour_length" in last:
         print(f"step {result['step']}: mean tour length {last['stats/tour_length']:.4f}, "
               f"best of {config.num_loc} {last['stats/best_of_n_tour_length']:.4f}")
+    elif "train/reward" in last:  # --trainer lightning: RL4CO's metric names
+        print(f"step {result['step']}: mean tour length {-last['train/reward']:.4f}")
     print(f"run directory: {result['run_dir']}")
     return 130 if result["interrupted"] else 0
 
