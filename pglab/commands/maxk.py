@@ -9,11 +9,12 @@ decoding, ``shared_step`` -> ``calculate_loss``) inside a visible pglab loop::
         Adam step on out["loss"] (grad-norm clipped)
         log / checkpoint every few steps
 
-rather than under Lightning's ``Trainer``: the explicit loop gives pglab's run directory,
-metrics logs, atomic checkpoints holding every RNG state, exact ``--resume`` (N + resume +
-N steps == 2N steps bit-for-bit on the CPU) and SIGINT/SIGTERM -> final checkpoint, which
+by default (``--trainer pglab``): the explicit loop gives pglab's run directory, metrics
+logs, atomic checkpoints holding every RNG state, exact ``--resume`` (N + resume + N steps
+== 2N steps bit-for-bit on the CPU) and SIGINT/SIGTERM -> final checkpoint, which
 Lightning's resume (no RNG state, dataset regenerated in ``setup``) does not give. The
-model is still a plain RL4CO ``LightningModule``: it can be handed to ``RL4COTrainer``.
+model is a plain RL4CO ``LightningModule``: ``--trainer lightning`` fits it with RL4CO's
+``RL4COTrainer`` instead (one epoch of ``n_steps`` batches; no ``--resume``).
 
 ``--algo pomo`` trains plain RL4CO POMO with the same loop and budget (the baseline).
 
