@@ -15,7 +15,11 @@ Every sub-command parses its own flags from a frozen config dataclass (tyro), so
 written ``--n_iterations`` or ``--n-iterations``.
 
 Exit codes: 0 success; 1 failure; 2 usage or configuration error (bad flag or value,
-malformed YAML, corrupt or mismatched checkpoint, unusable data).
+malformed YAML, corrupt or mismatched checkpoint, unusable data); 130 a training run
+stopped by SIGINT/SIGTERM after saving its checkpoint (continue it with --resume).
+
+``pglab --help``, ``pglab train --help``, ``pglab evaluate --help`` and every
+``pglab ... NAME --help`` list what exists without importing torch.
 """
 from __future__ import annotations
 
@@ -24,35 +28,16 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from pglab.errors import EXIT_FAILURE, EXIT_USAGE, PglabError
+from pglab.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PglabError
 
 Handler = str  # "module:function", imported lazily so `pglab --help` stays fast
 
-TRAINERS: dict[str, Handler] = {
-    "ghm": "pglab.commands.ghm:train",
-    "a2c": "pglab.commands.a2c:train",
-    "ppo": "pglab.commands.ppo:train",
-    "pso-tsp": "pglab.commands.pso_tsp:train",
-    "maxk-pomo": "pglab.commands.maxk:train",
-    "forecast": "pglab.commands.forecast:train",
-}
 
-# `pglab evaluate NAME ...` for systems evaluated on generated instance sets.
-NAMED_EVALUATORS: dict[str, Handler] = {
-    "pso-tsp": "pglab.commands.pso_tsp:evaluate",
-    "maxk-pomo": "pglab.commands.maxk:evaluate",
-    "forecast": "pglab.commands.forecast:evaluate",
-}
+def _system_table(attribute: str) -> dict[str, Handler]:
+    from pglab.systems import SYSTEMS
 
-# `pglab evaluate CHECKPOINT ...`: the checkpoint's ``kind`` starts with one of these.
-CHECKPOINT_EVALUATORS: dict[str, Handler] = {
-    "ghm": "pglab.commands.ghm:evaluate",
-    "a2c": "pglab.commands.a2c:evaluate",
-    "ppo": "pglab.commands.ppo:evaluate",
-    "pso-tsp": "pglab.commands.pso_tsp:evaluate_checkpoint",
-    "maxk-pomo": "pglab.commands.maxk:evaluate_checkpoint",
-    "forecast": "pglab.commands.forecast:evaluate_checkpoint",
-}
+    return {name: getattr(system, attribute) for name, system in SYSTEMS.items() if getattr(system, attribute)}
+
 
 SOLVERS: dict[str, Handler] = {"ghm": "pglab.commands.ghm:solve", "ghm-credit-line": "pglab.commands.ghm_credit_line:solve"}
 
@@ -72,21 +57,78 @@ BENCHMARKS: dict[str, Handler] = {
     "ppo-vs-sb3": "pglab.bench.ppo_vs_sb3:main",
 }
 
+SUMMARIES = {
+    "solve": {"ghm": "finite-difference HJB solution of the GHM model",
+              "ghm-credit-line": "finite-difference HJB solution of the GHM model with a credit line"},
+    "bench": {"ghm-rollout": "GHM rollout iteration time (idle and beside a CPU-bound process)",
+              "ghm-parallel": "GHM rollouts in parallel workers",
+              "a2c-stream": "streaming A2C environment steps per second",
+              "maxk": "Max@K estimator time per call, MaxKPOMO step overhead",
+              "tabular": "tabular learners' episodes per second",
+              "ppo-vs-sb3": "pglab PPO against Stable-Baselines3, side by side"},
+}
+
+SHARED_TRAIN_FLAGS = """shared flags of every trainer:
+  --log-dir DIR        run directory (default runs/<system>/<time>); never overwritten
+  --resume DIR         continue a run (its directory, checkpoints/ folder or a checkpoint file)
+  --device auto|cpu|cuda[:N]   (default auto)
+  --threads N          torch CPU threads (0: torch's default)
+  --seed N             same seed + config on the CPU: bit-identical run
+  --save-interval N    steps between checkpoints (the last step and a stop are always saved)
+  --config FILE.yaml   defaults < YAML < flags"""
+
+SHARED_EVAL_FLAGS = """shared flags of every evaluator:
+  --episodes N         evaluation size (episodes, instances or paths)
+  --seed N  --device auto|cpu|cuda[:N]  --threads N  --output FILE"""
+
 
 def _load(handler: Handler) -> Callable[[list[str]], int]:
-    module_name, function_name = handler.split(":")
-    return getattr(importlib.import_module(module_name), function_name)
+    from pglab.systems import resolve
+
+    return resolve(handler)
 
 
 def _usage() -> str:
     return (__doc__ or "").split("\n\n")[1] if __doc__ else "pglab COMMAND ..."
 
 
+def _listing(title: str, table: dict[str, str], summaries: dict[str, str]) -> str:
+    width = max(map(len, table)) + 2
+    rows = "\n".join(f"  {name:<{width}}{summaries.get(name, '')}" for name in table)
+    return f"{title}\n{rows}"
+
+
+def _print_help(command: str, table: dict[str, Handler]) -> int:
+    from pglab.systems import SYSTEMS
+
+    summaries = SUMMARIES.get(command) or {name: system.summary for name, system in SYSTEMS.items()}
+    print(_listing(f"usage: pglab {command} NAME [FLAGS]   (pglab {command} NAME --help lists NAME's flags)\n\nNAME is one of:",
+                   table, summaries))
+    if command == "train":
+        print("\n" + SHARED_TRAIN_FLAGS)
+        print("\nexit codes: 0 done; 1 failure; 2 usage/config error; 130 stopped by SIGINT/SIGTERM (checkpoint saved)")
+    return EXIT_OK
+
+
+def _evaluate_help() -> int:
+    from pglab.systems import SYSTEMS
+
+    print("usage: pglab evaluate CHECKPOINT [FLAGS]    the evaluator is chosen by the checkpoint's kind")
+    print("       pglab evaluate NAME [FLAGS]          NAME: " + ", ".join(_system_table("evaluate_named")))
+    print("\nCHECKPOINT: a checkpoint file, a run's checkpoints/ folder or a run directory.")
+    print("pglab evaluate CHECKPOINT --help lists the flags of that checkpoint's evaluator.\n")
+    print(SHARED_EVAL_FLAGS)
+    print("\nsystems with checkpoint evaluators:")
+    for name, system in SYSTEMS.items():
+        print(f"  {name:<11}{system.summary}")
+    return EXIT_OK
+
+
 def _choose(table: dict[str, Handler], name: str | None, what: str) -> Handler:
     if name is None or name.startswith("-"):
-        raise PglabUsage(f"{what}: choose one of {', '.join(table)}")
+        raise PglabUsage(f"{what}: choose one of {', '.join(table)} (got {name or 'nothing'})")
     if name not in table:
-        raise PglabUsage(f"{what}={name!r}: unknown; choose one of {', '.join(table)}")
+        raise PglabUsage(f"{what}: unknown {what} {name!r}; choose one of {', '.join(table)}")
     return table[name]
 
 
@@ -94,40 +136,69 @@ class PglabUsage(PglabError):
     exit_code = EXIT_USAGE
 
 
-def checkpoint_evaluator(path: str) -> Handler:
-    """The evaluator for a checkpoint, chosen by the ``kind`` stored in it."""
+def _peek_kind(path: str, *, help_asked: bool) -> str:
+    """A checkpoint's kind: from its run's config.json when there is one (no torch import,
+    so ``pglab evaluate RUN --help`` stays fast), else from the checkpoint itself."""
+    import json
+    from pathlib import Path
+
     from pglab.run.checkpoint import load_checkpoint_file
 
-    kind = load_checkpoint_file(path)["kind"]
-    for system in sorted(CHECKPOINT_EVALUATORS, key=len, reverse=True):
-        if kind == system or kind.startswith(system + "-"):
-            return CHECKPOINT_EVALUATORS[system]
-    raise PglabUsage(f"checkpoint {path}: kind={kind!r} has no evaluator")
+    candidate = Path(path)
+    if help_asked:
+        folder = candidate if candidate.is_dir() else candidate.parent
+        for config_path in (folder / "config.json", folder.parent / "config.json"):
+            if config_path.is_file():
+                try:
+                    kind = json.loads(config_path.read_text()).get("kind")
+                except (OSError, ValueError, AttributeError):
+                    kind = None
+                if isinstance(kind, str):
+                    return kind
+    return load_checkpoint_file(path)["kind"]
+
+
+def checkpoint_evaluator(path: str, *, help_asked: bool = False) -> Handler:
+    """The evaluator for a checkpoint, chosen by the ``kind`` stored in it."""
+    from pglab.systems import system_of_kind
+
+    kind = _peek_kind(path, help_asked=help_asked)
+    system = system_of_kind(kind)
+    if system is None:
+        raise PglabUsage(f"checkpoint: kind {kind!r} has no evaluator (got {path})")
+    return system.evaluate_checkpoint
 
 
 def dispatch(argv: Sequence[str]) -> int:
     args = list(argv)
-    if not args or args[0] in ("-h", "--help"):
+    if not args:
+        print(__doc__, file=sys.stderr)
+        return EXIT_USAGE
+    if args[0] in ("-h", "--help"):
         print(__doc__)
-        return 0 if args else EXIT_USAGE
+        return EXIT_OK
     command, rest = args[0], args[1:]
-    if command == "train":
-        return _load(_choose(TRAINERS, rest[0] if rest else None, "train"))(rest[1:])
-    if command == "solve":
-        return _load(_choose(SOLVERS, rest[0] if rest else None, "solve"))(rest[1:])
-    if command == "bench":
-        return _load(_choose(BENCHMARKS, rest[0] if rest else None, "bench"))(rest[1:])
+    help_asked = bool(rest) and rest[0] in ("-h", "--help")
+    tables = {"train": lambda: _system_table("train"), "solve": lambda: SOLVERS, "bench": lambda: BENCHMARKS}
+    if command in tables:
+        table = tables[command]()
+        if help_asked:
+            return _print_help(command, table)
+        return _load(_choose(table, rest[0] if rest else None, command))(rest[1:])
     if command == "evaluate":
-        if not rest or rest[0] in ("-h", "--help"):
-            print("usage: pglab evaluate CHECKPOINT [FLAGS] | pglab evaluate {" + ",".join(NAMED_EVALUATORS) + "} [FLAGS]")
-            return 0 if rest else EXIT_USAGE
-        if rest[0] in NAMED_EVALUATORS:
-            return _load(NAMED_EVALUATORS[rest[0]])(rest[1:])
-        return _load(checkpoint_evaluator(rest[0]))(rest)
+        if help_asked:
+            return _evaluate_help()
+        if not rest:
+            raise PglabUsage("evaluate: give a CHECKPOINT (file, checkpoints/ folder or run directory) or one of "
+                             + ", ".join(_system_table("evaluate_named")) + " (got nothing)")
+        named = _system_table("evaluate_named")
+        if rest[0] in named:
+            return _load(named[rest[0]])(rest[1:])
+        return _load(checkpoint_evaluator(rest[0], help_asked=any(a in ("-h", "--help") for a in rest[1:])))(rest)
     if command in SINGLE:
         return _load(SINGLE[command])(rest)
     commands = ["train", "evaluate", "solve", *SINGLE, "bench"]
-    raise PglabUsage(f"command={command!r}: unknown; choose one of {', '.join(commands)}")
+    raise PglabUsage(f"command: unknown command {command!r}; choose one of {', '.join(commands)}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -139,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = exc.exit_code
     except KeyboardInterrupt:
         print("pglab: interrupted", file=sys.stderr)
-        code = 130
+        code = EXIT_INTERRUPTED
     except SystemExit as exc:  # tyro/argparse: 2 on a usage error, 0 after --help
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     except Exception:  # a bug, not a usage error: keep the traceback

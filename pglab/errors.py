@@ -11,6 +11,9 @@ from typing import Any
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+# SIGINT/SIGTERM during training: a checkpoint was saved, the run did not finish
+# (128 + SIGINT, as shells report an interrupted command). The same for every trainer.
+EXIT_INTERRUPTED = 130
 
 
 class PglabError(Exception):

@@ -8,6 +8,7 @@ import torch
 from pglab.cli import main
 from pglab.commands.maxk import MaxKPOMOTrainConfig
 from pglab.errors import ConfigError
+from pglab.run.checkpoint import load_checkpoint_file
 
 TINY = ["--num-loc", "6", "--k", "3", "--batch-size", "4", "--embed-dim", "16", "--num-encoder-layers", "1",
         "--num-heads", "2", "--device", "cpu", "--log-every", "2", "--checkpoint-every", "2"]
@@ -70,8 +71,8 @@ def test_train_resume_is_bit_identical_and_evaluate_reports_gaps(tmp_path):
     assert main(["train", "maxk-pomo", *TINY, "--n-steps", "6", "--log-dir", str(full)]) == 0
     assert main(["train", "maxk-pomo", *TINY, "--n-steps", "2", "--log-dir", str(part)]) == 0
     assert main(["train", "maxk-pomo", "--resume", str(part), "--n-steps", "6"]) == 0
-    a = torch.load(full / "checkpoints" / "checkpoint_latest.pt", weights_only=True)
-    b = torch.load(part / "checkpoints" / "checkpoint_latest.pt", weights_only=True)
+    a = load_checkpoint_file(full / "checkpoints" / "checkpoint_latest.pt")
+    b = load_checkpoint_file(part / "checkpoints" / "checkpoint_latest.pt")
     assert a["counters"]["step"] == b["counters"]["step"] == 6
     for name, tensor in a["models"]["model"].items():
         assert torch.equal(tensor, b["models"]["model"][name]), name
@@ -134,12 +135,12 @@ def test_sigterm_writes_a_final_checkpoint_and_resume_completes_the_run(tmp_path
     monkeypatch.setattr(maxk_cmd, "_random_locs", locs_then_signal)
     cut = maxk_cmd.train_maxk_pomo(MaxKPOMOTrainConfig(**base, log_dir=tmp_path / "cut"), echo=lambda *a, **k: None)
     assert cut["interrupted"] and cut["step"] == 3
-    saved = torch.load(tmp_path / "cut" / "checkpoints" / "checkpoint_latest.pt", weights_only=True)
+    saved = load_checkpoint_file(tmp_path / "cut" / "checkpoints" / "checkpoint_latest.pt")
     assert saved["counters"]["step"] == 3
     monkeypatch.setattr(maxk_cmd, "_random_locs", real_locs)
     maxk_cmd.train_maxk_pomo(MaxKPOMOTrainConfig(resume=tmp_path / "cut", n_steps=5), echo=lambda *a, **k: None)
-    a = torch.load(tmp_path / "full" / "checkpoints" / "checkpoint_latest.pt", weights_only=True)
-    b = torch.load(tmp_path / "cut" / "checkpoints" / "checkpoint_latest.pt", weights_only=True)
+    a = load_checkpoint_file(tmp_path / "full" / "checkpoints" / "checkpoint_latest.pt")
+    b = load_checkpoint_file(tmp_path / "cut" / "checkpoints" / "checkpoint_latest.pt")
     for name, tensor in a["models"]["model"].items():
         assert torch.equal(tensor, b["models"]["model"][name]), name
 
@@ -164,7 +165,7 @@ def test_lightning_trainer_trains_and_leaves_a_pglab_checkpoint(tmp_path):
     assert all(float(row["train/rho_hat"]) >= float(row["train/reward"]) for row in logged)
     agent = pglab.load_checkpoint(run, device="cpu")
     assert agent.pglab_config.trainer == "lightning" and agent.k == 3
-    saved = torch.load(run / "checkpoints" / "checkpoint_latest.pt", weights_only=True)
+    saved = load_checkpoint_file(run / "checkpoints" / "checkpoint_latest.pt")
     assert saved["counters"]["step"] == 3
     # The rows evaluate like any run, and a Lightning run cannot be resumed.
     assert main(["evaluate", "maxk-pomo", "--checkpoints", str(run), "--optimal", "none", "--num-instances", "4",

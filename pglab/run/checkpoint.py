@@ -10,12 +10,18 @@ A checkpoint is one ``torch.save`` file holding a plain dict::
 Files are written atomically (temporary file, fsync, ``os.replace``) and loaded with
 ``torch.load(weights_only=True)``, so a checkpoint cannot execute code when loaded and a
 write killed half-way leaves the previous checkpoint intact.
+
+Integrity (format version 2): the dict above is serialised to bytes, and the file holds
+``{"format", "format_version": 2, "sha256": hex digest of those bytes, "payload": the
+bytes as a uint8 tensor}``. Loading recomputes the digest before unpickling the payload,
+so a flipped byte anywhere in the weights is a :class:`CheckpointError` (exit 2), not a
+silently different model. Version-1 files (no digest) still load.
 """
 from __future__ import annotations
 
+import hashlib
+import io
 import os
-import pickle
-import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -23,10 +29,11 @@ from typing import Any
 import torch
 
 from pglab.errors import CheckpointError
-from pglab.run.atomic import atomic_torch_save, remove_stale_temporaries
+from pglab.run.atomic import atomic_torch_save, atomic_write_bytes, remove_stale_temporaries
 
 FORMAT = "pglab-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 LATEST_NAME = "checkpoint_latest.pt"
 
 
@@ -70,11 +77,56 @@ def build_checkpoint(
     }
 
 
+def seal(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The on-disk form of ``checkpoint``: its serialised bytes and their SHA-256."""
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    payload = buffer.getvalue()
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "kind": checkpoint["kind"],
+        "sha256": hashlib.sha256(payload).hexdigest(),
+        "payload": torch.frombuffer(bytearray(payload), dtype=torch.uint8),
+    }
+
+
 def save_checkpoint(path: str | os.PathLike, checkpoint: dict[str, Any]) -> Path:
-    """Write ``checkpoint`` (from :func:`build_checkpoint`) atomically."""
+    """Write ``checkpoint`` (from :func:`build_checkpoint`) atomically, with its digest."""
     if checkpoint.get("format") != FORMAT:
         raise ValueError("save_checkpoint expects a dict made by build_checkpoint")
-    return atomic_torch_save(checkpoint, path)
+    return atomic_torch_save(seal(checkpoint), path)
+
+
+def _torch_load(source: Any, where: Path, map_location: Any) -> Any:
+    try:
+        return torch.load(source, map_location=map_location, weights_only=True)
+    except Exception as exc:  # torch raises many types on a damaged file (KeyError, IndexError, UnpicklingError...)
+        reason = str(exc).splitlines()[0].strip() if str(exc).strip() else ""
+        if isinstance(exc, (KeyError, IndexError, TypeError, AttributeError)) or not reason:
+            reason = f"{type(exc).__name__} {reason}".strip()
+        # torch's advice to retry with weights_only=False would run arbitrary code: never echo it.
+        if "weights_only" in reason or "WeightsUnpickler" in reason:
+            reason = type(exc).__name__
+        raise CheckpointError(f"checkpoint {where}: not a readable checkpoint (corrupt or truncated?): {reason}") from exc
+
+
+def _unseal(loaded: Any, where: Path, map_location: Any) -> Any:
+    if not isinstance(loaded, dict) or loaded.get("format") != FORMAT or ("payload" not in loaded and "sha256" not in loaded):
+        return loaded  # a version-1 file, or a dict saved without save_checkpoint
+    payload = loaded.get("payload")
+    digest = loaded.get("sha256")
+    if not isinstance(payload, torch.Tensor) or payload.dtype != torch.uint8 or not isinstance(digest, str):
+        raise CheckpointError(f"checkpoint {where}: damaged (payload or digest missing)")
+    data = payload.cpu().numpy().tobytes()
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != digest:
+        raise CheckpointError(f"checkpoint {where}: integrity check failed (SHA-256 {actual[:12]}... != stored {digest[:12]}...); "
+                              "the file was modified or damaged after it was written")
+    inner = _torch_load(io.BytesIO(data), where, map_location)
+    if isinstance(inner, dict):
+        inner["format_version"] = 2
+    return inner
 
 
 def resolve_checkpoint_path(path: str | os.PathLike) -> Path:
@@ -107,21 +159,25 @@ def load_checkpoint_file(
             pglab checkpoint, of an unsupported format version, or of another kind.
     """
     resolved = resolve_checkpoint_path(path)
-    try:
-        checkpoint = torch.load(resolved, map_location=map_location, weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, OSError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise CheckpointError(f"checkpoint {resolved}: not a readable checkpoint (corrupt or truncated?): {reason}") from exc
+    if isinstance(map_location, str) and map_location == "auto":
+        from pglab.run.device import resolve_device
+
+        map_location = resolve_device("auto")
+    checkpoint = _torch_load(resolved, resolved, map_location)
     if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {resolved}: not a pglab checkpoint (missing format marker)")
     version = checkpoint.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise CheckpointError(
-            f"checkpoint {resolved}: format_version={version!r}, this pglab reads version {FORMAT_VERSION}"
+            f"checkpoint {resolved}: format_version={version!r}, this pglab reads versions {READABLE_VERSIONS}"
         )
-    for key in ("kind", "config", "counters", "models"):
-        if key not in checkpoint:
-            raise CheckpointError(f"checkpoint {resolved}: missing required entry {key!r}")
+    checkpoint = _unseal(checkpoint, resolved, map_location)
+    if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {resolved}: not a pglab checkpoint (missing format marker)")
+    expected_types = {"kind": str, "config": dict, "counters": dict, "models": dict}
+    for key, expected in expected_types.items():
+        if not isinstance(checkpoint.get(key), expected):
+            raise CheckpointError(f"checkpoint {resolved}: missing or malformed required entry {key!r}")
     if kinds is not None:
         allowed = tuple(kinds)
         if checkpoint["kind"] not in allowed:
@@ -177,7 +233,7 @@ class CheckpointManager:
             os.replace(tmp_link, self.latest_path)
         except OSError:
             tmp_link.unlink(missing_ok=True)
-            save_checkpoint(self.latest_path, torch.load(path, weights_only=True))
+            atomic_write_bytes(self.latest_path, path.read_bytes())
 
     def _prune(self) -> None:
         if self.keep is None:

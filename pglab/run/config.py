@@ -111,6 +111,7 @@ def config_from_dict(cls: type[ConfigT], mapping: dict[str, Any], *, prefix: str
     """Build ``cls`` from a mapping, rejecting unknown keys and ill-typed values."""
     if not isinstance(mapping, dict):
         raise ConfigError(prefix.rstrip(".") or "config", mapping, "must be a mapping of field names to values")
+    mapping = _nest(cls, mapping, warn=False, source="")
     hints = typing.get_type_hints(cls, include_extras=True)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(mapping) - set(fields))
@@ -123,13 +124,59 @@ def config_from_dict(cls: type[ConfigT], mapping: dict[str, Any], *, prefix: str
         raise ConfigError(prefix.rstrip(".") or cls.__name__, mapping, str(exc)) from exc
 
 
+def deprecated_names(cls: type) -> dict[str, str]:
+    """Old field names a config still accepts, ``{old: new}`` (``DEPRECATED_NAMES`` on the
+    class). ``new`` may be dotted (``ghm.mu``) for a field of a nested config."""
+    return dict(getattr(cls, "DEPRECATED_NAMES", {}) or {})
+
+
+def _nest(cls: type, mapping: dict[str, Any], *, warn: bool, source: str) -> dict[str, Any]:
+    """Rename deprecated keys of ``mapping`` (a flat or nested dict) to their new names."""
+    renames = deprecated_names(cls)
+    if not renames:
+        return mapping
+    out: dict[str, Any] = {}
+    for key, value in mapping.items():
+        new = renames.get(key)
+        if new is None:
+            out[key] = value
+            continue
+        if warn:
+            _deprecation_note(f"{source} key {key!r} is deprecated; use {new!r}")
+        head, dot, tail = new.partition(".")
+        if dot:
+            inner = out.setdefault(head, {})
+            if isinstance(inner, dict):
+                inner[tail] = value
+        else:
+            out[new] = value
+    return out
+
+
+def _deprecation_note(text: str) -> None:
+    import sys
+
+    print(f"pglab: note: {text}", file=sys.stderr)
+
+
 def load_yaml_config(cls: type[ConfigT], path: str | os.PathLike, *, base: ConfigT | None = None) -> ConfigT:
     """Read a YAML file into ``cls``. Keys override ``base`` (or the defaults)."""
+    return config_from_dict(cls, _merged_yaml(cls, path, base))
+
+
+def read_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
+    """The top-level mapping of a YAML config file, or a ConfigError naming ``config``."""
     source = Path(path)
-    if not source.is_file():
+    if source.is_dir():
+        raise ConfigError("config", str(source), "is a directory, not a YAML file")
+    if not source.exists():
         raise ConfigError("config", str(source), "no such file")
     try:
-        loaded = yaml.safe_load(source.read_text())
+        text = source.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("config", str(source), f"cannot be read ({type(exc).__name__}: {getattr(exc, 'strerror', None) or exc})") from exc
+    try:
+        loaded = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -138,9 +185,18 @@ def load_yaml_config(cls: type[ConfigT], path: str | os.PathLike, *, base: Confi
         loaded = {}
     if not isinstance(loaded, dict):
         raise ConfigError("config", str(source), "must hold a mapping of field names to values at the top level")
+    return loaded
+
+
+def _merged_yaml(cls: type, path: str | os.PathLike, base: Any) -> dict[str, Any]:
+    loaded = _nest(cls, read_yaml_mapping(path), warn=True, source=f"config {path}:")
     merged = config_to_dict(base) if base is not None else {}
-    merged.update(loaded)
-    return config_from_dict(cls, merged)
+    for key, value in loaded.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
 
 
 def normalise_flags(argv: Sequence[str]) -> list[str]:
@@ -172,16 +228,146 @@ def split_config_flag(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     return path, rest
 
 
-def parse_config(cls: type[ConfigT], argv: Sequence[str], *, prog: str, description: str | None = None) -> ConfigT:
-    """Parse ``argv`` into ``cls`` (defaults < ``--config`` YAML < flags) with tyro.
+def _flag_names(cls: type, prefix: str = "") -> dict[str, tuple[str, bool]]:
+    """``{flag-name: (dotted field, is_bool)}`` for every field of ``cls`` and of its
+    nested config dataclasses (``--ghm.mu``)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    names: dict[str, tuple[str, bool]] = {}
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        annotation = hints[field.name]
+        dotted = prefix + field.name
+        if dataclasses.is_dataclass(annotation):
+            names.update(_flag_names(annotation, prefix=dotted + "."))
+            continue
+        names[dotted.replace("_", "-")] = (dotted, annotation is bool)
+    return names
 
-    Unknown flags and invalid values make tyro print a message and raise
-    ``SystemExit(2)``; a bad YAML file raises :class:`ConfigError` (also exit code 2).
+
+def rename_deprecated_flags(cls: type, argv: Sequence[str], *, warn: bool = True) -> list[str]:
+    """Rewrite deprecated flag names (``--torch-threads`` -> ``--threads``), one note each."""
+    renames = {old.replace("_", "-"): new.replace("_", "-") for old, new in deprecated_names(cls).items()}
+    if not renames:
+        return list(argv)
+    out = []
+    for arg in argv:
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            negated = name.startswith("no-") and name[3:] in renames and name not in renames
+            base = name[3:] if negated else name
+            if base in renames:
+                new = renames[base]
+                if warn:
+                    _deprecation_note(f"--{base} is deprecated; use --{new}")
+                out.append("--" + ("no-" if negated else "") + new + eq + value)
+                continue
+        out.append(arg)
+    return out
+
+
+def given_fields(cls: type, argv: Sequence[str]) -> frozenset[str]:
+    """Top-level field names set by ``argv`` (already normalised and renamed).
+
+    This is what ``--resume`` applies: a flag counts as given because it is on the
+    command line, never because its value differs from the default. A nested field
+    (``--ghm.mu``) counts as its top-level field (``ghm``).
+    """
+    names = _flag_names(cls)
+    given = set()
+    for arg in argv:
+        if not arg.startswith("--") or arg in ("--help", "-h"):
+            continue
+        name = arg[2:].partition("=")[0]
+        entry = names.get(name)
+        if entry is None and name.startswith("no-"):
+            entry = names.get(name[3:])
+        if entry is not None:
+            given.add(entry[0].split(".")[0])
+    return frozenset(given)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedConfig:
+    """A parsed command line: the config and the top-level fields the user set
+    (on the command line or in the ``--config`` YAML file)."""
+
+    config: Any
+    given: frozenset[str]
+
+
+def _one_line_parse_errors():
+    """tyro reports parse errors in a multi-line box; pglab's rule is one line,
+    ``pglab: error: FIELD: what is wrong (got VALUE)``, exit 2. tyro's parse-error hook
+    (private, hence the exact tyro pin) lets us raise a ConfigError instead."""
+    try:
+        from tyro import _errors as tyro_errors
+    except ImportError:  # pragma: no cover - another tyro: keep its own output
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def field_of(argument: Any) -> str:
+        try:
+            flag = argument.lowered.name_or_flags[0]
+        except (AttributeError, IndexError, TypeError):
+            return "argument"
+        return flag.lstrip("-").replace("-", "_")
+
+    def hook(event: Any) -> None:
+        if isinstance(event, tyro_errors.InstantiationFailure):
+            message = " ".join(str(event.message).split())
+            if event.argument is not None and not message.startswith(field_of(event.argument)):
+                message = f"{field_of(event.argument)}: invalid value ({message})"
+            raise UsageErrorLine(message)
+        if isinstance(event, tyro_errors.UnrecognizedArgs):
+            flags = [t for t in event.tokens if t.startswith("-")]
+            if not flags:
+                raise UsageErrorLine(f"argument: unexpected value (got {' '.join(event.tokens)}); see {event.prog} --help")
+            raise UsageErrorLine(f"{flags[0].lstrip('-').replace('-', '_')}: unknown flag (got {' '.join(event.tokens)}); see {event.prog} --help")
+        if isinstance(event, tyro_errors.InvalidChoice):
+            raise UsageErrorLine(f"{field_of(event.argument)}: must be one of {', '.join(event.choices)} (got {event.value!r})")
+        if isinstance(event, tyro_errors.BadValue):
+            what = "needs a value" if event.offending_value is None else "does not take a value"
+            got = "" if event.offending_value is None else f" (got {event.offending_value!r})"
+            raise UsageErrorLine(f"{field_of(event.argument)}: {what}{got}")
+        if isinstance(event, tyro_errors.MissingArgs):
+            names = ", ".join(field_of(a.arg) for a in event.missing_arguments)
+            raise UsageErrorLine(f"{names}: required flag missing; see {event.prog} --help")
+
+    return tyro_errors.on_parse_error(hook)
+
+
+class UsageErrorLine(ConfigError):
+    """A command-line parse error already worded as one line."""
+
+    def __init__(self, message: str):
+        self.field, self.value, self.expected = "argument", None, message
+        Exception.__init__(self, message)
+
+
+def parse_flags(cls: type[ConfigT], argv: Sequence[str], *, prog: str, description: str | None = None) -> ParsedConfig:
+    """Parse ``argv`` into ``cls`` (defaults < ``--config`` YAML < flags) with tyro and
+    report which top-level fields the user set.
+
+    Deprecated flag names are accepted with a one-line note. Every error (unknown flag,
+    bad value, invalid combination, bad YAML) raises a :class:`ConfigError`: ``pglab``
+    prints it on one line and exits 2. ``--help`` prints the flags and exits 0.
     """
     import tyro
 
     yaml_path, rest = split_config_flag(list(argv))
+    rest = rename_deprecated_flags(cls, normalise_flags(rest))
     kwargs: dict[str, Any] = {}
+    given: set[str] = set(given_fields(cls, rest))
     if yaml_path is not None:
         kwargs["default"] = load_yaml_config(cls, yaml_path)
-    return tyro.cli(cls, args=normalise_flags(rest), prog=prog, description=description, **kwargs)
+        given.update(_nest(cls, read_yaml_mapping(yaml_path), warn=False, source="").keys())
+    with _one_line_parse_errors():
+        config = tyro.cli(cls, args=rest, prog=prog, description=description, **kwargs)
+    return ParsedConfig(config, frozenset(given))
+
+
+def parse_config(cls: type[ConfigT], argv: Sequence[str], *, prog: str, description: str | None = None) -> ConfigT:
+    """:func:`parse_flags` without the set of given fields."""
+    return parse_flags(cls, argv, prog=prog, description=description).config

@@ -1,27 +1,19 @@
-"""``pglab.load_checkpoint``: checkpoint kind -> the system's agent loader."""
+"""``pglab.load_checkpoint``: a checkpoint's kind -> its system's agent loader
+(:data:`pglab.systems.SYSTEMS`, the one dispatch table)."""
 from __future__ import annotations
-
-import importlib
 
 from pglab.errors import CheckpointError
 from pglab.run.checkpoint import load_checkpoint_file
 
-# The checkpoint's ``kind`` starts with one of these system names.
-AGENT_LOADERS: dict[str, str] = {
-    "ghm": "pglab.algos.ghm_agent:agent_from_checkpoint",
-    "a2c": "pglab.algos.a2c:agent_from_checkpoint",
-    "ppo": "pglab.algos.ppo:agent_from_checkpoint",
-    "pso-tsp": "pglab.algos.pso_tsp:agent_from_checkpoint",
-    "maxk-pomo": "pglab.commands.maxk:agent_from_checkpoint",
-    "forecast": "pglab.algos.tabular.checkpoint:agent_from_checkpoint",
-}
 
+def load_agent(path, *, device="auto"):
+    """The agent stored in a checkpoint, on ``device`` (``auto``, ``cpu``, ``cuda[:N]``)."""
+    from pglab.run.device import resolve_device
+    from pglab.systems import resolve, system_of_kind
 
-def load_agent(path, *, device="cpu"):
+    device = resolve_device(device) if isinstance(device, str) else device
     checkpoint = load_checkpoint_file(path, map_location=device)
-    kind = checkpoint["kind"]
-    for system in sorted(AGENT_LOADERS, key=len, reverse=True):
-        if kind == system or kind.startswith(system + "-"):
-            module_name, function_name = AGENT_LOADERS[system].split(":")
-            return getattr(importlib.import_module(module_name), function_name)(checkpoint, device=device)
-    raise CheckpointError(f"checkpoint {path}: kind={kind!r} cannot be loaded as an agent")
+    system = system_of_kind(checkpoint["kind"])
+    if system is None:
+        raise CheckpointError(f"checkpoint {path}: kind={checkpoint['kind']!r} cannot be loaded as an agent")
+    return resolve(system.agent)(checkpoint, device=device)

@@ -4,6 +4,11 @@ One :class:`MetricsLogger` serves every trainer. Each ``log(step, metrics)`` cal
 one row/record. On ``--resume`` the logger first drops the rows written after the
 checkpoint being resumed (they describe work that will be redone), so a resumed run's
 logs are identical to an uninterrupted run's.
+
+No field is ever lost: a column that first appears in a later row extends the CSV header
+(the file is rewritten atomically, earlier rows get an empty cell). A metric with no value
+in an interval (``None`` or NaN, e.g. the mean return of an interval in which no episode
+ended) is an empty CSV cell, is left out of that JSONL record and of TensorBoard.
 """
 from __future__ import annotations
 
@@ -125,32 +130,51 @@ class MetricsLogger:
         self._jsonl_handle.flush()
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
-        """Write one row. Tensor values are converted here (one host sync per log)."""
-        values = {key: to_float(value) for key, value in metrics.items()}
-        row = {self.step_key: step, **values}
+        """Write one row. Tensor values are converted here (one host sync per log).
+
+        Returns the row's values as floats (NaN where a metric had no value)."""
+        values = {key: (math.nan if value is None else to_float(value)) for key, value in metrics.items()}
+        present = {key: value for key, value in values.items() if not math.isnan(value)}
+        row = {self.step_key: step, **present}
         if self.csv_path is not None:
-            self._write_csv(row)
+            self._write_csv(row, columns=[self.step_key, *values])
         if self._jsonl_handle is not None:
             clean = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in row.items()}
             self._jsonl_handle.write(json.dumps(clean) + "\n")
             self._jsonl_handle.flush()
         if self._tb is not None:
-            for key, value in values.items():
+            for key, value in present.items():
                 self._tb.add_scalar(key, value, step)
         return values
 
-    def _write_csv(self, row: dict[str, Any]) -> None:
+    def _write_csv(self, row: dict[str, Any], *, columns: list[str]) -> None:
+        if self._csv_fields is None:
+            self._csv_fields = list(columns)
+            with open(self.csv_path, "a", newline="") as handle:
+                csv.writer(handle, lineterminator="\n").writerow(self._csv_fields)
+        new_columns = [name for name in columns if name not in self._csv_fields]
+        if new_columns:
+            self._extend_csv_header(new_columns)
         if self._csv_handle is None:
-            new_file = self._csv_fields is None
-            if new_file:
-                self._csv_fields = list(row)
             self._csv_handle = open(self.csv_path, "a", newline="")
-            # Columns are fixed by the first row; a later row may leave some empty.
-            self._csv_writer = csv.DictWriter(self._csv_handle, fieldnames=self._csv_fields, restval="", extrasaction="ignore")
-            if new_file:
-                self._csv_writer.writeheader()
+            self._csv_writer = csv.DictWriter(self._csv_handle, fieldnames=self._csv_fields, restval="", lineterminator="\n")
         self._csv_writer.writerow(row)
         self._csv_handle.flush()
+
+    def _extend_csv_header(self, new_columns: list[str]) -> None:
+        """Add columns to the header; earlier rows get empty cells (atomic rewrite)."""
+        if self._csv_handle is not None:
+            self._csv_handle.close()
+            self._csv_handle = self._csv_writer = None
+        with open(self.csv_path, newline="") as handle:
+            rows = list(csv.reader(handle))
+        self._csv_fields = [*self._csv_fields, *new_columns]
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(self._csv_fields)
+        for body_row in rows[1:]:
+            writer.writerow(body_row + [""] * (len(self._csv_fields) - len(body_row)))
+        atomic_write_text(self.csv_path, buffer.getvalue())
 
     def add_figure(self, tag: str, figure: Any, step: int) -> None:
         if self._tb is not None:

@@ -61,10 +61,26 @@ def plot_learning_curves(
         ax.set_visible(False)
     fig.suptitle(str(run_dir))
     fig.tight_layout()
-    target = Path(output) if output else Path(run_dir) / "plots" / "learning_curves.png"
+    target = plot_target(run_dir, output)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.stem}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, target)
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, target)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def plot_target(run_dir: str | os.PathLike, output: str | os.PathLike | None) -> Path:
+    """Where the figure goes: ``output`` (a directory gets ``learning_curves.png`` inside
+    it), or ``RUN_DIR/plots/learning_curves.png``."""
+    if output is None:
+        return Path(run_dir) / "plots" / "learning_curves.png"
+    target = Path(output)
+    if target.is_dir() or str(output).endswith(os.sep):
+        return target / "learning_curves.png"
+    if target.suffix.lower() not in (".png", ".pdf", ".svg", ".jpg", ".jpeg"):
+        raise UsageError(f"output: must be a directory or an image file ending in .png, .pdf, .svg or .jpg (got {str(output)!r})")
     return target

@@ -37,6 +37,21 @@ def create_run_dir(path: str | os.PathLike, *, subdirs: tuple[str, ...] = ("chec
     return run_dir
 
 
+def find_run_dir(path: str | os.PathLike) -> Path:
+    """The run directory behind ``path``: a run directory, its ``checkpoints/`` folder, or
+    a checkpoint file inside either. The one place that maps a checkpoint to its run."""
+    candidate = Path(path)
+    if not candidate.exists():
+        raise UsageError(f"resume={str(candidate)!r}: no such run directory or checkpoint")
+    if candidate.is_file():
+        candidate = candidate.parent
+    if not (candidate / CONFIG_NAME).exists() and candidate.name == "checkpoints":
+        candidate = candidate.parent
+    if not (candidate / CONFIG_NAME).exists():
+        raise UsageError(f"resume={str(path)!r}: not a pglab run directory (no {CONFIG_NAME})")
+    return candidate
+
+
 def write_run_config(run_dir: str | os.PathLike, config: dict[str, Any], *, kind: str) -> Path:
     payload = {"kind": kind, "config": config, "versions": library_versions()}
     return atomic_write_json(Path(run_dir) / CONFIG_NAME, payload)
@@ -47,6 +62,11 @@ def read_run_config(run_dir: str | os.PathLike) -> dict[str, Any]:
     if not path.exists():
         raise UsageError(f"run directory {run_dir}: no {CONFIG_NAME} (is this a pglab run directory?)")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+        payload = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"run directory {run_dir}: {CONFIG_NAME} is not valid JSON ({exc})") from exc
+    except OSError as exc:
+        raise UsageError(f"run directory {run_dir}: {CONFIG_NAME} cannot be read ({exc.strerror})") from exc
+    if not isinstance(payload, dict):
+        raise UsageError(f"run directory {run_dir}: {CONFIG_NAME} does not hold a run description")
+    return payload

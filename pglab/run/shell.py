@@ -1,0 +1,317 @@
+"""The training shell: the one place that owns a run's lifecycle, for every trainer.
+
+A trainer is *config -> build -> step (and evaluate)*; everything around it lives here::
+
+    spec = TrainerSpec(system="ppo", config_class=PPOConfig, kinds=("ppo",), step_key="iteration",
+                       resumable=frozenset({"total_steps", "eval_episodes"}),
+                       total_steps=lambda c: c.num_iterations, budget_field="total_steps")
+
+    with TrainingRun(spec, config, given=given) as run:      # resume, device, threads, seed
+        config, device = run.config, run.device
+        ...build env, networks, optimiser...                # a failure here leaves nothing
+        if run.checkpoint is not None:
+            ...restore state from run.checkpoint...
+        for iteration in run.steps(config.num_iterations, save=make_checkpoint):
+            ...one training step...
+            run.log(iteration, metrics)                     # metrics.csv, metrics.jsonl, TensorBoard
+        run.finish({"return/mean": ...})                    # summary.json
+    return run.exit_code                                     # 0, or EXIT_INTERRUPTED after SIGINT/SIGTERM
+
+What the shell guarantees:
+
+- **Run directories.** A fresh run creates its directory and ``config.json`` on entry. If
+  the start fails (an unknown env id, an impossible device, any exception before the first
+  checkpoint), the directory it created is removed again. A directory with a
+  ``config.json`` but no checkpoint yet (a run killed early) resumes from step 0.
+- **Resume.** ``--resume DIR`` (a run directory, its ``checkpoints/`` folder or a
+  checkpoint file) continues from the latest checkpoint. The flags the user *gave* (from
+  the command line or the ``--config`` file, never "differs from the default") are
+  applied when they are resumable: the budget, evaluation, logging, device, threads and
+  the checkpoint cadence. Any other given flag whose value differs from the stored run's
+  is refused with a :class:`ConfigError` naming it (exit 2).
+- **Checkpoints** are atomic and carry a SHA-256 digest (see :mod:`pglab.run.checkpoint`).
+- **Stops.** SIGINT/SIGTERM finish the current step, save a checkpoint and stop; the
+  command then exits with :data:`pglab.errors.EXIT_INTERRUPTED` (130) for every trainer.
+- **summary.json** is written at the end of every run, finished or interrupted.
+"""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pglab.errors import EXIT_INTERRUPTED, EXIT_OK, CheckpointError, ConfigError
+
+# Fields every trainer config has, and which a resume may always change.
+SHELL_RESUMABLE = frozenset({"log_dir", "resume", "device", "threads", "save_interval", "tensorboard"})
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """What the shell needs to know about a trainer.
+
+    Attributes:
+        system: the trainer's name (``ppo``); default run directory ``runs/<system>/<time>``.
+        config_class: its frozen config dataclass.
+        kinds: checkpoint kinds it writes and can resume.
+        kind_of: the kind of a given config (default: ``kinds[0]``).
+        step_key: the counter a run is measured in (``iteration``, ``opt_steps``...).
+        resumable: trainer fields a resume may change (the budget, evaluation and logging
+            fields), besides :data:`SHELL_RESUMABLE`.
+        total_steps: the config's budget in ``step_key`` units.
+        budget_field: the field named when a resumed budget is below the checkpoint.
+        keep: numbered checkpoints to keep (``None``: all).
+    """
+
+    system: str
+    config_class: type
+    kinds: tuple[str, ...]
+    step_key: str
+    resumable: frozenset[str]
+    total_steps: Callable[[Any], int]
+    budget_field: str
+    kind_of: Callable[[Any], str] | None = None
+    keep: int | None = 3
+
+    def kind(self, config: Any) -> str:
+        return self.kind_of(config) if self.kind_of is not None else self.kinds[0]
+
+
+def _plain(value: Any) -> Any:
+    from pglab.run.config import config_to_dict
+
+    return config_to_dict(value)
+
+
+def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None) -> tuple[Any, dict[str, Any] | None, Path | None]:
+    """Merge ``config`` into the stored config of the run it resumes.
+
+    Args:
+        spec: the trainer.
+        config: the config built from defaults, ``--config`` and flags (``resume`` set).
+        given: the fields the user set. ``None`` (the Python API) counts every field that
+            differs from the class default as given.
+
+    Returns:
+        ``(config, checkpoint or None, run directory)``; for a fresh run
+        ``(config, None, None)``.
+    """
+    from pglab.run.checkpoint import LATEST_NAME, load_checkpoint_file
+    from pglab.run.config import config_from_dict
+    from pglab.run.rundir import find_run_dir, read_run_config
+
+    if config.resume is None:
+        return config, None, None
+    run_dir = find_run_dir(config.resume)
+    stored_payload = read_run_config(run_dir)
+    if stored_payload.get("kind") not in spec.kinds:
+        raise CheckpointError(f"resume={str(config.resume)!r}: holds a {stored_payload.get('kind')!r} run, "
+                              f"not one of {', '.join(spec.kinds)} (pglab train {spec.system})")
+    latest = run_dir / "checkpoints" / LATEST_NAME
+    checkpoint = load_checkpoint_file(latest, kinds=spec.kinds) if latest.exists() else None
+    stored_fields = checkpoint["config"] if checkpoint is not None else stored_payload.get("config")
+    if not isinstance(stored_fields, dict):
+        raise CheckpointError(f"run directory {run_dir}: config.json holds no config mapping")
+    stored = config_from_dict(spec.config_class, {**stored_fields, "resume": None, "log_dir": None})
+    if given is None:
+        defaults = _plain(spec.config_class())
+        current = _plain(config)
+        given = frozenset(name for name in current if current[name] != defaults.get(name))
+    allowed = SHELL_RESUMABLE | spec.resumable
+    changes: dict[str, Any] = {}
+    for name in sorted(given - {"resume", "log_dir"}):
+        new, old = getattr(config, name), getattr(stored, name)
+        if _plain(new) == _plain(old):
+            continue
+        if name not in allowed:
+            raise ConfigError(name, new, f"differs from the resumed run's value {old!r}; a resume may change only "
+                              f"{', '.join(sorted(allowed - {'resume', 'log_dir'}))}")
+        changes[name] = new
+    # resume=None: the merged config passes every check a fresh run would (cross-field ones too).
+    merged = dataclasses.replace(stored, **changes)
+    done = int(checkpoint["counters"].get(spec.step_key, 0)) if checkpoint is not None else 0
+    if spec.total_steps(merged) < done:
+        raise ConfigError(spec.budget_field, getattr(merged, spec.budget_field),
+                          f"is below what the resumed run has done ({done} {spec.step_key})")
+    return dataclasses.replace(merged, resume=run_dir, log_dir=run_dir), checkpoint, run_dir
+
+
+def _check_log_dir(config: Any) -> None:
+    log_dir = getattr(config, "log_dir", None)
+    if log_dir is not None and str(log_dir).strip() in ("", "."):
+        raise ConfigError("log_dir", str(log_dir), "must name a run directory (the current directory is not one)")
+
+
+class TrainingRun:
+    """The lifecycle of one training run; see the module docstring.
+
+    Args:
+        spec: the trainer.
+        config: its config (``resume`` may be set).
+        given: the fields set by the user (see :func:`resolve_resume`).
+        echo: where messages for the user go (``print``-like).
+        stop_after: behave as if SIGTERM arrived after this many steps of this session
+            (the test hook for exact resume).
+    """
+
+    def __init__(self, spec: TrainerSpec, config: Any, *, given: frozenset[str] | None = None,
+                 echo: Callable[..., None] = print, stop_after: int | None = None):
+        from pglab.run.device import resolve_device
+        from pglab.run.rundir import default_run_dir
+
+        _check_log_dir(config)
+        self.spec = spec
+        self.echo = echo
+        self.stop_after = stop_after
+        self.config, self.checkpoint, existing = resolve_resume(spec, config, given)
+        # Device and threads before anything is written: an impossible device fails here.
+        self.device = resolve_device(self.config.device)
+        self._apply_threads()
+        self.kind = spec.kind(self.config)
+        self.resumed = existing is not None
+        self.run_dir = existing if existing is not None else Path(self.config.log_dir or default_run_dir(spec.system))
+        self.counters: dict[str, Any] = {spec.step_key: 0, "wall_time": 0.0}
+        if self.checkpoint is not None:
+            self.counters.update(self.checkpoint["counters"])
+        self.start = int(self.counters[spec.step_key])
+        self.interrupted = False
+        self.bar = None
+        self.logger = None
+        self.manager = None
+        self._created: list[Path] = []
+        self._saved = False
+        self._stop = None
+        self._session_steps = 0
+        self._clock = time.perf_counter()
+
+    def _apply_threads(self) -> None:
+        import torch
+
+        threads = int(getattr(self.config, "threads", 0) or 0)
+        if threads > 0:
+            torch.set_num_threads(threads)
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def __enter__(self) -> "TrainingRun":
+        from pglab.run.checkpoint import CheckpointManager
+        from pglab.run.config import config_to_dict
+        from pglab.run.logger import MetricsLogger
+        from pglab.run.rundir import CONFIG_NAME, write_run_config
+        from pglab.run.seeding import seed_everything
+        from pglab.run.signals import StopRequested
+
+        if not self.resumed:
+            if (self.run_dir / CONFIG_NAME).exists():
+                raise ConfigError("log_dir", str(self.run_dir), f"already holds a run; continue it with --resume {self.run_dir} "
+                                  "or choose another --log-dir")
+            # Remember the outermost directory this run creates, to remove it on a failed start.
+            missing = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._created = [missing[-1]] if missing else []
+            write_run_config(self.run_dir, config_to_dict(dataclasses.replace(self.config, resume=None)), kind=self.kind)
+        seed_everything(self.config.seed)
+        self.logger = MetricsLogger(
+            self.run_dir, step_key=self.spec.step_key, csv_name="metrics.csv", jsonl_name="metrics.jsonl",
+            tensorboard_dir="tensorboard" if getattr(self.config, "tensorboard", True) else None,
+            resume_step=self.start if self.resumed else None,
+        )
+        self.manager = CheckpointManager(self.run_dir / "checkpoints", keep=self.spec.keep)
+        self._stop = StopRequested().__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._stop is not None:
+            self._stop.__exit__(exc_type, exc, tb)
+        if self.bar is not None:
+            self.bar.close()
+        if self.logger is not None:
+            self.logger.close()
+        if exc_type is not None and not self.resumed and not self._saved:
+            # A failed start: nothing of this run may stay behind to block a retry.
+            for path in self._created:
+                shutil.rmtree(path, ignore_errors=True)
+            if not self._created:
+                self._remove_own_files()
+
+    def _remove_own_files(self) -> None:
+        """The run directory existed before (e.g. empty): remove only what this run wrote."""
+        for name in ("config.json", "metrics.csv", "metrics.jsonl"):
+            (self.run_dir / name).unlink(missing_ok=True)
+        for name in ("checkpoints", "tensorboard", "plots"):
+            shutil.rmtree(self.run_dir / name, ignore_errors=True)
+
+    # -- the loop ----------------------------------------------------------------------
+    @property
+    def stop_requested(self) -> bool:
+        """SIGINT/SIGTERM arrived, or the ``stop_after`` test hook fired."""
+        hook = self.stop_after is not None and self._session_steps >= self.stop_after
+        return bool(self._stop is not None and self._stop.requested) or hook
+
+    def steps(self, total: int, *, save: Callable[[], dict[str, Any]], desc: str | None = None,
+              unit: str = "iter") -> Iterator[int]:
+        """Yield the step numbers ``start + 1 .. total``.
+
+        After each step (when control comes back to the loop) the shell updates the
+        progress bar and ``counters[step_key]``, saves ``save()`` every ``save_interval``
+        steps, at the last step and on a stop request, and ends the loop after a stop.
+        """
+        from pglab.run.progress import progress_bar
+
+        self.bar = progress_bar(total, desc=desc or f"train {self.spec.system}", initial=self.start, unit=unit)
+        try:
+            for step in range(self.start + 1, total + 1):
+                tick = time.perf_counter()
+                yield step
+                self.counters[self.spec.step_key] = step
+                self.counters["wall_time"] = float(self.counters.get("wall_time", 0.0)) + time.perf_counter() - tick
+                self._session_steps += 1
+                self.bar.update(1)
+                last = step == total
+                stop_now = self.stop_requested
+                if step % self.config.save_interval == 0 or last or stop_now:
+                    self.save(step, save())
+                if stop_now and not last:
+                    self.interrupted = True
+                    self.echo(f"stopped: checkpoint saved at {self.spec.step_key} {step} in {self.run_dir}; "
+                              f"continue with --resume {self.run_dir}", file=sys.stderr)
+                    return
+        finally:
+            self.bar.close()
+
+    def save(self, step: int, checkpoint: dict[str, Any]) -> Path:
+        """Write a checkpoint (from :func:`pglab.run.checkpoint.build_checkpoint`)."""
+        path = self.manager.save(step, checkpoint)
+        self._saved = True
+        return path
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
+        """One row of ``metrics.csv`` / ``metrics.jsonl`` / TensorBoard."""
+        return self.logger.log(step, metrics)
+
+    def set_postfix(self, **values: Any) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix(**values)
+
+    def finish(self, summary: Mapping[str, Any] | None = None) -> Path:
+        """Write ``summary.json``: the run's status, counters and ``summary``."""
+        from pglab.run.atomic import atomic_write_json
+
+        payload = {
+            "kind": self.kind,
+            "run_dir": str(self.run_dir),
+            "status": "interrupted" if self.interrupted else "completed",
+            "counters": dict(self.counters),
+            "session_seconds": time.perf_counter() - self._clock,
+            **dict(summary or {}),
+        }
+        return atomic_write_json(self.run_dir / "summary.json", payload)
+
+    @property
+    def exit_code(self) -> int:
+        """0 for a finished run, :data:`EXIT_INTERRUPTED` after a stop request."""
+        return EXIT_INTERRUPTED if self.interrupted else EXIT_OK

@@ -1,0 +1,333 @@
+"""The training shell (pglab.run.shell), checkpoint integrity, the logger's no-loss rules
+and the flag parser, tested on a toy trainer so that each property is pinned once,
+independently of any system."""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import torch
+
+from pglab.errors import EXIT_INTERRUPTED, CheckpointError, ConfigError
+from pglab.run.checkpoint import build_checkpoint, load_checkpoint_file, save_checkpoint
+from pglab.run.config import config_from_dict, parse_flags
+from pglab.run.logger import MetricsLogger
+from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state
+from pglab.run.shell import TrainerSpec, TrainingRun
+from pglab.validation import check_device, check_int, check_positive
+
+
+@dataclass(frozen=True)
+class ToyConfig:
+    """A trainer that adds lr * N(0, 1) draws to a running sum."""
+
+    steps: int = 6
+    """budget"""
+    lr: float = 0.5
+    """step size (not resumable)"""
+    width: int = 3
+    """draws per step (not resumable)"""
+    eval_size: int = 2
+    """evaluation size (resumable)"""
+    seed: int = 0
+    """seed"""
+    device: str = "auto"
+    """device"""
+    threads: int = 0
+    """threads"""
+    save_interval: int = 2
+    """steps between checkpoints"""
+    log_dir: Path | None = None
+    """run directory"""
+    resume: Path | None = None
+    """run to continue"""
+    tensorboard: bool = False
+    """TensorBoard events"""
+
+    DEPRECATED_NAMES: ClassVar[dict[str, str]] = {"n_steps": "steps", "old_lr": "lr"}
+
+    def __post_init__(self):
+        check_int("steps", self.steps, minimum=1)
+        check_positive("lr", self.lr)
+        check_int("width", self.width, minimum=1)
+        check_int("eval_size", self.eval_size, minimum=1)
+        check_device("device", self.device)
+        check_int("save_interval", self.save_interval, minimum=1)
+        if self.resume is None and self.steps < self.width:  # a budget cross-check, skipped on resume
+            raise ConfigError("steps", self.steps, f"must be >= width ({self.width})")
+
+
+SPEC = TrainerSpec(system="toy", config_class=ToyConfig, kinds=("toy",), step_key="step",
+                   resumable=frozenset({"steps", "eval_size"}), total_steps=lambda c: c.steps, budget_field="steps")
+
+
+def train_toy(config: ToyConfig, *, given=None, stop_after=None, fail_at_build=False, echo=lambda *a, **k: None):
+    with TrainingRun(SPEC, config, given=given, stop_after=stop_after, echo=echo) as run:
+        config = run.config
+        if fail_at_build:
+            raise RuntimeError("build failed")
+        generator = make_generator(config.seed)
+        total = torch.zeros(())
+        if run.checkpoint is not None:
+            total = run.checkpoint["models"]["toy"]["total"].clone()
+            restore_rng_state(run.checkpoint["rng"], {"toy": generator})
+
+        def checkpoint():
+            return build_checkpoint(kind="toy", config=dataclasses.asdict(config) | {"log_dir": None, "resume": None},
+                                    counters=dict(run.counters), models={"toy": {"total": total.clone()}},
+                                    rng=capture_rng_state({"toy": generator}))
+
+        for step in run.steps(config.steps, save=checkpoint):
+            total += config.lr * torch.randn(config.width, generator=generator).sum()
+            run.log(step, {"total": total, "stats/lr": config.lr, **({"late/column": 1.0} if step >= 4 else {}),
+                           "return/mean": float("nan") if step % 2 else 1.0})
+        run.finish({"total": float(total)})
+    return run, float(total)
+
+
+def _config(tmp_path, name="run", **changes):
+    return ToyConfig(log_dir=tmp_path / name, **changes)
+
+
+# -- resume semantics ------------------------------------------------------------------
+def test_split_run_equals_one_run_bit_for_bit(tmp_path):
+    _, whole = train_toy(_config(tmp_path, "whole"))
+    first, _ = train_toy(_config(tmp_path, "split"), stop_after=3)
+    assert first.interrupted and first.exit_code == EXIT_INTERRUPTED
+    assert load_checkpoint_file(tmp_path / "split")["counters"]["step"] == 3
+    second, resumed = train_toy(ToyConfig(resume=tmp_path / "split"), given=frozenset({"resume"}))
+    assert second.exit_code == 0 and resumed == whole
+    assert json.loads((tmp_path / "split" / "summary.json").read_text())["status"] == "completed"
+    rows = list(csv.DictReader(open(tmp_path / "split" / "metrics.csv")))
+    assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]
+
+
+def test_given_resumable_flag_applies_even_when_it_equals_the_default(tmp_path):
+    train_toy(_config(tmp_path, eval_size=7, steps=4))
+    parsed = parse_flags(ToyConfig, ["--resume", str(tmp_path / "run"), "--eval-size", "2", "--steps", "6"], prog="toy")
+    assert parsed.given == {"resume", "eval_size", "steps"}
+    run, _ = train_toy(parsed.config, given=parsed.given)
+    assert run.config.eval_size == 2 and run.config.steps == 6  # 2 is the default: still applied
+
+
+def test_given_non_resumable_flag_is_refused_even_when_it_equals_the_default(tmp_path):
+    train_toy(_config(tmp_path, lr=1e-3, steps=4))
+    parsed = parse_flags(ToyConfig, ["--resume", str(tmp_path / "run"), "--lr", "0.5"], prog="toy")
+    with pytest.raises(ConfigError, match="lr=0.5: differs from the resumed run's value 0.001"):
+        train_toy(parsed.config, given=parsed.given)
+    # The same value as stored is not a change.
+    parsed = parse_flags(ToyConfig, ["--resume", str(tmp_path / "run"), "--lr", "1e-3", "--steps", "5"], prog="toy")
+    run, _ = train_toy(parsed.config, given=parsed.given)
+    assert run.config.lr == 1e-3 and run.counters["step"] == 5
+
+
+def test_flags_not_given_keep_the_stored_values_and_budget_checks_use_the_merged_config(tmp_path):
+    train_toy(_config(tmp_path, width=1, steps=2))
+    # steps=2 < default width 3 would fail a fresh run; on resume the stored width 1 applies.
+    parsed = parse_flags(ToyConfig, ["--resume", str(tmp_path / "run"), "--steps", "2"], prog="toy")
+    run, _ = train_toy(parsed.config, given=parsed.given)
+    assert run.config.width == 1
+    with pytest.raises(ConfigError, match="steps=1: is below what the resumed run has done"):
+        train_toy(ToyConfig(resume=tmp_path / "run", steps=1), given=frozenset({"resume", "steps"}))
+
+
+def test_device_given_on_resume_is_applied(tmp_path):
+    train_toy(_config(tmp_path, device="auto", steps=3))
+    run, _ = train_toy(ToyConfig(resume=tmp_path / "run", device="cpu", steps=4), given=frozenset({"resume", "device", "steps"}))
+    assert run.config.device == "cpu"
+    assert load_checkpoint_file(tmp_path / "run")["config"]["device"] == "cpu"
+
+
+def test_resume_accepts_a_checkpoint_file_and_refuses_other_kinds(tmp_path):
+    train_toy(_config(tmp_path, steps=3))
+    ckpt = tmp_path / "run" / "checkpoints" / "checkpoint_latest.pt"
+    run, _ = train_toy(ToyConfig(resume=ckpt, steps=4), given=frozenset({"resume", "steps"}))
+    assert run.run_dir == tmp_path / "run"
+    other = dataclasses.replace(SPEC, kinds=("other",))
+    with pytest.raises(CheckpointError, match="holds a 'toy' run"):
+        TrainingRun(other, ToyConfig(resume=tmp_path / "run"), given=frozenset({"resume"}))
+
+
+# -- run-directory lifecycle -----------------------------------------------------------
+def test_failed_start_leaves_nothing_behind(tmp_path):
+    with pytest.raises(RuntimeError):
+        train_toy(_config(tmp_path, "nested/run"), fail_at_build=True)
+    assert not (tmp_path / "nested").exists()
+    with pytest.raises(ConfigError, match="device"):
+        train_toy(_config(tmp_path, device="cuda:7"))
+    assert not (tmp_path / "run").exists()
+    # An existing empty directory is kept, but nothing this run wrote stays in it.
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RuntimeError):
+        train_toy(_config(tmp_path, "empty"), fail_at_build=True)
+    assert list((tmp_path / "empty").iterdir()) == []
+    run, _ = train_toy(_config(tmp_path, "empty", steps=3))  # and a retry starts cleanly
+    assert run.counters["step"] == 3
+
+
+def test_a_run_killed_before_its_first_checkpoint_resumes_from_step_zero(tmp_path):
+    from pglab.run.rundir import write_run_config
+
+    run_dir = tmp_path / "killed"
+    run_dir.mkdir()
+    write_run_config(run_dir, dataclasses.asdict(ToyConfig()) | {"log_dir": None, "resume": None}, kind="toy")
+    (run_dir / "metrics.csv").write_text("step,total\n1,0.5\n")  # a row from the killed attempt
+    run, resumed = train_toy(ToyConfig(resume=run_dir), given=frozenset({"resume"}))
+    _, fresh = train_toy(_config(tmp_path, "fresh"))
+    assert resumed == fresh and run.counters["step"] == 6
+    assert [r["step"] for r in csv.DictReader(open(run_dir / "metrics.csv"))] == ["1", "2", "3", "4", "5", "6"]
+
+
+def test_an_existing_run_is_never_overwritten_and_an_empty_log_dir_is_refused(tmp_path):
+    train_toy(_config(tmp_path, steps=3))
+    with pytest.raises(ConfigError, match="already holds a run"):
+        train_toy(_config(tmp_path, steps=3))
+    for bad in ("", "."):
+        with pytest.raises(ConfigError, match="log_dir"):
+            train_toy(ToyConfig(log_dir=Path(bad)))
+
+
+# -- logs ------------------------------------------------------------------------------
+def test_logs_lose_no_field_and_write_no_nan(tmp_path):
+    train_toy(_config(tmp_path))
+    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
+    assert "late/column" in rows[0]  # first seen at step 4: the header was extended
+    assert [r["late/column"] for r in rows] == ["", "", "", "1.0", "1.0", "1.0"]
+    assert [r["return/mean"] for r in rows] == ["", "1.0", "", "1.0", "", "1.0"]
+    assert "nan" not in (tmp_path / "run" / "metrics.csv").read_text().lower()
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert "return/mean" not in records[0] and records[1]["return/mean"] == 1.0
+    assert records[3]["late/column"] == 1.0
+
+
+def test_resumed_logger_keeps_columns_first_seen_after_the_checkpoint(tmp_path):
+    with MetricsLogger(tmp_path, step_key="step", jsonl_name="m.jsonl", tensorboard_dir=None) as logger:
+        logger.log(1, {"a": 1.0})
+        logger.log(2, {"a": 2.0, "b": 5.0})
+    with MetricsLogger(tmp_path, step_key="step", jsonl_name="m.jsonl", tensorboard_dir=None, resume_step=1) as logger:
+        logger.log(2, {"a": 2.0, "b": 6.0, "c": 7.0})
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert rows == [{"step": "1", "a": "1.0", "b": "", "c": ""}, {"step": "2", "a": "2.0", "b": "6.0", "c": "7.0"}]
+
+
+# -- checkpoints -----------------------------------------------------------------------
+def _saved(tmp_path):
+    state = build_checkpoint(kind="toy", config={}, counters={"step": 1},
+                             models={"net": {"weight": torch.arange(4096, dtype=torch.float32)}})
+    return save_checkpoint(tmp_path / "ckpt.pt", state)
+
+
+def test_checkpoint_digest_catches_flipped_bytes_in_the_weights(tmp_path):
+    path = _saved(tmp_path)
+    assert torch.equal(load_checkpoint_file(path)["models"]["net"]["weight"], torch.arange(4096, dtype=torch.float32))
+    raw = bytearray(path.read_bytes())
+    middle = len(raw) // 2
+    raw[middle:middle + 400] = bytes(b ^ 0xFF for b in raw[middle:middle + 400])
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match="corrupt|integrity check failed"):
+        load_checkpoint_file(path)
+
+
+def test_garbage_and_truncated_files_are_checkpoint_errors(tmp_path):
+    garbage = tmp_path / "g" / "checkpoint.pt"
+    garbage.parent.mkdir()
+    garbage.write_text("hello\n")
+    with pytest.raises(CheckpointError, match="not a readable checkpoint") as info:
+        load_checkpoint_file(garbage)
+    assert "weights_only" not in str(info.value)
+    path = _saved(tmp_path)
+    path.write_bytes(path.read_bytes()[:-500])
+    with pytest.raises(CheckpointError):
+        load_checkpoint_file(path)
+
+
+def test_checkpoint_loads_with_device_auto(tmp_path):
+    loaded = load_checkpoint_file(_saved(tmp_path), map_location="auto")
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert loaded["models"]["net"]["weight"].device.type == expected
+
+
+# -- flags -----------------------------------------------------------------------------
+def test_deprecated_names_work_in_flags_yaml_and_stored_configs(tmp_path, capsys):
+    parsed = parse_flags(ToyConfig, ["--n_steps", "9", "--old-lr=0.25"], prog="toy")
+    assert parsed.config.steps == 9 and parsed.config.lr == 0.25 and parsed.given == {"steps", "lr"}
+    assert capsys.readouterr().err.count("deprecated") == 2
+    assert config_from_dict(ToyConfig, {"n_steps": 7}).steps == 7
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text("n_steps: 8\neval_size: 3\n")
+    parsed = parse_flags(ToyConfig, ["--config", str(yaml_file)], prog="toy")
+    assert parsed.config.steps == 8 and parsed.given == {"steps", "eval_size"}
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--lr", "-1"], "lr=-1.0: must be > 0"),
+    (["--bogus", "1"], "bogus: unknown flag"),
+    (["--steps"], "steps: needs a value"),
+    (["--steps", "x"], "steps"),
+])
+def test_flag_errors_are_one_line_config_errors(argv, expected):
+    with pytest.raises(ConfigError, match=expected) as info:
+        parse_flags(ToyConfig, argv, prog="toy")
+    assert "\n" not in str(info.value)
+
+
+def test_config_file_errors_name_the_file(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory"):
+        parse_flags(ToyConfig, ["--config", str(tmp_path)], prog="toy")
+    unreadable = tmp_path / "u.yaml"
+    unreadable.write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(ConfigError, match="cannot be read|not valid YAML"):
+        parse_flags(ToyConfig, ["--config", str(unreadable)], prog="toy")
+
+
+# -- the command line ------------------------------------------------------------------
+def _pglab(*argv):
+    return subprocess.run([sys.executable, "-m", "pglab.cli", *argv], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["solve", "--help"], ["bench", "--help"], ["evaluate", "--help"]])
+def test_help_exits_zero_and_lists_what_exists(argv):
+    result = _pglab(*argv)
+    assert result.returncode == 0, result.stderr
+    if argv[0] == "train":
+        assert all(name in result.stdout for name in ("ghm", "a2c", "ppo", "pso-tsp", "maxk-pomo", "forecast", "--log-dir"))
+    if argv[0] == "evaluate":
+        assert "--episodes" in result.stdout and "--output" in result.stdout
+
+
+def test_top_level_help_does_not_import_torch():
+    code = ("import sys\nfrom pglab.cli import main\n"
+            "for argv in (['--help'], ['train', '--help'], ['evaluate', '--help'], ['solve', '--help'], ['bench', '--help']):\n"
+            "    assert main(argv) == 0\n"
+            "print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip().splitlines()[-1] == "False", result.stderr
+
+
+def test_garbage_checkpoint_is_one_line_and_exit_2(tmp_path):
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "checkpoint.pt").write_text("hello\n")
+    result = _pglab("evaluate", str(tmp_path / "g" / "checkpoint.pt"))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("pglab: error: checkpoint")
+    assert "Traceback" not in result.stderr and "weights_only" not in result.stderr
+
+
+def test_plot_output_may_be_a_directory_and_leaves_no_temporary(tmp_path):
+    from pglab.run.plots import plot_learning_curves
+
+    train_toy(_config(tmp_path))
+    out = tmp_path / "figures"
+    out.mkdir()
+    written = plot_learning_curves(tmp_path / "run", output=out)
+    assert written == out / "learning_curves.png" and written.stat().st_size > 0
+    assert sorted(p.name for p in out.iterdir()) == ["learning_curves.png"]
+    result = _pglab("plot", str(tmp_path / "run"), "--output", str(tmp_path / "fig.txt"))
+    assert result.returncode == 2 and "output" in result.stderr
