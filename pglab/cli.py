@@ -142,8 +142,6 @@ def _peek_kind(path: str, *, help_asked: bool) -> str:
     import json
     from pathlib import Path
 
-    from pglab.run.checkpoint import load_checkpoint_file
-
     candidate = Path(path)
     if help_asked:
         folder = candidate if candidate.is_dir() else candidate.parent
@@ -155,6 +153,8 @@ def _peek_kind(path: str, *, help_asked: bool) -> str:
                     kind = None
                 if isinstance(kind, str):
                     return kind
+    from pglab.run.checkpoint import load_checkpoint_file
+
     return load_checkpoint_file(path)["kind"]
 
 

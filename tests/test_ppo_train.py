@@ -83,9 +83,12 @@ def test_train_cli_checkpoint_evaluate_and_load(tmp_path, capsys):
     assert "other action/observation spaces" in capsys.readouterr().err
     agent = pglab.load_checkpoint(run)
     assert isinstance(agent, PPOAgent) and agent.config.env == "gym:CartPole-v1"
-    actions = agent.predict(torch.zeros(5, 4))
+    actions = agent.act(torch.zeros(5, 4))
     assert actions.shape == (5,) and actions.dtype == torch.int64
     assert agent.value(torch.zeros(5, 4)).shape == (5,)
+    # The SB3 habit: NumPy in, NumPy out.
+    predicted = agent.predict(np.zeros((5, 4), dtype=np.float32))
+    assert isinstance(predicted, np.ndarray) and np.array_equal(predicted, actions.numpy())
 
 
 def test_continuous_agent_clips_actions_to_the_box(tmp_path):
@@ -93,7 +96,7 @@ def test_continuous_agent_clips_actions_to_the_box(tmp_path):
     agent = pglab.load_checkpoint(result.run_dir)
     with torch.no_grad():
         agent.policy.log_std.fill_(3.0)  # sigma = 20: raw samples leave [-2, 2] often
-    actions = agent.predict(torch.randn(256, 3), deterministic=False, generator=torch.Generator().manual_seed(0))
+    actions = agent.act(torch.randn(256, 3), deterministic=False, generator=torch.Generator().manual_seed(0))
     assert actions.shape == (256, 1)
     assert actions.abs().max() == 2.0
 
@@ -122,6 +125,7 @@ gym.register("PglabTestMultiDiscrete-v0", entry_point=MultiDiscreteEnv)
         (["--num-envs", "0"], "num_envs=0"),
         (["--num-minibatches", "1000"], "num_minibatches=1000"),
         (["--rl-mode", "a2c"], ""),
+        (["--algo", "a2c"], "algo"),
         (["--gae-lambda", "1.5"], "gae_lambda=1.5"),
         (["--total-steps", "10"], "total_steps=10"),
         (["--env", "gym:Pendulum-v1", "--vectorization", "vector"], "no array-vectorised implementation"),
@@ -132,6 +136,8 @@ def test_bad_input_exits_2(tmp_path, capsys, argv, message):
     code = cli_main(["train", "ppo", *argv, "--log-dir", str(tmp_path / "run"), "--no-tensorboard"])
     assert code == 2
     assert message in capsys.readouterr().err
+    # A failed start leaves no run directory behind (a retry with the same --log-dir works).
+    assert not (tmp_path / "run").exists()
 
 
 def test_bad_yaml_missing_and_foreign_checkpoints_exit_2(tmp_path, capsys):
@@ -151,8 +157,9 @@ def test_bad_yaml_missing_and_foreign_checkpoints_exit_2(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_sigterm_saves_a_checkpoint_that_resumes(tmp_path):
-    run = tmp_path / "sigterm"
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_saves_a_checkpoint_that_resumes(tmp_path, stop_signal):
+    run = tmp_path / "stopped"
     env = {**os.environ, "PGLAB_NO_PROGRESS": "1", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "pglab.cli", "train", "ppo", "--num-envs", "2", "--num-steps", "32",
                "--total-steps", "10000000", "--log-dir", str(run), "--no-tensorboard", "--eval-episodes", "0"]
@@ -160,7 +167,7 @@ def test_sigterm_saves_a_checkpoint_that_resumes(tmp_path):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not ((run / "metrics.csv").exists() and len((run / "metrics.csv").read_text().splitlines()) > 1):
         time.sleep(0.2)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(stop_signal)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
     assert "--resume" in err
@@ -231,7 +238,7 @@ def test_native_env_learns_and_resumes_exactly(tmp_path, monkeypatch, mode):
     from pglab.envs import registry
 
     monkeypatch.setitem(registry.NATIVE_ENVS, "line-walk", f"{__name__}:make_line_walk")
-    fields = dict(env="pglab:line-walk", rl_mode=mode, num_envs=8, num_steps=16, total_steps=8 * 16 * 20, lr=3e-3,
+    fields = dict(env="pglab:line-walk", algo=mode, num_envs=8, num_steps=16, total_steps=8 * 16 * 20, lr=3e-3,
                   anneal_lr=False, hidden_dims=(16,), **QUIET)
     straight = train_ppo(PPOConfig(log_dir=tmp_path / "straight", **fields))
     train_ppo(PPOConfig(log_dir=tmp_path / "split", **fields), stop_after=10)
@@ -242,5 +249,5 @@ def test_native_env_learns_and_resumes_exactly(tmp_path, monkeypatch, mode):
     # Walking right is optimal from every position: the learned policy does it.
     agent = pglab.load_checkpoint(straight.run_dir)
     positions = torch.arange(6, dtype=torch.float32).unsqueeze(1) / 6
-    assert torch.equal(agent.predict(positions), torch.ones(6, dtype=torch.int64))
+    assert torch.equal(agent.act(positions), torch.ones(6, dtype=torch.int64))
     assert a["return/mean"].tail(5).mean() > a["return/mean"].head(5).mean()

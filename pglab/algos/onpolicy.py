@@ -20,63 +20,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import nn
 
+# The hyperparameters are a torch-free config (``pglab train ppo --help`` reads them
+# without torch); re-exported here, where the update that uses them lives.
+from pglab.configs.ppo import OnPolicyHyperparams, RLMode
 from pglab.contracts import check_tensor
 from pglab.estimators import normalize_advantages
 from pglab.losses.ppo import ppo_clip_loss
-from pglab.validation import check_choice, check_int, check_non_negative, check_positive, check_range
 
-RLMode = Literal["reinforce_raw", "vpg_gae", "ppo"]
+__all__ = ["Evaluate", "OnPolicyBatch", "OnPolicyHyperparams", "RLMode", "explained_variance", "gradient_step", "onpolicy_update"]
+
 Evaluate = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-
-
-@dataclass(frozen=True)
-class OnPolicyHyperparams:
-    """Update hyperparameters (the PSO note's table; CleanRL's PPO defaults)."""
-
-    rl_mode: RLMode = "ppo"
-    """reinforce_raw | vpg_gae | ppo"""
-    gamma: float = 0.99
-    """discount factor"""
-    gae_lambda: float = 0.95
-    """GAE lambda (1 = Monte Carlo, 0 = one-step TD)"""
-    ppo_epochs: int = 4
-    """passes over each batch (ppo only)"""
-    num_minibatches: int = 4
-    """minibatches per pass (ppo only)"""
-    clip_coef: float = 0.2
-    """surrogate clip range epsilon"""
-    value_clip_coef: float | None = None
-    """clip the value update to +-this around the old values (None: no clipping)"""
-    value_coef: float = 0.5
-    """weight of the critic loss"""
-    entropy_coef: float = 0.01
-    """weight of the entropy bonus"""
-    max_grad_norm: float = 0.5
-    """global gradient-norm clip"""
-    target_kl: float | None = None
-    """stop the epochs early once approx-KL exceeds this (None: never)"""
-    normalize_advantages: bool = True
-    """standardise advantages per minibatch"""
-
-    def __post_init__(self):
-        check_choice("rl_mode", self.rl_mode, ("reinforce_raw", "vpg_gae", "ppo"))
-        check_range("gamma", self.gamma, 0.0, 1.0)
-        check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
-        check_int("ppo_epochs", self.ppo_epochs, minimum=1)
-        check_int("num_minibatches", self.num_minibatches, minimum=1)
-        check_positive("clip_coef", self.clip_coef)
-        if self.value_clip_coef is not None:
-            check_positive("value_clip_coef", self.value_clip_coef)
-        check_non_negative("value_coef", self.value_coef)
-        check_non_negative("entropy_coef", self.entropy_coef)
-        check_positive("max_grad_norm", self.max_grad_norm)
-        if self.target_kl is not None:
-            check_positive("target_kl", self.target_kl)
 
 
 @dataclass

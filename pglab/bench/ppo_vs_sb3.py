@@ -116,24 +116,24 @@ def run_pglab(env_id: str, hp: Hyperparams, seed: int, episodes: int, work_dir: 
     from pglab.algos.ppo import PPOConfig, train_ppo
 
     config = PPOConfig(
-        env=f"gym:{env_id}", rl_mode="ppo", total_steps=hp.total_steps, num_envs=hp.num_envs, num_steps=hp.num_steps,
+        env=f"gym:{env_id}", algo="ppo", total_steps=hp.total_steps, num_envs=hp.num_envs, num_steps=hp.num_steps,
         lr=hp.lr, anneal_lr=hp.anneal_lr, gamma=hp.gamma, gae_lambda=hp.gae_lambda, ppo_epochs=hp.ppo_epochs,
         num_minibatches=hp.num_minibatches, clip_coef=hp.clip_coef, entropy_coef=hp.entropy_coef,
         # SB3's value loss is mean((R - V)^2); pglab's (CleanRL's) is 0.5 * mean((V - R)^2).
         # Twice the coefficient gives the same loss, hence the same gradient-norm clipping,
         # which acts on actor and critic gradients together.
         value_coef=2.0 * hp.value_coef,
-        max_grad_norm=hp.max_grad_norm, hidden_dims=hp.hidden, seed=seed, device="cpu", torch_threads=1,
+        max_grad_norm=hp.max_grad_norm, hidden_dims=hp.hidden, seed=seed, device="cpu", threads=1,
         log_dir=work_dir / f"{env_id}-seed{seed}-{vectorization}", tensorboard=False, eval_episodes=0, log_interval=1,
         vectorization=vectorization,
     )
     wall, cpu = time.perf_counter(), time.process_time()
     result = train_ppo(config, echo=lambda *a, **k: None)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    from pglab.run.loaders import load_agent
+    import pglab
 
-    agent = load_agent(result.run_dir)
-    final = evaluate_policy(env_id, lambda obs: agent.predict(torch.as_tensor(obs, dtype=torch.float32)).numpy(), episodes)
+    agent = pglab.load_checkpoint(result.run_dir, device="cpu")
+    final = evaluate_policy(env_id, lambda obs: agent.predict(obs, deterministic=True), episodes)
     steps = result.env_steps
     return {"return": final, "env_steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "steps_per_cpu_s": steps / cpu}
 

@@ -260,7 +260,9 @@ def rename_deprecated_flags(cls: type, argv: Sequence[str], *, warn: bool = True
                 new = renames[base]
                 if warn:
                     _deprecation_note(f"--{base} is deprecated; use --{new}")
-                out.append("--" + ("no-" if negated else "") + new + eq + value)
+                head, dot, tail = new.rpartition(".")
+                flag = (f"{head}.no-{tail}" if dot else f"no-{new}") if negated else new
+                out.append("--" + flag + eq + value)
                 continue
         out.append(arg)
     return out

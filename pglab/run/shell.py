@@ -137,7 +137,7 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None)
     done = int(checkpoint["counters"].get(spec.step_key, 0)) if checkpoint is not None else 0
     if spec.total_steps(merged) < done:
         raise ConfigError(spec.budget_field, getattr(merged, spec.budget_field),
-                          f"is below what the resumed run has done ({done} {spec.step_key})")
+                          f"is below what the resumed run has done ({spec.step_key} {done})")
     return dataclasses.replace(merged, resume=run_dir, log_dir=run_dir), checkpoint, run_dir
 
 
