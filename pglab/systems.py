@@ -48,7 +48,7 @@ SYSTEMS: dict[str, System] = {
                evaluate_named="pglab.commands.maxk:evaluate"),
         System("forecast", "multi-agent forecasting game: Q-learning, WoLF-PHC, RARL",
                train="pglab.commands.forecast:train", evaluate_checkpoint="pglab.commands.forecast:evaluate_checkpoint",
-               agent="pglab.algos.tabular.checkpoint:agent_from_checkpoint",
+               agent="pglab.algos.forecast:agent_from_checkpoint",
                evaluate_named="pglab.commands.forecast:evaluate"),
     )
 }

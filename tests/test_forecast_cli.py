@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from pglab.cli import main as cli_main
-from pglab.commands.forecast import baseline_forecasts, window_bounds
+from pglab.algos.forecast import baseline_forecasts, window_bounds
 
-SMALL = ["--horizon", "10", "--checkpoint_every", "3", "--source", "synthetic"]
+SMALL = ["--horizon", "10", "--save_interval", "3", "--source", "synthetic"]
 
 
 def train(tmp_path, name, *extra):
@@ -37,8 +37,8 @@ def assert_same_run(a, b):
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["q", "rarl"])
 def test_n_plus_resume_plus_n_equals_2n(tmp_path, algorithm):
-    assert train(tmp_path, "straight", "--episodes", "12", "--algorithm", algorithm)[0] == 0
-    code, halves = train(tmp_path, "halves", "--episodes", "6", "--algorithm", algorithm)
+    assert train(tmp_path, "straight", "--episodes", "12", "--algo", algorithm)[0] == 0
+    code, halves = train(tmp_path, "halves", "--episodes", "6", "--algo", algorithm)
     assert code == 0
     assert cli_main(["train", "forecast", "--resume", str(halves), "--episodes", "12"]) == 0
     assert_same_run(tmp_path / "straight", halves)
@@ -69,9 +69,9 @@ def test_sigint_writes_a_final_checkpoint_and_resume_finishes_identically(tmp_pa
         def close(self):
             self.bar.close()
 
-    assert train(tmp_path, "straight", "--episodes", "8", "--algorithm", "wolf")[0] == 0
+    assert train(tmp_path, "straight", "--episodes", "8", "--algo", "wolf")[0] == 0
     monkeypatch.setattr(progress, "progress_bar", InterruptingBar)
-    code, run_dir = train(tmp_path, "interrupted", "--episodes", "8", "--algorithm", "wolf")
+    code, run_dir = train(tmp_path, "interrupted", "--episodes", "8", "--algo", "wolf")
     assert code == 130
     latest = run_dir / "checkpoints" / "checkpoint_latest.pt"
     from pglab.run.checkpoint import load_checkpoint_file
@@ -86,7 +86,7 @@ def test_sigint_writes_a_final_checkpoint_and_resume_finishes_identically(tmp_pa
 def test_backtest_reports_against_baselines_computed_independently(tmp_path):
     out = tmp_path / "bt"
     code = cli_main(["backtest", "--source", "synthetic", "--window_size", "40", "--step_size", "5", "--windows", "3",
-                     "--episodes", "5", "--horizon", "20", "--output_dir", str(out)])
+                     "--episodes", "5", "--horizon", "20", "--output", str(out)])
     assert code == 0
     predictions = pd.read_csv(out / "predictions.csv")
     windows = pd.read_csv(out / "windows.csv")
@@ -129,7 +129,7 @@ def test_window_bounds_enumeration():
 
 @pytest.mark.slow
 def test_evaluate_against_an_adversary_is_like_for_like(tmp_path):
-    code, run_dir = train(tmp_path, "rarl", "--episodes", "8", "--algorithm", "rarl", "--train_rows", "150",
+    code, run_dir = train(tmp_path, "rarl", "--episodes", "8", "--algo", "rarl", "--train_rows", "150",
                           "--alternation_schedule", "2")
     assert code == 0
     out = tmp_path / "eval.json"
@@ -153,7 +153,7 @@ def test_evaluate_against_an_adversary_is_like_for_like(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["train", "forecast", "--algorithm", "sarsa"], "algorithm='sarsa'"),
+    (["train", "forecast", "--algo", "sarsa"], "algo='sarsa'"),
     (["train", "forecast", "--source", "csv:{empty}"], "empty"),
     (["backtest", "--source", "csv:{text}"], "not a number"),
     (["backtest", "--source", "synthetic", "--window_size", "400"], "window_size=400"),
@@ -187,12 +187,12 @@ def test_checkpoint_evaluates_out_of_sample_and_loads_as_an_agent(tmp_path, caps
     assert evaluate_checkpoint([str(run_dir), "--output", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["rows"] == [200, 240] and result["clean"]["n"] == 40
-    from pglab.algos.tabular.checkpoint import agent_from_checkpoint
+    from pglab.algos.forecast import agent_from_checkpoint
     from pglab.data import load_series
     from pglab.envs.forecast_game import state_at
     from pglab.run.checkpoint import load_checkpoint_file
 
     loaded = agent_from_checkpoint(load_checkpoint_file(run_dir))
     series = load_series("synthetic", seed=0)
-    forecasts = np.array([loaded.predict(state_at(series, t - 1)) for t in range(200, 240)])
+    forecasts = np.array([loaded.forecast(state_at(series, t - 1)) for t in range(200, 240)])
     assert result["clean"]["mae"] == pytest.approx(np.mean(np.abs(series.target[200:240] - forecasts)))

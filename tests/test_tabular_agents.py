@@ -181,3 +181,19 @@ def test_wolf_acting_samples_its_policy():
     assert agent.act(0, explore=False) == 2
     with pytest.raises(ConfigError, match="probs"):
         agent.set_policy(0, [0.5, 0.6, 0.0])
+
+
+# --- state values (the agent API's .value) ---------------------------------------------------
+def test_state_value_is_max_q_for_q_learning_and_pi_dot_q_for_wolf():
+    q = QTableAgent(3, alpha=0.5, gamma=0.0, epsilon=0.0, epsilon_min=0.0)
+    q.update("s", 0, -1.0, "s")  # Q(s) = [-0.5, 0, 0]
+    q.update("s", 1, -2.0, "s")  # Q(s) = [-0.5, -1.0, 0]
+    q.update("s", 2, -0.4, "s")  # Q(s) = [-0.5, -1.0, -0.2]
+    assert q.state_value("s") == pytest.approx(-0.2)  # max_a Q(s, a)
+    assert q.state_value("never seen") == 0.0
+    wolf = WoLFPHCAgent(3, alpha=0.5, gamma=0.0, epsilon=0.0, epsilon_min=0.0, delta_win=0.1, delta_lose=0.2)
+    wolf.set_policy("s", [0.2, 0.3, 0.5])
+    wolf.q[wolf._rows["s"]] = [-0.5, -1.0, -0.2]
+    # sum_a pi(s, a) Q(s, a) = 0.2 * -0.5 + 0.3 * -1.0 + 0.5 * -0.2 = -0.5
+    assert wolf.state_value("s") == pytest.approx(-0.5)
+    assert wolf.state_value("never seen") == 0.0

@@ -5,8 +5,9 @@
 * ``synthetic`` -- a seeded mean-reverting series driven by an AR(1) exogenous signal;
 * ``macrodata`` -- the US quarterly macro data shipped with statsmodels (1959Q1-2009Q3);
   default target ``unemp`` (unemployment rate, %), driver ``realgdp_growth``;
-* ``csv:PATH`` -- a file in FRED's download format: a date column (``DATE`` or
-  ``observation_date``) and value columns, ``.`` marking a missing value;
+* ``csv:PATH`` -- a file in FRED's download format: a date column first (``DATE`` or
+  ``observation_date``) and value columns, ``.`` marking a missing value; a file
+  without a date column is refused, not read with its first values as dates;
 * ``fred`` -- the FRED API through ``fredapi`` (needs ``FRED_API_KEY`` and the
   ``pglab[fred]`` extra); default target ``UNRATE``;
 * ``auto`` -- ``fred`` when ``FRED_API_KEY`` is set, else ``macrodata``.
@@ -21,6 +22,7 @@ Rows with a missing target or driver are dropped (and counted in the series name
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -142,14 +144,44 @@ def macrodata_series(*, target: str | None = None, driver: str | None = None) ->
 
 
 # --- FRED CSV -------------------------------------------------------------------------------
+# A first column with one of these names (any case, or any name containing "date") holds
+# the dates; otherwise its values must look like dates (_DATE_VALUE).
+DATE_COLUMN_NAMES = ("date", "observation_date", "time", "period", "year", "quarter", "month", "week", "day")
+# 2020-01-31, 2020/1/31, 2020-01 (with an optional time part), 1959Q1, 2020M01, 01/31/2020.
+# A bare number is never taken for a date by its value (a year column must be named so):
+# a file whose first column is a value column must fail, not be read as dates.
+_DATE_VALUE = re.compile(r"^(\d{4}[-/]\d{1,2}([-/]\d{1,2})?([ T].*)?|\d{4}[QqMm]\d{1,2}|\d{1,2}/\d{1,2}/\d{2,4})$")
+
+
+def _check_date_column(frame: pd.DataFrame, where: str) -> str:
+    """The name of the date column (the first one), or a DataError saying it is missing."""
+    first = str(frame.columns[0])
+    name = first.strip().lower()
+    if name in DATE_COLUMN_NAMES or "date" in name:
+        return frame.columns[0]
+    values = frame[frame.columns[0]].str.strip()
+    if values.map(lambda text: bool(_DATE_VALUE.match(text))).all():
+        return frame.columns[0]
+    example = next((v for v in values if not _DATE_VALUE.match(v)), "")
+    raise DataError(f"{where}: no date column: the first column must hold the dates (named DATE or observation_date "
+                    f"in FRED downloads), but {first!r} is not a date column (it holds {example!r})")
+
+
 def read_fred_csv(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.Index]:
     """Read a FRED download: a date column then numeric columns, ``.`` = missing.
 
-    Raises DataError for a missing or empty file, a file without value columns, or a
-    value that is neither a number nor ``.`` (naming its row and column).
+    The first column must be the dates: named ``DATE``/``observation_date`` (any name in
+    :data:`DATE_COLUMN_NAMES` or containing "date"), or holding values that look like
+    dates (``2020-01-01``, ``1959Q1``, ``01/31/2020``).
+
+    Raises DataError for a missing, unreadable or empty file, a directory, a file without
+    a date column or without value columns, or a value that is neither a number nor
+    ``.`` (naming its row and column).
     """
     source = Path(path)
     where = f"csv:{source}"
+    if source.is_dir():
+        raise DataError(f"{where}: is a directory, not a CSV file")
     if not source.is_file():
         raise DataError(f"{where}: no such file")
     try:
@@ -158,11 +190,13 @@ def read_fred_csv(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.Index]:
         raise DataError(f"{where}: the file is empty") from exc
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise DataError(f"{where}: not a CSV file ({str(exc).splitlines()[0]})") from exc
+    except OSError as exc:
+        raise DataError(f"{where}: cannot be read ({exc.strerror or type(exc).__name__})") from exc
     if frame.shape[0] == 0:
         raise DataError(f"{where}: no data rows below the header")
     if frame.shape[1] < 2:
         raise DataError(f"{where}: needs a date column and at least one value column, got {list(frame.columns)}")
-    date_column = frame.columns[0]
+    date_column = _check_date_column(frame, where)
     values = frame.drop(columns=[date_column])
     numeric = {}
     for column in values.columns:

@@ -4,14 +4,15 @@
 2002), JSON ``save_q_table``/``load_q_table``, and the loops ``TrainingLoop``,
 ``RADversarialTrainer`` and ``IterativeFeedbackLoop``.
 
-Names are imported lazily: the game (``pglab.envs.forecast_game``) needs
-``DiscreteActionSpace`` while the loops need the game, and an eager ``__init__`` would
-make that a circular import.
+Names are imported lazily, so that ``from pglab.algos.tabular import QTableAgent`` loads
+only the agents (the JSON serialisation pulls in pglab.run, and with it torch).
+``DiscreteActionSpace`` belongs to the game (:mod:`pglab.envs.forecast_game`): envs never
+import algos.
 """
 import importlib
 
 _EXPORTS = {
-    "DiscreteActionSpace": "pglab.algos.tabular.spaces",
+    "DiscreteActionSpace": "pglab.envs.forecast_game",
     "QTableAgent": "pglab.algos.tabular.agents",
     "WoLFPHCAgent": "pglab.algos.tabular.agents",
     "TrainingLoop": "pglab.algos.tabular.loops",

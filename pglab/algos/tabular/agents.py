@@ -10,6 +10,7 @@ Interface shared by both agents::
     agent.act(state_key, explore=True) -> int
     agent.update(state_key, action, reward, next_state_key, terminated=False) -> float  (TD error)
     agent.policy(state_key) -> float64[n_actions]
+    agent.state_value(state_key) -> float   (max_a Q for Q-learning, pi . Q for WoLF-PHC)
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from pglab.algos.tabular.spaces import DiscreteActionSpace
+from pglab.envs.forecast_game import DiscreteActionSpace
 from pglab.errors import ConfigError
 from pglab.validation import check_int, check_range
 
@@ -155,6 +156,12 @@ class QTableAgent:
         best = values == values.max()
         probs[best] += (1.0 - self.epsilon) / best.sum()
         return probs
+
+    def state_value(self, state_key: StateKey) -> float:
+        """``V(s) = max_a Q(s, a)``: the value of ``s`` under the greedy policy (0, the
+        table's initial value, for a state never updated)."""
+        row = self._rows.get(state_key)
+        return 0.0 if row is None else float(self.q[row].max())
 
     # --- learning -------------------------------------------------------------------
     def update(self, state_key: StateKey, action: int, reward: float, next_state_key: StateKey, terminated: bool = False) -> float:
@@ -296,6 +303,12 @@ class WoLFPHCAgent(QTableAgent):
         # Inverse-CDF sampling: one uniform draw, ~10x cheaper than Generator.choice(p=...).
         cdf = np.cumsum(self.pi[row])
         return min(int(np.searchsorted(cdf, self.rng.random() * cdf[-1], side="right")), self.n_actions - 1)
+
+    def state_value(self, state_key: StateKey) -> float:
+        """``V(s) = sum_a pi(s, a) Q(s, a)``: the expected Q under the current mixed
+        policy (the policy WoLF-PHC acts on; 0 for a state never updated)."""
+        row = self._rows.get(state_key)
+        return 0.0 if row is None else float(self.pi[row].dot(self.q[row]))
 
     def set_policy(self, state_key: StateKey, probs: np.ndarray) -> None:
         """Start ``pi(s)`` (and ``avg_pi(s)``) from ``probs`` instead of uniform (experiments)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pglab.algos.tabular.agents import QTableAgent, WoLFPHCAgent
-from pglab.algos.tabular.spaces import DiscreteActionSpace
+from pglab.envs.forecast_game import DiscreteActionSpace
 from pglab.errors import CheckpointError, ConfigError
 from pglab.run.atomic import atomic_write_text
 

@@ -1,0 +1,580 @@
+"""The forecasting game's trainer, agent, evaluations and walk-forward backtest.
+
+* :func:`train_forecast` -- Q-learning, WoLF-PHC or robust adversarial (RARL) training on a
+  data source, inside the shared :class:`~pglab.run.shell.TrainingRun` (run directory,
+  resume, logs, checkpoints, stops); at the end it writes the Q-table JSON (and the
+  adversary's, for RARL).
+* :class:`ForecastAgent` / :func:`agent_from_checkpoint` -- a training checkpoint as a
+  :class:`pglab.agent.Agent` (what ``pglab.load_checkpoint`` returns for ``forecast-*``).
+* :func:`evaluate_forecaster`, :func:`best_response_attack` -- greedy one-step forecasts on
+  a row range, against the random walk facing the same perturbations.
+* :func:`run_backtest` -- walk-forward windows (train on ``window_size`` rows, forecast the
+  next ``step_size`` rows one step ahead, out of sample), learned forecaster vs random
+  walk, AR(1), AR(1) on differences and ARX on differences fitted with statsmodels on the
+  same window.
+
+The learners are NumPy tables on the CPU; nothing here runs on a GPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pglab.agent import Agent
+from pglab.configs.forecast import (
+    BacktestConfig,
+    ForecastLearnerConfig,
+    ForecastModelEvaluateConfig,
+    ForecastTrainConfig,
+)
+from pglab.errors import CheckpointError, DataError, TensorContractError, UsageError
+from pglab.run.shell import TrainerSpec, TrainingRun
+
+KINDS = ("forecast-q", "forecast-wolf", "forecast-rarl")
+
+SPEC = TrainerSpec(
+    system="forecast", config_class=ForecastTrainConfig, kinds=KINDS, kind_of=lambda config: config.kind,
+    step_key="episode",
+    # The budget, and where the final Q-table goes; anything else would change what is learned.
+    resumable=frozenset({"episodes", "output"}),
+    total_steps=lambda config: config.episodes, budget_field="episodes",
+)
+
+
+# --- building blocks ---------------------------------------------------------------------------
+def load_data(config: ForecastLearnerConfig | ForecastModelEvaluateConfig):
+    """The config's series (a :class:`pglab.data.ForecastSeries`)."""
+    from pglab.data import load_series
+
+    return load_series(config.source, target=config.target, driver=config.driver, seed=config.data_seed)
+
+
+def make_agents(config: ForecastLearnerConfig):
+    """``(forecaster, adversary or None)`` for ``config.algo``, untrained."""
+    from pglab.algos.tabular import QTableAgent, WoLFPHCAgent
+
+    game = config.simulation()
+    space = game.forecaster_space
+    common = dict(alpha=config.alpha, gamma=config.gamma, epsilon=config.epsilon, epsilon_decay=config.epsilon_decay,
+                  epsilon_min=config.epsilon_min)
+    # An unseen state falls back to delta 0: the random-walk forecast, not a random guess.
+    zero = space.delta_to_action(0.0)
+    if config.algo == "wolf":
+        forecaster = WoLFPHCAgent(space, delta_win=config.delta_win, delta_lose=config.delta_lose, seed=config.seed, default_action=zero, **common)
+    else:
+        forecaster = QTableAgent(space, seed=config.seed, default_action=zero, **common)
+    adversary = None
+    if config.algo == "rarl":
+        adversary = QTableAgent(game.adversary_space, seed=config.seed + 1, default_action=game.adversary_space.delta_to_action(0.0), **common)
+    return forecaster, adversary
+
+
+# --- training ----------------------------------------------------------------------------------
+def train_forecast(config: ForecastTrainConfig, *, given: frozenset[str] | None = None,
+                   echo: Callable[..., None] = print, stop_after: int | None = None) -> dict[str, Any]:
+    """Train a tabular forecaster (and, for RARL, its adversary) for ``config.episodes`` episodes.
+
+    One step of the run is one episode of the game (one RARL epoch): play ``horizon``
+    rounds, then update the learner(s) from the logged transitions.
+
+    Returns:
+        ``{"run_dir", "summary", "outputs", "interrupted", "exit_code"}``; ``outputs``
+        lists the Q-table JSON files written (none after a stop).
+    """
+    from pglab.algos.tabular import RADversarialTrainer, TrainingLoop
+    from pglab.algos.tabular.serialization import agent_from_dict, agent_to_dict, save_q_table
+    from pglab.envs.forecast_game import encoder_from_dict, make_state_encoder
+    from pglab.run.checkpoint import build_checkpoint
+    from pglab.run.config import config_to_dict
+
+    with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
+        config = run.config
+        config_dict = config_to_dict(dataclasses.replace(config, resume=None))
+
+        # -- build: data, game, agents, loop ----------------------------------------------
+        series = load_data(config)
+        if config.train_rows is not None:
+            series.require_length(config.train_rows, f"train_rows={config.train_rows}")
+            series = series.slice(0, config.train_rows)
+        game = config.simulation()
+        series.require_length(game.horizon + 2, f"horizon={game.horizon}")
+        forecaster, adversary = make_agents(config)
+        if adversary is not None:
+            loop = RADversarialTrainer(game, alternation_schedule=config.alternation_schedule, total_epochs=config.episodes, seed=config.seed)
+        else:
+            loop = TrainingLoop(game, n_episodes=config.episodes, seed=config.seed)
+        if run.checkpoint is not None:
+            extra, source = run.checkpoint["extra"], run.checkpoint.get("path", str(run.run_dir))
+            forecaster = agent_from_dict(json.loads(extra["forecaster"]), source=source)
+            if adversary is not None:
+                adversary = agent_from_dict(json.loads(extra["adversary"]), source=source)
+            loop.set_state(json.loads(extra["loop"]))
+            encoder = encoder_from_dict(json.loads(extra["encoder"]))
+        else:
+            encoder = make_state_encoder(game, series)  # fitted on the training rows only
+        run.logger.write_meta({"kind": run.kind, "series": series.name, "rows": len(series)})
+
+        def checkpoint() -> dict[str, Any]:
+            # The tables go in as JSON: exact floats and the agents' RNG states.
+            extra = {"forecaster": json.dumps(agent_to_dict(forecaster)), "loop": json.dumps(loop.get_state()),
+                     "encoder": json.dumps(encoder.to_dict())}
+            if adversary is not None:
+                extra["adversary"] = json.dumps(agent_to_dict(adversary))
+            return build_checkpoint(kind=run.kind, config=config_dict, counters=dict(run.counters), models={}, extra=extra)
+
+        # -- episodes ---------------------------------------------------------------------
+        stats: dict[str, float] = {}
+
+        def record(index: int, episode_stats: dict[str, float]) -> None:
+            stats.update(episode_stats)
+
+        for episode in run.steps(config.episodes, save=checkpoint, desc=f"train forecast ({config.algo})", unit="ep"):
+            started = time.perf_counter()
+            # Episode number `episode` (1-based) is the loop's episode `episode - 1`, seeded
+            # with seed + episode - 1, so one call per episode equals one long run.
+            if adversary is not None:
+                loop.run(forecaster, adversary, series=series, encoder=encoder, stop=episode, on_episode=record)
+            else:
+                loop.run(forecaster, series=series, encoder=encoder, stop=episode, on_episode=record)
+            elapsed = time.perf_counter() - started
+            run.log(episode, {**stats, "perf/iter_s": elapsed, "perf/steps_per_s": game.horizon / max(elapsed, 1e-9)})
+            run.set_postfix(reward=f"{stats['reward/mean']:.3f}")
+
+        # -- outputs ----------------------------------------------------------------------
+        summary = loop.summary() if adversary is not None else loop.summary(forecaster)
+        written: list[str] = []
+        if not run.interrupted:
+            metadata = {"state_encoder": encoder.to_dict(), "series": series.name, "rows": len(series), "algorithm": config.algo,
+                        "config": config_dict}
+            output = Path(config.output) if config.output else run.run_dir / "forecaster.json"
+            save_q_table(forecaster, output, metadata={**metadata, "role": "forecaster"})
+            written.append(str(output))
+            if adversary is not None:
+                adversary_path = output.with_name(output.stem + ".adversary.json")
+                save_q_table(adversary, adversary_path, metadata={**metadata, "role": "adversary"})
+                written.append(str(adversary_path))
+        run.finish({**summary, "outputs": written})
+    if not run.interrupted:
+        try:
+            from pglab.run.plots import plot_learning_curves
+
+            plot_learning_curves(run.run_dir, keys=["reward/mean", "stats/abs_td_error"], smooth=10)
+        except UsageError:
+            pass
+    return {"run_dir": str(run.run_dir), "summary": summary, "outputs": written, "interrupted": run.interrupted,
+            "exit_code": run.exit_code}
+
+
+# --- the agent ---------------------------------------------------------------------------------
+class ForecastAgent(Agent):
+    """A trained forecaster (and, for RARL, its adversary) as a pglab agent.
+
+    Observations, batch-first, as tensors (``act``/``value``) or NumPy arrays (``predict``):
+
+    * int ``[B]``: state keys, i.e. Q-table rows as the run's state key numbers them
+      (``agent.encoder(state)``);
+    * float ``[B, 3]``: raw observations ``(y_t, x_t, y_t - y_{t-1})`` = (level, driver,
+      last change), which the run's fitted state key turns into state keys
+      (:meth:`observation` builds one from a :class:`ForecastState`).
+
+    ``act`` gives int64 ``[B]`` action indices (the forecast is ``y_t + deltas[a]``, see
+    :meth:`forecast`); ``value`` gives float64 ``[B]``: ``max_a Q(s, a)`` (the state's
+    value under the greedy policy) for Q-learning and RARL forecasters, ``sum_a pi(s, a)
+    Q(s, a)`` (the expected Q under the mixed policy) for WoLF-PHC. Q is the expected
+    one-round reward ``-|error|`` when ``gamma = 0`` (the CLI default). A state never seen
+    in training has value 0 (the table's initial value) and acts with delta 0 (the random
+    walk).
+
+    The tables are NumPy arrays on the CPU; the tensors returned are on the device of
+    ``obs``. ``deterministic=True`` is the greedy action (the mode of pi for WoLF-PHC) used
+    by every evaluation; as there, an exact tie between actions (common only in states
+    barely visited) is broken by the table's own RNG. ``deterministic=False`` samples as
+    in training (epsilon-greedy, or pi for WoLF-PHC).
+
+    Attributes:
+        kind, config: the checkpoint kind and its :class:`ForecastTrainConfig`.
+        policy: the forecaster's :class:`~pglab.algos.tabular.QTableAgent` (or WoLF-PHC).
+        encoder: the fitted state key.
+        adversary: the RARL adversary's table, else ``None``.
+    """
+
+    def __init__(self, *, kind: str, config: ForecastTrainConfig, policy, encoder, adversary=None):
+        import torch
+
+        self.kind, self.config = kind, config
+        self.policy, self.encoder, self.adversary = policy, encoder, adversary
+        self.device = torch.device("cpu")
+
+    # -- observations -----------------------------------------------------------------
+    @staticmethod
+    def observation(state) -> np.ndarray:
+        """float64[3]: ``(value, exogenous, change)`` of a :class:`ForecastState`."""
+        return np.array([state.value, state.exogenous, state.change], dtype=np.float64)
+
+    def state_keys(self, obs: Any) -> list[int]:
+        """The Q-table keys of a batch: int ``[B]`` keys as they are, float ``[B, 3]``
+        observations through the state key."""
+        from pglab.envs.forecast_game import ForecastState
+
+        array = obs.detach().cpu().numpy() if hasattr(obs, "detach") else np.asarray(obs)
+        if array.ndim == 1 and np.issubdtype(array.dtype, np.integer):
+            return [int(key) for key in array]
+        if array.ndim == 2 and array.shape[1] == 3 and np.issubdtype(array.dtype, np.floating):
+            return [self.encoder(ForecastState(float(value), float(exogenous), 0, float(change)))
+                    for value, exogenous, change in array.astype(np.float64)]
+        raise TensorContractError(f"{self.kind} agent: obs must be int state keys [B] or float observations [B, 3] "
+                                  f"(level, driver, last change); got {array.dtype}{list(array.shape)}")
+
+    # -- the Agent API ----------------------------------------------------------------
+    def act(self, obs: Any, deterministic: bool = True) -> Any:
+        """int64 ``[B]``: the forecaster's actions (greedy when ``deterministic``)."""
+        import torch
+
+        actions = [self.policy.act(key, explore=not deterministic) for key in self.state_keys(obs)]
+        return torch.tensor(actions, dtype=torch.int64, device=getattr(obs, "device", None))
+
+    def value(self, obs: Any) -> Any:
+        """float64 ``[B]``: ``max_a Q(s, a)`` (Q-learning) or ``pi(s) . Q(s)`` (WoLF-PHC)."""
+        import torch
+
+        values = [self.policy.state_value(key) for key in self.state_keys(obs)]
+        return torch.tensor(values, dtype=torch.float64, device=getattr(obs, "device", None))
+
+    def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+        """:meth:`act` on NumPy: int64 ``[B]`` actions. (Observations stay float64: the
+        base class's float32 cast could move a value across a state-key edge.)"""
+        import torch
+
+        array = np.asarray(obs)
+        tensor = torch.as_tensor(array if np.issubdtype(array.dtype, np.integer) else array.astype(np.float64))
+        return self.act(tensor, deterministic=deterministic).numpy()
+
+    # -- forecasts --------------------------------------------------------------------
+    def forecast(self, state) -> float:
+        """The greedy one-step forecast ``y_t + delta`` of ``y_{t+1}`` (target units)."""
+        action = self.policy.act(self.encoder(state), explore=False)
+        return state.value + self.policy.action_space.action_to_delta(action)
+
+
+def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: Any = "cpu") -> ForecastAgent:
+    """Rebuild the agents of a loaded forecast checkpoint. ``device`` is accepted for the
+    common loader signature; the tables are NumPy arrays on the CPU."""
+    from pglab.algos.tabular.serialization import agent_from_dict
+    from pglab.envs.forecast_game import encoder_from_dict
+    from pglab.run.config import config_from_dict
+
+    source = checkpoint.get("path", "<checkpoint>")
+    if checkpoint.get("kind") not in KINDS:
+        raise CheckpointError(f"checkpoint {source}: kind={checkpoint.get('kind')!r}, expected one of {', '.join(KINDS)}")
+    extra = checkpoint.get("extra", {})
+    try:
+        forecaster = agent_from_dict(json.loads(extra["forecaster"]), source=source)
+        adversary = agent_from_dict(json.loads(extra["adversary"]), source=source) if "adversary" in extra else None
+        encoder = encoder_from_dict(json.loads(extra["encoder"]))
+    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"checkpoint {source}: forecast agents missing or unreadable ({exc!r})") from exc
+    config = config_from_dict(ForecastTrainConfig, {**checkpoint["config"], "resume": None})
+    return ForecastAgent(kind=checkpoint["kind"], config=config, policy=forecaster, encoder=encoder, adversary=adversary)
+
+
+# --- evaluation --------------------------------------------------------------------------------
+def load_player(path: Path, role: str):
+    """``(agent, state key, metadata)`` of a Q-table JSON written by ``pglab train forecast``."""
+    from pglab.algos.tabular.serialization import load_q_table_with_metadata
+    from pglab.envs.forecast_game import encoder_from_dict
+
+    agent, metadata = load_q_table_with_metadata(path)
+    if "state_encoder" not in metadata:
+        raise UsageError(f"{role}={str(path)!r}: the Q-table has no state_encoder metadata (not written by pglab train forecast)")
+    return agent, encoder_from_dict(metadata["state_encoder"]), metadata
+
+
+def evaluate_forecaster(series, forecaster, encoder, rows: range, adversary=None, adversary_encoder=None) -> dict[str, Any]:
+    """Greedy one-step forecasts of ``series.target[t]`` from row ``t - 1`` for ``t`` in ``rows``.
+
+    With an adversary, the realised value is ``y_t + perturbation`` for both the model
+    and the random walk, so the comparison is like for like.
+    """
+    from pglab.envs.forecast_game import state_at
+
+    forecasts, naive, realised = [], [], []
+    for t in rows:
+        state = state_at(series, t - 1)
+        forecasts.append(state.value + forecaster.action_space.action_to_delta(forecaster.act(encoder(state), explore=False)))
+        naive.append(state.value)
+        perturbation = 0.0
+        if adversary is not None:
+            perturbation = adversary.action_space.action_to_delta(adversary.act(adversary_encoder(state), explore=False))
+        realised.append(series.target[t] + perturbation)
+    forecasts, naive, realised = map(np.asarray, (forecasts, naive, realised))
+    return {
+        "n": len(rows),
+        "mae": float(np.mean(np.abs(realised - forecasts))),
+        "rmse": float(np.sqrt(np.mean((realised - forecasts) ** 2))),
+        "mae_random_walk": float(np.mean(np.abs(realised - naive))),
+        "rmse_random_walk": float(np.sqrt(np.mean((realised - naive) ** 2))),
+    }
+
+
+def best_response_attack(series, forecaster, encoder, start: int, end: int, episodes: int, metadata: dict[str, Any]) -> dict[str, Any]:
+    """Train a fresh adversary (the run's game settings) against the frozen forecaster on
+    rows ``start - 1 .. end - 1``, then evaluate the forecaster under its greedy attack."""
+    from pglab.algos.tabular import QTableAgent
+    from pglab.algos.tabular.loops import train_best_response
+    from pglab.run.config import config_from_dict
+
+    stored = dict(metadata.get("config") or {})
+    # Old tables may spell fields the old way (algorithm, checkpoint_every): map them first.
+    renames = ForecastTrainConfig.DEPRECATED_NAMES
+    fields = {f.name for f in dataclasses.fields(ForecastTrainConfig)}
+    run = config_from_dict(ForecastTrainConfig, {renames.get(k, k): v for k, v in stored.items()
+                                                 if renames.get(k, k) in fields and k not in ("output", "log_dir", "resume")})
+    window = series.slice(start - 1, end)
+    game = dataclasses.replace(run.simulation(), horizon=min(run.horizon, len(window) - 2))
+    space = game.adversary_space
+    adversary = QTableAgent(space, alpha=run.alpha, gamma=0.0, epsilon=1.0, epsilon_decay=run.epsilon_decay,
+                            epsilon_min=run.epsilon_min, seed=run.seed + 7, default_action=space.delta_to_action(0.0))
+    history = train_best_response(forecaster, adversary, game, series=window, encoder=encoder, episodes=episodes, seed=run.seed)
+    return {"episodes": episodes, "final_training_error": history[-1],
+            **evaluate_forecaster(series, forecaster, encoder, range(start, end), adversary, encoder)}
+
+
+def evaluate_model(config: ForecastModelEvaluateConfig) -> dict[str, Any]:
+    """``pglab evaluate forecast``: a Q-table JSON (and optionally an adversary's) on rows
+    ``start_row .. end_row - 1`` of a source."""
+    forecaster, encoder, metadata = load_player(config.model, "model")
+    adversary, adversary_encoder, _ = load_player(config.adversary, "adversary") if config.adversary else (None, None, None)
+    series = load_data(config)
+    end = len(series) if config.end_row is None else config.end_row
+    if end > len(series):
+        raise DataError(f"end_row={end}: the series {series.name} has only {len(series)} rows")
+    result = {"model": str(config.model), "series": series.name, "rows": [config.start_row, end],
+              "clean": evaluate_forecaster(series, forecaster, encoder, range(config.start_row, end))}
+    if adversary is not None:
+        result["adversary"] = str(config.adversary)
+        result["attacked"] = evaluate_forecaster(series, forecaster, encoder, range(config.start_row, end), adversary, adversary_encoder)
+    if config.best_response_episodes > 0:
+        result["best_response"] = best_response_attack(series, forecaster, encoder, config.start_row, end, config.best_response_episodes, metadata)
+    return result
+
+
+def evaluate_agent(agent: ForecastAgent, *, start_row: int | None = None, end_row: int | None = None,
+                   with_adversary: bool = True, checkpoint: str = "") -> dict[str, Any]:
+    """``pglab evaluate CHECKPOINT``: the agent on its run's own data, by default out of
+    sample (from ``train_rows`` on)."""
+    series = load_data(agent.config)
+    start = start_row if start_row is not None else (agent.config.train_rows or 1)
+    end = len(series) if end_row is None else end_row
+    if not 1 <= start < end <= len(series):
+        raise DataError(f"rows {start}..{end}: must satisfy 1 <= start_row < end_row <= {len(series)} (rows of {series.name})")
+    rows = range(start, end)
+    result = {"checkpoint": checkpoint, "series": series.name, "rows": [start, end],
+              "clean": evaluate_forecaster(series, agent.policy, agent.encoder, rows)}
+    if agent.adversary is not None and with_adversary:
+        result["attacked"] = evaluate_forecaster(series, agent.policy, agent.encoder, rows, agent.adversary, agent.encoder)
+    return result
+
+
+# --- walk-forward backtest ---------------------------------------------------------------------
+BASELINES = ("random_walk", "ar1", "ar1_diff", "arx_diff")
+
+
+def baseline_forecasts(train_y: np.ndarray, train_x: np.ndarray, history_y: np.ndarray, history_x: np.ndarray) -> dict[str, np.ndarray]:
+    """One-step forecasts of ``y_t`` from ``y_{t-1}`` (and ``y_{t-2}``, ``x_{t-1}``), fitted on the window.
+
+    Args:
+        train_y, train_x: float64[W], the training window.
+        history_y, history_x: float64[K + 2]: the two rows before each of the K test
+            targets are ``history[k]`` (t-2) and ``history[k + 1]`` (t-1).
+
+    Models (parameters estimated by statsmodels on the window only):
+        random_walk: y_t = y_{t-1}
+        ar1:         y_t = c + phi y_{t-1}                         (AutoReg, lags=1)
+        ar1_diff:    dy_t = c + phi dy_{t-1}, y_t = y_{t-1} + dy_t (AutoReg on differences = ARIMA(1,1,0) with drift, conditional MLE)
+        arx_diff:    dy_t = c + phi dy_{t-1} + beta x_{t-1}        (OLS; uses the same driver as the learner)
+    """
+    import statsmodels.api as sm
+    from statsmodels.tsa.ar_model import AutoReg
+
+    prev_y, prev2_y, prev_x = history_y[1:-1], history_y[:-2], history_x[1:-1]
+    c, phi = AutoReg(train_y, lags=1, trend="c").fit().params
+    diff = np.diff(train_y)
+    c_d, phi_d = AutoReg(diff, lags=1, trend="c").fit().params
+    design = sm.add_constant(np.column_stack([diff[:-1], train_x[1:-1]]), has_constant="add")
+    c_x, phi_x, beta_x = sm.OLS(diff[1:], design).fit().params
+    return {
+        "random_walk": prev_y.copy(),
+        "ar1": c + phi * prev_y,
+        "ar1_diff": prev_y + c_d + phi_d * (prev_y - prev2_y),
+        "arx_diff": prev_y + c_x + phi_x * (prev_y - prev2_y) + beta_x * prev_x,
+    }
+
+
+def window_bounds(n_rows: int, window_size: int, step_size: int, max_windows: int | None) -> list[tuple[int, int, int]]:
+    """``(train_start, train_end, test_end)`` per window; rows ``train_end..test_end-1`` are forecast.
+
+    The first window starts at row 1 so that its first state has a previous change.
+    """
+    if window_size + 2 > n_rows:
+        raise DataError(f"window_size={window_size}: the series has only {n_rows} rows; a window needs window_size + 2 rows "
+                        "(a training window and at least one row to forecast)")
+    bounds = []
+    start = 1
+    while start + window_size < n_rows and (max_windows is None or len(bounds) < max_windows):
+        bounds.append((start, start + window_size, min(start + window_size + step_size, n_rows)))
+        start += step_size
+    return bounds
+
+
+def run_backtest(config: BacktestConfig) -> dict[str, Any]:
+    """Walk-forward backtest; writes ``windows.csv``, ``predictions.csv``, ``summary.json``
+    and ``backtest.png`` to ``config.output`` and returns ``{"summary", "output", "windows",
+    "predictions"}``."""
+    import pandas as pd
+
+    from pglab.algos.tabular import IterativeFeedbackLoop, RADversarialTrainer, TrainingLoop
+    from pglab.envs.forecast_game import make_state_encoder, state_at
+    from pglab.run.atomic import atomic_write_json, atomic_write_text
+    from pglab.run.config import config_to_dict
+    from pglab.run.device import resolve_device
+    from pglab.run.progress import progress_bar
+    from pglab.run.rundir import default_run_dir
+
+    resolve_device(config.device)  # refuses cuda without a GPU; the tables themselves stay on the CPU
+    series = load_data(config)
+    game = config.simulation()
+    bounds = window_bounds(len(series), config.window_size, config.step_size, config.windows)
+    output_dir = Path(config.output or default_run_dir("backtest"))
+    output_dir.mkdir(parents=True, exist_ok=True)
+    window_rows, prediction_rows = [], []
+    started = time.perf_counter()
+    bar = progress_bar(len(bounds), desc=f"backtest ({config.algo}, {config.state_key})", unit="win")
+    for index, (train_start, train_end, test_end) in enumerate(bounds):
+        window = series.slice(train_start, train_end)
+        encoder = make_state_encoder(game, window)
+        # Each window gets a fresh agent and its own seeds: nothing learned on one window
+        # leaks into another's out-of-sample rows except through its training data.
+        window_config = dataclasses.replace(config, seed=config.seed + 1000 * index)
+        forecaster, adversary = make_agents(window_config)
+        if adversary is not None:
+            RADversarialTrainer(game, config.alternation_schedule, config.episodes, window_config.seed).run(
+                forecaster, adversary, series=window, encoder=encoder)
+        else:
+            TrainingLoop(game, config.episodes, window_config.seed).run(forecaster, series=window, encoder=encoder)
+        feedback = IterativeFeedbackLoop(encoder=encoder)
+        rows = range(train_end, test_end)
+        learned = []
+        for t in rows:
+            state = state_at(series, t - 1)
+            forecast = state.value + forecaster.action_space.action_to_delta(forecaster.act(encoder(state), explore=False))
+            learned.append(forecast)
+            if config.feedback:
+                feedback.update_from_realized(forecaster, [(state, forecast, float(series.target[t]))])
+        baselines = baseline_forecasts(window.target, window.exogenous, series.target[train_end - 2:test_end], series.exogenous[train_end - 2:test_end])
+        actual = series.target[train_end:test_end]
+        methods = {"learned": np.asarray(learned), **baselines}
+        row = {"window": index, "train_start": series.dates[train_start], "train_end": series.dates[train_end - 1],
+               "test_start": series.dates[train_end], "test_end": series.dates[test_end - 1], "n": len(rows),
+               "states_seen": forecaster.n_states}
+        for name, forecasts in methods.items():
+            errors = actual - forecasts
+            row[f"mae_{name}"] = float(np.mean(np.abs(errors)))
+            row[f"rmse_{name}"] = float(np.sqrt(np.mean(errors ** 2)))
+        window_rows.append(row)
+        for k, t in enumerate(rows):
+            prediction_rows.append({"window": index, "date": series.dates[t], "actual": float(actual[k]),
+                                    **{name: float(forecasts[k]) for name, forecasts in methods.items()}})
+        bar.update(1)
+    bar.close()
+    predictions = pd.DataFrame(prediction_rows)
+    windows = pd.DataFrame(window_rows)
+    summary = summarise(predictions, windows)
+    summary.update({"series": series.name, "algorithm": config.algo, "state_key": config.state_key, "n_windows": len(bounds),
+                    "window_size": config.window_size, "step_size": config.step_size, "episodes": config.episodes,
+                    "feedback": config.feedback, "wall_s": time.perf_counter() - started})
+    atomic_write_text(output_dir / "windows.csv", windows.to_csv(index=False))
+    atomic_write_text(output_dir / "predictions.csv", predictions.to_csv(index=False))
+    atomic_write_json(output_dir / "summary.json", {"summary": summary, "config": config_to_dict(config)})
+    plot_backtest(predictions, windows, output_dir / "backtest.png", title=f"{series.name}: {config.algo}, state_key={config.state_key}",
+                  target_label=target_label(series))
+    return {"summary": summary, "output": str(output_dir), "windows": windows, "predictions": predictions}
+
+
+def summarise(predictions, windows) -> dict[str, Any]:
+    """Pooled MAE/RMSE per method, share of windows where the learner beats each baseline,
+    and a Diebold-Mariano t statistic (absolute loss, one-step horizon) against each."""
+    actual = predictions["actual"].to_numpy()
+    out: dict[str, Any] = {"n_forecasts": int(actual.size), "methods": {}}
+    learned_loss = np.abs(actual - predictions["learned"].to_numpy())
+    for name in ("learned",) + BASELINES:
+        errors = actual - predictions[name].to_numpy()
+        entry = {"mae": float(np.mean(np.abs(errors))), "rmse": float(np.sqrt(np.mean(errors ** 2)))}
+        if name != "learned":
+            # d_t = |e_learned| - |e_baseline|; DM = mean(d) / (sd(d) / sqrt(n)); < -2 favours the learner.
+            diff = learned_loss - np.abs(errors)
+            sd = diff.std(ddof=1) if diff.size > 1 else float("nan")
+            entry["dm_t_learned_minus_this"] = float(diff.mean() / (sd / np.sqrt(diff.size))) if sd and sd > 0 else float("nan")
+            entry["windows_learned_better_mae"] = float(np.mean(windows["mae_learned"] < windows[f"mae_{name}"]))
+        out["methods"][name] = entry
+    return out
+
+
+def target_label(series) -> str:
+    """The target's column name from a series name (``macrodata:unemp~realgdp_growth`` ->
+    ``unemp``), or ``y`` for sources without one (synthetic)."""
+    head = series.name.split(" (", 1)[0]
+    return head.rsplit(":", 1)[-1].split("~", 1)[0] if "~" in head else "y"
+
+
+def backtest_figure(predictions, windows, *, title: str, target_label: str = "y"):
+    """The backtest figure: actual and one-step forecasts (top), per-window MAE (bottom).
+
+    Returns the matplotlib Figure (two axes, both with labelled x and y axes).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 7))
+    x = np.arange(len(predictions))
+    top.plot(x, predictions["actual"], color="black", lw=1.5, label="actual")
+    for name, style in (("learned", "-"), ("random_walk", ":"), ("ar1_diff", "--")):
+        top.plot(x, predictions[name], style, lw=1, label=name)
+    ticks = x[:: max(1, len(x) // 10)]
+    top.set_xticks(ticks, [predictions["date"].iloc[i] for i in ticks], rotation=30, fontsize=8)
+    top.set_xlabel("forecast date (out of sample)")
+    top.set_ylabel(f"{target_label} (series units)")
+    top.set_title(title)
+    top.legend(fontsize=8)
+    top.grid(alpha=0.3)
+    for name in ("learned",) + BASELINES:
+        bottom.plot(windows["window"], windows[f"mae_{name}"], marker="o" if name == "learned" else None, ms=3, lw=1, label=name)
+    bottom.set_xlabel("window")
+    bottom.set_ylabel(f"out-of-sample MAE ({target_label} units)")
+    bottom.legend(fontsize=8, ncol=5)
+    bottom.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_backtest(predictions, windows, path: Path, *, title: str, target_label: str = "y") -> Path:
+    """Write :func:`backtest_figure` to ``path`` (PNG, atomically)."""
+    import os
+
+    import matplotlib.pyplot as plt
+
+    fig = backtest_figure(predictions, windows, title=title, target_label=target_label)
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
+    try:
+        fig.savefig(tmp, dpi=110)
+    finally:
+        plt.close(fig)
+    os.replace(tmp, path)
+    return path
