@@ -44,7 +44,7 @@ SYSTEMS: dict[str, System] = {
                evaluate_named="pglab.commands.pso_tsp:evaluate"),
         System("maxk-pomo", "Max@K policy optimisation: MaxKPOMO / POMO on RL4CO's TSP",
                train="pglab.commands.maxk:train", evaluate_checkpoint="pglab.commands.maxk:evaluate_checkpoint",
-               agent="pglab.commands.maxk:agent_from_checkpoint",
+               agent="pglab.algos.maxk_pomo:agent_from_checkpoint",
                evaluate_named="pglab.commands.maxk:evaluate"),
         System("forecast", "multi-agent forecasting game: Q-learning, WoLF-PHC, RARL",
                train="pglab.commands.forecast:train", evaluate_checkpoint="pglab.commands.forecast:evaluate_checkpoint",

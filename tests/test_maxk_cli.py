@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from pglab.cli import main
-from pglab.commands.maxk import MaxKPOMOTrainConfig
+from pglab.configs.maxk import MaxKPOMOTrainConfig
 from pglab.errors import ConfigError
 from pglab.run.checkpoint import load_checkpoint_file
 
 TINY = ["--num-loc", "6", "--k", "3", "--batch-size", "4", "--embed-dim", "16", "--num-encoder-layers", "1",
-        "--num-heads", "2", "--device", "cpu", "--log-every", "2", "--checkpoint-every", "2"]
+        "--num-heads", "2", "--device", "cpu", "--log-every", "2", "--save-interval", "2"]
 
 
 @pytest.mark.parametrize(
@@ -47,7 +47,7 @@ def test_bad_flags_exit_with_code_2(capsys):
 @pytest.mark.co
 def test_elkai_reference_tours_are_optimal_on_small_instances():
     pytest.importorskip("elkai")
-    from pglab.commands.maxk import reference_tour_lengths
+    from pglab.algos.maxk_pomo import reference_tour_lengths
     from pglab.envs.tsp_solvers import distance_matrix, held_karp
 
     gen = torch.Generator().manual_seed(1)
@@ -83,7 +83,7 @@ def test_train_resume_is_bit_identical_and_evaluate_reports_gaps(tmp_path):
     assert main(["train", "maxk-pomo", *TINY, "--n-steps", "2", "--log-dir", str(full)]) == 2
 
     out = tmp_path / "eval.json"
-    assert main(["evaluate", str(full), "--num-instances", "12", "--k", "3", "--device", "cpu",
+    assert main(["evaluate", str(full), "--episodes", "12", "--k", "3", "--device", "cpu",
                  "--output", str(out)]) == 0
     row = json.loads(out.read_text())["rows"][0]
     assert row["label"] == "maxk-pomo/subloo" and row["step"] == 6
@@ -96,8 +96,8 @@ def test_train_resume_is_bit_identical_and_evaluate_reports_gaps(tmp_path):
     import pglab
 
     agent = pglab.load_checkpoint(full, device="cpu")
-    assert agent.k == 3 and not agent.training and agent.pglab_config.num_loc == 6
-    for name, tensor in agent.state_dict().items():
+    assert agent.model.k == 3 and not agent.model.training and agent.config.num_loc == 6
+    for name, tensor in agent.model.state_dict().items():
         assert torch.equal(tensor, a["models"]["model"][name]), name
 
 
@@ -116,14 +116,14 @@ def test_sigterm_writes_a_final_checkpoint_and_resume_completes_the_run(tmp_path
     import os
     import signal
 
-    import pglab.commands.maxk as maxk_cmd
+    import pglab.algos.maxk_train as maxk_train
 
     base = dict(num_loc=6, k=3, batch_size=4, embed_dim=16, num_encoder_layers=1, num_heads=2, device="cpu",
-                log_every=1, checkpoint_every=100, n_steps=5)
-    full = maxk_cmd.train_maxk_pomo(MaxKPOMOTrainConfig(**base, log_dir=tmp_path / "full"), echo=lambda *a, **k: None)
+                log_every=1, save_interval=100, n_steps=5)
+    full = maxk_train.train_maxk_pomo(MaxKPOMOTrainConfig(**base, log_dir=tmp_path / "full"), echo=lambda *a, **k: None)
     assert not full["interrupted"]
 
-    real_locs = maxk_cmd._random_locs
+    real_locs = maxk_train.random_locs
     calls = {"n": 0}
 
     def locs_then_signal(*args, **kwargs):
@@ -132,13 +132,13 @@ def test_sigterm_writes_a_final_checkpoint_and_resume_completes_the_run(tmp_path
             os.kill(os.getpid(), signal.SIGTERM)
         return real_locs(*args, **kwargs)
 
-    monkeypatch.setattr(maxk_cmd, "_random_locs", locs_then_signal)
-    cut = maxk_cmd.train_maxk_pomo(MaxKPOMOTrainConfig(**base, log_dir=tmp_path / "cut"), echo=lambda *a, **k: None)
-    assert cut["interrupted"] and cut["step"] == 3
+    monkeypatch.setattr(maxk_train, "random_locs", locs_then_signal)
+    cut = maxk_train.train_maxk_pomo(MaxKPOMOTrainConfig(**base, log_dir=tmp_path / "cut"), echo=lambda *a, **k: None)
+    assert cut["interrupted"] and cut["step"] == 3 and cut["exit_code"] == 130
     saved = load_checkpoint_file(tmp_path / "cut" / "checkpoints" / "checkpoint_latest.pt")
     assert saved["counters"]["step"] == 3
-    monkeypatch.setattr(maxk_cmd, "_random_locs", real_locs)
-    maxk_cmd.train_maxk_pomo(MaxKPOMOTrainConfig(resume=tmp_path / "cut", n_steps=5), echo=lambda *a, **k: None)
+    monkeypatch.setattr(maxk_train, "random_locs", real_locs)
+    maxk_train.train_maxk_pomo(MaxKPOMOTrainConfig(resume=tmp_path / "cut", n_steps=5), echo=lambda *a, **k: None)
     a = load_checkpoint_file(tmp_path / "full" / "checkpoints" / "checkpoint_latest.pt")
     b = load_checkpoint_file(tmp_path / "cut" / "checkpoints" / "checkpoint_latest.pt")
     for name, tensor in a["models"]["model"].items():
@@ -153,7 +153,7 @@ def test_lightning_trainer_trains_and_leaves_a_pglab_checkpoint(tmp_path):
 
     run = tmp_path / "lightning"
     precision = torch.get_float32_matmul_precision()
-    assert TINY[-4:] == ["--log-every", "2", "--checkpoint-every", "2"]
+    assert TINY[-4:] == ["--log-every", "2", "--save-interval", "2"]
     args = ["train", "maxk-pomo", *TINY[:-4], "--log-every", "1", "--trainer", "lightning", "--n-steps", "3",
             "--log-dir", str(run)]
     assert main(args) == 0
@@ -163,11 +163,17 @@ def test_lightning_trainer_trains_and_leaves_a_pglab_checkpoint(tmp_path):
     assert [int(row["step"]) for row in logged] == [0, 1, 2]
     # rho_hat (max@3 of the sampled rewards) is at least their mean, batch by batch.
     assert all(float(row["train/rho_hat"]) >= float(row["train/reward"]) for row in logged)
+    # The shell's logs hold the same numbers under pglab's names, one row per step.
+    ours = list(csv.DictReader((run / "metrics.csv").open()))
+    assert [int(row["step"]) for row in ours] == [1, 2, 3]
+    for theirs, row in zip(logged, ours):
+        assert float(row["stats/max@3_tour_length"]) == pytest.approx(-float(theirs["train/rho_hat"]), rel=1e-6)
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     agent = pglab.load_checkpoint(run, device="cpu")
-    assert agent.pglab_config.trainer == "lightning" and agent.k == 3
+    assert agent.config.trainer == "lightning" and agent.model.k == 3
     saved = load_checkpoint_file(run / "checkpoints" / "checkpoint_latest.pt")
     assert saved["counters"]["step"] == 3
     # The rows evaluate like any run, and a Lightning run cannot be resumed.
-    assert main(["evaluate", "maxk-pomo", "--checkpoints", str(run), "--optimal", "none", "--num-instances", "4",
+    assert main(["evaluate", "maxk-pomo", "--checkpoints", str(run), "--optimal", "none", "--episodes", "4",
                  "--k", "3", "--device", "cpu"]) == 0
     assert main(["train", "maxk-pomo", "--resume", str(run)]) == 2

@@ -180,10 +180,27 @@ def test_k_equal_one_with_sample_loo_is_pomo_up_to_n_over_n_minus_1():
 
 
 @pytest.mark.co
+def test_hyperparameters_describe_the_environment_so_the_model_rebuilds_without_env():
+    from pglab.algos.maxk_pomo import MaxKPOMO
+
+    model = tiny_model(num_loc=7, k=3)
+    assert model.hparams["env_name"] == "tsp"
+    assert model.hparams["env_kwargs"]["generator_params"]["num_loc"] == 7
+    # What Lightning's load_from_checkpoint does: the class called with the stored hparams.
+    rebuilt = MaxKPOMO(**dict(model.hparams))
+    assert rebuilt.env.name == "tsp" and rebuilt.env.generator.num_loc == 7 and rebuilt.k == 3
+    assert model.state_dict().keys() == rebuilt.state_dict().keys()
+    with pytest.raises(ConfigError, match="env_name"):
+        MaxKPOMO(k=3)
+
+
+@pytest.mark.co
 @pytest.mark.slow
-def test_rl4co_lightning_trainer_fits_maxk_pomo_and_logs_rho_hat():
+def test_rl4co_lightning_trainer_fits_maxk_pomo_and_logs_rho_hat(tmp_path):
     pytest.importorskip("rl4co")
     from rl4co.utils.trainer import RL4COTrainer
+
+    from pglab.algos.maxk_pomo import MaxKPOMO
 
     torch.manual_seed(0)
     model = tiny_model(num_loc=6, k=3, train_data_size=8, val_data_size=4, test_data_size=4)
@@ -200,3 +217,12 @@ def test_rl4co_lightning_trainer_fits_maxk_pomo_and_logs_rho_hat():
     # rho_hat (max@3 of the rewards) is at least the mean reward of the same batch.
     assert trainer.logged_metrics["train/rho_hat"] >= trainer.logged_metrics["train/reward"]
     assert sum(float((a - b.detach()).abs().sum()) for a, b in zip(before, model.parameters())) > 0
+    # A Lightning checkpoint loads without env=, as RL4CO's POMO.load_from_checkpoint does.
+    trainer.save_checkpoint(tmp_path / "model.ckpt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = MaxKPOMO.load_from_checkpoint(tmp_path / "model.ckpt", map_location="cpu")
+    assert loaded.k == 3 and loaded.variance_reduction == "subloo" and loaded.env.generator.num_loc == 6
+    state = model.state_dict()
+    for name, tensor in loaded.state_dict().items():
+        assert torch.equal(tensor, state[name]), name
