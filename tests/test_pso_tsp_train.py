@@ -5,7 +5,6 @@ import math
 import pytest
 import torch
 
-from pglab.algos.onpolicy import OnPolicyHyperparams
 from pglab.algos.pso_tsp import (
     PSOTSPTrainConfig,
     advantages_and_returns,
@@ -14,6 +13,7 @@ from pglab.algos.pso_tsp import (
     make_evaluate,
     train_pso_tsp,
 )
+from pglab.algos.onpolicy import OnPolicyHyperparams
 from pglab.cli import main as cli_main
 from pglab.envs.pso_tsp import CLASSIC_C1, CLASSIC_W, PSOTSPEnv, random_instances
 from pglab.errors import ConfigError
@@ -99,11 +99,11 @@ def test_particle_shared_noise_is_the_equicorrelated_gaussian_it_scores():
                                mu + sigma * torch.randn(mu.shape, generator=torch.Generator().manual_seed(5), dtype=mu.dtype))
 
 
-@pytest.mark.parametrize(("rl_mode", "particle_noise_std"), [("vpg_gae", 0.0), ("reinforce_raw", 0.0), ("vpg_gae", 0.3)])
-def test_reevaluation_reproduces_rollout_and_gae_layout(rl_mode, particle_noise_std):
+@pytest.mark.parametrize(("algo", "particle_noise_std"), [("vpg_gae", 0.0), ("reinforce_raw", 0.0), ("vpg_gae", 0.3)])
+def test_reevaluation_reproduces_rollout_and_gae_layout(algo, particle_noise_std):
     # evaluate(indices) on unchanged parameters must give back the rollout's own
     # log-probs and values for any subset, in any order: checks the (t, b, p) indexing.
-    config = tiny_config(rl_mode=rl_mode, particle_noise_std=particle_noise_std)
+    config = tiny_config(algo=algo, particle_noise_std=particle_noise_std)
     model = build_model(config, torch.device("cpu"))
     torch.nn.init.normal_(model.policy_head[-1].weight, std=0.1)  # make outputs depend on the state
     env = PSOTSPEnv(config.env_config(), "cpu", make_generator(0))
@@ -115,11 +115,11 @@ def test_reevaluation_reproduces_rollout_and_gae_layout(rl_mode, particle_noise_
     assert torch.allclose(values, rollout.values.reshape(-1)[indices], atol=1e-5)
     advantages, returns = advantages_and_returns(rollout, config.hyperparams())
     # slow reference: per particle, backwards over the T = 3 iterations
-    gamma, lam = config.gamma, (1.0 if rl_mode == "reinforce_raw" else config.gae_lambda)
+    gamma, lam = config.gamma, (1.0 if algo == "reinforce_raw" else config.gae_lambda)
     T, B, P = rollout.rewards.shape
     for b in range(B):
         for p in range(P):
-            v = rollout.values[:, b, p] if rl_mode == "vpg_gae" else torch.zeros(T)
+            v = rollout.values[:, b, p] if algo == "vpg_gae" else torch.zeros(T)
             running, next_value = 0.0, 0.0
             for t in reversed(range(T)):
                 delta = rollout.rewards[t, b, p] + gamma * next_value - v[t]
@@ -132,8 +132,8 @@ def test_reevaluation_reproduces_rollout_and_gae_layout(rl_mode, particle_noise_
 def test_config_validation():
     with pytest.raises(ConfigError, match="n_particles=0"):
         tiny_config(n_particles=0)
-    with pytest.raises(ConfigError, match="rl_mode"):
-        tiny_config(rl_mode="a3c")
+    with pytest.raises(ConfigError, match="algo"):
+        tiny_config(algo="a3c")
     with pytest.raises(ConfigError, match="emb_dim"):
         tiny_config(emb_dim=6, num_heads=4)
     assert isinstance(tiny_config().hyperparams(), OnPolicyHyperparams)
@@ -148,8 +148,8 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
     zero.write_text("n_particles: 0\n")
     assert cli_main(["train", "pso-tsp", "--config", str(zero)]) == 2
     assert cli_main(["train", "pso-tsp", "--n_particles", "0", "--log_dir", str(tmp_path / "x")]) == 2
-    assert cli_main(["train", "pso-tsp", "--rl-mode", "a2c", "--log_dir", str(tmp_path / "y")]) == 2
-    assert cli_main(["evaluate", "pso-tsp", "--num_instances", "0"]) == 2
+    assert cli_main(["train", "pso-tsp", "--algo", "a2c", "--log_dir", str(tmp_path / "y")]) == 2
+    assert cli_main(["evaluate", "pso-tsp", "--episodes", "0"]) == 2
     assert cli_main(["evaluate", str(tmp_path / "missing.pt")]) == 2
     assert not (tmp_path / "x").exists()
 
@@ -161,9 +161,9 @@ def _run(tmp_path, name, n_iterations, resume=None, **overrides):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rl_mode", ["ppo", "vpg_gae"])
-def test_resume_is_bit_exact(tmp_path, rl_mode):
-    extra = {"rl_mode": rl_mode, "ppo_epochs": 2, "num_minibatches": 2}
+@pytest.mark.parametrize("algo", ["ppo", "vpg_gae"])
+def test_resume_is_bit_exact(tmp_path, algo):
+    extra = {"algo": algo, "ppo_epochs": 2, "num_minibatches": 2}
     full = _run(tmp_path, "full", 4, **extra)
     _run(tmp_path, "half", 2, **extra)
     resumed = _run(tmp_path, "half", 4, resume=tmp_path / "half", **extra)
@@ -210,12 +210,12 @@ def test_cli_train_then_evaluate_checkpoint(tmp_path, capsys):
     run_dir = tmp_path / "run"
     args = ["train", "pso-tsp", "--num_cities", "8", "--knn", "4", "--n_particles", "4", "--pso_iterations", "3",
             "--emb_dim", "8", "--num_heads", "2", "--node_layers", "1", "--instances_per_iteration", "2",
-            "--n_iterations", "2", "--eval_interval", "0", "--rl-mode", "reinforce_raw", "--device", "cpu", "--log_dir", str(run_dir)]
+            "--n_iterations", "2", "--eval_interval", "0", "--algo", "reinforce_raw", "--device", "cpu", "--log_dir", str(run_dir)]
     assert cli_main(args) == 0
     assert cli_main(args) == 2  # refuses to overwrite the finished run
     capsys.readouterr()
     out_json = tmp_path / "table.json"
-    assert cli_main(["evaluate", str(run_dir), "--num_instances", "3", "--output", str(out_json)]) == 0
+    assert cli_main(["evaluate", str(run_dir), "--episodes", "3", "--output", str(out_json)]) == 0
     table = json.loads(out_json.read_text())
     methods = [row["method"] for row in table["rows"]]
     assert methods[0].startswith("optimal (held_karp)") and any(m.startswith("learned") for m in methods)

@@ -16,84 +16,49 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import torch
-
+from pglab.configs.pso_tsp import PSOTSPEvalConfig, PSOTSPTrainConfig  # torch-free: `--help` stays fast
 from pglab.errors import UsageError
-from pglab.validation import check_device, check_int
 
 
 def train(argv: list[str]) -> int:
-    from pglab.algos.pso_tsp import PSOTSPTrainConfig, train_pso_tsp
-    from pglab.run.config import parse_config
+    """``pglab train pso-tsp [FLAGS]``; 0, or 130 after SIGINT/SIGTERM (checkpoint saved)."""
+    from pglab.run.config import parse_flags
 
-    config = parse_config(PSOTSPTrainConfig, argv, prog="pglab train pso-tsp",
-                          description="Learn per-particle, per-edge PSO coefficients for the TSP (Deep-PSO).")
-    result = train_pso_tsp(config)
+    parsed = parse_flags(PSOTSPTrainConfig, argv, prog="pglab train pso-tsp",
+                         description="Learn per-particle, per-edge PSO coefficients for the TSP (Deep-PSO).")
+    from pglab.algos.pso_tsp import train_pso_tsp
+
+    result = train_pso_tsp(parsed.config, given=parsed.given)
     metrics = result.last_metrics
     if metrics:
         print(f"iteration {result.iterations}: mean tour {metrics.get('tour_length/mean', float('nan')):.4f}, "
               f"best per instance {metrics.get('tour_length/best', float('nan')):.4f}")
     print(f"run directory: {result.run_dir}")
-    return 130 if result.interrupted else 0
-
-
-@dataclass(frozen=True)
-class PSOTSPEvalConfig:
-    """Configuration of ``pglab evaluate pso-tsp``."""
-
-    checkpoint: Path | None = None
-    """a pso-tsp checkpoint (file or run directory); without one only the baselines run"""
-    num_cities: int | None = None
-    """cities per instance (default: the checkpoint's, else 20)"""
-    n_particles: int | None = None
-    """particles per swarm (default: the checkpoint's, else 16)"""
-    pso_iterations: int | None = None
-    """PSO iterations (default: the checkpoint's, else 20)"""
-    num_instances: int = 64
-    """held-out instances"""
-    seed: int = 20_261_123
-    """seed of the held-out instance set (training uses other streams)"""
-    swarm_seed: int = 7
-    """seed of the initial swarms and PSO noise (the same for every swarm method)"""
-    held_karp_max_n: int = 16
-    """exact Held–Karp up to this n; LKH-3 (elkai) above, Held–Karp if elkai is missing and n <= 22"""
-    optimal: bool = True
-    """compute the optimal (or LKH-3) reference tours"""
-    output: Path | None = None
-    """write the table as JSON here"""
-    device: str = "cpu"
-    """auto, cpu, cuda or cuda:N"""
-
-    def __post_init__(self):
-        for name in ("num_cities", "n_particles", "pso_iterations"):
-            value = getattr(self, name)
-            if value is not None:
-                check_int(name, value, minimum=4 if name == "num_cities" else 1)
-        check_int("num_instances", self.num_instances, minimum=1)
-        check_int("seed", self.seed, minimum=0)
-        check_int("swarm_seed", self.swarm_seed, minimum=0)
-        check_int("held_karp_max_n", self.held_karp_max_n, minimum=2)
-        check_device("device", self.device)
+    return result.exit_code
 
 
 def run_evaluation(config: PSOTSPEvalConfig, *, echo=print) -> list[dict]:
     """Every method on the held-out set; returns the table rows (also printed)."""
-    from pglab.algos.pso_tsp import PSOTSPTrainConfig, agent_from_checkpoint, run_swarm
+    import numpy as np
+    import torch
+
+    from pglab.algos.pso_tsp import agent_from_checkpoint, run_swarm
     from pglab.envs.pso_tsp import PSOTSPEnv, fixed_coefficients, random_coefficients, random_instances
     from pglab.envs.tsp_solvers import (
         distance_matrix, nearest_neighbour_tour, reference_tour, tour_length, two_opt,
     )
     from pglab.run.checkpoint import load_checkpoint_file
     from pglab.run.device import resolve_device
+    from pglab.run.progress import progress_bar
     from pglab.run.seeding import make_generator
 
     device = resolve_device(config.device)
+    if config.threads > 0:
+        torch.set_num_threads(config.threads)
     agent = None
-    train_config = PSOTSPTrainConfig(device="cpu")
+    train_config = PSOTSPTrainConfig()
     if config.checkpoint is not None:
         agent = agent_from_checkpoint(load_checkpoint_file(config.checkpoint, kinds=["pso-tsp"], map_location=device), device)
         train_config = agent.config
@@ -103,45 +68,52 @@ def run_evaluation(config: PSOTSPEvalConfig, *, echo=print) -> list[dict]:
                          "the network's edge dimension is fixed by n and k")
     env_config = dataclasses.replace(train_config.env_config(), **overrides)
     if agent is not None:
-        agent.config = dataclasses.replace(agent.config, **{k: v for k, v in overrides.items() if k != "num_cities"})
+        agent.pso_iterations = env_config.pso_iterations  # its progress feature t / T, at this T
     n = env_config.num_cities
-    coords = random_instances(config.num_instances, n, make_generator(config.seed, device), device)
+    coords = random_instances(config.episodes, n, make_generator(config.seed, device), device)
     dists = [distance_matrix(c) for c in coords.cpu().double().numpy()]
     rows: list[dict] = []
+    methods = int(config.optimal) + (2 if agent is not None else 0) + 4
+    bar = progress_bar(methods, desc=f"evaluate pso-tsp (TSP{n}, {config.episodes} instances)", unit="method")
 
-    optimal = None
-    if config.optimal:
-        tick = time.perf_counter()
-        refs = [reference_tour(d, held_karp_max_n=config.held_karp_max_n) for d in dists]
-        optimal = np.array([r.length for r in refs])
-        rows.append({"method": f"optimal ({refs[0].method})", "lengths": optimal, "seconds": time.perf_counter() - tick})
+    def record(name: str, lengths, seconds: float) -> None:
+        rows.append({"method": name, "lengths": lengths, "seconds": seconds})
+        bar.update(1)
 
-    def swarm(name: str, policy, noise_seed: int = 0) -> None:
+    def swarm(name: str, policy) -> None:
         tick = time.perf_counter()
         env = PSOTSPEnv(env_config, device, make_generator(config.swarm_seed, device), decode="greedy")
         with torch.no_grad():
             run_swarm(env, coords, policy)
         # Recompute lengths in float64 from the tours, so gaps to the optimum are exact.
         tours = env.state.best_tour.cpu().numpy()
-        lengths = np.array([tour_length(d, t) for d, t in zip(dists, tours)])
-        rows.append({"method": name, "lengths": lengths, "seconds": time.perf_counter() - tick})
+        record(name, np.array([tour_length(d, t) for d, t in zip(dists, tours)]), time.perf_counter() - tick)
 
-    if agent is not None:
-        swarm("learned PSO (mean coefficients)", lambda s: agent.act(s, deterministic=True))
-        policy_generator = make_generator(config.swarm_seed + 1, device)
-        swarm("learned PSO (sampled coefficients)", lambda s: agent.act(s, deterministic=False, generator=policy_generator))
-    swarm("classic PSO (w=0.7298, c=1.49618)", lambda s: fixed_coefficients(tuple(s.position.shape), device=device))
-    coefficient_generator = make_generator(config.swarm_seed + 2, device)
-    swarm("random-coefficient PSO", lambda s: random_coefficients(tuple(s.position.shape), coefficient_generator, device=device))
+    try:
+        optimal = None
+        if config.optimal:
+            tick = time.perf_counter()
+            refs = [reference_tour(d, held_karp_max_n=config.held_karp_max_n) for d in dists]
+            optimal = np.array([r.length for r in refs])
+            record(f"optimal ({refs[0].method})", optimal, time.perf_counter() - tick)
+        if agent is not None:
+            swarm("learned PSO (mean coefficients)", lambda s: agent.act(s, deterministic=True))
+            policy_generator = make_generator(config.swarm_seed + 1, device)
+            swarm("learned PSO (sampled coefficients)", lambda s: agent.act(s, deterministic=False, generator=policy_generator))
+        swarm("classic PSO (w=0.7298, c=1.49618)", lambda s: fixed_coefficients(tuple(s.position.shape), device=device))
+        coefficient_generator = make_generator(config.swarm_seed + 2, device)
+        swarm("random-coefficient PSO", lambda s: random_coefficients(tuple(s.position.shape), coefficient_generator, device=device))
 
-    tick = time.perf_counter()
-    nn_tours = [nearest_neighbour_tour(d) for d in dists]
-    nn_seconds = time.perf_counter() - tick
-    rows.append({"method": "nearest neighbour", "lengths": np.array([tour_length(d, t) for d, t in zip(dists, nn_tours)]), "seconds": nn_seconds})
-    tick = time.perf_counter()
-    two_opt_tours = [two_opt(d, t) for d, t in zip(dists, nn_tours)]
-    rows.append({"method": "nearest neighbour + 2-opt", "lengths": np.array([tour_length(d, t) for d, t in zip(dists, two_opt_tours)]),
-                 "seconds": nn_seconds + time.perf_counter() - tick})
+        tick = time.perf_counter()
+        nn_tours = [nearest_neighbour_tour(d) for d in dists]
+        nn_seconds = time.perf_counter() - tick
+        record("nearest neighbour", np.array([tour_length(d, t) for d, t in zip(dists, nn_tours)]), nn_seconds)
+        tick = time.perf_counter()
+        two_opt_tours = [two_opt(d, t) for d, t in zip(dists, nn_tours)]
+        record("nearest neighbour + 2-opt", np.array([tour_length(d, t) for d, t in zip(dists, two_opt_tours)]),
+               nn_seconds + time.perf_counter() - tick)
+    finally:
+        bar.close()
 
     classic = next(row["lengths"] for row in rows if row["method"].startswith("classic"))
     table = []
@@ -156,7 +128,7 @@ def run_evaluation(config: PSOTSPEvalConfig, *, echo=print) -> list[dict]:
         entry["vs_classic_se"] = float(gain.std(ddof=1) / np.sqrt(len(gain))) if len(gain) > 1 else float("nan")
         entry["shorter_than_classic"] = float((row["lengths"] < classic - 1e-9).mean())
         table.append(entry)
-    echo(f"TSP{n}: {config.num_instances} held-out instances (seed {config.seed}), {env_config.n_particles} particles, "
+    echo(f"TSP{n}: {config.episodes} held-out instances (seed {config.seed}), {env_config.n_particles} particles, "
          f"{env_config.pso_iterations} PSO iterations, k={env_config.k}, greedy decode")
     echo(f"{'method':<38} {'mean length':>11} {'gap %':>8} {'vs classic % (+-SE)':>20} {'shorter':>8} {'seconds':>8}")
     for entry in table:
@@ -173,6 +145,7 @@ def run_evaluation(config: PSOTSPEvalConfig, *, echo=print) -> list[dict]:
 
 
 def evaluate(argv: list[str]) -> int:
+    """``pglab evaluate pso-tsp [FLAGS]``."""
     from pglab.run.config import parse_config
 
     config = parse_config(PSOTSPEvalConfig, argv, prog="pglab evaluate pso-tsp",

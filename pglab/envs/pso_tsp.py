@@ -34,67 +34,14 @@ from dataclasses import dataclass
 
 import torch
 
+from pglab.configs.pso_tsp import PSOTSPEnvConfig  # re-exported: lives torch-free for `--help`
 from pglab.contracts import check_tensor
-from pglab.errors import ConfigError
-from pglab.validation import check_choice, check_int, check_non_negative, check_positive
+from pglab.validation import check_choice
 
 FLOATS = (torch.float32, torch.float64)
 NON_EDGE_PENALTY = 1e4
 # The classic constriction coefficients of Clerc & Kennedy (2002).
 CLASSIC_W, CLASSIC_C1, CLASSIC_C2 = 0.7298, 1.49618, 1.49618
-
-
-@dataclass(frozen=True)
-class PSOTSPEnvConfig:
-    """Swarm and decoding settings of :class:`PSOTSPEnv`."""
-
-    num_cities: int = 20
-    """cities per instance (n)"""
-    knn: int = 10
-    """candidate edges per city (k); 0 or >= n-1 means the full graph"""
-    n_particles: int = 16
-    """particles per swarm (P)"""
-    pso_iterations: int = 20
-    """PSO steps per episode (T)"""
-    distance_prior: float = 3.0
-    """weight of -d_ij / mean edge length in the decoding logits"""
-    temperature: float = 1.0
-    """edge scores are divided by this in the decoding logits"""
-    init_std: float = 1.0
-    """initial positions ~ N(0, init_std^2)"""
-    v_max: float = 2.0
-    """velocity clamp per dimension"""
-    w_min: float = -1.0
-    """lower clamp of the applied inertia w"""
-    w_max: float = 1.2
-    """upper clamp of the applied inertia w"""
-    c_max: float = 4.0
-    """upper clamp of the applied c1, c2 (lower clamp is 0)"""
-
-    def __post_init__(self):
-        check_int("num_cities", self.num_cities, minimum=4)
-        check_int("knn", self.knn, minimum=0)
-        if 0 < self.knn < 2:
-            raise ConfigError("knn", self.knn, "must be 0 (full graph) or >= 2")
-        check_int("n_particles", self.n_particles, minimum=1)
-        check_int("pso_iterations", self.pso_iterations, minimum=1)
-        check_non_negative("distance_prior", self.distance_prior)
-        check_positive("temperature", self.temperature)
-        check_non_negative("init_std", self.init_std)
-        check_positive("v_max", self.v_max)
-        if self.w_min >= self.w_max:
-            raise ConfigError("w_min", self.w_min, f"must be < w_max={self.w_max}")
-        check_positive("c_max", self.c_max)
-
-    @property
-    def k(self) -> int:
-        """Neighbours per city actually used."""
-        return self.num_cities - 1 if self.knn == 0 or self.knn >= self.num_cities - 1 else self.knn
-
-    @property
-    def dim(self) -> int:
-        """Position dimension D = n * k (directed candidate edges)."""
-        return self.num_cities * self.k
 
 
 @dataclass

@@ -240,7 +240,7 @@ class TrainingRun:
 
     def _remove_own_files(self) -> None:
         """The run directory existed before (e.g. empty): remove only what this run wrote."""
-        for name in ("config.json", "metrics.csv", "metrics.jsonl"):
+        for name in ("config.json", "metrics.csv", "metrics.jsonl", "eval.csv", "eval.jsonl", "summary.json"):
             (self.run_dir / name).unlink(missing_ok=True)
         for name in ("checkpoints", "tensorboard", "plots"):
             shutil.rmtree(self.run_dir / name, ignore_errors=True)

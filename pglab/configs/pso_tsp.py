@@ -1,0 +1,290 @@
+"""Configs of the Deep-PSO TSP system: ``pglab train pso-tsp`` and ``pglab evaluate pso-tsp``.
+
+Torch-free on purpose: ``pglab train pso-tsp --help`` builds its flag list from this
+module alone. :mod:`pglab.envs.pso_tsp` and :mod:`pglab.algos.pso_tsp` re-export these
+names, so ``from pglab.algos.pso_tsp import PSOTSPTrainConfig`` keeps working.
+
+Renamed fields (the one CLI vocabulary of issue 18); the old names still work as flags
+(with a one-line note), in YAML files and in the configs stored in old checkpoints:
+
+    rl_mode        -> algo       (trainer)
+    num_instances  -> episodes   (evaluator: the number of held-out instances)
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from pglab.configs.ppo import RL_MODES, OnPolicyHyperparams  # torch-free, shared with ppo
+from pglab.errors import ConfigError
+from pglab.validation import (
+    check_choice,
+    check_device,
+    check_int,
+    check_non_negative,
+    check_positive,
+    check_range,
+)
+
+KIND = "pso-tsp"
+REWARDS = ("tour_length", "pbest_improvement", "gbest_improvement", "gbest_credit")
+
+
+@dataclass(frozen=True)
+class PSOTSPEnvConfig:
+    """Swarm and decoding settings of :class:`pglab.envs.pso_tsp.PSOTSPEnv`."""
+
+    num_cities: int = 20
+    """cities per instance (n)"""
+    knn: int = 10
+    """candidate edges per city (k); 0 or >= n-1 means the full graph"""
+    n_particles: int = 16
+    """particles per swarm (P)"""
+    pso_iterations: int = 20
+    """PSO steps per episode (T)"""
+    distance_prior: float = 3.0
+    """weight of -d_ij / mean edge length in the decoding logits"""
+    temperature: float = 1.0
+    """edge scores are divided by this in the decoding logits"""
+    init_std: float = 1.0
+    """initial positions ~ N(0, init_std^2)"""
+    v_max: float = 2.0
+    """velocity clamp per dimension"""
+    w_min: float = -1.0
+    """lower clamp of the applied inertia w"""
+    w_max: float = 1.2
+    """upper clamp of the applied inertia w"""
+    c_max: float = 4.0
+    """upper clamp of the applied c1, c2 (lower clamp is 0)"""
+
+    def __post_init__(self):
+        check_int("num_cities", self.num_cities, minimum=4)
+        check_int("knn", self.knn, minimum=0)
+        if 0 < self.knn < 2:
+            raise ConfigError("knn", self.knn, "must be 0 (full graph) or >= 2")
+        check_int("n_particles", self.n_particles, minimum=1)
+        check_int("pso_iterations", self.pso_iterations, minimum=1)
+        check_non_negative("distance_prior", self.distance_prior)
+        check_positive("temperature", self.temperature)
+        check_non_negative("init_std", self.init_std)
+        check_positive("v_max", self.v_max)
+        if self.w_min >= self.w_max:
+            raise ConfigError("w_min", self.w_min, f"must be < w_max={self.w_max}")
+        check_positive("c_max", self.c_max)
+
+    @property
+    def k(self) -> int:
+        """Neighbours per city actually used."""
+        return self.num_cities - 1 if self.knn == 0 or self.knn >= self.num_cities - 1 else self.knn
+
+    @property
+    def dim(self) -> int:
+        """Position dimension D = n * k (directed candidate edges)."""
+        return self.num_cities * self.k
+
+
+@dataclass(frozen=True)
+class PSOTSPTrainConfig:
+    """Configuration of ``pglab train pso-tsp`` (configs/tsp.yaml)."""
+
+    # Old names still accepted as flags, YAML keys and in stored checkpoint configs.
+    DEPRECATED_NAMES: ClassVar[dict[str, str]] = {"rl_mode": "algo"}
+
+    # -- problem and swarm ------------------------------------------------------------------
+    num_cities: int = 20
+    """cities per instance (n)"""
+    knn: int = 10
+    """candidate edges per city (k); 0 or >= n-1: full graph"""
+    n_particles: int = 16
+    """particles per swarm (P)"""
+    pso_iterations: int = 20
+    """PSO steps per episode (T)"""
+    distance_prior: float = 3.0
+    """weight of -d_ij/mean edge in the decoding logits"""
+    temperature: float = 1.0
+    """edge scores are divided by this when decoding"""
+    init_std: float = 1.0
+    """initial positions ~ N(0, init_std^2)"""
+    v_max: float = 2.0
+    """velocity clamp"""
+    w_min: float = -1.0
+    """lower clamp of the applied inertia"""
+    w_max: float = 1.2
+    """upper clamp of the applied inertia"""
+    c_max: float = 4.0
+    """upper clamp of the applied c1, c2"""
+    train_decode: Literal["sample", "greedy"] = "sample"
+    """decoding during training rollouts (evaluation always decodes greedily)"""
+    reward: Literal["tour_length", "pbest_improvement", "gbest_improvement", "gbest_credit"] = "tour_length"
+    """per-particle reward: -tour length (the note), own-best or swarm-best improvement, or the
+    swarm-best improvement credited to the particle whose tour achieved it"""
+    # -- network ----------------------------------------------------------------------------
+    emb_dim: int = 32
+    """embedding width"""
+    num_heads: int = 4
+    """attention heads"""
+    node_layers: int = 2
+    """city self-attention layers"""
+    swarm_layers: int = 1
+    """particle self-attention layers"""
+    log_std_init: float = -1.2
+    """initial log standard deviation of the coefficients"""
+    min_std: float = 0.01
+    """lower clamp of the coefficients' standard deviation"""
+    max_std: float = 1.0
+    """upper clamp of the coefficients' standard deviation"""
+    mu_scale: float = 1.0
+    """mean coefficients = classic + mu_scale * network output (a faster-moving mean)"""
+    log_prob_reduction: Literal["mean", "sum"] = "mean"
+    """per-particle log-likelihood: mean over edges (the note) or the exact sum"""
+    particle_noise_std: float = 0.0
+    """std of an exploration offset per coefficient shared by all edges (0: per-edge noise only)"""
+    noise_scope: Literal["particle", "swarm"] = "particle"
+    """who shares that offset: each particle its own, or the whole swarm of an instance"""
+    antithetic: bool = False
+    """rollouts in mirrored pairs: each instance twice, with common PSO/decode random numbers
+    and negated exploration noise (instances_per_iteration counts both copies; must be even)"""
+    # -- RL update (pglab.algos.onpolicy) -----------------------------------------------------
+    algo: Literal["reinforce_raw", "vpg_gae", "ppo"] = "ppo"
+    """reinforce_raw | vpg_gae | ppo (formerly --rl-mode)"""
+    lr: float = 3e-4
+    """Adam learning rate"""
+    gamma: float = 0.99
+    """discount factor"""
+    gae_lambda: float = 0.95
+    """GAE lambda"""
+    ppo_epochs: int = 4
+    """passes over each rollout (ppo)"""
+    num_minibatches: int = 1
+    """minibatches per pass (ppo); 1 = the whole trajectory, as in the note"""
+    clip_coef: float = 0.2
+    """PPO clip range"""
+    value_coef: float = 0.5
+    """weight of the value loss"""
+    entropy_coef: float = 0.0
+    """weight of the entropy bonus"""
+    max_grad_norm: float = 1.0
+    """gradient-norm clip"""
+    target_kl: float | None = None
+    """PPO early stop on approx-KL (None: off)"""
+    # -- schedule ---------------------------------------------------------------------------
+    n_iterations: int = 200
+    """training iterations (one rollout + update each)"""
+    instances_per_iteration: int = 4
+    """TSP instances per rollout (B)"""
+    log_interval: int = 5
+    """iterations between metric rows"""
+    save_interval: int = 50
+    """iterations between checkpoints (the last is always saved)"""
+    eval_interval: int = 25
+    """iterations between greedy validations against classic PSO (0: off)"""
+    eval_instances: int = 32
+    """validation instances"""
+    # -- run --------------------------------------------------------------------------------
+    log_dir: Path | None = None
+    """run directory (default runs/pso-tsp/<timestamp>)"""
+    resume: Path | None = None
+    """continue the run in this directory from its latest checkpoint"""
+    seed: int = 0
+    """random seed (same seed + config + threads on the CPU: bit-identical run)"""
+    device: str = "auto"
+    """auto, cpu, cuda or cuda:N"""
+    threads: int = 0
+    """torch CPU threads (0: torch's default)"""
+
+    def __post_init__(self):
+        self.env_config()  # validates the swarm fields (n_particles >= 1, ...)
+        check_choice("algo", self.algo, RL_MODES)
+        self.hyperparams()  # validates the other RL fields (gamma in [0, 1], ...)
+        check_choice("train_decode", self.train_decode, ("sample", "greedy"))
+        check_choice("reward", self.reward, REWARDS)
+        check_choice("noise_scope", self.noise_scope, ("particle", "swarm"))
+        check_int("emb_dim", self.emb_dim, minimum=1)
+        check_int("num_heads", self.num_heads, minimum=1)
+        if self.emb_dim % self.num_heads:
+            raise ConfigError("emb_dim", self.emb_dim, f"must be divisible by num_heads={self.num_heads}")
+        check_int("node_layers", self.node_layers, minimum=1)
+        check_int("swarm_layers", self.swarm_layers, minimum=1)
+        check_range("log_std_init", self.log_std_init, -10.0, 2.0)
+        check_positive("min_std", self.min_std)
+        check_positive("max_std", self.max_std)
+        if self.min_std >= self.max_std:
+            raise ConfigError("min_std", self.min_std, f"must be < max_std={self.max_std}")
+        check_positive("mu_scale", self.mu_scale)
+        check_choice("log_prob_reduction", self.log_prob_reduction, ("mean", "sum"))
+        check_non_negative("particle_noise_std", self.particle_noise_std)
+        if self.antithetic and self.instances_per_iteration % 2:
+            raise ConfigError("instances_per_iteration", self.instances_per_iteration, "must be even with antithetic: true")
+        check_positive("lr", self.lr)
+        for name in ("n_iterations", "instances_per_iteration", "log_interval", "save_interval", "eval_instances"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("eval_interval", self.eval_interval, minimum=0)
+        check_int("seed", self.seed, minimum=0)
+        check_device("device", self.device)
+        check_int("threads", self.threads, minimum=0)
+
+    def env_config(self) -> PSOTSPEnvConfig:
+        """The swarm and decoding fields as a :class:`PSOTSPEnvConfig`."""
+        names = {f.name for f in dataclasses.fields(PSOTSPEnvConfig)}
+        return PSOTSPEnvConfig(**{name: getattr(self, name) for name in names})
+
+    def hyperparams(self) -> OnPolicyHyperparams:
+        """The update's hyperparameters (:func:`pglab.algos.onpolicy.onpolicy_update`)."""
+        return OnPolicyHyperparams(
+            rl_mode=self.algo, gamma=self.gamma, gae_lambda=self.gae_lambda, ppo_epochs=self.ppo_epochs,
+            num_minibatches=self.num_minibatches, clip_coef=self.clip_coef, value_coef=self.value_coef,
+            entropy_coef=self.entropy_coef, max_grad_norm=self.max_grad_norm, target_kl=self.target_kl,
+        )
+
+    @property
+    def rl_mode(self) -> str:
+        """Deprecated alias of :attr:`algo` (read-only)."""
+        return self.algo
+
+
+@dataclass(frozen=True)
+class PSOTSPEvalConfig:
+    """Configuration of ``pglab evaluate pso-tsp`` / ``pglab evaluate CHECKPOINT``."""
+
+    DEPRECATED_NAMES: ClassVar[dict[str, str]] = {"num_instances": "episodes"}
+
+    checkpoint: Path | None = None
+    """a pso-tsp checkpoint (file or run directory); without one only the baselines run"""
+    num_cities: int | None = None
+    """cities per instance (default: the checkpoint's, else 20)"""
+    n_particles: int | None = None
+    """particles per swarm (default: the checkpoint's, else 16)"""
+    pso_iterations: int | None = None
+    """PSO iterations (default: the checkpoint's, else 20)"""
+    episodes: int = 64
+    """held-out instances, one PSO episode each (formerly --num-instances)"""
+    seed: int = 20_261_123
+    """seed of the held-out instance set (training uses other streams)"""
+    swarm_seed: int = 7
+    """seed of the initial swarms and PSO noise (the same for every swarm method)"""
+    held_karp_max_n: int = 16
+    """exact Held–Karp up to this n; LKH-3 (elkai) above, Held–Karp if elkai is missing and n <= 22"""
+    optimal: bool = True
+    """compute the optimal (or LKH-3) reference tours"""
+    output: Path | None = None
+    """write the table as JSON here"""
+    device: str = "auto"
+    """auto, cpu, cuda or cuda:N"""
+    threads: int = 0
+    """torch CPU threads (0: torch's default)"""
+
+    def __post_init__(self):
+        for name in ("num_cities", "n_particles", "pso_iterations"):
+            value = getattr(self, name)
+            if value is not None:
+                check_int(name, value, minimum=4 if name == "num_cities" else 1)
+        check_int("episodes", self.episodes, minimum=1)
+        check_int("seed", self.seed, minimum=0)
+        check_int("swarm_seed", self.swarm_seed, minimum=0)
+        check_int("held_karp_max_n", self.held_karp_max_n, minimum=2)
+        check_device("device", self.device)
+        check_int("threads", self.threads, minimum=0)
+        if self.output is not None and Path(self.output).is_dir():
+            raise ConfigError("output", str(self.output), "is a directory; name the JSON file to write")
