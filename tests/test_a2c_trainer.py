@@ -1,5 +1,6 @@
 """Streaming A2C trainer: schema golden test, exact resume, reuse-forward exactness,
-gradient accumulation, SIGTERM, error records, CLI exit codes, network contracts."""
+gradient accumulation, SIGTERM, error records, CLI exit codes, network contracts.
+(The training shell's own guarantees for a2c: tests/test_a2c_shell.py.)"""
 import json
 import os
 import signal
@@ -9,23 +10,26 @@ import sys
 import pytest
 import torch
 
-from pglab.algos.a2c import DIST_KEYS, LOG_NAME, RECORD_KEYS, A2CTrainConfig, A2CTrainer, sample_actions, train_a2c
+from pglab.algos.a2c import A2C_RECORD_KEYS, DIST_KEYS, LOG_NAME, A2CTrainConfig, A2CTrainer, sample_actions, train_a2c
+from pglab.algos.a2c_common import EPISODE_KEYS
 from pglab.cli import main as cli_main
-from pglab.errors import ConfigError, TensorContractError
+from pglab.envs.pixel_goal import PixelGoalConfig, PixelGoalEnv
+from pglab.errors import EXIT_INTERRUPTED, ConfigError, TensorContractError
 from pglab.losses.a2c import a2c_td0_losses
 from pglab.nets.pixel_cnn import PixelActorCriticCNN
 from pglab.run.checkpoint import load_checkpoint_file
 
-TINY = dict(num_envs=8, update_every=2, device="cpu", grid_size=4, hidden=32, checkpoint_every_opt_steps=3)
+TINY = dict(num_envs=8, update_every=2, device="cpu", pixel_goal=PixelGoalConfig(grid_size=4), hidden=32, save_interval=3)
 
-# The frozen JSONL schema (docs/a2c.md). Changing it is a breaking change for every
-# consumer of train_log.jsonl: update this list, the module docstring and the docs together.
+# The record schema (docs/a2c.md). Changing it is a breaking change for every consumer of
+# metrics.csv / metrics.jsonl: update this list, the module docstring and the docs together.
 GOLDEN_KEYS = {
     "opt_steps", "env_steps", "loss", "loss/policy", "loss/value", "loss/entropy", "stats/entropy",
-    "stats/advantage_mean", "stats/value_mean", "stats/grad_norm", "reward_mean", "done_rate", "trunc_rate",
-    "reset_rate", "episodes", "return/mean", "success_rate", "episode_length", "perf/steps_per_s", "perf/iter_s", "lr",
-    "dist_p10", "dist_p50", "dist_p90",
+    "stats/advantage_mean", "stats/value_mean", "stats/grad_norm", "stats/reward_mean", "stats/done_rate",
+    "stats/trunc_rate", "stats/reset_rate", "episode/count", "return/mean", "episode/success_rate", "episode/length",
+    "perf/steps_per_s", "perf/iter_s", "stats/lr", "stats/dist_p10", "stats/dist_p50", "stats/dist_p90",
 }
+QUIET = lambda *a, **k: None  # noqa: E731
 
 
 def read_log(run_dir):
@@ -45,15 +49,16 @@ def test_jsonl_golden_schema_and_counters(tmp_path):
     assert {"versions", "config", "run_id", "num_params"} <= set(meta) and "torch" in meta["versions"]
     assert meta["config"]["num_envs"] == 8
     records = lines[1:]
-    assert set(RECORD_KEYS) | set(DIST_KEYS) == GOLDEN_KEYS
-    assert all(set(r) == GOLDEN_KEYS for r in records)
+    assert {"opt_steps", *A2C_RECORD_KEYS, *DIST_KEYS} == GOLDEN_KEYS
+    # the episode metrics are absent (no value) exactly in windows that finished no episode
+    assert all(set(r) == (GOLDEN_KEYS if r["episode/count"] > 0 else GOLDEN_KEYS - set(EPISODE_KEYS)) for r in records)
     assert [r["opt_steps"] for r in records] == [1, 2, 3, 4, 5]
     assert [r["env_steps"] for r in records] == [16, 32, 48, 64, 80]
-    assert result["env_steps"] == 80 and not result["interrupted"]
+    assert result["env_steps"] == 80 and not result["interrupted"] and result["exit_code"] == 0
     # rates are fractions of the window's 16 transitions
     for r in records:
-        assert r["reset_rate"] == pytest.approx(r["done_rate"] + r["trunc_rate"])
-        assert 0 <= r["success_rate"] <= 1 and r["dist_p10"] <= r["dist_p50"] <= r["dist_p90"]
+        assert r["stats/reset_rate"] == pytest.approx(r["stats/done_rate"] + r["stats/trunc_rate"])
+        assert 0 <= r.get("episode/success_rate", 0) <= 1 and r["stats/dist_p10"] <= r["stats/dist_p50"] <= r["stats/dist_p90"]
 
 
 def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
@@ -89,7 +94,7 @@ def test_gradient_accumulation_equals_the_mean_of_per_step_gradients(tmp_path):
     """One window of update_every=2 env-steps: the accumulated gradient equals the
     gradient of (L_1 + L_2) / 2 recomputed from the same transitions."""
     cfg = A2CTrainConfig(total_env_steps=16, log_dir=tmp_path, reuse_forward=False, **TINY)
-    trainer = A2CTrainer(cfg, run_dir=tmp_path)
+    trainer = A2CTrainer(cfg, device=torch.device("cpu"))
     reference = PixelActorCriticCNN(1, 8, 8, 5, hidden=32)
     reference.load_state_dict(trainer.model.state_dict())
     recorded = []
@@ -124,22 +129,29 @@ def test_gumbel_sampling_matches_softmax_frequencies():
     assert torch.allclose(freq, torch.tensor([0.1, 0.2, 0.7]), atol=0.01)
 
 
-def test_failure_writes_one_error_record(tmp_path):
-    cfg = A2CTrainConfig(total_env_steps=8 * 2 * 10, log_dir=tmp_path, **TINY)
-    trainer = A2CTrainer(cfg, run_dir=tmp_path)
+def fail_or_signal_at(monkeypatch, call, action):
+    """Patch PixelGoalEnv.step so that its ``call``-th call runs ``action()`` first."""
     calls = {"n": 0}
-    step = trainer.env.step
+    step = PixelGoalEnv.step
 
-    def failing_step(actions):
+    def patched(self, actions):
         calls["n"] += 1
-        if calls["n"] == 5:
-            raise RuntimeError("simulator exploded")
-        return step(actions)
+        if calls["n"] == call:
+            action()
+        return step(self, actions)
 
-    trainer.env.step = failing_step
+    monkeypatch.setattr(PixelGoalEnv, "step", patched)
+
+
+def test_failure_writes_one_error_record(tmp_path, monkeypatch):
+    def explode():
+        raise RuntimeError("simulator exploded")
+
+    fail_or_signal_at(monkeypatch, 5, explode)  # the 3rd window's first env-step
+    cfg = A2CTrainConfig(total_env_steps=8 * 2 * 10, log_dir=tmp_path / "run", **{**TINY, "save_interval": 1})
     with pytest.raises(RuntimeError, match="exploded"):
-        trainer.train(resumed=False)
-    last = read_log(tmp_path)[-1]
+        train_a2c(cfg, echo=QUIET)
+    last = read_log(tmp_path / "run")[-1]
     assert last["error"]["type"] == "RuntimeError" and last["error"]["opt_steps"] == 2
     assert last["error"]["env_steps"] == 32 and last["error"]["run_id"]
 
@@ -186,22 +198,14 @@ def test_self_test_cli_passes(capsys):
     assert summary["self_test"] == "pass"
 
 
-def test_sigterm_in_process_finishes_the_window_and_checkpoints(tmp_path):
-    cfg = A2CTrainConfig(total_env_steps=8 * 2 * 1000, log_dir=tmp_path, **TINY)
-    trainer = A2CTrainer(cfg, run_dir=tmp_path)
-    calls = {"n": 0}
-    step = trainer.env.step
-
-    def signalling_step(actions):
-        calls["n"] += 1
-        if calls["n"] == 7:  # mid-window: the 4th window's first env-step
-            os.kill(os.getpid(), signal.SIGTERM)
-        return step(actions)
-
-    trainer.env.step = signalling_step
-    result = trainer.train(resumed=False, echo=lambda *a, **k: None)
-    assert result["interrupted"] and result["opt_steps"] == 4
-    assert load_checkpoint_file(tmp_path)["counters"] == {"env_steps": 64, "opt_steps": 4}
+def test_sigterm_in_process_finishes_the_window_and_checkpoints(tmp_path, monkeypatch):
+    # mid-window: the 4th window's first env-step
+    fail_or_signal_at(monkeypatch, 7, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    cfg = A2CTrainConfig(total_env_steps=8 * 2 * 1000, log_dir=tmp_path / "run", **TINY)
+    result = train_a2c(cfg, echo=QUIET)
+    assert result["interrupted"] and result["opt_steps"] == 4 and result["exit_code"] == EXIT_INTERRUPTED
+    counters = load_checkpoint_file(tmp_path / "run")["counters"]
+    assert (counters["env_steps"], counters["opt_steps"]) == (64, 4)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler was removed again
 
 
@@ -224,8 +228,9 @@ def dying_write(path, payload):
     return real(path, payload)
 atomic.atomic_write_bytes = dying_write
 from pglab.algos.a2c import A2CTrainConfig, train_a2c
-train_a2c(A2CTrainConfig(num_envs=8, update_every=2, device="cpu", grid_size=4, hidden=32,
-                         checkpoint_every_opt_steps=2, total_env_steps=8 * 2 * 10, log_dir=Path({str(run)!r})))
+from pglab.configs.a2c import PixelGoalConfig
+train_a2c(A2CTrainConfig(num_envs=8, update_every=2, device="cpu", pixel_goal=PixelGoalConfig(grid_size=4), hidden=32,
+                         save_interval=2, total_env_steps=8 * 2 * 10, log_dir=Path({str(run)!r})))
 """
     proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PGLAB_NO_PROGRESS": "1"}, capture_output=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL

@@ -6,8 +6,9 @@ import math
 import pytest
 import torch
 
-from pglab.algos.a2c import LOG_NAME, A2CTrainConfig, train_a2c
-from pglab.algos.stream_ac import ObGD, RewardScaler, StreamActorCritic, sparse_init_
+from pglab.algos.a2c_common import LOG_NAME
+from pglab.algos.stream_ac import ObGD, RewardScaler, StreamActorCritic, sparse_init_, train_stream_ac
+from pglab.configs.a2c import A2CTrainConfig, PixelGoalConfig
 from pglab.run.checkpoint import load_checkpoint_file
 
 
@@ -57,29 +58,32 @@ def test_observation_statistics_are_welford_exact():
 
 
 def test_stream_ac_runs_end_to_end_and_checkpoints(tmp_path):
-    cfg = A2CTrainConfig(algo="stream-ac", num_envs=1, lr=1.0, total_env_steps=60, device="cpu", grid_size=4, hidden=16,
+    cfg = A2CTrainConfig(algo="stream-ac", num_envs=1, lr=1.0, total_env_steps=60, device="cpu", pixel_goal=PixelGoalConfig(grid_size=4), hidden=16,
                          log_dir=tmp_path / "run")
-    result = train_a2c(cfg, echo=lambda *a, **k: None)
-    assert result["env_steps"] == 60 and result["opt_steps"] == 60
+    result = train_stream_ac(cfg, echo=lambda *a, **k: None)
+    assert result["env_steps"] == 60 and result["opt_steps"] == 60 and result["exit_code"] == 0
     lines = [json.loads(line) for line in (tmp_path / "run" / LOG_NAME).read_text().splitlines()]
     assert "meta" in lines[0] and lines[-1]["env_steps"] == 60 and math.isfinite(lines[-1]["loss"])
+    # two ObGD step sizes instead of one learning rate; no gradient norm
+    assert lines[-1]["stats/lr/actor"] > 0 and lines[-1]["stats/lr/critic"] > 0 and "stats/grad_norm" not in lines[-1]
     checkpoint = load_checkpoint_file(tmp_path / "run")
     assert checkpoint["kind"] == "a2c-stream-ac" and checkpoint["counters"]["env_steps"] == 60
     import pglab
 
     agent = pglab.load_checkpoint(tmp_path / "run")
     obs = torch.zeros(2, 1, 8, 8, dtype=torch.uint8)
-    assert agent.policy.act_batch(obs).dtype == torch.int32
+    assert agent.act(obs).dtype == torch.int32 and agent.value(obs).shape == (2,)
 
 
 def test_stream_ac_resume_is_bit_identical(tmp_path):
     quiet = lambda *a, **k: None  # noqa: E731
-    common = dict(algo="stream-ac", num_envs=1, lr=1.0, device="cpu", grid_size=4, hidden=16)
-    train_a2c(A2CTrainConfig(total_env_steps=80, log_dir=tmp_path / "full", **common), echo=quiet)
-    train_a2c(A2CTrainConfig(total_env_steps=40, log_dir=tmp_path / "half", **common), echo=quiet)
-    train_a2c(A2CTrainConfig(total_env_steps=80, resume=tmp_path / "half", **common), echo=quiet)
+    common = dict(algo="stream-ac", num_envs=1, lr=1.0, device="cpu", pixel_goal=PixelGoalConfig(grid_size=4), hidden=16)
+    train_stream_ac(A2CTrainConfig(total_env_steps=80, log_dir=tmp_path / "full", **common), echo=quiet)
+    train_stream_ac(A2CTrainConfig(total_env_steps=40, log_dir=tmp_path / "half", **common), echo=quiet)
+    train_stream_ac(A2CTrainConfig(total_env_steps=80, resume=tmp_path / "half", **common), echo=quiet)
     full = load_checkpoint_file(tmp_path / "full")
     half = load_checkpoint_file(tmp_path / "half")
-    assert half["counters"] == full["counters"] == {"env_steps": 80, "opt_steps": 80}
+    for counters in (half["counters"], full["counters"]):
+        assert (counters["env_steps"], counters["opt_steps"]) == (80, 80)
     assert all(torch.equal(full["models"]["model"][k], half["models"]["model"][k]) for k in full["models"]["model"])
     assert all(torch.equal(a, b) for a, b in zip(full["extra"]["actor_traces"]["traces"], half["extra"]["actor_traces"]["traces"]))

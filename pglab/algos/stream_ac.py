@@ -5,7 +5,7 @@ One environment, one update per transition, no buffer, no batch. The recipe:
 
 - separate actor and critic networks with LayerNorm (no affine) before every activation
   (LeakyReLU) and *sparse initialisation* (a fraction ``sparsity`` of each unit's input
-  weights set to zero, the rest LeCun-uniform);
+  weights set to zero, the rest LeCun-uniform): :class:`pglab.nets.pixel_cnn.StreamActorCritic`;
 - online normalisation of observations (running per-pixel mean / variance, Welford) and
   reward scaling by the running standard deviation of the discounted return;
 - eligibility traces and the ObGD optimiser (overshooting-bounded gradient descent)::
@@ -19,124 +19,43 @@ One environment, one update per transition, no buffer, no batch. The recipe:
   with kappa = ``kappa`` (2) for the critic and 3 for the actor, as in the paper's code;
   traces are cleared when an episode ends (``done | trunc``).
 
-Logging follows :mod:`pglab.algos.a2c`'s JSONL schema, one record per ``LOG_EVERY``
-transitions (an "optimiser step" here is one transition, so ``opt_steps == env_steps``).
+The run lives in the training shell (:mod:`pglab.run.shell`), like the batched trainer's:
+an "optimiser step" here is one transition (``opt_steps == env_steps``, the step column),
+checkpoints come every ``save_interval`` transitions, and one record with the batched
+trainer's metrics (:mod:`pglab.algos.a2c_common`) is logged every ``LOG_EVERY``
+transitions. There is no gradient norm and no single learning rate: ``stats/lr/actor``
+and ``stats/lr/critic`` are the mean effective ObGD step sizes ``alpha_eff`` of the window.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import time
 from typing import Any
 
 import torch
 from torch import nn
 
-from pglab.contracts import check_tensor
+from pglab.algos.a2c_common import EPISODE_KEYS, RECORD_KEYS, WindowStats, build_env, error_record, format_postfix, present, sample_actions
+from pglab.configs.a2c import STREAM_AC_KIND, A2CTrainConfig
 from pglab.envs.base import EpisodeTracker
-from pglab.run.checkpoint import CheckpointManager, build_checkpoint, load_state_dict_checked
+from pglab.errors import ConfigError
+from pglab.nets.pixel_cnn import StreamActorCritic, sparse_init_
+from pglab.run.checkpoint import build_checkpoint, library_versions, load_state_dict_checked
 from pglab.run.config import config_to_dict
-from pglab.run.device import resolve_device
-from pglab.run.logger import MetricsLogger
-from pglab.run.progress import progress_bar
-from pglab.run.rundir import create_run_dir, default_run_dir, write_run_config
-from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state, seed_everything
+from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state
+from pglab.run.shell import TrainerSpec, TrainingRun
+
+__all__ = ["SPEC", "STREAM_AC_RECORD_KEYS", "ObGD", "RewardScaler", "StreamActorCritic", "sparse_init_", "train_stream_ac"]
 
 LOG_EVERY = 1000
 ACTOR_KAPPA = 3.0
+STREAM_AC_RECORD_KEYS = (*RECORD_KEYS, "stats/lr/actor", "stats/lr/critic")
 
-
-def sparse_init_(weight: torch.Tensor, sparsity: float, generator: torch.Generator | None = None) -> None:
-    """LeCun-uniform weights with ``round(sparsity * fan_in)`` inputs of every output unit zeroed."""
-    fan_out = weight.shape[0]
-    fan_in = weight[0].numel()
-    bound = math.sqrt(1.0 / fan_in)
-    with torch.no_grad():
-        weight.uniform_(-bound, bound, generator=generator)
-        zeros = int(round(sparsity * fan_in))
-        flat = weight.view(fan_out, fan_in)
-        for unit in range(fan_out):  # init only; per-unit so every unit keeps the same count
-            flat[unit, torch.randperm(fan_in, generator=generator)[:zeros]] = 0.0
-
-
-class _Torso(nn.Module):
-    def __init__(self, in_channels: int, height: int, width: int, hidden: int, sparsity: float):
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, 16, 3, stride=1, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
-        h, w = (height - 1) // 2 + 1, (width - 1) // 2 + 1
-        self.norm1 = nn.LayerNorm([16, height, width], elementwise_affine=False)
-        self.norm2 = nn.LayerNorm([32, h, w], elementwise_affine=False)
-        self.dense = nn.Linear(32 * h * w, hidden)
-        self.norm3 = nn.LayerNorm(hidden, elementwise_affine=False)
-        for layer in (self.conv1, self.conv2, self.dense):
-            sparse_init_(layer.weight, sparsity)
-            nn.init.zeros_(layer.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        act = nn.functional.leaky_relu
-        x = act(self.norm1(self.conv1(x)))
-        x = act(self.norm2(self.conv2(x)))
-        return act(self.norm3(self.dense(x.flatten(1))))
-
-
-class StreamActorCritic(nn.Module):
-    """Separate actor and critic (sparse init, LayerNorm) with running observation
-    statistics. ``forward(obs uint8 [N, K, H, W]) -> (logits [N, A], values [N])``."""
-
-    def __init__(self, in_channels: int, height: int, width: int, num_actions: int, hidden: int = 128, sparsity: float = 0.9):
-        super().__init__()
-        self.arch = {"in_channels": in_channels, "height": height, "width": width, "num_actions": num_actions,
-                     "hidden": hidden, "sparsity": sparsity}
-        self.actor_torso = _Torso(in_channels, height, width, hidden, sparsity)
-        self.critic_torso = _Torso(in_channels, height, width, hidden, sparsity)
-        self.policy_head = nn.Linear(hidden, num_actions)
-        self.value_head = nn.Linear(hidden, 1)
-        for layer in (self.policy_head, self.value_head):
-            sparse_init_(layer.weight, sparsity)
-            nn.init.zeros_(layer.bias)
-        shape = (in_channels, height, width)
-        self.register_buffer("obs_count", torch.zeros((), dtype=torch.float64))
-        self.register_buffer("obs_mean", torch.zeros(shape, dtype=torch.float64))
-        self.register_buffer("obs_m2", torch.zeros(shape, dtype=torch.float64))
-
-    def architecture(self) -> dict[str, Any]:
-        return dict(self.arch)
-
-    def actor_parameters(self) -> list[nn.Parameter]:
-        return [*self.actor_torso.parameters(), *self.policy_head.parameters()]
-
-    def critic_parameters(self) -> list[nn.Parameter]:
-        return [*self.critic_torso.parameters(), *self.value_head.parameters()]
-
-    @torch.no_grad()
-    def observe(self, obs: torch.Tensor) -> None:
-        """Welford update of the per-pixel statistics with a batch ``[N, K, H, W]``."""
-        for sample in obs.to(torch.float64) / 255.0:
-            self.obs_count += 1
-            delta = sample - self.obs_mean
-            self.obs_mean += delta / self.obs_count
-            self.obs_m2 += delta * (sample - self.obs_mean)
-
-    def normalise(self, obs: torch.Tensor) -> torch.Tensor:
-        check_tensor("obs", obs, (None, *self.obs_mean.shape), torch.uint8, where="StreamActorCritic")
-        variance = self.obs_m2 / self.obs_count.clamp_min(2.0) if self.obs_count > 1 else torch.ones_like(self.obs_m2)
-        scaled = (obs.to(torch.float64) / 255.0 - self.obs_mean) / (variance + 1e-8).sqrt()
-        return scaled.to(torch.float32)
-
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.normalise(obs)
-        return self.policy_head(self.actor_torso(x)), self.value_head(self.critic_torso(x)).squeeze(1)
-
-    @torch.no_grad()
-    def act_batch(self, obs: torch.Tensor, *, deterministic: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
-        from pglab.algos.a2c import sample_actions
-
-        logits, _ = self(obs)
-        if deterministic:
-            return logits.argmax(dim=1).to(torch.int32)
-        return sample_actions(logits, generator or torch.Generator(device=logits.device)).to(torch.int32)
+SPEC = TrainerSpec(
+    system="a2c", config_class=A2CTrainConfig, kinds=(STREAM_AC_KIND,), step_key="opt_steps",
+    resumable=frozenset({"total_env_steps"}), total_steps=lambda c: c.total_env_steps, budget_field="total_env_steps",
+)
 
 
 class ObGD:
@@ -192,71 +111,63 @@ class RewardScaler:
         return reward / (std + 1e-8)
 
 
-def train_stream_ac(config, *, checkpoint: dict[str, Any] | None = None, echo=print) -> dict[str, Any]:
-    """Stream-AC(lambda) training loop (config: :class:`pglab.algos.a2c.A2CTrainConfig`)."""
-    from pglab.algos.a2c import LOG_NAME, StopRequested, WindowStats, build_env, run_dir_of, sample_actions
-    from pglab.run.checkpoint import library_versions
+def train_stream_ac(config: A2CTrainConfig, *, given: frozenset[str] | None = None, echo=print,
+                    stop_after: int | None = None) -> dict[str, Any]:
+    """Train (or resume) a ``--algo stream-ac`` run inside the training shell.
 
-    device = resolve_device(config.device)
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    if checkpoint is not None:
-        run_dir = run_dir_of(checkpoint)
-    else:
-        run_dir = create_run_dir(config.log_dir or default_run_dir("a2c-stream-ac"))
-        write_run_config(run_dir, config_to_dict(config), kind=config.kind)
-    seed_everything(config.seed)
-    env = build_env(config, device, seed=config.seed)
-    shape = tuple(env.observation_shape)
-    model = StreamActorCritic(*shape, int(env.action_spec.num_actions), hidden=config.hidden or 128, sparsity=config.sparsity).to(device)
-    actor = ObGD(model.actor_parameters(), lr=config.lr, gamma=config.gamma, lam=config.trace_lambda, kappa=ACTOR_KAPPA)
-    critic = ObGD(model.critic_parameters(), lr=config.lr, gamma=config.gamma, lam=config.trace_lambda, kappa=config.kappa)
-    scaler = RewardScaler(config.gamma)
-    generator = make_generator(config.seed + 7919, device)
-    tracker = EpisodeTracker(1, device)
-    stats = WindowStats(device)
-    counters = {"env_steps": 0, "opt_steps": 0}
-    obs = env.reset(seed=config.seed).clone()
-    model.observe(obs)
-    if checkpoint is not None:
-        load_state_dict_checked(model, checkpoint["models"]["model"], name="model", source=checkpoint["path"])
-        extra = checkpoint["extra"]
-        actor.load_state_dict(extra["actor_traces"])
-        critic.load_state_dict(extra["critic_traces"])
-        scaler.state = dict(extra["reward_scaler"])
-        tracker.load_state_dict(extra["tracker"])
-        stats.carry = dict(extra["carry"])
-        if "env" in extra and hasattr(env, "load_state_dict"):
-            env.load_state_dict(extra["env"])
-            obs = env.frames.clone()
-        restore_rng_state(checkpoint["rng"], {"actions": generator})
-        counters.update({k: int(v) for k, v in checkpoint["counters"].items() if k in counters})
-    total = config.total_env_steps
-    logger = MetricsLogger(run_dir, step_key="opt_steps", csv_name=None, jsonl_name=LOG_NAME, tensorboard_dir=None,
-                           resume_step=counters["opt_steps"] if checkpoint is not None else None)
-    logger.write_meta({"versions": library_versions(), "config": config_to_dict(config), "kind": config.kind,
-                       "num_params": sum(p.numel() for p in model.parameters()), "world_size": 1, "device": str(device)})
-    manager = CheckpointManager(run_dir / "checkpoints", keep=3)
+    Arguments and result as :func:`pglab.algos.a2c.train_a2c` (``stop_after`` counts
+    transitions).
+    """
+    if config.algo != "stream-ac":
+        raise ConfigError("algo", config.algo, "train_stream_ac trains --algo stream-ac")
+    with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
+        config, device = run.config, run.device
+        # -- build -------------------------------------------------------------------
+        env = build_env(config, device, seed=config.seed)
+        shape = tuple(env.observation_shape)
+        model = StreamActorCritic(*shape, int(env.action_spec.num_actions), hidden=config.hidden or 128, sparsity=config.sparsity).to(device)
+        actor = ObGD(model.actor_parameters(), lr=config.lr, gamma=config.gamma, lam=config.trace_lambda, kappa=ACTOR_KAPPA)
+        critic = ObGD(model.critic_parameters(), lr=config.lr, gamma=config.gamma, lam=config.trace_lambda, kappa=config.kappa)
+        scaler = RewardScaler(config.gamma)
+        generator = make_generator(config.seed + 7919, device)
+        tracker = EpisodeTracker(1, device)
+        stats = WindowStats(device)
+        counters = {"env_steps": 0, "opt_steps": 0}
+        obs = env.reset(seed=config.seed).clone()
+        model.observe(obs)
+        if run.checkpoint is not None:
+            checkpoint = run.checkpoint
+            load_state_dict_checked(model, checkpoint["models"]["model"], name="model", source=checkpoint["path"])
+            extra = checkpoint["extra"]
+            actor.load_state_dict(extra["actor_traces"])
+            critic.load_state_dict(extra["critic_traces"])
+            scaler.state = dict(extra["reward_scaler"])
+            tracker.load_state_dict(extra["tracker"])
+            if "env" in extra and hasattr(env, "load_state_dict"):
+                env.load_state_dict(extra["env"])
+                obs = env.frames.clone()
+            restore_rng_state(checkpoint["rng"], {"actions": generator})
+            counters.update({k: int(v) for k, v in checkpoint["counters"].items() if k in counters})
+        run.logger.write_meta({"versions": library_versions(), "config": config_to_dict(config), "kind": config.kind,
+                               "num_params": sum(p.numel() for p in model.parameters()), "world_size": 1,
+                               "device": str(device), "record_keys": ["opt_steps", *STREAM_AC_RECORD_KEYS]})
 
-    def save() -> None:
-        extra = {"actor_traces": actor.state_dict(), "critic_traces": critic.state_dict(), "reward_scaler": dict(scaler.state),
-                 "tracker": tracker.state_dict(), "carry": dict(stats.carry), "architecture": model.architecture()}
-        if hasattr(env, "state_dict"):
-            extra["env"] = env.state_dict()
-        manager.save(counters["opt_steps"], build_checkpoint(
-            kind=config.kind, config=config_to_dict(dataclasses.replace(config, resume=None, self_test=False)),
-            counters=dict(counters), models={"model": model.state_dict()}, rng=capture_rng_state({"actions": generator}),
-            extra=extra))
+        def checkpoint_now() -> dict[str, Any]:
+            extra = {"actor_traces": actor.state_dict(), "critic_traces": critic.state_dict(), "reward_scaler": dict(scaler.state),
+                     "tracker": tracker.state_dict(), "architecture": model.architecture()}
+            if hasattr(env, "state_dict"):
+                extra["env"] = env.state_dict()
+            return build_checkpoint(
+                kind=config.kind, config=config_to_dict(dataclasses.replace(config, resume=None, self_test=False)),
+                counters={**counters, "wall_time": run.counters.get("wall_time", 0.0)}, models={"model": model.state_dict()},
+                rng=capture_rng_state({"actions": generator}), extra=extra)
 
-    bar = progress_bar(total, desc="train a2c --algo stream-ac", initial=counters["env_steps"], unit="step")
-    interrupted = False
-    last: dict[str, float] = {}
-    step_sizes = torch.zeros(2, dtype=torch.float64)
-    next_save = counters["opt_steps"] + config.checkpoint_every_opt_steps
-    try:
-        with StopRequested() as stop:
+        # -- one update per transition -----------------------------------------------
+        last: dict[str, float] = {}
+        step_sizes = torch.zeros(2, dtype=torch.float64)
+        try:
             tick = time.perf_counter()
-            while counters["env_steps"] < total:
+            for step in run.steps(config.total_env_steps, save=checkpoint_now, desc="train a2c --algo stream-ac", unit="step"):
                 logits, value = model(obs)
                 action = sample_actions(logits, generator)
                 next_obs, reward, done, trunc, info = env.step(action.to(torch.int32))
@@ -284,33 +195,23 @@ def train_stream_ac(config, *, checkpoint: dict[str, Any] | None = None, echo=pr
                 counters["env_steps"] += 1
                 counters["opt_steps"] += 1
                 obs = next_obs
-                bar.update(1)
-                if counters["opt_steps"] % LOG_EVERY == 0 or counters["env_steps"] >= total or stop.requested:
+                # -- log every LOG_EVERY transitions, at the end and before a stop -------
+                if step % LOG_EVERY == 0 or step == config.total_env_steps or run.stop_requested:
                     now = time.perf_counter()
                     elapsed, tick = now - tick, now
-                    record = stats.summary()
-                    record.update({"env_steps": counters["env_steps"], "stats/grad_norm": float("nan"),
-                                   "perf/steps_per_s": stats.env_steps / max(elapsed, 1e-9), "perf/iter_s": elapsed / max(stats.env_steps, 1),
-                                   "lr": float(step_sizes[0] / max(stats.env_steps, 1))})
-                    record["stats/grad_norm"] = float(step_sizes[1] / max(stats.env_steps, 1))  # mean critic step size
+                    record: dict[str, Any] = stats.summary()
+                    transitions = max(stats.env_steps, 1)
+                    record.update({"env_steps": counters["env_steps"], "perf/steps_per_s": stats.env_steps / max(elapsed, 1e-9),
+                                   "perf/iter_s": elapsed / transitions, "stats/lr/actor": float(step_sizes[0] / transitions),
+                                   "stats/lr/critic": float(step_sizes[1] / transitions)})
                     step_sizes.zero_()
                     stats.reset()
-                    last = logger.log(counters["opt_steps"], record)
-                    # a checkpoint at the first record after every checkpoint_every_opt_steps transitions
-                    if counters["opt_steps"] >= next_save:
-                        save()
-                        next_save = counters["opt_steps"] + config.checkpoint_every_opt_steps
-                if stop.requested:
-                    interrupted = True
-                    echo(f"interrupted: checkpoint saved at env_steps={counters['env_steps']} in {run_dir}", file=sys.stderr)
-                    break
-            save()
-    except Exception as exc:
-        logger.write_record({"error": {"type": type(exc).__name__, "message": str(exc), **counters}})
-        raise
-    finally:
-        bar.close()
-        logger.close()
-        env.close()
-    return {"run_dir": str(run_dir), **counters, "interrupted": interrupted, "last": last}
-
+                    last = present(run.log(step, record))
+                    run.set_postfix(**format_postfix(last))
+        except Exception as exc:
+            run.logger.write_record(error_record(exc, counters))
+            raise
+        finally:
+            env.close()
+        run.finish({key: value for key, value in last.items() if key in EPISODE_KEYS})
+    return {"run_dir": str(run.run_dir), **counters, "interrupted": run.interrupted, "exit_code": run.exit_code, "last": last}

@@ -48,6 +48,7 @@ def bench_one(num_envs: int, device: torch.device, steps: int, update_every: int
     from pglab.algos.a2c import A2CTrainConfig, A2CTrainer
     from pglab.envs.pixel_goal import make_pixel_goal_env
     from pglab.nets.pixel_cnn import PixelActorCriticCNN
+    from pglab.run.seeding import seed_everything
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -69,15 +70,13 @@ def bench_one(num_envs: int, device: torch.device, steps: int, update_every: int
 
     model_rate = _rate(model_step, steps, num_envs, device)
 
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as tmp:
-        config = A2CTrainConfig(num_envs=num_envs, update_every=update_every, total_env_steps=num_envs * 10**6,
-                                device=str(device))
-        trainer = A2CTrainer(config, run_dir=Path(tmp))
-        windows = max(1, steps // update_every)
-        train_rate = _rate(trainer.window, windows, num_envs * update_every, device, warmup=1)
+    # the trainer's loop body alone (no run directory, logs or checkpoints: the shell's)
+    config = A2CTrainConfig(num_envs=num_envs, update_every=update_every, total_env_steps=num_envs * 10**6,
+                            device=str(device))
+    seed_everything(config.seed)
+    trainer = A2CTrainer(config, device=device)
+    windows = max(1, steps // update_every)
+    train_rate = _rate(trainer.window, windows, num_envs * update_every, device, warmup=1)
     return {"num_envs": num_envs, "env_steps_per_s": env_rate, "model_steps_per_s": model_rate,
             "train_steps_per_s": train_rate, "ratio": train_rate / min(env_rate, model_rate),
             "peak_mem_mb": _peak_memory_mb(device)}

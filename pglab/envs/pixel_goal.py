@@ -35,63 +35,21 @@ can checkpoint and resume bit-identically.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from pglab.configs.a2c import PixelGoalConfig  # re-exported: the config lives torch-free
 from pglab.contracts import check_tensor
 from pglab.envs.base import ActionSpec, StepResult
 from pglab.run.seeding import make_generator
-from pglab.validation import check_int, check_non_negative, check_positive
+from pglab.validation import check_int
 
 NUM_ACTIONS = 5
 GOAL_INTENSITY = 80
 AGENT_INTENSITY = 160
 # (dy, dx) per action: stay, up, down, left, right.
 _MOVES = ((0, 0), (-1, 0), (1, 0), (0, -1), (0, 1))
-
-
-@dataclass(frozen=True)
-class PixelGoalConfig:
-    """Parameters of :class:`PixelGoalEnv` (also the ``--env-kwargs`` of the trainer)."""
-
-    grid_size: int = 8
-    """board side in cells"""
-    cell_px: int = 2
-    """pixels per cell side (image side = grid_size * cell_px)"""
-    stack_k: int = 1
-    """frames stacked in each observation (newest last)"""
-    frames_per_step: int = 2
-    """simulator frames an action is held for (pixels moved per decision)"""
-    max_steps: int = 32
-    """decisions before an episode is truncated"""
-    step_cost: float = 0.01
-    """reward subtracted every step"""
-    alpha: float = 0.1
-    """weight of the distance-shaping term alpha * (dist_{t-1} - dist_t)"""
-    goal_bonus: float = 1.0
-    """reward on success"""
-    tau: float = 0.5
-    """success radius in cells (0.5: the agent must stand on the goal cell)"""
-    k_consecutive: int = 1
-    """consecutive steps within tau needed for success"""
-
-    def __post_init__(self):
-        check_int("grid_size", self.grid_size, minimum=2)
-        check_int("cell_px", self.cell_px, minimum=1)
-        check_int("stack_k", self.stack_k, minimum=1)
-        check_int("frames_per_step", self.frames_per_step, minimum=1)
-        check_int("max_steps", self.max_steps, minimum=1)
-        check_non_negative("step_cost", self.step_cost)
-        check_non_negative("alpha", self.alpha)
-        check_non_negative("goal_bonus", self.goal_bonus)
-        check_positive("tau", self.tau)
-        check_int("k_consecutive", self.k_consecutive, minimum=1)
-
-    @property
-    def image_size(self) -> int:
-        return self.grid_size * self.cell_px
 
 
 class PixelGoalEnv:

@@ -61,11 +61,19 @@ def plot_learning_curves(
         ax.set_visible(False)
     fig.suptitle(str(run_dir))
     fig.tight_layout()
-    target = plot_target(run_dir, output)
+    return save_figure(fig, plot_target(run_dir, output), dpi=120)
+
+
+def save_figure(fig, path: str | os.PathLike, *, dpi: int = 100) -> Path:
+    """Write a matplotlib figure atomically (temporary file, then ``os.replace``) and close
+    it; a failure leaves neither a half-written image nor the temporary file."""
+    import matplotlib.pyplot as plt
+
+    target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.stem}.tmp-{os.getpid()}.png")
+    tmp = target.with_name(f".{target.stem}.tmp-{os.getpid()}{target.suffix or '.png'}")
     try:
-        fig.savefig(tmp, dpi=120)
+        fig.savefig(tmp, dpi=dpi)
         os.replace(tmp, target)
     finally:
         plt.close(fig)

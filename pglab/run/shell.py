@@ -252,6 +252,11 @@ class TrainingRun:
         hook = self.stop_after is not None and self._session_steps >= self.stop_after
         return bool(self._stop is not None and self._stop.requested) or hook
 
+    def request_stop(self) -> None:
+        """Stop after the current step, as if SIGTERM had arrived (e.g. another DDP rank
+        was signalled)."""
+        self.stop_after = self._session_steps
+
     def steps(self, total: int, *, save: Callable[[], dict[str, Any]], desc: str | None = None,
               unit: str = "iter") -> Iterator[int]:
         """Yield the step numbers ``start + 1 .. total``.
