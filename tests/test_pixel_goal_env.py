@@ -7,6 +7,16 @@ from pglab.envs.registry import make_env
 from pglab.errors import ConfigError, TensorContractError
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Small elementwise kernels: one thread is fastest (and on a loaded CI machine far
+    faster); the old setting is put back for the tests that follow."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def place(env, agent, goal):
     """Put every copy's agent/goal at the given cells (row, col)."""
     px = env.config.cell_px
@@ -72,6 +82,45 @@ def test_success_needs_k_consecutive_steps_and_autoresets_same_step():
     assert info["final_obs"][0, -1].max() == AGENT_INTENSITY + GOAL_INTENSITY
     assert env.steps.item() == 0 and env.streak.item() == 0
     assert not torch.equal(env.agent, env.goal)
+
+
+def test_streak_restarts_when_the_agent_leaves_the_goal():
+    env = PixelGoalEnv(1, PixelGoalConfig(grid_size=4, k_consecutive=2, max_steps=50))
+    env.reset(seed=1)
+    place(env, (1, 1), (1, 2))
+    right, left, stay = (torch.tensor([a], dtype=torch.int32) for a in (4, 3, 0))
+    for action, streak in ((right, 1), (left, 0), (right, 1)):  # on, off, on again: 1 step in a row
+        _, _, done, _, _ = env.step(action)
+        assert not done.item() and env.streak.item() == streak
+    _, _, done, _, _ = env.step(stay)
+    assert done.item()
+
+
+def test_success_on_the_last_allowed_step_terminates_and_does_not_truncate():
+    cfg = PixelGoalConfig(grid_size=4, max_steps=2, step_cost=0.0, alpha=0.0, goal_bonus=1.0)
+    env = PixelGoalEnv(2, cfg)
+    env.reset(seed=0)
+    place(env, (1, 0), (1, 2))
+    right_then_stay = torch.tensor([4, 0], dtype=torch.int32)
+    _, _, done, trunc, _ = env.step(right_then_stay)
+    assert not done.any() and not trunc.any()
+    _, reward, done, trunc, _ = env.step(right_then_stay)  # step 2 = max_steps: env 0 reaches the goal
+    assert done.tolist() == [True, False] and trunc.tolist() == [False, True]
+    assert reward.tolist() == [1.0, 0.0]
+
+
+def test_shaping_after_an_autoreset_starts_from_the_new_episode():
+    """The first reward of an episode is -step_cost + alpha (d_start - d_1), with d_start
+    the distance of the *fresh* positions, not the finished episode's last distance."""
+    cfg = PixelGoalConfig(grid_size=6, max_steps=1, step_cost=0.0, alpha=1.0, goal_bonus=0.0)
+    env = PixelGoalEnv(256, cfg)
+    env.reset(seed=2)
+    right = torch.full((256,), 4, dtype=torch.int32)
+    _, _, done, trunc, _ = env.step(right)
+    assert (done | trunc).all()  # every copy restarted
+    start = env._distance(env.agent, env.goal)
+    _, reward, _, _, info = env.step(right)
+    assert torch.allclose(reward, start - info["dist"], atol=1e-6)
 
 
 def test_truncation_after_max_steps_is_not_done():

@@ -12,6 +12,14 @@ from pglab.configs.a2c import A2CTrainConfig, PixelGoalConfig
 from pglab.run.checkpoint import load_checkpoint_file
 
 
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """The runs below use threads=1 (tiny networks; the shell sets it process-wide)."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 def test_obgd_matches_the_hand_computed_update():
     w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
     opt = ObGD([w], lr=0.5, gamma=0.9, lam=0.5, kappa=2.0)
@@ -23,10 +31,14 @@ def test_obgd_matches_the_hand_computed_update():
     assert step == pytest.approx(0.5 / max(bound, 1.0))
     assert torch.allclose(w.detach(), torch.tensor([1.0, -2.0]) + step * 2.0 * z)
     assert torch.allclose(opt.traces[0], z) and w.grad is None
-    # a small delta with a tiny trace takes the full step alpha; reset clears the trace
+    # a small delta with a tiny trace takes the full step alpha (M = 0.02 < 1); reset
+    # clears the trace, after the step has used it
     w.grad = torch.zeros(2)
     opt.traces[0].fill_(0.01)
+    before = w.detach().clone()
+    z = torch.full((2,), 0.01 * 0.45)
     assert opt.step(torch.tensor(0.1), reset=True) == pytest.approx(0.5)
+    assert torch.allclose(w.detach(), before + 0.5 * 0.1 * z)
     assert torch.count_nonzero(opt.traces[0]) == 0
 
 
@@ -59,13 +71,18 @@ def test_observation_statistics_are_welford_exact():
 
 def test_stream_ac_runs_end_to_end_and_checkpoints(tmp_path):
     cfg = A2CTrainConfig(algo="stream-ac", num_envs=1, lr=1.0, total_env_steps=60, device="cpu", pixel_goal=PixelGoalConfig(grid_size=4), hidden=16,
-                         log_dir=tmp_path / "run")
+                         threads=1, log_dir=tmp_path / "run")
     result = train_stream_ac(cfg, echo=lambda *a, **k: None)
     assert result["env_steps"] == 60 and result["opt_steps"] == 60 and result["exit_code"] == 0
     lines = [json.loads(line) for line in (tmp_path / "run" / LOG_NAME).read_text().splitlines()]
-    assert "meta" in lines[0] and lines[-1]["env_steps"] == 60 and math.isfinite(lines[-1]["loss"])
-    # two ObGD step sizes instead of one learning rate; no gradient norm
-    assert lines[-1]["stats/lr/actor"] > 0 and lines[-1]["stats/lr/critic"] > 0 and "stats/grad_norm" not in lines[-1]
+    last = lines[-1]
+    assert "meta" in lines[0] and last["env_steps"] == 60
+    # stream-AC's logged loss: -log pi(a|s) delta (policy) + delta^2 / 2 (value), entropy logged apart
+    assert last["loss"] == pytest.approx(last["loss/policy"] + last["loss/value"], rel=1e-6)
+    assert last["loss/entropy"] == pytest.approx(-cfg.entropy_coef * last["stats/entropy"], rel=1e-6)
+    # two ObGD step sizes instead of one learning rate, each at most alpha (the values
+    # themselves: tests/test_update_rules_a2c.py); no gradient norm
+    assert 0 < last["stats/lr/actor"] <= cfg.lr and 0 < last["stats/lr/critic"] <= cfg.lr and "stats/grad_norm" not in last
     checkpoint = load_checkpoint_file(tmp_path / "run")
     assert checkpoint["kind"] == "a2c-stream-ac" and checkpoint["counters"]["env_steps"] == 60
     import pglab
@@ -77,7 +94,7 @@ def test_stream_ac_runs_end_to_end_and_checkpoints(tmp_path):
 
 def test_stream_ac_resume_is_bit_identical(tmp_path):
     quiet = lambda *a, **k: None  # noqa: E731
-    common = dict(algo="stream-ac", num_envs=1, lr=1.0, device="cpu", pixel_goal=PixelGoalConfig(grid_size=4), hidden=16)
+    common = dict(algo="stream-ac", num_envs=1, lr=1.0, device="cpu", pixel_goal=PixelGoalConfig(grid_size=4), hidden=16, threads=1)
     train_stream_ac(A2CTrainConfig(total_env_steps=80, log_dir=tmp_path / "full", **common), echo=quiet)
     train_stream_ac(A2CTrainConfig(total_env_steps=40, log_dir=tmp_path / "half", **common), echo=quiet)
     train_stream_ac(A2CTrainConfig(total_env_steps=80, resume=tmp_path / "half", **common), echo=quiet)
