@@ -34,8 +34,15 @@ def test_config_rejects_bad_values_naming_the_field(overrides, field):
     assert info.value.field == field
 
 
-def test_pomo_baseline_ignores_the_maxk_mode_constraints():
-    MaxKPOMOTrainConfig(algo="pomo", k=1, variance_reduction="subloo")
+@pytest.mark.parametrize(("k", "mode"), [(1, "subloo"), (20, "sample_loo")])
+def test_pomo_baseline_ignores_the_maxk_mode_constraints(k, mode):
+    # The same values are refused for maxk-pomo (subloo needs k >= 2, sample_loo num_loc > k) ...
+    with pytest.raises(ConfigError) as info:
+        MaxKPOMOTrainConfig(algo="maxk-pomo", k=k, variance_reduction=mode)
+    assert info.value.field == "variance_reduction"
+    # ... and accepted, unchanged, for the POMO baseline, whose loss does not use them.
+    config = MaxKPOMOTrainConfig(algo="pomo", k=k, variance_reduction=mode)
+    assert (config.algo, config.k, config.variance_reduction, config.label) == ("pomo", k, mode, "pomo")
 
 
 def test_bad_flags_exit_with_code_2(capsys):
