@@ -368,7 +368,7 @@ def test_learning_rate_and_exploration_schedules_reach_their_final_values(tmp_pa
     train_ghm(GHMTrainConfig(**{**TINY, "n_iterations": 3, "log_dir": tmp_path / "run", "lr_final_fraction": 0.25,
                                 "final_max_std": 0.1}), echo=lambda *a, **k: None)
     rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
-    lrs = [float(row["learning_rate/policy"]) for row in rows]
+    lrs = [float(row["stats/lr/policy"]) for row in rows]
     assert lrs == pytest.approx([3e-4, 3e-4 * 0.625, 3e-4 * 0.25])  # linear in the iteration
     stds = [float(row["policy/std_action_L"]) for row in rows]
     # the clamp decays geometrically from exp(log_std_init) = e^-1 to 0.1

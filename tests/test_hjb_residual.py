@@ -21,6 +21,7 @@ from pglab.hjb.residual import HJBResidualValidator, value_derivatives
 from pglab.nets import ValueNetwork
 from pglab.run.checkpoint import build_checkpoint, save_checkpoint
 from pglab.run.config import config_to_dict
+from pglab.run.rundir import write_run_config
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "ghm-validation.md"
 
@@ -164,6 +165,7 @@ def _checkpoint(run_dir: Path, **overrides) -> Path:
     if baseline is not None:
         models["baseline"] = baseline.state_dict()
     checkpoint = build_checkpoint(kind=config.kind, config=config_to_dict(config), counters={"iteration": 0}, models=models)
+    write_run_config(run_dir, config_to_dict(config), kind=config.kind)  # a run directory, as pglab train writes it
     return save_checkpoint(run_dir / "checkpoints" / "checkpoint_latest.pt", checkpoint)
 
 

@@ -1,8 +1,9 @@
 """A trained GHM agent loaded from a checkpoint: ``pglab.load_checkpoint(path)``.
 
-    agent = pglab.load_checkpoint("runs/ghm-mc/checkpoints/checkpoint_latest.pt")
-    rates = agent.policy.act(torch.tensor([[0.5]]), deterministic=True)   # [1, 2]: a_L, a_E
-    values = agent.value(torch.tensor([[0.5], [1.0]]))                    # [2]
+    agent = pglab.load_checkpoint("runs/ghm-mc/checkpoints/checkpoint_latest.pt")  # device="auto"
+    rates = agent.act(torch.tensor([[0.5]]))                          # [1, 2]: a_L, a_E (deterministic)
+    rates = agent.predict(np.array([[0.5], [1.0]]))                   # the same on NumPy, [2, 2]
+    values = agent.value(torch.tensor([[0.5], [1.0]]))                # [2]; NoCritic for a --no-baseline run
 """
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any
 
 import torch
 
-from pglab.algos.ghm_train import GHM_KINDS, GHMTrainConfig, build_networks
+from pglab.agent import Agent, NoCritic
+from pglab.algos.ghm_train import build_networks
+from pglab.configs.ghm import GHM_KINDS, GHMTrainConfig
 from pglab.contracts import check_tensor
 from pglab.envs.ghm import GHMModel
 from pglab.errors import CheckpointError
@@ -20,17 +23,19 @@ from pglab.run.checkpoint import load_state_dict_checked
 from pglab.run.config import config_from_dict
 
 
-@dataclass
-class GHMAgent:
+@dataclass(repr=False)
+class GHMAgent(Agent):
     """A trained GHM policy with its value network and the model it was trained on.
 
     Attributes:
         policy: :class:`GaussianPolicy`; ``policy.act(cash [B, 1], deterministic=True)``
             gives the rates ``[B, 2]`` (dividend ``a_L``, issuance ``a_E``), clipped to
             the control bounds.
-        baseline: the learned value network (``None`` for a ``--no_baseline`` run).
+        baseline: the learned value network (``None`` for a ``--no-baseline`` run).
         model: the :class:`GHMModel` (parameters as trained).
         config: the run's :class:`GHMTrainConfig`. iteration: training iterations done.
+        kind: the checkpoint kind (``ghm-mc``, ``ghm-pathwise``, ``ghm-actor-critic``).
+        device: where the networks live.
     """
 
     policy: GaussianPolicy
@@ -38,28 +43,36 @@ class GHMAgent:
     model: GHMModel
     config: GHMTrainConfig
     iteration: int
+    kind: str = "ghm-mc"
+    device: torch.device = torch.device("cpu")
 
-    def value(self, states: torch.Tensor) -> torch.Tensor:
-        """Learned value ``V(c)`` ``[B]`` of cash ``states`` float ``[B, 1]``."""
-        check_tensor("states", states, ("B", 1), (torch.float32, torch.float64), where="GHMAgent.value")
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        """Rates ``[B, 2]`` (``a_L``, ``a_E``, within the control box) for cash ``obs``
+        float ``[B, 1]``: the policy's mean by default, a sample if not ``deterministic``."""
+        check_tensor("cash", obs, ("B", 1), (torch.float32, torch.float64), where="GHMAgent.act")
+        with torch.no_grad():
+            return self.policy.act(obs.to(self.device, torch.float32), deterministic=deterministic)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """Learned value ``V(c)`` ``[B]`` of cash ``obs`` float ``[B, 1]``."""
+        check_tensor("cash", obs, ("B", 1), (torch.float32, torch.float64), where="GHMAgent.value")
         if self.baseline is None:
-            raise CheckpointError("this GHM checkpoint was trained with --no_baseline and holds no value network")
+            raise NoCritic(f"{self.kind} agent: trained with --no-baseline, so it holds no value network")
         with torch.no_grad():
-            return self.baseline(states)
-
-    def act(self, states: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
-        """Rates ``[B, 2]`` for cash ``[B, 1]`` (the deterministic mean by default)."""
-        with torch.no_grad():
-            return self.policy.act(states, deterministic=deterministic)
+            return self.baseline(obs.to(self.device, torch.float32))
 
 
 def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: str | torch.device = "cpu") -> GHMAgent:
-    """Build a :class:`GHMAgent` from a loaded, validated checkpoint dict."""
+    """Build a :class:`GHMAgent` from a loaded, validated checkpoint dict on ``device``
+    (``auto``, ``cpu``, ``cuda[:N]`` or a ``torch.device``)."""
     if checkpoint["kind"] not in GHM_KINDS:
         raise CheckpointError(f"checkpoint {checkpoint.get('path')}: kind={checkpoint['kind']!r} is not a GHM checkpoint")
     config = config_from_dict(GHMTrainConfig, {**checkpoint["config"], "resume": None, "log_dir": None})
     model = GHMModel(config.ghm_params())
-    device = torch.device(device)
+    if isinstance(device, str):
+        from pglab.run.device import resolve_device
+
+        device = resolve_device(device)
     policy, baseline = build_networks(config, model, device)
     source = str(checkpoint.get("path"))
     load_state_dict_checked(policy, checkpoint["models"]["policy"], name="policy", source=source)
@@ -70,4 +83,4 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: str | torch.dev
         baseline.eval()
     policy.eval()
     return GHMAgent(policy=policy, baseline=baseline, model=model, config=config,
-                    iteration=int(checkpoint["counters"]["iteration"]))
+                    iteration=int(checkpoint["counters"]["iteration"]), kind=checkpoint["kind"], device=device)

@@ -78,11 +78,14 @@ def simulate_policy_value(
     max_time: float = 200.0,
     chunk_steps: int = 500,
     device: torch.device | str = "cpu",
+    progress: str | None = None,
 ) -> PolicyValue:
     """Estimate ``V^pi`` at each of ``initial_states`` (1-D models) with ``num_paths``
     paths each. ``policy_fn`` maps states ``[B, 1]`` to controls ``[B, A]`` (it is
     clipped to the control box here). ``value_bound`` maps states ``[B, 1]`` to an upper
-    bound of the value ``[B]``; by default :func:`corner_reward_bound`."""
+    bound of the value ``[B]``; by default :func:`corner_reward_bound`. ``progress``: the
+    label of a progress bar over the simulated steps (none if ``None``); the bar's total
+    is the ``max_time`` cap, and it ends where the tail bound stops the simulation."""
     check_int("num_paths", num_paths, minimum=2)
     check_positive("dt", dt)
     check_positive("tail_tolerance", tail_tolerance)
@@ -101,29 +104,44 @@ def simulate_policy_value(
     step = 0
     max_steps = int(math.ceil(max_time / dt))
     tail = torch.zeros(num_points, dtype=torch.float64)
-    while True:
-        discount = gamma**step
-        for _ in range(chunk_steps):
-            controls = torch.maximum(torch.minimum(policy_fn(states), high), low)
-            noise = torch.randn(states.shape, generator=generator, device=device, dtype=states.dtype)
-            next_states, reward = euler_maruyama_step(model, states, controls, noise, dt)
-            totals.index_add_(0, owner, (discount * reward * alive).double())
-            states = torch.where(alive.unsqueeze(1), next_states, states)
-            alive = alive & ~model.terminated(states)
-            discount *= gamma
-            step += 1
-            if step >= max_steps:
+    bar = None
+    if progress is not None:
+        from pglab.run.progress import progress_bar
+
+        bar = progress_bar(max_steps, desc=progress, unit="step")
+    try:
+        while True:
+            discount = gamma**step
+            chunk_start = step
+            for _ in range(chunk_steps):
+                controls = torch.maximum(torch.minimum(policy_fn(states), high), low)
+                noise = torch.randn(states.shape, generator=generator, device=device, dtype=states.dtype)
+                next_states, reward = euler_maruyama_step(model, states, controls, noise, dt)
+                totals.index_add_(0, owner, (discount * reward * alive).double())
+                states = torch.where(alive.unsqueeze(1), next_states, states)
+                alive = alive & ~model.terminated(states)
+                discount *= gamma
+                step += 1
+                if step >= max_steps:
+                    break
+            # Drop dead paths: their totals are final.
+            keep = alive.nonzero().squeeze(1)
+            states, owner, alive = states[keep], owner[keep], alive[keep]
+            bound = torch.zeros(num_points * num_paths, dtype=torch.float64, device=device)
+            if states.shape[0] > 0:
+                bound.index_add_(0, owner, (discount * value_bound(states)).double())
+            tail = bound.view(num_points, num_paths).mean(1).cpu()
+            means = totals.view(num_points, num_paths).mean(1).cpu()
+            if bar is not None:
+                bar.update(step - chunk_start)
+                bar.set_postfix(alive=int(states.shape[0]), tail=f"{float((tail / means.abs().clamp_min(1e-12)).max()):.2g}")
+            if states.shape[0] == 0 or step >= max_steps or bool((tail <= tail_tolerance * means.abs().clamp_min(1e-12)).all()):
                 break
-        # Drop dead paths: their totals are final.
-        keep = alive.nonzero().squeeze(1)
-        states, owner, alive = states[keep], owner[keep], alive[keep]
-        bound = torch.zeros(num_points * num_paths, dtype=torch.float64, device=device)
-        if states.shape[0] > 0:
-            bound.index_add_(0, owner, (discount * value_bound(states)).double())
-        tail = bound.view(num_points, num_paths).mean(1).cpu()
-        means = totals.view(num_points, num_paths).mean(1).cpu()
-        if states.shape[0] == 0 or step >= max_steps or bool((tail <= tail_tolerance * means.abs().clamp_min(1e-12)).all()):
-            break
+    finally:
+        if bar is not None:
+            bar.total = step  # the tail bound ended the simulation here: show it complete
+            bar.refresh()
+            bar.close()
     per_path = totals.view(num_points, num_paths)
     return PolicyValue(
         initial_states=[float(x) for x in initial_states],

@@ -1,324 +1,91 @@
 """``pglab train ghm``: train a policy for the GHM cash model and judge it against the
 finite-difference optimum.
 
-The loop (the imperative shell around a solver's ``train_step``)::
+The trainer runs inside the shared training shell (:mod:`pglab.run.shell`), which owns
+the run directory, resume, device/threads/seed, metrics.csv/.jsonl/TensorBoard,
+checkpoints, SIGINT/SIGTERM and summary.json. What is left here reads top to bottom::
 
     reference   FD solution of the HJB (V*, optimal controls, thresholds)
     for iteration in 1..n_iterations:
+        schedules (lr, std clamp, decision interval) at this iteration
         metrics = solver.train_step()          # rollout -> advantages -> updates
-        log (metrics.csv, TensorBoard)         every log_interval
-        plot + quick value check vs V*         every eval_interval
-        checkpoint (atomic)                    every save_interval
+        log (metrics.*)                        every log_interval
+        plot + quick value check vs V*         every eval_interval (eval.csv, eval.jsonl)
     final evaluation: the deterministic policy's value at eval_cash (>= 10,000 paths,
     simulated until the tail bound is < eval_tail_tolerance) against V*
 
-Run directory (``--log_dir``)::
+Run directory (``--log-dir``, default ``runs/ghm-<algo>/<time>``)::
 
-    config.json  metrics.csv  eval.csv  evaluation.json  evaluation.csv
-    fd_reference.npz  tensorboard/  plots/policy_value_iter_*.png
-    checkpoints/checkpoint_iter_*.pt  checkpoints/checkpoint_latest.pt
+    config.json  metrics.csv  metrics.jsonl  eval.csv  eval.jsonl  summary.json
+    evaluation.json  evaluation.csv  fd_reference.npz  tensorboard/
+    plots/policy_value_iter_*.png  checkpoints/checkpoint_iter_*.pt  checkpoint_latest.pt
 
-``--resume DIR`` continues from ``DIR/checkpoints/checkpoint_latest.pt`` exactly
-(bit-identical on the CPU): ``N`` iterations + resume + ``N`` equals ``2N`` iterations.
+What ``--resume RUN`` guarantees (on the CPU, same machine and thread count):
+
+* **Same budget: exact.** A run stopped (SIGINT/SIGTERM, a kill after a checkpoint) and
+  resumed with the same ``n_iterations`` ends bit for bit where one uninterrupted run
+  ends: ``N`` iterations + resume to ``2N`` equals ``2N`` iterations in one go, when
+  the first part was started with ``--n_iterations 2N`` (weights, optimiser moments,
+  RNG streams, counters and the metric rows are restored or truncated to the checkpoint).
+* **Extended (or shortened) budget: exact when no schedule depends on it.** A schedule
+  whose value at iteration ``i`` is a function of ``(i - 1) / (n_iterations - 1)``
+  (``lr_final_fraction < 1``, ``final_max_std``, ``final_action_repeat``:
+  :func:`pglab.configs.ghm.budget_schedules`) follows the new budget from the checkpoint
+  on, so ``N`` + resume with ``--n_iterations 2N`` then differs from ``2N`` in one go; the
+  resume says so in a one-line note and goes on. With constant schedules
+  (``--lr_final_fraction 1``, no ``final_max_std``/``final_action_repeat``) the decay
+  factor is exactly 1.0 and ``N`` + resume to ``2N`` equals ``2N`` bit for bit.
+* Logging, evaluation, checkpoint cadence, device, threads and the simulator backend may
+  change on resume without changing the training trajectory (bit-identical rollouts on
+  every backend); any other field is refused.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
-from pglab.algos.ghm_eval import PolicyValue, simulate_policy_value
 from pglab.algos.actor_critic import ActorCritic
+from pglab.algos.ghm_eval import PolicyValue, simulate_policy_value
 from pglab.algos.mc_pg import MonteCarloPolicyGradient
 from pglab.algos.pathwise import PathwisePolicyGradient
+from pglab.configs.ghm import GHM_KINDS, RESUMABLE_FIELDS, SOLVER_DEFAULTS, GHMTrainConfig, budget_schedules
 from pglab.envs.ghm import GHMModel, GHMParams
 from pglab.envs.simulator import TrajectorySimulator
 from pglab.errors import ConfigError
 from pglab.hjb.fd import FDSolution, solve_hjb_1d_extrapolated
 from pglab.nets import GaussianPolicy, ValueNetwork
 from pglab.run.atomic import atomic_write_json, atomic_write_text
-from pglab.run.checkpoint import (
-    CheckpointManager,
-    build_checkpoint,
-    load_checkpoint_file,
-    load_state_dict_checked,
-)
-from pglab.run.config import config_from_dict, config_to_dict
-from pglab.run.device import resolve_device
+from pglab.run.checkpoint import build_checkpoint, load_state_dict_checked
+from pglab.run.config import config_to_dict
+from pglab.run.ghm_plots import PolicyPlotData
 from pglab.run.logger import MetricsLogger
-from pglab.run.progress import progress_bar
-from pglab.run.rundir import create_run_dir, default_run_dir, write_run_config
-from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state, seed_everything
-from pglab.run.signals import StopRequested
-from pglab.validation import (
-    check_choice,
-    check_device,
-    check_int,
-    check_int_sequence,
-    check_non_negative,
-    check_positive,
-    check_range,
+from pglab.run.rundir import default_run_dir
+from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state
+from pglab.run.shell import TrainerSpec, TrainingRun
+
+__all__ = [
+    "GHM_KINDS", "GHMParams", "GHMRunResult", "GHMTrainConfig", "RESUMABLE_FIELDS", "SOLVER_DEFAULTS", "SPEC",
+    "action_repeat_at", "build_networks", "build_simulator", "build_solver", "check_rollout_memory",
+    "evaluate_against_reference", "fd_value_bound", "format_table", "policy_plot_data", "reference_solution",
+    "train_ghm",
+]
+
+SPEC = TrainerSpec(
+    system="ghm", config_class=GHMTrainConfig, kinds=GHM_KINDS, kind_of=lambda config: config.kind,
+    step_key="iteration", resumable=RESUMABLE_FIELDS, total_steps=lambda config: config.n_iterations,
+    budget_field="n_iterations",
+    keep=None,  # every numbered checkpoint stays (a few kB each): pglab validate reads intermediate ones
 )
-
-GHM_KINDS = ("ghm-mc", "ghm-pathwise", "ghm-actor-critic")
-
-
-# Defaults that differ between solvers (a field left at None takes its solver's value).
-# mc: the score-function gradient needs held actions (signal-to-noise grows with the
-# decision interval) and many small steps; the pathwise gradients (pathwise, actor-critic)
-# have little variance, so they take larger steps, decide every dt and need ~3x fewer
-# iterations, each ~3x dearer (the backward pass runs through the whole rollout).
-SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "mc": dict(n_iterations=1300, lr_policy=3e-4, lr_final_fraction=0.2, baseline_steps=1, score_samples=0, action_repeat=5),
-    "pathwise": dict(n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
-    "actor-critic": dict(n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
-}
-
-
-@dataclass(frozen=True)
-class GHMTrainConfig:
-    """Configuration of ``pglab train ghm`` (flags as in the design note)."""
-
-    algo: Literal["mc", "pathwise", "actor-critic"] = "mc"
-    """solver: Monte Carlo policy gradient (mc), pathwise, or actor-critic"""
-    # -- training ----------------------------------------------------------------------
-    n_iterations: int | None = None
-    """training iterations (default per solver, see SOLVER_DEFAULTS: mc 1300, pathwise and
-    actor-critic 350)"""
-    n_trajectories: int = 1000
-    """simulated paths per iteration"""
-    lr_policy: float | None = None
-    """policy learning rate (Adam; default mc 3e-4, pathwise/actor-critic 1e-3)"""
-    lr_baseline: float = 1e-3
-    """baseline / critic learning rate (Adam)"""
-    lr_final_fraction: float | None = None
-    """learning rates decay linearly to this fraction of their initial value by the last
-    iteration (1.0: constant); the decay settles the policy, whose quality otherwise
-    wanders by a few percent from one evaluation to the next"""
-    max_grad_norm: float = 0.5
-    """gradient-norm clip for both networks"""
-    advantage: Literal["trajectory", "reward_to_go"] = "reward_to_go"
-    """per-path A(x0) = R - V(x0) (the note's form) or per-step G_t - V(x_t)"""
-    advantage_normalization: bool = True
-    """standardise advantages over the batch"""
-    no_baseline: bool = False
-    """train without a baseline (plain REINFORCE, for comparison)"""
-    terminal_value: Literal["critic", "none"] = "critic"
-    """bootstrap paths alive at T with exp(-rho T) V(c_T) from the critic, or not"""
-    baseline_steps: int | None = None
-    """baseline / critic gradient steps per iteration (default mc 1, pathwise/actor-critic 4)"""
-    score_samples: int | None = None
-    """alive (state, action) pairs per iteration scored by the policy loss and regressed by the
-    reward-to-go baseline per gradient step (uniform subsample, unbiased; 0: all ~500k);
-    pathwise/actor-critic: (state, target) pairs per critic step (default mc 0, others 25,000)"""
-    policy_steps: int = 4
-    """policy gradient steps per iteration, each on a disjoint subsample of the batch"""
-    clip_sharpness: float = 50.0
-    """pathwise: sharpness k (high - low) of the smooth clip used in training (within
-    ln 2 / k of the hard clip)"""
-    gae_lambda: float = 0.995
-    """actor-critic: lambda of the critic's TD(lambda) targets (1: Monte Carlo, 0: one-step TD)"""
-    hjb_weight: float = 1.0
-    """actor-critic: weight of the squared policy-evaluation HJB residual in the critic loss
-    (the note's "MC + TD + HJB" critic; 0: a TD(lambda) critic alone)"""
-    hjb_samples: int = 4096
-    """actor-critic: states of each critic batch at which the HJB residual is evaluated"""
-    # -- networks ----------------------------------------------------------------------
-    policy_hidden_dims: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the policy"""
-    baseline_hidden_dims: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the baseline / critic"""
-    activation: Literal["tanh", "relu", "elu", "silu", "gelu"] = "tanh"
-    """hidden activation"""
-    state_dependent_std: bool = False
-    """learn the policy's standard deviation as a function of cash"""
-    log_std_init: float = -1.0
-    """initial log standard deviation of the policy (-1: sigma = 0.37 of a rate of at most 1)"""
-    initial_rate_fraction: float = 0.1
-    """the untrained policy's mean rates as a fraction of their maxima (a cautious start that
-    retains cash, as policy iteration starts from the no-payout policy; the default
-    softplus(0) = 0.69 pays out and issues at once and falls into the pay-everything trap)"""
-    mean_shift_fraction: float = 0.5
-    """policy mean = softplus(net) - this fraction of each maximal rate: lets the mean go
-    below 0 so the clipped exploration noise stops leaking dividends and issuance where
-    the optimal rate is 0"""
-    min_std: float = 1e-3
-    """lower clamp of the policy's standard deviation"""
-    max_std: float = 2.0
-    """upper clamp of the policy's standard deviation"""
-    final_max_std: float | None = None
-    """if set, the upper clamp of the standard deviation decays geometrically from its
-    initial value exp(log_std_init) to this by the last iteration (an exploration schedule)"""
-    # -- simulation --------------------------------------------------------------------
-    dt: float = 0.01
-    """Euler-Maruyama time step"""
-    T: float = 5.0
-    """simulated horizon per iteration (the problem itself is infinite-horizon)"""
-    action_repeat: int | None = None
-    """training rollouts draw a new action every this many steps and hold it (default mc 5,
-    pathwise/actor-critic 1; evaluation
-    always applies the policy every dt)"""
-    simulator: Literal["batched", "process", "ray"] = "batched"
-    """mc: where training rollouts run: one batched process, a pool of worker processes, or
-    Ray tasks (bit-identical results; see docs/ghm-parallel.md for when it pays)"""
-    n_workers: int | None = None
-    """workers of --simulator process|ray (default min(cpu_count, n_trajectories // 10))"""
-    ray_address: str | None = None
-    """--simulator ray: connect to this Ray cluster ("auto" or host:port; default: start a local one)"""
-    final_action_repeat: int | None = None
-    """if set, the decision interval shrinks geometrically from action_repeat to this by the
-    last iteration (a long interval gives the score-function gradient its signal early on;
-    the policy that is optimal for a held action acts too early, so finish near every dt)"""
-    # -- GHM model ---------------------------------------------------------------------
-    mu: float = 0.1
-    """cash-flow drift"""
-    sigma: float = 0.2
-    """cash-flow volatility"""
-    r: float = 0.05
-    """interest rate on cash"""
-    lambda_dilution: float = 0.1
-    """proportional equity-issuance cost"""
-    rho: float = 0.1
-    """discount rate (must exceed r)"""
-    a_L_max: float = 1.0
-    """maximal dividend rate"""
-    a_E_max: float = 1.0
-    """maximal issuance rate"""
-    initial_cash_low: float = 0.0
-    """initial cash ~ Uniform[initial_cash_low, initial_cash_high]"""
-    initial_cash_high: float = 2.0
-    """upper end of the initial-cash distribution"""
-    # -- logging -----------------------------------------------------------------------
-    log_dir: Path | None = None
-    """run directory (default runs/ghm-<algo>/<timestamp>)"""
-    log_interval: int = 10
-    """iterations between metric rows"""
-    eval_interval: int = 100
-    """iterations between plots and quick value checks"""
-    save_interval: int = 100
-    """iterations between checkpoints (the last iteration is always saved)"""
-    eval_quick_paths: int = 200
-    """paths per initial cash for the quick value check during training (0: off)"""
-    # -- final evaluation ----------------------------------------------------------------
-    eval_cash: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5)
-    """initial cash levels of the final table"""
-    eval_paths: int = 10_000
-    """paths per initial cash in the final evaluation"""
-    eval_tail_tolerance: float = 0.005
-    """simulate until the discounted tail is below this fraction of the value"""
-    final_eval: bool = True
-    """run the final evaluation after training"""
-    # -- reference ---------------------------------------------------------------------
-    fd_nodes: int = 24_000
-    """grid intervals of the finite-difference reference"""
-    fd_x_max: float = 6.0
-    """upper end of the finite-difference grid"""
-    # -- other -------------------------------------------------------------------------
-    seed: int = 42
-    """random seed (same seed + config on the CPU: bit-identical run)"""
-    device: str = "auto"
-    """auto, cpu, cuda or cuda:N"""
-    resume: Path | None = None
-    """continue the run in this directory from its latest checkpoint"""
-
-    def __post_init__(self):
-        check_choice("algo", self.algo, ("mc", "pathwise", "actor-critic"))
-        # Fields left at None take the solver's default (frozen: set through object.__setattr__).
-        for name, value in SOLVER_DEFAULTS[self.algo].items():
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, value)
-        check_int("n_iterations", self.n_iterations, minimum=1)
-        check_int("n_trajectories", self.n_trajectories, minimum=2)
-        check_positive("lr_policy", self.lr_policy)
-        check_positive("lr_baseline", self.lr_baseline)
-        check_range("lr_final_fraction", self.lr_final_fraction, 0.0, 1.0)
-        if self.final_max_std is not None:
-            check_positive("final_max_std", self.final_max_std)
-            if not self.min_std < self.final_max_std:
-                raise ConfigError("final_max_std", self.final_max_std, f"must exceed min_std={self.min_std}")
-        check_positive("max_grad_norm", self.max_grad_norm)
-        check_choice("advantage", self.advantage, ("trajectory", "reward_to_go"))
-        check_choice("terminal_value", self.terminal_value, ("critic", "none"))
-        check_int("baseline_steps", self.baseline_steps, minimum=1)
-        check_int("score_samples", self.score_samples, minimum=0)
-        check_int("policy_steps", self.policy_steps, minimum=1)
-        check_positive("clip_sharpness", self.clip_sharpness)
-        if self.no_baseline and self.algo != "mc":
-            raise ConfigError("no_baseline", True, f"--algo {self.algo} needs its critic (no_baseline is for --algo mc)")
-        check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
-        check_non_negative("hjb_weight", self.hjb_weight)
-        check_int("hjb_samples", self.hjb_samples, minimum=1)
-        check_int_sequence("policy_hidden_dims", self.policy_hidden_dims)
-        check_int_sequence("baseline_hidden_dims", self.baseline_hidden_dims)
-        check_range("log_std_init", self.log_std_init, -20.0, 5.0)
-        check_range("initial_rate_fraction", self.initial_rate_fraction, 0.0, 1.0, low_inclusive=False)
-        check_range("mean_shift_fraction", self.mean_shift_fraction, 0.0, 10.0)
-        check_positive("min_std", self.min_std)
-        check_positive("max_std", self.max_std)
-        if self.min_std >= self.max_std:
-            raise ConfigError("min_std", self.min_std, f"must be < max_std={self.max_std}")
-        check_positive("dt", self.dt)
-        check_positive("T", self.T)
-        if self.dt >= self.T:
-            raise ConfigError("dt", self.dt, f"must be < T={self.T}")
-        check_int("action_repeat", self.action_repeat, minimum=1)
-        check_choice("simulator", self.simulator, ("batched", "process", "ray"))
-        if self.simulator != "batched" and self.algo != "mc":
-            raise ConfigError("simulator", self.simulator, f"--algo {self.algo} differentiates through the rollout, which "
-                              "must stay in this process; parallel rollouts serve --algo mc")
-        if self.n_workers is not None:
-            check_int("n_workers", self.n_workers, minimum=1)
-        if self.ray_address is not None and self.simulator != "ray":
-            raise ConfigError("ray_address", self.ray_address, "is only used with --simulator ray")
-        if self.final_action_repeat is not None:
-            check_int("final_action_repeat", self.final_action_repeat, minimum=1)
-            if self.final_action_repeat > self.action_repeat:
-                raise ConfigError("final_action_repeat", self.final_action_repeat, f"must be <= action_repeat={self.action_repeat}")
-        self.ghm_params()  # validates mu, sigma, r, rho, lambda, rates, initial cash
-        for name in ("log_interval", "eval_interval", "save_interval"):
-            check_int(name, getattr(self, name), minimum=1)
-        check_int("eval_quick_paths", self.eval_quick_paths, minimum=0)
-        if len(self.eval_cash) == 0:
-            raise ConfigError("eval_cash", self.eval_cash, "needs at least one initial cash level")
-        for cash in self.eval_cash:
-            check_non_negative("eval_cash", cash)
-        check_int("eval_paths", self.eval_paths, minimum=2)
-        check_range("eval_tail_tolerance", self.eval_tail_tolerance, 0.0, 1.0, low_inclusive=False)
-        check_int("fd_nodes", self.fd_nodes, minimum=100)
-        check_positive("fd_x_max", self.fd_x_max)
-        check_int("seed", self.seed, minimum=0)
-        check_device("device", self.device)
-
-    def ghm_params(self) -> GHMParams:
-        return GHMParams(
-            mu=self.mu, sigma=self.sigma, r=self.r, lambda_dilution=self.lambda_dilution, rho=self.rho,
-            a_L_max=self.a_L_max, a_E_max=self.a_E_max,
-            initial_cash_low=self.initial_cash_low, initial_cash_high=self.initial_cash_high,
-        )
-
-    @property
-    def kind(self) -> str:
-        return f"ghm-{self.algo}"
-
-
-# Fields a resumed run may change. They do not alter the trajectory of training, except
-# n_iterations when a schedule (lr_final_fraction < 1, final_max_std, final_action_repeat)
-# is on: schedules are functions of (iteration, n_iterations), so extending a run
-# stretches what is left of them. Resuming an interrupted run at the same n_iterations
-# is exact.
-RESUMABLE_FIELDS = {
-    "n_iterations", "log_interval", "eval_interval", "save_interval", "eval_quick_paths",
-    "eval_cash", "eval_paths", "eval_tail_tolerance", "final_eval", "device", "resume", "log_dir",
-    "simulator", "n_workers", "ray_address",  # bit-identical rollouts whatever the backend
-}
 
 
 def build_networks(config: GHMTrainConfig, model: GHMModel, device: torch.device) -> tuple[GaussianPolicy, ValueNetwork | None]:
@@ -424,13 +191,16 @@ def evaluate_against_reference(
     seed: int,
     tail_tolerance: float,
     device: torch.device,
+    progress: str | None = None,
 ) -> tuple[PolicyValue, list[dict[str, float]]]:
-    """The deterministic policy's simulated value at ``cash_levels`` against ``V*``."""
+    """The deterministic policy's simulated value at ``cash_levels`` against ``V*``
+    (``progress``: label of a progress bar over the simulated steps)."""
     generator = make_generator(seed, device)
     with torch.no_grad():
         result = simulate_policy_value(
             model, deterministic_policy_fn(policy), list(cash_levels), num_paths=num_paths, dt=dt,
             generator=generator, value_bound=fd_value_bound(solution), tail_tolerance=tail_tolerance, device=device,
+            progress=progress,
         )
     optimum = solution.value_at(list(cash_levels))
     rows = []
@@ -455,135 +225,184 @@ def format_table(rows: list[dict[str, float]], simulated_time: float, num_paths:
     return "\n".join(lines)
 
 
-def policy_grid(policy: GaussianPolicy, baseline: ValueNetwork | None, high: float, device: torch.device, points: int = 201):
+def policy_plot_data(policy: GaussianPolicy, baseline: ValueNetwork | None, model: GHMModel, high: float,
+                     device: torch.device, points: int = 201) -> PolicyPlotData:
+    """What the policy/value figure shows on ``points`` cash levels in ``[0, high]``: the
+    deterministic policy's applied rates (its mean clipped to the control box, as the
+    simulator applies it), the pre-clip mean, the std, the learned value and the net payout
+    rate ``a_L - (1 + lambda) a_E`` of the applied rates."""
     states = torch.linspace(0.0, high, points, device=device).unsqueeze(1)
     with torch.no_grad():
         mean, std = policy.mean_std(states)
-        mean = torch.minimum(mean, policy.action_high.to(mean.dtype))  # the control actually applied
+        low, top = model.control.bounds(states)
+        rates = torch.maximum(torch.minimum(mean, top.to(mean.dtype)), low.to(mean.dtype))
         values = baseline(states) if baseline is not None else None
-    to_np = lambda t: None if t is None else t.cpu().numpy()  # noqa: E731
-    return to_np(states[:, 0]), to_np(mean), to_np(std), to_np(values)
+    rates_np = rates.cpu().numpy()
+    lam = model.params.lambda_dilution
+    return PolicyPlotData(
+        states=states[:, 0].cpu().numpy(), rates=rates_np, pre_clip_means=mean.cpu().numpy(), std=std.cpu().numpy(),
+        values=None if values is None else values.cpu().numpy(),
+        payout=rates_np[:, 0] - (1 + lam) * rates_np[:, 1], control_names=tuple(model.control.names),
+    )
 
 
+# A lower bound of one iteration's rollout memory: per path and step the simulator keeps the
+# state and action noise, state, action, control, reward, mask and done (11 float32 numbers
+# for GHM's 1 state and 2 controls); the solvers' gradients need more.
+ROLLOUT_FLOATS_PER_STEP = 11
+EVAL_BYTES_PER_PATH = 40  # state, owner index, float64 total, alive flag, tail bound
+
+
+def device_memory_bytes(device: torch.device) -> int | None:
+    """Physical memory of ``device`` (the GPU's, or the machine's RAM for the CPU), or
+    ``None`` when it cannot be read."""
+    try:
+        if device.type == "cuda":
+            return int(torch.cuda.get_device_properties(device).total_memory)
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError, RuntimeError):
+        return None
+
+
+def check_rollout_memory(config: GHMTrainConfig, device: torch.device) -> None:
+    """Refuse, before anything is allocated or written, a run whose tensors cannot fit in
+    ``device``'s memory: a :class:`ConfigError` naming ``n_trajectories`` (or
+    ``eval_paths``)."""
+    memory = device_memory_bytes(device)
+    if memory is None:
+        return
+    num_steps = int(round(config.T / config.dt))
+    rollout = config.n_trajectories * (num_steps + 1) * ROLLOUT_FLOATS_PER_STEP * 4
+    if rollout > memory:
+        raise ConfigError("n_trajectories", config.n_trajectories,
+                          f"one iteration's rollout needs at least {rollout / 2**30:,.1f} GiB ({num_steps} steps x "
+                          f"{ROLLOUT_FLOATS_PER_STEP} float32 per path), more than the {memory / 2**30:,.1f} GiB of "
+                          f"{device.type}; use fewer paths")
+    evaluation = config.eval_paths * len(config.eval_cash) * EVAL_BYTES_PER_PATH
+    if evaluation > memory:
+        raise ConfigError("eval_paths", config.eval_paths,
+                          f"the final evaluation needs at least {evaluation / 2**30:,.1f} GiB, more than the "
+                          f"{memory / 2**30:,.1f} GiB of {device.type}; use fewer paths")
 
 
 @dataclass
 class GHMRunResult:
+    """What :func:`train_ghm` returns.
+
+    Attributes:
+        run_dir: the run directory. iterations: iterations done (all sessions).
+        final_rows: the final evaluation's rows (``None`` if it did not run).
+        interrupted: stopped by SIGINT/SIGTERM before the budget was done.
+        exit_code: 0, or :data:`pglab.errors.EXIT_INTERRUPTED` after a stop.
+        config: the config the run used (merged with the stored one on ``--resume``).
+    """
+
     run_dir: Path
     iterations: int
     final_rows: list[dict[str, float]] | None
     interrupted: bool
+    exit_code: int = 0
+    config: GHMTrainConfig | None = None
 
 
-def resolve_resume(config: GHMTrainConfig) -> tuple[GHMTrainConfig, dict[str, Any] | None]:
-    """For ``--resume DIR``: load the latest checkpoint and check that only resumable
-    fields differ from the stored config."""
-    if config.resume is None:
-        return config, None
-    checkpoint = load_checkpoint_file(Path(config.resume), kinds=GHM_KINDS)
-    stored = config_from_dict(GHMTrainConfig, {**checkpoint["config"], "resume": None, "log_dir": None})
-    current = config_to_dict(config)
-    for field in dataclasses.fields(GHMTrainConfig):
-        if field.name in RESUMABLE_FIELDS:
-            continue
-        if current[field.name] != config_to_dict(stored)[field.name] and current[field.name] != config_to_dict(GHMTrainConfig())[field.name]:
-            raise ConfigError(field.name, getattr(config, field.name),
-                              f"differs from the resumed run's value {getattr(stored, field.name)!r}; only {', '.join(sorted(RESUMABLE_FIELDS))} may change on --resume")
-    overrides = {name: getattr(config, name) for name in RESUMABLE_FIELDS if current[name] != config_to_dict(GHMTrainConfig())[name]}
-    merged = dataclasses.replace(stored, **overrides)
-    if merged.n_iterations < checkpoint["counters"]["iteration"]:
-        raise ConfigError("n_iterations", merged.n_iterations, f"is below the checkpoint's iteration {checkpoint['counters']['iteration']}")
-    return merged, checkpoint
+def _note_budget_change(run: TrainingRun, echo: Callable[..., None]) -> None:
+    """On a resume that changes ``n_iterations`` while a schedule depends on it, say that
+    the rest of the run follows the new budget's schedule (see the module docstring)."""
+    if run.checkpoint is None:
+        return
+    before, after = run.checkpoint["config"].get("n_iterations"), run.config.n_iterations
+    schedules = budget_schedules(run.config)
+    if before == after or not schedules:
+        return
+    echo(f"pglab: note: n_iterations: {before} -> {after} changes the schedules {', '.join(schedules)} from iteration "
+         f"{run.start + 1} on (they are functions of n_iterations), so this run will differ from one uninterrupted "
+         f"{after}-iteration run; constant schedules (--lr_final_fraction 1, no final_max_std/final_action_repeat) "
+         "extend exactly", file=sys.stderr)
 
 
-def train_ghm(config: GHMTrainConfig, *, echo=print) -> GHMRunResult:
-    """Train (or resume) a GHM run; see the module docstring."""
-    config, checkpoint = resolve_resume(config)
-    device = resolve_device(config.device)
-    if checkpoint is not None:
-        run_dir = Path(config.resume)
-        if (run_dir / "checkpoints").is_dir() is False and Path(checkpoint["path"]).parent.name == "checkpoints":
-            run_dir = Path(checkpoint["path"]).parent.parent
-    else:
-        run_dir = create_run_dir(config.log_dir or default_run_dir(f"ghm-{config.algo}"))
-    seed_everything(config.seed)
-    generator = make_generator(config.seed, device)
-    model = GHMModel(config.ghm_params())
-    simulator = build_simulator(config, model)
-    policy, baseline = build_networks(config, model, device)
-    solver = build_solver(config, policy, baseline, simulator, generator)
-    solution = reference_solution(config, model, run_dir / "fd_reference.npz")
+def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, echo: Callable[..., None] = print,
+              stop_after: int | None = None) -> GHMRunResult:
+    """Train (or resume) a GHM run; see the module docstring for what a resume reproduces.
 
-    counters = {"iteration": 0, "sim_steps": 0, "wall_time": 0.0}
-    if checkpoint is not None:
-        source = checkpoint["path"]
-        load_state_dict_checked(policy, checkpoint["models"]["policy"], name="policy", source=source)
-        if baseline is not None:
-            load_state_dict_checked(baseline, checkpoint["models"]["baseline"], name="baseline", source=source)
-        for name, optimizer in solver.optimizers().items():
-            optimizer.load_state_dict(checkpoint["optimizers"][name])
-        restore_rng_state(checkpoint["rng"], {"sim": generator})
-        counters.update(checkpoint["counters"])
-    else:
-        write_run_config(run_dir, config_to_dict(config), kind=config.kind)
-    start = int(counters["iteration"])
-    logger = MetricsLogger(run_dir, resume_step=start if checkpoint is not None else None)
-    eval_logger = MetricsLogger(run_dir, csv_name="eval.csv", tensorboard_dir="tensorboard",
-                                resume_step=start if checkpoint is not None else None)
-    manager = CheckpointManager(run_dir / "checkpoints")
+    Args:
+        config: the run's config (``resume`` set to continue a run).
+        given: the fields the user set on the command line (``None``: those that differ
+            from the defaults), applied on ``--resume`` when resumable.
+        echo: where messages go (``print``-like).
+        stop_after: stop as if SIGTERM arrived after this many iterations (tests).
+    """
+    if config.resume is None and config.log_dir is None:
+        config = dataclasses.replace(config, log_dir=default_run_dir(f"ghm-{config.algo}"))
+    run = TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after)
+    config, device = run.config, run.device
+    check_rollout_memory(config, device)  # before the run directory exists
+    _note_budget_change(run, echo)
+    with run:
+        run_dir = run.run_dir
+        # -- build ------------------------------------------------------------------------------
+        generator = make_generator(config.seed, device)
+        model = GHMModel(config.ghm_params())
+        simulator = build_simulator(config, model)
+        eval_logger = None
+        try:
+            policy, baseline = build_networks(config, model, device)
+            solver = build_solver(config, policy, baseline, simulator, generator)
+            solution = reference_solution(config, model, run_dir / "fd_reference.npz")
+            if run.checkpoint is not None:
+                source = run.checkpoint["path"]
+                load_state_dict_checked(policy, run.checkpoint["models"]["policy"], name="policy", source=source)
+                if baseline is not None:
+                    load_state_dict_checked(baseline, run.checkpoint["models"]["baseline"], name="baseline", source=source)
+                for name, optimizer in solver.optimizers().items():
+                    optimizer.load_state_dict(run.checkpoint["optimizers"][name])
+                restore_rng_state(run.checkpoint["rng"], {"sim": generator})
+            run.counters.setdefault("sim_steps", 0)
+            eval_logger = MetricsLogger(run_dir, csv_name="eval.csv", jsonl_name="eval.jsonl", tensorboard_dir="tensorboard",
+                                        resume_step=run.start if run.resumed else None)
 
-    def save(iteration: int) -> Path:
-        models = {"policy": policy.state_dict()}
-        if baseline is not None:
-            models["baseline"] = baseline.state_dict()
-        state = build_checkpoint(
-            kind=config.kind, config=config_to_dict(dataclasses.replace(config, resume=None)), counters=dict(counters),
-            models=models, optimizers={n: o.state_dict() for n, o in solver.optimizers().items()},
-            rng=capture_rng_state({"sim": generator}), extra={"model": model.describe()},
-        )
-        return manager.save(iteration, state)
+            def save() -> dict[str, Any]:
+                models = {"policy": policy.state_dict()}
+                if baseline is not None:
+                    models["baseline"] = baseline.state_dict()
+                return build_checkpoint(
+                    kind=run.kind, config=config_to_dict(dataclasses.replace(config, resume=None)),
+                    counters=dict(run.counters), models=models,
+                    optimizers={n: o.state_dict() for n, o in solver.optimizers().items()},
+                    rng=capture_rng_state({"sim": generator}), extra={"model": model.describe()},
+                )
 
-    def quick_check(iteration: int) -> None:
-        states, mean, std, values = policy_grid(policy, baseline, max(config.initial_cash_high, 2.0), device)
-        fd_states = solution.grid[solution.grid <= states[-1]]
-        plot_kwargs = dict(
-            states=states, mean_actions=mean, std_actions=std, values=values, control_names=model.control.names,
-            iteration=iteration, payout=mean[:, 0] - (1 + config.lambda_dilution) * mean[:, 1],
-            reference_states=fd_states, reference_values=solution.value[: len(fd_states)],
-            reference_controls=solution.controls[: len(fd_states)], title=f"{config.kind} — {run_dir}",
-        )
-        from pglab.run.ghm_plots import plot_policy_value
+            def quick_check(iteration: int, wall_time: float) -> None:
+                """Plot, and the deterministic policy's value on a few paths (eval.csv)."""
+                data = policy_plot_data(policy, baseline, model, max(config.initial_cash_high, 2.0), device)
+                fd_states = solution.grid[solution.grid <= data.states[-1]]
+                from pglab.run.ghm_plots import plot_policy_value
 
-        plot_policy_value(output=run_dir / "plots" / f"policy_value_iter_{iteration:06d}.png", **plot_kwargs)
-        record: dict[str, float] = {
-            "wall_time": counters["wall_time"], "sim_steps": counters["sim_steps"],
-        }
-        threshold = _threshold(states, mean[:, 0], config.a_L_max)
-        if threshold is not None:
-            record["policy/dividend_threshold"] = threshold
-        if values is not None:
-            fd_values = solution.value_at(states)
-            record["value/max_abs_error_vs_fd"] = float(np.abs(values - fd_values).max())
-        if config.eval_quick_paths > 0:
-            _, rows = evaluate_against_reference(
-                policy, model, solution, config.eval_cash, num_paths=config.eval_quick_paths, dt=config.dt,
-                seed=config.seed + 1, tail_tolerance=0.02, device=device,
-            )
-            for row in rows:
-                record[f"eval/pct_optimal_c{row['initial_cash']:g}"] = row["pct_of_optimum"]
-            record["eval/pct_optimal_min"] = min(row["pct_of_optimum"] for row in rows)
-        eval_logger.log(iteration, record)
+                plot_policy_value(
+                    data=data, iteration=iteration, output=run_dir / "plots" / f"policy_value_iter_{iteration:06d}.png",
+                    reference_states=fd_states, reference_values=solution.value[: len(fd_states)],
+                    reference_controls=solution.controls[: len(fd_states)], title=f"{config.kind} — {run_dir}",
+                )
+                record: dict[str, float | None] = {"wall_time": wall_time, "sim_steps": run.counters["sim_steps"]}
+                record["policy/dividend_threshold"] = _threshold(data.states, data.rates[:, 0], config.a_L_max)
+                if data.values is not None:
+                    record["value/max_abs_error_vs_fd"] = float(np.abs(data.values - solution.value_at(data.states)).max())
+                if config.eval_quick_paths > 0:
+                    _, rows = evaluate_against_reference(
+                        policy, model, solution, config.eval_cash, num_paths=config.eval_quick_paths, dt=config.dt,
+                        seed=config.seed + 1, tail_tolerance=0.02, device=device,
+                    )
+                    for row in rows:
+                        record[f"eval/pct_optimal_c{row['initial_cash']:g}"] = row["pct_of_optimum"]
+                    record["eval/pct_optimal_min"] = min(row["pct_of_optimum"] for row in rows)
+                eval_logger.log(iteration, record)
 
-    interrupted = False
-    iteration = start
-    bar = progress_bar(config.n_iterations, desc=f"train ghm --algo {config.algo}", initial=start, unit="iter")
-    try:
-        with StopRequested() as stop:
+            # -- train ----------------------------------------------------------------------------
             window_start = time.perf_counter()
-            for iteration in range(start + 1, config.n_iterations + 1):
+            last_values: dict[str, float] = {}
+            for iteration in run.steps(config.n_iterations, save=save, desc=f"train ghm --algo {config.algo}"):
                 tick = time.perf_counter()
                 # linear decay: lr_i = lr_0 * (1 - (1 - f) * (i - 1) / (N - 1)); a function of
-                # the iteration alone, so a resumed run sets the same rates
+                # the iteration (and of the budget N unless f = 1), so a resumed run sets the same rates
                 progress = (iteration - 1) / max(config.n_iterations - 1, 1)
                 decay = 1.0 - (1.0 - config.lr_final_fraction) * progress
                 for name, optimizer in solver.optimizers().items():
@@ -596,63 +415,68 @@ def train_ghm(config: GHMTrainConfig, *, echo=print) -> GHMRunResult:
                     policy.log_std_max = start_log + (math.log(config.final_max_std) - start_log) * progress
                 simulator.action_repeat = action_repeat_at(config, progress)
                 metrics = solver.train_step()
-                metrics["train/action_repeat"] = float(simulator.action_repeat)
+                metrics["stats/action_repeat"] = float(simulator.action_repeat)
                 elapsed = time.perf_counter() - tick
-                counters["iteration"] = iteration
-                counters["wall_time"] += elapsed
-                counters["sim_steps"] += config.n_trajectories * simulator.num_steps
+                run.counters["sim_steps"] += config.n_trajectories * simulator.num_steps
                 if iteration % config.log_interval == 0 or iteration == config.n_iterations:
                     window = time.perf_counter() - window_start
-                    values = logger.log(iteration, {
+                    last_values = run.log(iteration, {
                         **metrics,
                         "perf/iter_s": elapsed,
                         "perf/steps_per_s": config.n_trajectories * simulator.num_steps / max(elapsed, 1e-9),
                         "perf/window_s": window,
                     })
                     window_start = time.perf_counter()
-                    bar.set_postfix(ret=f"{values['return/mean']:.3f}", base=f"{values.get('loss/baseline', float('nan')):.4f}")
-                last = iteration == config.n_iterations
-                if iteration % config.eval_interval == 0 or last:
-                    quick_check(iteration)
-                if iteration % config.save_interval == 0 or last:
-                    save(iteration)
-                bar.update(1)
-                if stop.requested:
-                    save(iteration)
-                    interrupted = True
-                    echo(f"interrupted: checkpoint saved at iteration {iteration} in {run_dir}", file=sys.stderr)
-                    break
-    finally:
-        bar.close()
-        logger.close()
-        eval_logger.close()
-        if hasattr(simulator, "close"):
-            simulator.close()
+                    run.set_postfix(ret=f"{last_values['return/mean']:.3f}", base=f"{last_values.get('loss/baseline', float('nan')):.4f}")
+                if iteration % config.eval_interval == 0 or iteration == config.n_iterations:
+                    quick_check(iteration, wall_time=float(run.counters["wall_time"]) + elapsed)
+        finally:
+            if eval_logger is not None:
+                eval_logger.close()
+            if hasattr(simulator, "close"):
+                simulator.close()
 
-    rows = None
-    if config.final_eval and not interrupted:
-        result, rows = evaluate_against_reference(
-            policy, model, solution, config.eval_cash, num_paths=config.eval_paths, dt=config.dt,
-            seed=config.seed + 2, tail_tolerance=config.eval_tail_tolerance, device=device,
-        )
-        payload = {
-            "iteration": iteration, "rows": rows, "simulated_time": result.simulated_time,
-            "num_paths": result.num_paths, "fd_thresholds": solution.thresholds(),
-        }
-        states, mean, _, _ = policy_grid(policy, baseline, max(config.initial_cash_high, 2.0), device)
-        payload["learned_thresholds"] = {
-            "dividend_rate": _threshold(states, mean[:, 0], config.a_L_max),
-            "issuance_rate": _upper_threshold(states, mean[:, 1], config.a_E_max),
-        }
-        atomic_write_json(run_dir / "evaluation.json", payload)
-        header = list(rows[0])
-        atomic_write_text(run_dir / "evaluation.csv", ",".join(header) + "\n" + "".join(
-            ",".join(f"{row[k]:.6g}" for k in header) + "\n" for row in rows))
-        echo(format_table(rows, result.simulated_time, result.num_paths))
-        echo(f"dividend threshold: learned {payload['learned_thresholds']['dividend_rate']}, FD {solution.thresholds()['dividend_rate']:.3f}; "
-             f"issuance below: learned {payload['learned_thresholds']['issuance_rate']}, FD {solution.thresholds()['issuance_rate']}")
-        echo(f"run directory: {run_dir}")
-    return GHMRunResult(run_dir=run_dir, iterations=iteration, final_rows=rows, interrupted=interrupted)
+        # -- final evaluation -------------------------------------------------------------------
+        rows = None
+        summary: dict[str, Any] = {"return/mean": last_values.get("return/mean")}
+        if config.final_eval and not run.interrupted:
+            rows = final_evaluation(config, policy, baseline, model, solution, run_dir,
+                                    int(run.counters["iteration"]), device, echo)
+            summary["eval/pct_optimal_min"] = min(row["pct_of_optimum"] for row in rows)
+            summary["evaluation"] = rows
+        run.finish(summary)
+    return GHMRunResult(run_dir=run.run_dir, iterations=int(run.counters["iteration"]), final_rows=rows,
+                        interrupted=run.interrupted, exit_code=run.exit_code, config=config)
+
+
+def final_evaluation(config: GHMTrainConfig, policy: GaussianPolicy, baseline: ValueNetwork | None, model: GHMModel,
+                     solution: FDSolution, run_dir: Path, iteration: int, device: torch.device,
+                     echo: Callable[..., None]) -> list[dict[str, float]]:
+    """The deterministic policy against ``V*`` at ``eval_cash`` (``eval_paths`` paths each,
+    with a progress bar): writes ``evaluation.json`` / ``evaluation.csv``, prints the table."""
+    result, rows = evaluate_against_reference(
+        policy, model, solution, config.eval_cash, num_paths=config.eval_paths, dt=config.dt,
+        seed=config.seed + 2, tail_tolerance=config.eval_tail_tolerance, device=device,
+        progress=f"final evaluation ({config.eval_paths} paths x {len(config.eval_cash)} cash levels)",
+    )
+    payload = {
+        "iteration": iteration, "rows": rows, "simulated_time": result.simulated_time,
+        "num_paths": result.num_paths, "fd_thresholds": solution.thresholds(),
+    }
+    data = policy_plot_data(policy, baseline, model, max(config.initial_cash_high, 2.0), device)
+    payload["learned_thresholds"] = {
+        "dividend_rate": _threshold(data.states, data.rates[:, 0], config.a_L_max),
+        "issuance_rate": _upper_threshold(data.states, data.rates[:, 1], config.a_E_max),
+    }
+    atomic_write_json(run_dir / "evaluation.json", payload)
+    header = list(rows[0])
+    atomic_write_text(run_dir / "evaluation.csv", ",".join(header) + "\n" + "".join(
+        ",".join(f"{row[k]:.6g}" for k in header) + "\n" for row in rows))
+    echo(format_table(rows, result.simulated_time, result.num_paths))
+    echo(f"dividend threshold: learned {payload['learned_thresholds']['dividend_rate']}, FD {solution.thresholds()['dividend_rate']:.3f}; "
+         f"issuance below: learned {payload['learned_thresholds']['issuance_rate']}, FD {solution.thresholds()['issuance_rate']}")
+    echo(f"run directory: {run_dir}")
+    return rows
 
 
 def _threshold(states: np.ndarray, rates: np.ndarray, rate_max: float) -> float | None:

@@ -183,8 +183,8 @@ class MonteCarloPolicyGradient:
                 baseline_out = value_regression_loss(baseline(regress_states), regress_targets)
                 baseline_grad_norm = self._step(baseline_out["loss"], baseline, self.baseline_optimizer)
             metrics["loss/baseline"] = baseline_out["loss/value"]
-            metrics["grad_norm/baseline"] = baseline_grad_norm
-            metrics["baseline/explained_variance"] = baseline_explained_variance
+            metrics["stats/grad_norm/baseline"] = baseline_grad_norm
+            metrics["value/explained_variance"] = baseline_explained_variance
 
         # -- 7. diagnostics ---------------------------------------------------------------
         with torch.no_grad():
@@ -199,22 +199,22 @@ class MonteCarloPolicyGradient:
                 "return/std": returns.std(),
                 "return/min": returns.min(),
                 "return/max": returns.max(),
-                "advantage/mean": valid_adv.mean(),
-                "advantage/std": valid_adv.std(),
-                "advantage/max": valid_adv.max(),
-                "advantage/min": valid_adv.min(),
-                "episode_length/mean": episode_length.mean(),
-                "episode_length/std": episode_length.std(),
-                "termination_rate": 1.0 - paths.alive_at_end.float().mean(),
+                "stats/advantage_mean": valid_adv.mean(),
+                "stats/advantage_std": valid_adv.std(),
+                "stats/advantage_max": valid_adv.max(),
+                "stats/advantage_min": valid_adv.min(),
+                "episode/length": episode_length.mean(),
+                "episode/length_std": episode_length.std(),
+                "stats/termination_rate": 1.0 - paths.alive_at_end.float().mean(),
                 "policy/mean_action_L": controls[:, 0].mean(),
                 "policy/mean_action_E": controls[:, 1].mean(),
                 "policy/std_action_L": std[0],
                 "policy/std_action_E": std[1],
                 "policy/entropy": policy.entropy(flat_states[decision_index[:4096]]).mean(),
-                "grad_norm/policy": policy_grad_norm,
-                "learning_rate/policy": torch.tensor(self.policy_optimizer.param_groups[0]["lr"]),
+                "stats/grad_norm/policy": policy_grad_norm,
+                "stats/lr/policy": torch.tensor(self.policy_optimizer.param_groups[0]["lr"]),
                 "stats/alive_steps": alive_float,
             })
             if self.baseline_optimizer is not None:
-                metrics["learning_rate/baseline"] = torch.tensor(self.baseline_optimizer.param_groups[0]["lr"])
+                metrics["stats/lr/baseline"] = torch.tensor(self.baseline_optimizer.param_groups[0]["lr"])
         return metrics

@@ -4,70 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
 
-from pglab.run.config import parse_config
-from pglab.validation import check_int, check_positive, check_range
+from pglab.configs.ghm import CreditLineSolveConfig
+from pglab.run.config import parse_flags
 
-
-@dataclass(frozen=True)
-class CreditLineSolveConfig:
-    """The finite-difference HJB reference of :mod:`pglab.envs.ghm_credit_line`."""
-
-    mu: float = 0.1
-    """cash-flow drift"""
-    sigma: float = 0.2
-    """cash-flow volatility"""
-    r: float = 0.05
-    """interest rate on cash"""
-    lambda_dilution: float = 0.1
-    """proportional equity-issuance cost"""
-    rho: float = 0.1
-    """discount rate (must exceed r)"""
-    a_L_max: float = 1.0
-    """maximal dividend rate"""
-    a_E_max: float = 1.0
-    """maximal issuance rate"""
-    credit_limit: float = 0.25
-    """size of the credit line (cash may fall to -credit_limit)"""
-    credit_spread: float = 0.05
-    """extra interest on the drawn balance"""
-    nodes: int = 24_000
-    """grid intervals (the extrapolated solution also solves on half as many)"""
-    x_max: float = 6.0
-    """upper end of the grid in liquidity x = cash + credit_limit"""
-    cash: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5)
-    """cash levels to print"""
-    c_min: float = 0.1
-    """residual statistics on liquidity in [c_min, 2 + credit_limit] (the boundary layer lies below)"""
-    json: bool = False
-    """print JSON instead of a table"""
-
-    def __post_init__(self):
-        self.params()
-        check_int("nodes", self.nodes, minimum=100)
-        check_positive("x_max", self.x_max)
-        check_positive("c_min", self.c_min)
-        for level in self.cash:
-            check_range("cash", level, -self.credit_limit, self.x_max - self.credit_limit)
-
-    def params(self):
-        from pglab.envs.ghm_credit_line import CreditLineParams
-
-        return CreditLineParams(mu=self.mu, sigma=self.sigma, r=self.r, lambda_dilution=self.lambda_dilution, rho=self.rho,
-                                a_L_max=self.a_L_max, a_E_max=self.a_E_max, credit_limit=self.credit_limit,
-                                credit_spread=self.credit_spread)
+__all__ = ["CreditLineSolveConfig", "solve"]
 
 
 def solve(argv: list[str]) -> int:
     """``pglab solve ghm-credit-line``: value, thresholds (in cash) and FD residual, with and
     without the line."""
+    config = parse_flags(CreditLineSolveConfig, argv, prog="pglab solve ghm-credit-line",
+                         description="The GHM firm with a credit line against the same firm without one, by finite differences.").config
     from pglab.envs.ghm import GHMModel, GHMParams
     from pglab.envs.ghm_credit_line import GHMCreditLineModel
     from pglab.hjb.fd import solve_hjb_1d_extrapolated
     from pglab.hjb.residual import HJBResidualValidator
 
-    config = parse_config(CreditLineSolveConfig, argv, prog="pglab solve ghm-credit-line")
     params = config.params()
     line = GHMCreditLineModel(params)
     plain = GHMModel(GHMParams(mu=params.mu, sigma=params.sigma, r=params.r, lambda_dilution=params.lambda_dilution,

@@ -10,7 +10,8 @@ learned agent and the FD solution itself:
 * the policy's Hamiltonian gap under ``V*`` (needs no value network);
 * ``|V - V*|``, ``|u - u*|`` per control, and the thresholds against the FD ones.
 
-Writes ``validation.json`` and ``validation.png`` into the run directory (or ``--out``)
+Writes ``validation.json`` and ``validation.png`` into the run directory (or
+``--output``; for a checkpoint outside a run directory, the checkpoint's folder)
 atomically; no other file is touched.
 """
 from __future__ import annotations
@@ -19,70 +20,39 @@ import copy
 import json
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
 
-import numpy as np
-import tyro
-
+from pglab.configs.ghm import ValidateConfig
 from pglab.errors import ConfigError
-from pglab.run.config import parse_config
-from pglab.validation import check_choice, check_int, check_positive
+from pglab.run.config import parse_flags
 
-
-@dataclass(frozen=True)
-class ValidateConfig:
-    checkpoint: Annotated[Path, tyro.conf.Positional]
-    """GHM checkpoint file (or a run directory: its latest checkpoint)"""
-    c_min: float = 0.1
-    """lower end of the interior interval of the residual statistics (> 0: below it lies
-    the boundary layer at c = 0, reported separately)"""
-    c_max: float | None = None
-    """upper end of the interior interval (default: the run's initial_cash_high)"""
-    n_points: int = 2001
-    """evaluation grid points on [0, c_max]"""
-    method: Literal["autograd", "fd"] = "autograd"
-    """derivatives of the value network: autograd (exact) or central finite differences"""
-    fd_step: float | None = None
-    """step of --method fd (default 1.2e-4, the float64 eps^(1/4))"""
-    tolerance: float = 1e-3
-    """pass mark for max |rho V - max_u H| on the interior (the design note's 1e-3)"""
-    out: Path | None = None
-    """folder for validation.json and validation.png (default: the run directory)"""
-    json: bool = False
-    """print the report as JSON instead of a table"""
-
-    def __post_init__(self):
-        check_positive("c_min", self.c_min)
-        if self.c_max is not None:
-            check_positive("c_max", self.c_max)
-            if self.c_max <= self.c_min:
-                raise ConfigError("c_max", self.c_max, f"must exceed c_min={self.c_min}")
-        check_int("n_points", self.n_points, minimum=11)
-        check_choice("method", self.method, ("autograd", "fd"))
-        if self.fd_step is not None:
-            check_positive("fd_step", self.fd_step)
-        check_positive("tolerance", self.tolerance)
+__all__ = ["ValidateConfig", "format_report", "plot_validation", "validate", "validate_checkpoint"]
 
 
 def validate_checkpoint(config: ValidateConfig):
     """Validate ``config.checkpoint`` without writing anything: returns
-    ``(payload, learned report, FD reference report, run directory)``; ``payload`` is the
-    JSON-ready content of ``validation.json``."""
+    ``(payload, learned report, FD reference report, folder)``; ``payload`` is the
+    JSON-ready content of ``validation.json``, ``folder`` the run directory (or, for a
+    checkpoint outside one, the checkpoint's folder)."""
     import torch
 
     from pglab.algos.ghm_agent import agent_from_checkpoint
-    from pglab.algos.ghm_train import GHM_KINDS, reference_solution
+    from pglab.algos.ghm_train import reference_solution
+    from pglab.configs.ghm import GHM_KINDS
+    from pglab.errors import UsageError
     from pglab.hjb.residual import HJBResidualValidator
     from pglab.run.checkpoint import load_checkpoint_file
+    from pglab.run.rundir import find_run_dir
 
     checkpoint = load_checkpoint_file(config.checkpoint, kinds=GHM_KINDS, map_location="cpu")
     agent = agent_from_checkpoint(checkpoint, device="cpu")
     path = Path(checkpoint["path"])
-    run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
-    cache = run_dir / "fd_reference.npz"
-    solution = reference_solution(agent.config, agent.model, cache if cache.exists() else None)
+    try:
+        run_dir = find_run_dir(path)
+        cache = run_dir / "fd_reference.npz"
+    except UsageError:  # a checkpoint outside a run directory: no cached reference
+        run_dir, cache = path.parent, None
+    solution = reference_solution(agent.config, agent.model, cache if cache is not None and cache.exists() else None)
     c_max = config.c_max if config.c_max is not None else float(agent.model.state_high[0])
     if c_max <= config.c_min:
         raise ConfigError("c_min", config.c_min, f"must be below c_max={c_max} (the run's initial_cash_high)")
@@ -109,12 +79,12 @@ def validate_checkpoint(config: ValidateConfig):
 
 def validate(argv: list[str]) -> int:
     """``pglab validate CHECKPOINT [FLAGS]``."""
+    config = parse_flags(ValidateConfig, argv, prog="pglab validate",
+                         description="HJB residual, boundary value and distance to the FD optimum of a GHM checkpoint.").config
     from pglab.run.atomic import atomic_write_json
 
-    config = parse_config(ValidateConfig, argv, prog="pglab validate",
-                          description="HJB residual, boundary value and distance to the FD optimum of a GHM checkpoint.")
     payload, learned, reference, run_dir = validate_checkpoint(config)
-    out_dir = config.out if config.out is not None else run_dir
+    out_dir = config.output if config.output is not None else run_dir
     json_path = atomic_write_json(out_dir / "validation.json", payload)
     png_path = plot_validation(learned, reference, out_dir / "validation.png")
     if config.json:
@@ -127,6 +97,8 @@ def validate(argv: list[str]) -> int:
 
 def _plain(obj):
     """NumPy scalars to Python numbers (json cannot write float32/int64)."""
+    import numpy as np
+
     if isinstance(obj, dict):
         return {k: _plain(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -177,7 +149,7 @@ def format_report(learned, reference, *, title: str = "") -> str:
     lines.append(f"criterion max |rho V - max_u H| <= {learned.tolerance:g}: learned {verdict}; "
                  f"FD reference {'met' if reference.meets_tolerance else 'NOT met'}")
     if learned.residual_optimal is None:
-        lines.append("this checkpoint has no value network (--no_baseline): the residual needs one, so only the "
+        lines.append("this checkpoint has no value network (--no-baseline): the residual needs one, so only the "
                      "policy is compared (its Hamiltonian gap under V* bounds V* - V^pi <= sup gap / rho)")
     return "\n".join(lines)
 
@@ -186,6 +158,7 @@ def plot_validation(learned, reference, output: str | os.PathLike) -> Path:
     """``validation.png``: |residual| vs c (log scale), V vs V*, controls vs the FD
     controls, |V - V*|. Written through a temporary file and ``os.replace``."""
     import matplotlib
+    import numpy as np
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

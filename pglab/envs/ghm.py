@@ -18,63 +18,13 @@ so dividends are paid at the maximal rate where ``V' < 1`` and equity is issued 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+# The parameters live with the configs (importable without torch); re-exported here.
+from pglab.configs.ghm import GHMParams
 from pglab.envs.dynamics import ContinuousTimeModel, ControlSpec
-from pglab.validation import check_finite, check_non_negative, check_positive
 
-
-@dataclass(frozen=True)
-class GHMParams:
-    """Parameters of the GHM model (defaults from the design note)."""
-
-    mu: float = 0.1
-    """cash-flow drift (per unit time)"""
-    sigma: float = 0.2
-    """cash-flow volatility"""
-    r: float = 0.05
-    """interest rate earned on cash"""
-    lambda_dilution: float = 0.1
-    """proportional cost of issuing equity"""
-    rho: float = 0.1
-    """shareholders' discount rate (must exceed r)"""
-    a_L_max: float = 1.0
-    """maximal dividend rate"""
-    a_E_max: float = 1.0
-    """maximal equity-issuance rate"""
-    initial_cash_low: float = 0.0
-    """initial cash ~ Uniform[initial_cash_low, initial_cash_high]"""
-    initial_cash_high: float = 2.0
-    """upper end of the initial-cash distribution"""
-
-    def __post_init__(self):
-        check_finite("mu", self.mu)
-        check_non_negative("sigma", self.sigma)
-        check_finite("r", self.r)
-        check_non_negative("lambda_dilution", self.lambda_dilution)
-        check_positive("rho", self.rho)
-        if self.rho <= self.r:
-            # rho <= r makes hoarding cash forever optimal and the value unbounded.
-            from pglab.errors import ConfigError
-
-            raise ConfigError("rho", self.rho, f"must exceed r={self.r} (otherwise the value is unbounded)")
-        check_non_negative("a_L_max", self.a_L_max)
-        check_non_negative("a_E_max", self.a_E_max)
-        self._check_initial_cash(lowest=0.0)
-
-    def _check_initial_cash(self, lowest: float) -> None:
-        """``lowest <= initial_cash_low <= initial_cash_high`` (a variant of the model with
-        another liquidation point passes its own ``lowest``)."""
-        from pglab.errors import ConfigError
-
-        check_finite("initial_cash_low", self.initial_cash_low)
-        if self.initial_cash_low < lowest:
-            raise ConfigError("initial_cash_low", self.initial_cash_low, f"must be >= {lowest:g} (below it the firm is liquidated)")
-        check_finite("initial_cash_high", self.initial_cash_high)
-        if self.initial_cash_high < self.initial_cash_low:
-            raise ConfigError("initial_cash_high", self.initial_cash_high, f"must be >= initial_cash_low={self.initial_cash_low}")
+__all__ = ["GHMModel", "GHMParams"]
 
 
 class GHMModel(ContinuousTimeModel):

@@ -24,31 +24,13 @@ overrides GHM's state range and drift.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from pglab.envs.ghm import GHMModel, GHMParams
-from pglab.validation import check_non_negative
+# The parameters live with the configs (importable without torch); re-exported here.
+from pglab.configs.ghm import CreditLineParams, GHMParams
+from pglab.envs.ghm import GHMModel
 
-
-@dataclass(frozen=True)
-class CreditLineParams(GHMParams):
-    """GHM's parameters (same defaults, validated the same way) plus the credit line; cash,
-    and so ``initial_cash_low``, may be negative down to ``-credit_limit``."""
-
-    credit_limit: float = 0.25
-    """size L of the credit line: cash may fall to -L before liquidation"""
-    credit_spread: float = 0.05
-    """extra interest on the drawn balance (drawn credit costs r + credit_spread)"""
-
-    def __post_init__(self):
-        check_non_negative("credit_limit", self.credit_limit)
-        check_non_negative("credit_spread", self.credit_spread)
-        super().__post_init__()
-
-    def _check_initial_cash(self, lowest: float) -> None:
-        super()._check_initial_cash(lowest=-self.credit_limit)
+__all__ = ["CreditLineParams", "GHMCreditLineModel", "GHMParams"]
 
 
 class GHMCreditLineModel(GHMModel):

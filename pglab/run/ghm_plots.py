@@ -1,64 +1,100 @@
-"""Policy/value plots of GHM-type 1-D models (the design note's 2x2 grid)."""
+"""Policy/value plots of GHM-type 1-D models (the design note's 2x2 grid).
+
+The numbers plotted come in a :class:`PolicyPlotData` (computed by
+:func:`pglab.algos.ghm_train.policy_plot_data`), so that tests can check what a figure
+shows without reading pixels.
+"""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 
+@dataclass
+class PolicyPlotData:
+    """What the policy/value figure shows, on a grid of ``N`` states.
+
+    Attributes:
+        states: ``[N]`` cash levels.
+        rates: ``[N, A]`` the deterministic policy's *applied* controls: its Gaussian mean
+            clipped to the control box ``[low, high]`` (what the simulator pays out).
+        pre_clip_means: ``[N, A]`` the Gaussian mean before that clip (it may lie below 0:
+            the mean shift puts it there where the policy should not act).
+        std: ``[N, A]`` the policy's standard deviation.
+        values: ``[N]`` the learned value, or ``None`` without a value network.
+        payout: ``[N]`` net payout rate of the applied controls, ``a_L - (1 + lambda) a_E``;
+            within ``[-(1 + lambda) a_E_max, a_L_max]``.
+        control_names: names of the ``A`` controls.
+    """
+
+    states: np.ndarray
+    rates: np.ndarray
+    pre_clip_means: np.ndarray
+    std: np.ndarray
+    values: np.ndarray | None
+    payout: np.ndarray
+    control_names: tuple[str, ...]
+
+
 def plot_policy_value(
     *,
-    states: np.ndarray,
-    mean_actions: np.ndarray,
-    std_actions: np.ndarray,
-    values: np.ndarray | None,
-    control_names: tuple[str, ...],
+    data: PolicyPlotData,
     iteration: int,
     output: str | os.PathLike,
-    payout: np.ndarray | None = None,
     reference_states: np.ndarray | None = None,
     reference_values: np.ndarray | None = None,
     reference_controls: np.ndarray | None = None,
     title: str = "",
 ) -> Path:
-    """Write the 2x2 grid: policy means (with the FD-optimal controls), net payout,
-    value against the FD optimum, and the policy's standard deviation."""
+    """Write the 2x2 grid: applied rates (with the FD-optimal controls and, dotted, the
+    pre-clip Gaussian mean), net payout of the applied rates, value against the FD
+    optimum, and the policy's standard deviation."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    states = data.states
     colours = ["tab:blue", "tab:red", "tab:green", "tab:purple"]
     fig, axes = plt.subplots(2, 2, figsize=(12, 9))
     ax = axes[0, 0]
-    for j, name in enumerate(control_names):
-        ax.plot(states, mean_actions[:, j], color=colours[j % 4], label=f"{name} (learned mean)")
+    for j, name in enumerate(data.control_names):
+        colour = colours[j % 4]
+        ax.plot(states, data.rates[:, j], color=colour, label=f"{name} (learned, applied)")
+        ax.plot(states, data.pre_clip_means[:, j], color=colour, ls=":", alpha=0.5,
+                label=f"{name} pre-clip Gaussian mean (< 0: none applied)")
         if reference_controls is not None:
-            ax.plot(reference_states, reference_controls[:, j], color=colours[j % 4], ls="--", alpha=0.6, label=f"{name} (FD optimum)")
-    ax.set(xlabel="cash c", ylabel="rate", title=f"Policy mean actions (iter {iteration})")
-    ax.legend(fontsize=8)
+            ax.plot(reference_states, reference_controls[:, j], color=colour, ls="--", alpha=0.6, label=f"{name} (FD optimum)")
+    ax.set(xlabel="cash c", ylabel="rate (applied = mean clipped to [0, max])",
+           title=f"Deterministic policy (iter {iteration})")
+    ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
 
     ax = axes[0, 1]
-    if payout is not None:
-        ax.plot(states, payout, color="tab:purple")
+    ax.plot(states, data.payout, color="tab:purple")
     ax.axhline(0.0, color="black", ls="--", alpha=0.3)
-    ax.set(xlabel="cash c", ylabel="a_L - (1 + lambda) a_E", title="Expected net payout to shareholders")
+    ax.set(xlabel="cash c", ylabel="a_L - (1 + lambda) a_E (applied rates)",
+           title="Net payout rate to shareholders (deterministic policy)")
     ax.grid(alpha=0.3)
 
     ax = axes[1, 0]
-    if values is not None:
-        ax.plot(states, values, color="tab:green", label="learned V(c)")
+    if data.values is not None:
+        ax.plot(states, data.values, color="tab:green", label="learned V(c)")
     if reference_values is not None:
         ax.plot(reference_states, reference_values, color="black", ls="--", label="FD optimum V*(c)")
     ax.set(xlabel="cash c", ylabel="value", title="Value function")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no value network", transform=ax.transAxes, ha="center")
     ax.grid(alpha=0.3)
 
     ax = axes[1, 1]
-    for j, name in enumerate(control_names):
-        ax.plot(states, std_actions[:, j], color=colours[j % 4], ls="--", label=f"{name} std")
+    for j, name in enumerate(data.control_names):
+        ax.plot(states, data.std[:, j], color=colours[j % 4], ls="--", label=f"{name} std")
     ax.set(xlabel="cash c", ylabel="std", title="Exploration level")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
@@ -68,7 +104,10 @@ def plot_policy_value(
     target = Path(output)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.stem}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, target)
+    try:
+        fig.savefig(tmp, dpi=100)
+        os.replace(tmp, target)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
     return target

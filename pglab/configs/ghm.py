@@ -1,0 +1,583 @@
+"""Configs of the GHM system, importable without torch.
+
+``pglab train ghm --help``, ``pglab solve ghm --help``, ``pglab evaluate GHM_CHECKPOINT
+--help``, ``pglab validate --help`` and ``pglab compare --help`` build their flag lists
+from this module alone. The model parameters (:class:`GHMParams`,
+:class:`CreditLineParams`) live here too, since the trainer's and the solver's configs
+validate them; :mod:`pglab.envs.ghm` and :mod:`pglab.envs.ghm_credit_line` re-export them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+import tyro
+
+from pglab.errors import ConfigError
+from pglab.validation import (
+    check_choice,
+    check_device,
+    check_finite,
+    check_int,
+    check_int_sequence,
+    check_non_negative,
+    check_positive,
+    check_range,
+)
+
+# Checkpoint kinds of the three solvers (``GHMTrainConfig.kind``).
+GHM_KINDS = ("ghm-mc", "ghm-pathwise", "ghm-actor-critic")
+
+
+# -- the model ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GHMParams:
+    """Parameters of the GHM model (defaults from the design note)."""
+
+    mu: float = 0.1
+    """cash-flow drift (per unit time)"""
+    sigma: float = 0.2
+    """cash-flow volatility"""
+    r: float = 0.05
+    """interest rate earned on cash"""
+    lambda_dilution: float = 0.1
+    """proportional cost of issuing equity"""
+    rho: float = 0.1
+    """shareholders' discount rate (must exceed r)"""
+    a_L_max: float = 1.0
+    """maximal dividend rate"""
+    a_E_max: float = 1.0
+    """maximal equity-issuance rate"""
+    initial_cash_low: float = 0.0
+    """initial cash ~ Uniform[initial_cash_low, initial_cash_high]"""
+    initial_cash_high: float = 2.0
+    """upper end of the initial-cash distribution"""
+
+    def __post_init__(self):
+        check_finite("mu", self.mu)
+        check_non_negative("sigma", self.sigma)
+        check_finite("r", self.r)
+        check_non_negative("lambda_dilution", self.lambda_dilution)
+        check_positive("rho", self.rho)
+        if self.rho <= self.r:
+            # rho <= r makes hoarding cash forever optimal and the value unbounded.
+            raise ConfigError("rho", self.rho, f"must exceed r={self.r} (otherwise the value is unbounded)")
+        check_non_negative("a_L_max", self.a_L_max)
+        check_non_negative("a_E_max", self.a_E_max)
+        self._check_initial_cash(lowest=0.0)
+
+    def _check_initial_cash(self, lowest: float) -> None:
+        """``lowest <= initial_cash_low <= initial_cash_high`` (a variant of the model with
+        another liquidation point passes its own ``lowest``)."""
+        check_finite("initial_cash_low", self.initial_cash_low)
+        if self.initial_cash_low < lowest:
+            raise ConfigError("initial_cash_low", self.initial_cash_low, f"must be >= {lowest:g} (below it the firm is liquidated)")
+        check_finite("initial_cash_high", self.initial_cash_high)
+        if self.initial_cash_high < self.initial_cash_low:
+            raise ConfigError("initial_cash_high", self.initial_cash_high, f"must be >= initial_cash_low={self.initial_cash_low}")
+
+
+@dataclass(frozen=True)
+class CreditLineParams(GHMParams):
+    """GHM's parameters (same defaults, validated the same way) plus the credit line; cash,
+    and so ``initial_cash_low``, may be negative down to ``-credit_limit``."""
+
+    credit_limit: float = 0.25
+    """size L of the credit line: cash may fall to -L before liquidation"""
+    credit_spread: float = 0.05
+    """extra interest on the drawn balance (drawn credit costs r + credit_spread)"""
+
+    def __post_init__(self):
+        check_non_negative("credit_limit", self.credit_limit)
+        check_non_negative("credit_spread", self.credit_spread)
+        super().__post_init__()
+
+    def _check_initial_cash(self, lowest: float) -> None:
+        super()._check_initial_cash(lowest=-self.credit_limit)
+
+
+# -- pglab train ghm ----------------------------------------------------------------------------
+
+# Defaults that differ between solvers (a field left at None takes its solver's value).
+# mc: the score-function gradient needs held actions (signal-to-noise grows with the
+# decision interval) and many small steps; the pathwise gradients (pathwise, actor-critic)
+# have little variance, so they take larger steps, decide every dt and need ~3x fewer
+# iterations, each ~3x dearer (the backward pass runs through the whole rollout).
+SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "mc": dict(n_iterations=1300, lr_policy=3e-4, lr_final_fraction=0.2, baseline_steps=1, score_samples=0, action_repeat=5),
+    "pathwise": dict(n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
+    "actor-critic": dict(n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
+}
+
+
+@dataclass(frozen=True)
+class GHMTrainConfig:
+    """Configuration of ``pglab train ghm`` (flags as in the design note).
+
+    Flags take either spelling, ``--n_iterations`` or ``--n-iterations``."""
+
+    algo: Literal["mc", "pathwise", "actor-critic"] = "mc"
+    """solver: Monte Carlo policy gradient (mc), pathwise, or actor-critic"""
+    # -- training ----------------------------------------------------------------------
+    n_iterations: int | None = None
+    """training iterations (default per solver, see SOLVER_DEFAULTS: mc 1300, pathwise and
+    actor-critic 350)"""
+    n_trajectories: int = 1000
+    """simulated paths per iteration"""
+    lr_policy: float | None = None
+    """policy learning rate (Adam; default mc 3e-4, pathwise/actor-critic 1e-3)"""
+    lr_baseline: float = 1e-3
+    """baseline / critic learning rate (Adam)"""
+    lr_final_fraction: float | None = None
+    """learning rates decay linearly to this fraction of their initial value by the last
+    iteration (1.0: constant); the decay settles the policy, whose quality otherwise
+    wanders by a few percent from one evaluation to the next"""
+    max_grad_norm: float = 0.5
+    """gradient-norm clip for both networks"""
+    advantage: Literal["trajectory", "reward_to_go"] = "reward_to_go"
+    """per-path A(x0) = R - V(x0) (the note's form) or per-step G_t - V(x_t)"""
+    advantage_normalization: bool = True
+    """standardise advantages over the batch"""
+    # FlagCreatePairsOff: the one flag is --no-baseline (no --baseline / --no-no-baseline pair)
+    no_baseline: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
+    """train without a baseline (plain REINFORCE, for comparison; --algo mc only)"""
+    terminal_value: Literal["critic", "none"] = "critic"
+    """bootstrap paths alive at T with exp(-rho T) V(c_T) from the critic, or not"""
+    baseline_steps: int | None = None
+    """baseline / critic gradient steps per iteration (default mc 1, pathwise/actor-critic 4)"""
+    score_samples: int | None = None
+    """alive (state, action) pairs per iteration scored by the policy loss and regressed by the
+    reward-to-go baseline per gradient step (uniform subsample, unbiased; 0: all ~500k);
+    pathwise/actor-critic: (state, target) pairs per critic step (default mc 0, others 25,000)"""
+    policy_steps: int = 4
+    """policy gradient steps per iteration, each on a disjoint subsample of the batch"""
+    clip_sharpness: float = 50.0
+    """pathwise: sharpness k (high - low) of the smooth clip used in training (within
+    ln 2 / k of the hard clip)"""
+    gae_lambda: float = 0.995
+    """actor-critic: lambda of the critic's TD(lambda) targets (1: Monte Carlo, 0: one-step TD)"""
+    hjb_weight: float = 1.0
+    """actor-critic: weight of the squared policy-evaluation HJB residual in the critic loss
+    (the note's "MC + TD + HJB" critic; 0: a TD(lambda) critic alone)"""
+    hjb_samples: int = 4096
+    """actor-critic: states of each critic batch at which the HJB residual is evaluated"""
+    # -- networks ----------------------------------------------------------------------
+    policy_hidden_dims: tuple[int, ...] = (64, 64)
+    """hidden layer sizes of the policy"""
+    baseline_hidden_dims: tuple[int, ...] = (64, 64)
+    """hidden layer sizes of the baseline / critic"""
+    activation: Literal["tanh", "relu", "elu", "silu", "gelu"] = "tanh"
+    """hidden activation"""
+    state_dependent_std: bool = False
+    """learn the policy's standard deviation as a function of cash"""
+    log_std_init: float = -1.0
+    """initial log standard deviation of the policy (-1: sigma = 0.37 of a rate of at most 1)"""
+    initial_rate_fraction: float = 0.1
+    """the untrained policy's mean rates as a fraction of their maxima (a cautious start that
+    retains cash, as policy iteration starts from the no-payout policy; the default
+    softplus(0) = 0.69 pays out and issues at once and falls into the pay-everything trap)"""
+    mean_shift_fraction: float = 0.5
+    """policy mean = softplus(net) - this fraction of each maximal rate: lets the mean go
+    below 0 so the clipped exploration noise stops leaking dividends and issuance where
+    the optimal rate is 0"""
+    min_std: float = 1e-3
+    """lower clamp of the policy's standard deviation"""
+    max_std: float = 2.0
+    """upper clamp of the policy's standard deviation"""
+    final_max_std: float | None = None
+    """if set, the upper clamp of the standard deviation decays geometrically from its
+    initial value exp(log_std_init) to this by the last iteration (an exploration schedule)"""
+    # -- simulation --------------------------------------------------------------------
+    dt: float = 0.01
+    """Euler-Maruyama time step"""
+    T: float = 5.0
+    """simulated horizon per iteration (the problem itself is infinite-horizon)"""
+    action_repeat: int | None = None
+    """training rollouts draw a new action every this many steps and hold it (default mc 5,
+    pathwise/actor-critic 1; evaluation
+    always applies the policy every dt)"""
+    simulator: Literal["batched", "process", "ray"] = "batched"
+    """mc: where training rollouts run: one batched process, a pool of worker processes, or
+    Ray tasks (bit-identical results; see docs/ghm-parallel.md for when it pays)"""
+    n_workers: int | None = None
+    """workers of --simulator process|ray (default min(cpu_count, n_trajectories // 10))"""
+    ray_address: str | None = None
+    """--simulator ray: connect to this Ray cluster ("auto" or host:port; default: start a local one)"""
+    final_action_repeat: int | None = None
+    """if set, the decision interval shrinks geometrically from action_repeat to this by the
+    last iteration (a long interval gives the score-function gradient its signal early on;
+    the policy that is optimal for a held action acts too early, so finish near every dt)"""
+    # -- GHM model ---------------------------------------------------------------------
+    mu: float = 0.1
+    """cash-flow drift"""
+    sigma: float = 0.2
+    """cash-flow volatility"""
+    r: float = 0.05
+    """interest rate on cash"""
+    lambda_dilution: float = 0.1
+    """proportional equity-issuance cost"""
+    rho: float = 0.1
+    """discount rate (must exceed r)"""
+    a_L_max: float = 1.0
+    """maximal dividend rate"""
+    a_E_max: float = 1.0
+    """maximal issuance rate"""
+    initial_cash_low: float = 0.0
+    """initial cash ~ Uniform[initial_cash_low, initial_cash_high]"""
+    initial_cash_high: float = 2.0
+    """upper end of the initial-cash distribution"""
+    # -- logging -----------------------------------------------------------------------
+    log_dir: Path | None = None
+    """run directory (default runs/ghm-<algo>/<timestamp>)"""
+    log_interval: int = 10
+    """iterations between metric rows"""
+    eval_interval: int = 100
+    """iterations between plots and quick value checks"""
+    save_interval: int = 100
+    """iterations between checkpoints (the last iteration is always saved)"""
+    eval_quick_paths: int = 200
+    """paths per initial cash for the quick value check during training (0: off)"""
+    # -- final evaluation ----------------------------------------------------------------
+    eval_cash: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5)
+    """initial cash levels of the final table"""
+    eval_paths: int = 10_000
+    """paths per initial cash in the final evaluation"""
+    eval_tail_tolerance: float = 0.005
+    """simulate until the discounted tail is below this fraction of the value"""
+    final_eval: bool = True
+    """run the final evaluation after training (--no-final-eval: skip it)"""
+    # -- reference ---------------------------------------------------------------------
+    fd_nodes: int = 24_000
+    """grid intervals of the finite-difference reference"""
+    fd_x_max: float = 6.0
+    """upper end of the finite-difference grid"""
+    # -- other -------------------------------------------------------------------------
+    seed: int = 42
+    """random seed (same seed + config on the CPU: bit-identical run)"""
+    device: str = "auto"
+    """auto, cpu, cuda or cuda:N"""
+    threads: int = 0
+    """torch CPU threads (0: torch's default, one per core)"""
+    resume: Path | None = None
+    """continue the run in this directory (or from this checkpoint) from its latest checkpoint;
+    see docs/ghm.md for exactly what a resume reproduces"""
+
+    def __post_init__(self):
+        check_choice("algo", self.algo, ("mc", "pathwise", "actor-critic"))
+        # Fields left at None take the solver's default (frozen: set through object.__setattr__).
+        for name, value in SOLVER_DEFAULTS[self.algo].items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        check_int("n_iterations", self.n_iterations, minimum=1)
+        check_int("n_trajectories", self.n_trajectories, minimum=2)
+        check_positive("lr_policy", self.lr_policy)
+        check_positive("lr_baseline", self.lr_baseline)
+        check_range("lr_final_fraction", self.lr_final_fraction, 0.0, 1.0)
+        if self.final_max_std is not None:
+            check_positive("final_max_std", self.final_max_std)
+            if not self.min_std < self.final_max_std:
+                raise ConfigError("final_max_std", self.final_max_std, f"must exceed min_std={self.min_std}")
+        check_positive("max_grad_norm", self.max_grad_norm)
+        check_choice("advantage", self.advantage, ("trajectory", "reward_to_go"))
+        check_choice("terminal_value", self.terminal_value, ("critic", "none"))
+        check_int("baseline_steps", self.baseline_steps, minimum=1)
+        check_int("score_samples", self.score_samples, minimum=0)
+        check_int("policy_steps", self.policy_steps, minimum=1)
+        check_positive("clip_sharpness", self.clip_sharpness)
+        if self.no_baseline and self.algo != "mc":
+            raise ConfigError("no_baseline", True, f"--algo {self.algo} needs its critic (no_baseline is for --algo mc)")
+        check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
+        check_non_negative("hjb_weight", self.hjb_weight)
+        check_int("hjb_samples", self.hjb_samples, minimum=1)
+        check_int_sequence("policy_hidden_dims", self.policy_hidden_dims)
+        check_int_sequence("baseline_hidden_dims", self.baseline_hidden_dims)
+        check_range("log_std_init", self.log_std_init, -20.0, 5.0)
+        check_range("initial_rate_fraction", self.initial_rate_fraction, 0.0, 1.0, low_inclusive=False)
+        check_range("mean_shift_fraction", self.mean_shift_fraction, 0.0, 10.0)
+        check_positive("min_std", self.min_std)
+        check_positive("max_std", self.max_std)
+        if self.min_std >= self.max_std:
+            raise ConfigError("min_std", self.min_std, f"must be < max_std={self.max_std}")
+        check_positive("dt", self.dt)
+        check_positive("T", self.T)
+        if self.dt >= self.T:
+            raise ConfigError("dt", self.dt, f"must be < T={self.T}")
+        check_int("action_repeat", self.action_repeat, minimum=1)
+        check_choice("simulator", self.simulator, ("batched", "process", "ray"))
+        if self.simulator != "batched" and self.algo != "mc":
+            raise ConfigError("simulator", self.simulator, f"--algo {self.algo} differentiates through the rollout, which "
+                              "must stay in this process; parallel rollouts serve --algo mc")
+        if self.n_workers is not None:
+            check_int("n_workers", self.n_workers, minimum=1)
+        if self.ray_address is not None and self.simulator != "ray":
+            raise ConfigError("ray_address", self.ray_address, "is only used with --simulator ray")
+        if self.final_action_repeat is not None:
+            check_int("final_action_repeat", self.final_action_repeat, minimum=1)
+            if self.final_action_repeat > self.action_repeat:
+                raise ConfigError("final_action_repeat", self.final_action_repeat, f"must be <= action_repeat={self.action_repeat}")
+        self.ghm_params()  # validates mu, sigma, r, rho, lambda, rates, initial cash
+        for name in ("log_interval", "eval_interval", "save_interval"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("eval_quick_paths", self.eval_quick_paths, minimum=0)
+        if len(self.eval_cash) == 0:
+            raise ConfigError("eval_cash", self.eval_cash, "needs at least one initial cash level")
+        for cash in self.eval_cash:
+            check_non_negative("eval_cash", cash)
+        check_int("eval_paths", self.eval_paths, minimum=2)
+        check_range("eval_tail_tolerance", self.eval_tail_tolerance, 0.0, 1.0, low_inclusive=False)
+        check_int("fd_nodes", self.fd_nodes, minimum=100)
+        check_positive("fd_x_max", self.fd_x_max)
+        check_int("seed", self.seed, minimum=0)
+        check_int("threads", self.threads, minimum=0)
+        check_device("device", self.device)
+
+    def ghm_params(self) -> GHMParams:
+        return GHMParams(
+            mu=self.mu, sigma=self.sigma, r=self.r, lambda_dilution=self.lambda_dilution, rho=self.rho,
+            a_L_max=self.a_L_max, a_E_max=self.a_E_max,
+            initial_cash_low=self.initial_cash_low, initial_cash_high=self.initial_cash_high,
+        )
+
+    @property
+    def kind(self) -> str:
+        return f"ghm-{self.algo}"
+
+
+# Fields a resume may change (besides the shell's: device, threads, save_interval, log_dir):
+# the budget, the evaluation and the logging. None of them alters the training trajectory,
+# except n_iterations when a schedule is a function of it (see budget_schedules). The
+# simulator backend is resumable too: its rollouts are bit-identical whatever the backend.
+RESUMABLE_FIELDS = frozenset({
+    "n_iterations", "log_interval", "eval_interval", "save_interval", "eval_quick_paths",
+    "eval_cash", "eval_paths", "eval_tail_tolerance", "final_eval",
+    "simulator", "n_workers", "ray_address",
+})
+
+
+def budget_schedules(config: GHMTrainConfig) -> list[str]:
+    """The schedules of ``config`` that are functions of ``n_iterations`` (their value at
+    iteration ``i`` is a function of ``(i - 1) / (n_iterations - 1)``), as flag names.
+
+    Empty means a run's trajectory does not depend on its budget, so extending the budget on
+    ``--resume`` reproduces one longer run bit for bit. ``lr_final_fraction = 1`` is the
+    constant rate (the decay factor is exactly 1.0); ``final_action_repeat =
+    action_repeat`` is the constant decision interval."""
+    schedules = []
+    if config.lr_final_fraction != 1.0:
+        schedules.append(f"lr_final_fraction={config.lr_final_fraction:g}")
+    if config.final_max_std is not None:
+        schedules.append(f"final_max_std={config.final_max_std:g}")
+    if config.final_action_repeat is not None and config.final_action_repeat != config.action_repeat:
+        schedules.append(f"final_action_repeat={config.final_action_repeat}")
+    return schedules
+
+
+# -- pglab evaluate GHM_CHECKPOINT ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GHMEvaluateConfig:
+    """``pglab evaluate GHM_CHECKPOINT``: the policy's discounted payout against the FD optimum."""
+
+    DEPRECATED_NAMES: ClassVar[dict[str, str]] = {"n_episodes": "episodes"}
+
+    checkpoint: Annotated[Path, tyro.conf.Positional]
+    """GHM checkpoint file (or a run directory: its latest checkpoint)"""
+    episodes: int = 10_000
+    """simulated paths per initial cash level (--n_episodes: deprecated spelling)"""
+    cash: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5)
+    """initial cash levels"""
+    tail_tolerance: float = 0.005
+    """simulate until the discounted tail is below this fraction of the value"""
+    dt: float | None = None
+    """simulation time step (default: the run's dt)"""
+    stochastic: bool = False
+    """evaluate the stochastic policy instead of its deterministic mean"""
+    json: bool = False
+    """print the result as JSON instead of a table"""
+    output: Path | None = None
+    """also write the result as JSON to this file"""
+    seed: int = 12345
+    """random seed of the evaluation paths"""
+    device: str = "auto"
+    """auto, cpu, cuda or cuda:N"""
+    threads: int = 0
+    """torch CPU threads (0: torch's default)"""
+
+    def __post_init__(self):
+        check_int("episodes", self.episodes, minimum=2)
+        if len(self.cash) == 0:
+            raise ConfigError("cash", self.cash, "needs at least one initial cash level")
+        for level in self.cash:
+            check_non_negative("cash", level)
+        check_range("tail_tolerance", self.tail_tolerance, 0.0, 1.0, low_inclusive=False)
+        if self.dt is not None:
+            check_positive("dt", self.dt)
+        check_int("seed", self.seed, minimum=0)
+        check_int("threads", self.threads, minimum=0)
+        check_device("device", self.device)
+
+
+# -- pglab solve ghm / ghm-credit-line -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GHMSolveConfig:
+    """The finite-difference HJB reference of the GHM model."""
+
+    mu: float = 0.1
+    """cash-flow drift"""
+    sigma: float = 0.2
+    """cash-flow volatility"""
+    r: float = 0.05
+    """interest rate on cash"""
+    lambda_dilution: float = 0.1
+    """proportional equity-issuance cost"""
+    rho: float = 0.1
+    """discount rate (must exceed r)"""
+    a_L_max: float = 1.0
+    """maximal dividend rate"""
+    a_E_max: float = 1.0
+    """maximal issuance rate"""
+    nodes: int = 24_000
+    """grid intervals (the extrapolated solution also solves on half as many)"""
+    x_max: float = 6.0
+    """upper end of the grid"""
+    extrapolate: bool = True
+    """Richardson-extrapolate two grids (the scheme is first order in h)"""
+    cash: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5)
+    """cash levels to print"""
+    output: Path | None = None
+    """write the solution (grid, V, controls) to this .npz and a .csv beside it"""
+    json: bool = False
+    """print JSON instead of a table"""
+
+    def __post_init__(self):
+        self.params()
+        check_int("nodes", self.nodes, minimum=100)
+        check_positive("x_max", self.x_max)
+        for level in self.cash:
+            check_range("cash", level, 0.0, self.x_max)
+
+    def params(self) -> GHMParams:
+        return GHMParams(mu=self.mu, sigma=self.sigma, r=self.r, lambda_dilution=self.lambda_dilution,
+                         rho=self.rho, a_L_max=self.a_L_max, a_E_max=self.a_E_max)
+
+
+@dataclass(frozen=True)
+class CreditLineSolveConfig:
+    """The finite-difference HJB reference of :mod:`pglab.envs.ghm_credit_line`."""
+
+    mu: float = 0.1
+    """cash-flow drift"""
+    sigma: float = 0.2
+    """cash-flow volatility"""
+    r: float = 0.05
+    """interest rate on cash"""
+    lambda_dilution: float = 0.1
+    """proportional equity-issuance cost"""
+    rho: float = 0.1
+    """discount rate (must exceed r)"""
+    a_L_max: float = 1.0
+    """maximal dividend rate"""
+    a_E_max: float = 1.0
+    """maximal issuance rate"""
+    credit_limit: float = 0.25
+    """size of the credit line (cash may fall to -credit_limit)"""
+    credit_spread: float = 0.05
+    """extra interest on the drawn balance"""
+    nodes: int = 24_000
+    """grid intervals (the extrapolated solution also solves on half as many)"""
+    x_max: float = 6.0
+    """upper end of the grid in liquidity x = cash + credit_limit"""
+    cash: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5)
+    """cash levels to print"""
+    c_min: float = 0.1
+    """residual statistics on liquidity in [c_min, 2 + credit_limit] (the boundary layer lies below)"""
+    json: bool = False
+    """print JSON instead of a table"""
+
+    def __post_init__(self):
+        self.params()
+        check_int("nodes", self.nodes, minimum=100)
+        check_positive("x_max", self.x_max)
+        check_positive("c_min", self.c_min)
+        for level in self.cash:
+            check_range("cash", level, -self.credit_limit, self.x_max - self.credit_limit)
+
+    def params(self) -> CreditLineParams:
+        return CreditLineParams(mu=self.mu, sigma=self.sigma, r=self.r, lambda_dilution=self.lambda_dilution, rho=self.rho,
+                                a_L_max=self.a_L_max, a_E_max=self.a_E_max, credit_limit=self.credit_limit,
+                                credit_spread=self.credit_spread)
+
+
+# -- pglab validate / pglab compare ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ValidateConfig:
+    """``pglab validate CHECKPOINT``: the HJB residual of a trained GHM agent."""
+
+    DEPRECATED_NAMES: ClassVar[dict[str, str]] = {"out": "output"}
+
+    checkpoint: Annotated[Path, tyro.conf.Positional]
+    """GHM checkpoint file (or a run directory: its latest checkpoint)"""
+    c_min: float = 0.1
+    """lower end of the interior interval of the residual statistics (> 0: below it lies
+    the boundary layer at c = 0, reported separately)"""
+    c_max: float | None = None
+    """upper end of the interior interval (default: the run's initial_cash_high)"""
+    n_points: int = 2001
+    """evaluation grid points on [0, c_max]"""
+    method: Literal["autograd", "fd"] = "autograd"
+    """derivatives of the value network: autograd (exact) or central finite differences"""
+    fd_step: float | None = None
+    """step of --method fd (default 1.2e-4, the float64 eps^(1/4))"""
+    tolerance: float = 1e-3
+    """pass mark for max |rho V - max_u H| on the interior (the design note's 1e-3)"""
+    output: Path | None = None
+    """folder for validation.json and validation.png (default: the run directory; --out:
+    deprecated spelling)"""
+    json: bool = False
+    """print the report as JSON instead of a table"""
+
+    def __post_init__(self):
+        check_positive("c_min", self.c_min)
+        if self.c_max is not None:
+            check_positive("c_max", self.c_max)
+            if self.c_max <= self.c_min:
+                raise ConfigError("c_max", self.c_max, f"must exceed c_min={self.c_min}")
+        check_int("n_points", self.n_points, minimum=11)
+        check_choice("method", self.method, ("autograd", "fd"))
+        if self.fd_step is not None:
+            check_positive("fd_step", self.fd_step)
+        check_positive("tolerance", self.tolerance)
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """``pglab compare RUN_DIR...``: GHM solver runs side by side and against the FD optimum."""
+
+    DEPRECATED_NAMES: ClassVar[dict[str, str]] = {"out": "output"}
+
+    run_dirs: Annotated[tuple[Path, ...], tyro.conf.Positional]
+    """GHM run directories (each with config.json, eval.csv, evaluation.json, checkpoints/)"""
+    output: Path | None = None
+    """new folder for comparison.md/.csv/.png (default runs/compare-<timestamp>; --out:
+    deprecated spelling)"""
+    targets: tuple[float, ...] = (95.0, 99.0)
+    """% of V* whose first attainment (wall-clock, simulated steps) is reported"""
+    residual: bool = True
+    """compute each run's HJB residual (pglab validate's defaults)"""
+
+    def __post_init__(self):
+        if len(self.run_dirs) == 0:
+            raise ConfigError("run_dirs", self.run_dirs, "give at least one run directory")
+        for target in self.targets:
+            check_range("targets", target, 0.0, 100.0, low_inclusive=False)
+
+
+__all__ = [
+    "GHM_KINDS", "SOLVER_DEFAULTS", "RESUMABLE_FIELDS", "GHMParams", "CreditLineParams", "GHMTrainConfig",
+    "GHMEvaluateConfig", "GHMSolveConfig", "CreditLineSolveConfig", "ValidateConfig", "CompareConfig",
+    "budget_schedules",
+]
