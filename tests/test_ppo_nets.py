@@ -64,34 +64,51 @@ def contextual_bandit_batch(net, n, seed, reward_fn):
     return obs, actions, batch
 
 
-@pytest.mark.parametrize("mode", ["reinforce_raw", "vpg_gae", "ppo"])
-def test_one_update_raises_probability_of_better_action_discrete(mode):
+@pytest.fixture
+def one_thread():
+    # Small tensors: a second intra-op thread only adds contention on a busy CPU.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize(("mode", "iterations"), [("reinforce_raw", 15), ("vpg_gae", 15), ("ppo", 5)])
+def test_discrete_actor_critic_learns_a_state_dependent_best_action(mode, iterations, one_thread):
+    """Reward 1 for the action that matches sign(obs[0]), else 0: a policy that ignores
+    the observation earns 0.5. After a few updates the probability of the right action
+    on held-out observations is about 0.96-0.98 (seeds 0-2); it starts at 0.5."""
     torch.manual_seed(0)
     net = CategoricalActorCritic(2, 2, (16,))
-    probe = torch.randn(64, 2, generator=torch.Generator().manual_seed(9))
-    before = torch.softmax(net.actor(probe), -1)[:, 1].mean().item()
-    obs, actions, batch = contextual_bandit_batch(net, 512, 0, lambda o, a: (a == 1).float())
-    # Plain SGD, so the step follows the (expected) policy gradient; Adam's first step
-    # would move every weight by about lr whatever its gradient's sign-to-noise ratio.
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.3)
-    hp = OnPolicyHyperparams(rl_mode=mode)
-    onpolicy_update(lambda i: net.evaluate_actions(obs[i], actions[i]), batch, net.parameters(), optimizer, hp,
-                    generator=torch.Generator().manual_seed(0))
-    after = torch.softmax(net.actor(probe), -1)[:, 1].mean().item()
-    assert after > before + 0.02
+    probe = torch.randn(256, 2, generator=torch.Generator().manual_seed(9))
+    best = (probe[:, 0] > 0).long()
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.05)
+    hp = OnPolicyHyperparams(rl_mode=mode, ppo_epochs=2, num_minibatches=2)
+    for k in range(iterations):
+        obs, actions, batch = contextual_bandit_batch(net, 256, k, lambda o, a: (a == (o[:, 0] > 0).long()).float())
+        onpolicy_update(lambda i: net.evaluate_actions(obs[i], actions[i]), batch, net.parameters(), optimizer, hp,
+                        generator=torch.Generator().manual_seed(k))
+    with torch.no_grad():
+        right = torch.softmax(net.actor(probe), -1)[torch.arange(256), best]
+    assert right.mean().item() > 0.9
 
 
-def test_one_ppo_update_moves_gaussian_mean_toward_reward_peak():
+def test_gaussian_ppo_finds_the_reward_peak_and_shrinks_sigma(one_thread):
+    """reward = -(a - 1)^2, so E[r] = -(mu - 1)^2 - sigma^2: the optimum is mu = 1,
+    sigma -> 0. From mu ~ 0, sigma = 1, 8 PPO iterations reach mu = 1.00 +- 0.02 and
+    log sigma ~ -0.64 (seeds 0-2)."""
     torch.manual_seed(0)
     net = GaussianActorCritic(1, 1, (16,))
     probe = torch.zeros(1, 1)
-    before = net.deterministic_action(probe).item()
-    # reward = -(a - 1)^2: the optimum is a = 1 whatever the observation
-    obs, actions, batch = contextual_bandit_batch(net, 1024, 3, lambda o, a: -(a[:, 0] - 1.0).pow(2))
-    optimizer = torch.optim.Adam(net.parameters(), lr=3e-3)
-    onpolicy_update(lambda i: net.evaluate_actions(obs[i], actions[i]), batch, net.parameters(), optimizer,
-                    OnPolicyHyperparams(rl_mode="ppo", entropy_coef=0.0), generator=torch.Generator().manual_seed(0))
-    assert net.deterministic_action(probe).item() > before + 0.02
+    assert abs(net.deterministic_action(probe).item()) < 0.1
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.02)
+    hp = OnPolicyHyperparams(rl_mode="ppo", entropy_coef=0.0, ppo_epochs=2, num_minibatches=2)
+    for k in range(8):
+        obs, actions, batch = contextual_bandit_batch(net, 256, k, lambda o, a: -(a[:, 0] - 1.0).pow(2))
+        onpolicy_update(lambda i: net.evaluate_actions(obs[i], actions[i]), batch, net.parameters(), optimizer, hp,
+                        generator=torch.Generator().manual_seed(k))
+    assert abs(net.deterministic_action(probe).item() - 1.0) < 0.1
+    assert net.log_std.item() < -0.4
 
 
 def test_gae_lambda_one_with_mid_rollout_truncation_is_segment_monte_carlo_returns():

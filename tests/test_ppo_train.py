@@ -238,7 +238,7 @@ def test_native_env_learns_and_resumes_exactly(tmp_path, monkeypatch, mode):
     from pglab.envs import registry
 
     monkeypatch.setitem(registry.NATIVE_ENVS, "line-walk", f"{__name__}:make_line_walk")
-    fields = dict(env="pglab:line-walk", algo=mode, num_envs=8, num_steps=16, total_steps=8 * 16 * 20, lr=3e-3,
+    fields = dict(env="pglab:line-walk", algo=mode, num_envs=8, num_steps=16, total_steps=8 * 16 * 20, lr=0.03,
                   anneal_lr=False, hidden_dims=(16,), **QUIET)
     straight = train_ppo(PPOConfig(log_dir=tmp_path / "straight", **fields))
     train_ppo(PPOConfig(log_dir=tmp_path / "split", **fields), stop_after=10)
@@ -250,4 +250,8 @@ def test_native_env_learns_and_resumes_exactly(tmp_path, monkeypatch, mode):
     agent = pglab.load_checkpoint(straight.run_dir)
     positions = torch.arange(6, dtype=torch.float32).unsqueeze(1) / 6
     assert torch.equal(agent.act(positions), torch.ones(6, dtype=torch.int64))
-    assert a["return/mean"].tail(5).mean() > a["return/mean"].head(5).mean()
+    # The optimum: every episode reaches the right end (return 1, against about 0.4 for
+    # the first policy) in 6 - start steps, 3.5 on average (about 3.4 in the last
+    # iterations, 4-9 before learning).
+    assert (a["return/mean"].tail(5) == 1.0).all(), a["return/mean"].tolist()
+    assert a["episode/length"].tail(5).mean() < 4.0
