@@ -10,7 +10,7 @@ TORCH_PIN := torch==2.13.0
 export MPLBACKEND := Agg
 export MPLCONFIGDIR := $(CURDIR)/.venv/mplconfig
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench clean mutants
 
 install: $(STAMP)
 
@@ -34,5 +34,15 @@ test: install
 bench: install
 	set -e; for script in bench/*.py; do echo "== $$script"; $(PY) $$script; done
 
+# Mutation testing of pglab/estimators and pglab/losses with mutmut (docs/mutation-testing.md).
+# Not part of `make test`: about 15-20 minutes on 2 cores. The test selection and the
+# mutated paths are in pyproject.toml's [tool.mutmut]; MUTANTS_JOBS sets the workers.
+# `.venv/bin/mutmut results` / `mutmut show NAME` list and show the survivors afterwards.
+MUTANTS_JOBS ?= 2
+mutants: install
+	rm -rf mutants
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children $(MUTANTS_JOBS)
+	$(PY) mutants_support.py
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache mutants

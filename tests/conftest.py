@@ -7,6 +7,12 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 
+# One intra-op thread: the suite's tensors are tiny, and with two threads on a busy 2-core
+# machine small ops were measured ~20x slower (thread wake-ups). Tests that need another
+# count set it themselves; the fixture below restores one thread after each test.
+torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def _deterministic_torch():
     torch.manual_seed(0)
@@ -18,4 +24,5 @@ def _deterministic_torch():
     # bfloat16 (seen: 0.5% log-prob differences in a later test). Restore it so that no
     # test changes another's numbers.
     torch.set_float32_matmul_precision(matmul_precision)
+    torch.set_num_threads(1)
     torch.distributions.Distribution.set_default_validate_args(validate_args)

@@ -6,6 +6,7 @@ import torch
 
 from pglab.errors import TensorContractError
 from pglab.losses.a2c import a2c_td0_losses
+from pglab.losses.maxk import maxk_policy_loss
 from pglab.losses.ppo import ppo_clip_loss
 from pglab.losses.reinforce import reinforce_loss, value_regression_loss
 
@@ -96,3 +97,53 @@ def test_a2c_contracts_reject_wrong_dtypes_and_grad_targets():
     grad_next[6] = torch.zeros(3, requires_grad=True)
     with pytest.raises(ValueError, match="no_grad"):
         a2c_td0_losses(*grad_next, **args)
+
+
+def _subset_weights(row: list[float], k: int, mode: str) -> list[float]:
+    """Max@K sample weights by enumerating every k-subset (independent of pglab)."""
+    import itertools
+
+    n = len(row)
+    subsets = list(itertools.combinations(range(n), k))
+
+    def rho(values):
+        subs = list(itertools.combinations(range(len(values)), k))
+        return sum(max(values[j] for j in s) for s in subs) / len(subs)
+
+    out = []
+    for i in range(n):
+        containing = [s for s in subsets if i in s]
+        s_i = sum(max(row[j] for j in s) for s in containing) / len(subsets)
+        if mode == "none":
+            out.append(s_i)
+        elif mode == "sample_loo":
+            out.append(s_i - (k / n) * rho([row[j] for j in range(n) if j != i]))
+        else:  # subloo
+            out.append(sum(max(row[j] for j in s) - max(row[j] for j in s if j != i) for s in containing) / len(subsets))
+    return out
+
+
+@pytest.mark.parametrize("mode", [None, "none", "sample_loo", "subloo"])
+def test_maxk_policy_loss_value_gradient_and_stats_against_subset_enumeration(mode):
+    rewards = torch.tensor([[0.3, -1.0, 2.0, 0.7], [5.0, 4.0, 1.5, 4.5]], dtype=torch.float64)
+    log_likelihood = torch.tensor([[-1.0, -2.0, -0.5, -3.0], [-0.2, -0.4, -0.8, -1.6]],
+                                  dtype=torch.float64, requires_grad=True)
+    k = 2
+    kwargs = {} if mode is None else {"variance_reduction": mode}  # None: the default, "none"
+    out = maxk_policy_loss(log_likelihood, rewards, k, **kwargs)
+    weights = torch.tensor([_subset_weights(r, k, mode or "none") for r in rewards.tolist()], dtype=torch.float64)
+    # L = -(1/B) sum_b sum_i w_bi log p_bi, so dL/dlog p = -w / B
+    want_loss = -(weights * log_likelihood.detach()).sum() / 2
+    assert math.isclose(out["loss"].item(), want_loss.item(), rel_tol=1e-12)
+    assert math.isclose(out["loss/policy"].item(), want_loss.item(), rel_tol=1e-12)
+    out["loss"].backward()
+    torch.testing.assert_close(log_likelihood.grad, -weights / 2, rtol=1e-12, atol=1e-12)
+    # rho_hat: mean over rows of the mean over pairs of the pair's best
+    pairs = [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    rho = [sum(max(r[i], r[j]) for i, j in pairs) / 6 for r in rewards.tolist()]
+    assert math.isclose(out["stats/rho_hat"].item(), sum(rho) / 2, rel_tol=1e-12)
+    assert math.isclose(out["stats/max_reward"].item(), (2.0 + 5.0) / 2, rel_tol=1e-12)
+    assert math.isclose(out["stats/mean_reward"].item(), rewards.mean().item(), rel_tol=1e-12)
+    assert math.isclose(out["stats/weight_abs_mean"].item(), weights.abs().mean().item(), rel_tol=1e-12)
+    for key, value in out.items():
+        assert value.requires_grad == (key == "loss"), key  # only the loss carries a gradient
