@@ -77,9 +77,10 @@ SHARED_TRAIN_FLAGS = """shared flags of every trainer:
   --save-interval N    steps between checkpoints (the last step and a stop are always saved)
   --config FILE.yaml   defaults < YAML < flags"""
 
-SHARED_EVAL_FLAGS = """shared flags of every evaluator:
-  --episodes N         evaluation size (episodes, instances or paths)
-  --seed N  --device auto|cpu|cuda[:N]  --threads N  --output FILE"""
+SHARED_EVAL_FLAGS = """shared flags of the evaluators:
+  --device auto|cpu|cuda[:N]  --output FILE      every evaluator
+  --episodes N  --seed N  --threads N            every evaluator that samples episodes, instances
+                                                 or paths (not forecast, which replays a series)"""
 
 
 def _load(handler: Handler) -> Callable[[list[str]], int]:

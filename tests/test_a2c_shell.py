@@ -275,3 +275,45 @@ def test_load_checkpoint_gives_an_agent(tmp_path, algo):
     predicted = agent.predict(obs.cpu().numpy())
     assert isinstance(predicted, np.ndarray) and np.array_equal(predicted, actions.cpu().numpy())
     assert agent.value(obs).shape == (3,)
+
+
+class _ShortSuccessEnv:
+    """Copy 0 succeeds after 1 step, every other copy truncates after 10: the unbiased
+    estimate from one episode per copy is 1 / num_envs, whatever the episode count."""
+
+    def __init__(self, num_envs):
+        import torch
+
+        self.num_envs, self.device = num_envs, torch.device("cpu")
+        self.t = torch.zeros(num_envs, dtype=torch.long)
+
+    def reset(self):
+        import torch
+
+        self.t.zero_()
+        return torch.zeros(self.num_envs, 1)
+
+    def step(self, actions):
+        import torch
+
+        self.t += 1
+        done = torch.zeros(self.num_envs, dtype=torch.bool)
+        done[0] = True
+        trunc = (self.t >= 10) & ~done
+        self.t[done | trunc] = 0
+        return torch.zeros(self.num_envs, 1), done.float(), done, trunc, {}
+
+
+def test_evaluation_counts_each_copys_first_episodes_not_the_quickest():
+    import torch
+
+    from pglab.algos.a2c_common import evaluate_policy
+
+    act = lambda obs: torch.zeros(obs.shape[0], dtype=torch.int32)  # noqa: E731
+    # 4 copies, 4 episodes: one per copy -> 1 success in 4. Counting the first 4 episodes
+    # to end would take copy 0's four 1-step successes (rate 1.0).
+    result = evaluate_policy(act, _ShortSuccessEnv(4), episodes=4)
+    assert result["episodes"] == 4 and result["success_rate"] == 0.25
+    assert result["length_mean"] == (1 + 10 + 10 + 10) / 4
+    # 6 episodes on 4 copies: quotas (2, 2, 1, 1) -> copy 0 gives 2 successes of 6.
+    assert evaluate_policy(act, _ShortSuccessEnv(4), episodes=6)["success_rate"] == 2 / 6

@@ -126,10 +126,21 @@ def format_postfix(record: dict[str, float]) -> dict[str, str]:
 
 @torch.no_grad()
 def evaluate_policy(act, env, *, episodes: int, max_env_steps: int = 100_000, desc: str = "evaluate a2c") -> dict[str, float]:
-    """Run ``act(obs) -> int32 [N]`` until ``episodes`` episodes finished; success rate
-    (fraction terminated), mean return and length of the first ``episodes`` episodes."""
+    """Run ``act(obs) -> int32 [N]`` until ``episodes`` episodes are counted; success rate
+    (fraction terminated), mean return and length.
+
+    Each environment copy ``i`` contributes its *first* ``m_i`` episodes, with the quotas
+    ``m_i`` summing to ``episodes`` (``episodes // N``, one more for the first
+    ``episodes % N`` copies). Counting the first episodes to finish across all copies
+    instead would over-represent short episodes (quick successes) whenever ``episodes`` is
+    not much larger than ``N``.
+    """
     check_int("episodes", episodes, minimum=1)
-    tracker = EpisodeTracker(env.num_envs, env.device)
+    num_envs = env.num_envs
+    tracker = EpisodeTracker(num_envs, env.device)
+    quota = torch.full((num_envs,), episodes // num_envs, dtype=torch.long, device=env.device)
+    quota[: episodes % num_envs] += 1
+    taken = torch.zeros(num_envs, dtype=torch.long, device=env.device)
     obs = env.reset()
     returns: list[torch.Tensor] = []
     lengths: list[torch.Tensor] = []
@@ -140,12 +151,14 @@ def evaluate_policy(act, env, *, episodes: int, max_env_steps: int = 100_000, de
         for _ in range(max_env_steps):
             obs, reward, done, trunc, _ = env.step(act(obs))
             episode_returns, episode_lengths, finished = tracker.update(reward, done | trunc)
-            returns.append(episode_returns[finished])
-            lengths.append(episode_lengths[finished])
-            successes.append(done[finished])
-            ended = int(finished.sum())
-            bar.update(min(ended, episodes - count) if count < episodes else 0)
-            count += ended
+            counted = finished & (taken < quota)
+            taken += finished.long()
+            returns.append(episode_returns[counted])
+            lengths.append(episode_lengths[counted])
+            successes.append(done[counted])
+            now = int(torch.minimum(taken, quota).sum())
+            bar.update(now - count)
+            count = now
             if count >= episodes:
                 break
     finally:

@@ -215,13 +215,6 @@ def plot_validation(learned, reference, output: str | os.PathLike) -> Path:
     fig.suptitle(f"HJB validation: {learned.source}")
     fig.tight_layout()
 
-    target = Path(output)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.stem}.tmp-{os.getpid()}.png")
-    try:
-        fig.savefig(tmp, dpi=100)
-        os.replace(tmp, target)
-    finally:
-        plt.close(fig)
-        tmp.unlink(missing_ok=True)
-    return target
+    from pglab.run.plots import save_figure
+
+    return save_figure(fig, output, dpi=100)
