@@ -396,3 +396,41 @@ def test_comparison_plot_data_has_a_title_a_labelled_target_and_a_sensible_axis(
     for low, high in (data["curve_ylim"], data["bar_ylim"]):
         assert low <= 90.0 and high >= 100.0  # the whole data range, the target and V* in view
     assert plot_comparison(rows, tmp_path / "cmp.png").stat().st_size > 10_000
+
+
+# -- the model as a nested config (issue 18: GHMParams is a field of GHMTrainConfig) -------------
+
+def test_model_parameters_are_a_nested_config_with_the_documented_flat_flags_and_keys(tmp_path):
+    """--sigma sets config.params.sigma; YAML takes the flat key and the nested mapping; a
+    config stored flat by an older pglab (checkpoints, config.json) loads into the nested one."""
+    from pglab.configs.ghm import GHMParams
+    from pglab.run.config import config_from_dict, config_to_dict, parse_flags
+
+    parsed = parse_flags(GHMTrainConfig, ["--sigma", "0.3", "--lambda_dilution", "0.25", "--a-L-max", "2"], prog="t")
+    assert parsed.config.params == GHMParams(sigma=0.3, lambda_dilution=0.25, a_L_max=2.0)
+    assert "params" in parsed.given
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("sigma: 0.3\nrho: 0.2\nn_iterations: 7\n")
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("params:\n  sigma: 0.3\n  rho: 0.2\nn_iterations: 7\n")
+    from_flat = parse_flags(GHMTrainConfig, ["--config", str(flat)], prog="t").config
+    assert from_flat == parse_flags(GHMTrainConfig, ["--config", str(nested)], prog="t").config
+    assert from_flat.params == GHMParams(sigma=0.3, rho=0.2) and from_flat.n_iterations == 7
+    # a flag overrides one key of the file and keeps the others
+    assert parse_flags(GHMTrainConfig, ["--config", str(flat), "--sigma", "0.1"], prog="t").config.params == GHMParams(sigma=0.1, rho=0.2)
+    old_style = {key: value for key, value in config_to_dict(GHMTrainConfig()).items() if key != "params"}
+    old_style.update(mu=0.05, sigma=0.15)
+    restored = config_from_dict(GHMTrainConfig, old_style)
+    assert restored.params == GHMParams(mu=0.05, sigma=0.15)
+    assert config_from_dict(GHMTrainConfig, config_to_dict(restored)) == restored
+
+
+def test_resume_refusing_a_model_parameter_names_its_flag(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert pglab_main(["train", "ghm", *TINY_FLAGS, "--n-iterations", "1", "--log-dir", str(run_dir)]) == 0
+    capsys.readouterr()
+    assert pglab_main(["train", "ghm", "--resume", str(run_dir), "--n-iterations", "2", "--rho", "0.3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pglab: error: rho") and "0.3" in err[0] and "differs" in err[0]
+    # the same value as stored is no change, so the resume goes on
+    assert pglab_main(["train", "ghm", "--resume", str(run_dir), "--n-iterations", "2", "--rho", "0.1"]) == 0

@@ -156,7 +156,7 @@ def test_actor_critic_step_updates_both_networks(hjb_weight):
 def test_new_solvers_learn_the_deterministic_toy_optimum(tmp_path, algo):
     """sigma = 0, mu = r = 0: pay the maximal dividend, never issue (value (1 - e^{-rho c}) / rho)."""
     config = GHMTrainConfig(**{**TINY, **dict(
-        algo=algo, sigma=0.0, mu=0.0, r=0.0, rho=1.0, initial_cash_low=0.2, initial_cash_high=1.5,
+        algo=algo, params=GHMParams(sigma=0.0, mu=0.0, r=0.0, rho=1.0, initial_cash_low=0.2, initial_cash_high=1.5),
         n_trajectories=128, T=2.0, dt=0.05, action_repeat=1, lr_policy=3e-3, lr_baseline=3e-3, n_iterations=40,
         policy_hidden_dims=(16,), baseline_hidden_dims=(16,), save_interval=1000, log_dir=tmp_path / "run")})
     result = train_ghm(config, **QUIET)

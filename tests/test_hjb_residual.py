@@ -159,7 +159,7 @@ TINY = dict(fd_nodes=400, device="cpu", seed=3)
 def _checkpoint(run_dir: Path, **overrides) -> Path:
     """An untrained GHM checkpoint written with pglab's own checkpoint functions."""
     config = GHMTrainConfig(log_dir=run_dir, **TINY, **overrides)
-    model = GHMModel(config.ghm_params())
+    model = GHMModel(config.params)
     policy, baseline = build_networks(config, model, torch.device("cpu"))
     models = {"policy": policy.state_dict()}
     if baseline is not None:

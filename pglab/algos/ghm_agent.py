@@ -68,7 +68,7 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: str | torch.dev
     if checkpoint["kind"] not in GHM_KINDS:
         raise CheckpointError(f"checkpoint {checkpoint.get('path')}: kind={checkpoint['kind']!r} is not a GHM checkpoint")
     config = config_from_dict(GHMTrainConfig, {**checkpoint["config"], "resume": None, "log_dir": None})
-    model = GHMModel(config.ghm_params())
+    model = GHMModel(config.params)
     if isinstance(device, str):
         from pglab.run.device import resolve_device
 

@@ -341,7 +341,7 @@ def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, ec
         run_dir = run.run_dir
         # -- build ------------------------------------------------------------------------------
         generator = make_generator(config.seed, device)
-        model = GHMModel(config.ghm_params())
+        model = GHMModel(config.params)
         simulator = build_simulator(config, model)
         eval_logger = None
         try:
@@ -373,7 +373,7 @@ def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, ec
 
             def quick_check(iteration: int, wall_time: float) -> None:
                 """Plot, and the deterministic policy's value on a few paths (eval.csv)."""
-                data = policy_plot_data(policy, baseline, model, max(config.initial_cash_high, 2.0), device)
+                data = policy_plot_data(policy, baseline, model, max(config.params.initial_cash_high, 2.0), device)
                 fd_states = solution.grid[solution.grid <= data.states[-1]]
                 from pglab.run.ghm_plots import plot_policy_value
 
@@ -383,7 +383,7 @@ def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, ec
                     reference_controls=solution.controls[: len(fd_states)], title=f"{config.kind} — {run_dir}",
                 )
                 record: dict[str, float | None] = {"wall_time": wall_time, "sim_steps": run.counters["sim_steps"]}
-                record["policy/dividend_threshold"] = _threshold(data.states, data.rates[:, 0], config.a_L_max)
+                record["policy/dividend_threshold"] = _threshold(data.states, data.rates[:, 0], config.params.a_L_max)
                 if data.values is not None:
                     record["value/max_abs_error_vs_fd"] = float(np.abs(data.values - solution.value_at(data.states)).max())
                 if config.eval_quick_paths > 0:
@@ -463,10 +463,10 @@ def final_evaluation(config: GHMTrainConfig, policy: GaussianPolicy, baseline: V
         "iteration": iteration, "rows": rows, "simulated_time": result.simulated_time,
         "num_paths": result.num_paths, "fd_thresholds": solution.thresholds(),
     }
-    data = policy_plot_data(policy, baseline, model, max(config.initial_cash_high, 2.0), device)
+    data = policy_plot_data(policy, baseline, model, max(config.params.initial_cash_high, 2.0), device)
     payload["learned_thresholds"] = {
-        "dividend_rate": _threshold(data.states, data.rates[:, 0], config.a_L_max),
-        "issuance_rate": _upper_threshold(data.states, data.rates[:, 1], config.a_E_max),
+        "dividend_rate": _threshold(data.states, data.rates[:, 0], config.params.a_L_max),
+        "issuance_rate": _upper_threshold(data.states, data.rates[:, 1], config.params.a_E_max),
     }
     atomic_write_json(run_dir / "evaluation.json", payload)
     header = list(rows[0])

@@ -166,7 +166,7 @@ def main(argv: list[str]) -> int:
     if config.threads:
         torch.set_num_threads(config.threads)
     train_config = GHMTrainConfig(device="cpu")
-    model = GHMModel(train_config.ghm_params())
+    model = GHMModel(train_config.params)
     torch.manual_seed(0)
     policy, _ = build_networks(train_config, model, torch.device("cpu"))
     ray_ok, ray_note, ray_start_s = False, "", 0.0

@@ -80,7 +80,7 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
     train_config = GHMTrainConfig(device=str(device), n_trajectories=config.train_paths)
-    model = GHMModel(train_config.ghm_params())
+    model = GHMModel(train_config.params)
     policy, baseline = build_networks(train_config, model, device)
     simulator = TrajectorySimulator(model, train_config.dt, train_config.T)  # policy queried every step
     num_steps = simulator.num_steps

@@ -8,7 +8,7 @@ validate them; :mod:`pglab.envs.ghm` and :mod:`pglab.envs.ghm_credit_line` re-ex
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -210,24 +210,10 @@ class GHMTrainConfig:
     last iteration (a long interval gives the score-function gradient its signal early on;
     the policy that is optimal for a held action acts too early, so finish near every dt)"""
     # -- GHM model ---------------------------------------------------------------------
-    mu: float = 0.1
-    """cash-flow drift"""
-    sigma: float = 0.2
-    """cash-flow volatility"""
-    r: float = 0.05
-    """interest rate on cash"""
-    lambda_dilution: float = 0.1
-    """proportional equity-issuance cost"""
-    rho: float = 0.1
-    """discount rate (must exceed r)"""
-    a_L_max: float = 1.0
-    """maximal dividend rate"""
-    a_E_max: float = 1.0
-    """maximal issuance rate"""
-    initial_cash_low: float = 0.0
-    """initial cash ~ Uniform[initial_cash_low, initial_cash_high]"""
-    initial_cash_high: float = 2.0
-    """upper end of the initial-cash distribution"""
+    # Nested, but its flags and YAML keys keep their plain names: --mu, --sigma, --r,
+    # --lambda-dilution, --rho, --a-L-max, --a-E-max, --initial-cash-low, --initial-cash-high.
+    params: Annotated[GHMParams, tyro.conf.OmitArgPrefixes] = field(default_factory=GHMParams)
+    """the model: drift, volatility, rates, costs, rate bounds and initial cash"""
     # -- logging -----------------------------------------------------------------------
     log_dir: Path | None = None
     """run directory (default runs/ghm-<algo>/<timestamp>)"""
@@ -317,7 +303,8 @@ class GHMTrainConfig:
             check_int("final_action_repeat", self.final_action_repeat, minimum=1)
             if self.final_action_repeat > self.action_repeat:
                 raise ConfigError("final_action_repeat", self.final_action_repeat, f"must be <= action_repeat={self.action_repeat}")
-        self.ghm_params()  # validates mu, sigma, r, rho, lambda, rates, initial cash
+        if not isinstance(self.params, GHMParams):  # GHMParams validates its own fields
+            raise ConfigError("params", self.params, "must be a GHMParams")
         for name in ("log_interval", "eval_interval", "save_interval"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("eval_quick_paths", self.eval_quick_paths, minimum=0)
@@ -332,13 +319,6 @@ class GHMTrainConfig:
         check_int("seed", self.seed, minimum=0)
         check_int("threads", self.threads, minimum=0)
         check_device("device", self.device)
-
-    def ghm_params(self) -> GHMParams:
-        return GHMParams(
-            mu=self.mu, sigma=self.sigma, r=self.r, lambda_dilution=self.lambda_dilution, rho=self.rho,
-            a_L_max=self.a_L_max, a_E_max=self.a_E_max,
-            initial_cash_low=self.initial_cash_low, initial_cash_high=self.initial_cash_high,
-        )
 
     @property
     def kind(self) -> str:

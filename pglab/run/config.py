@@ -51,6 +51,11 @@ def _coerce(field: str, annotation: Any, value: Any) -> Any:
     if annotation is Any:
         return value
     if origin is typing.Annotated:
+        if _omits_prefix(annotation) and dataclasses.is_dataclass(args[0]):
+            # Its flags carry no prefix (--sigma, not --params.sigma): nor do its errors.
+            if not isinstance(value, dict):
+                raise ConfigError(field, value, f"must be a mapping of {args[0].__name__} fields")
+            return config_from_dict(args[0], value, prefix=field.rpartition(".")[0] + "." if "." in field else "")
         return _coerce(field, args[0], value)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -130,18 +135,50 @@ def deprecated_names(cls: type) -> dict[str, str]:
     return dict(getattr(cls, "DEPRECATED_NAMES", {}) or {})
 
 
+def _omits_prefix(annotation: Any) -> bool:
+    """Whether ``annotation`` is ``Annotated[SomeConfig, tyro.conf.OmitArgPrefixes]``: a
+    nested config whose flags (and YAML keys) keep their plain names (``--sigma``)."""
+    if typing.get_origin(annotation) is not typing.Annotated:
+        return False
+    import tyro
+
+    return any(marker is tyro.conf.OmitArgPrefixes for marker in typing.get_args(annotation)[1:])
+
+
+def _field_type(annotation: Any) -> Any:
+    """``annotation`` without ``Annotated[...]``."""
+    return typing.get_args(annotation)[0] if typing.get_origin(annotation) is typing.Annotated else annotation
+
+
+def unprefixed_fields(cls: type) -> dict[str, str]:
+    """``{leaf: "nested.leaf"}`` for the fields of ``cls``'s nested configs whose names carry
+    no prefix on the command line and in YAML (``sigma`` -> ``params.sigma``)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    leaves: dict[str, str] = {}
+    for field in dataclasses.fields(cls):
+        annotation = hints[field.name]
+        if field.init and _omits_prefix(annotation) and dataclasses.is_dataclass(_field_type(annotation)):
+            leaves.update({inner.name: f"{field.name}.{inner.name}" for inner in dataclasses.fields(_field_type(annotation)) if inner.init})
+    return leaves
+
+
 def _nest(cls: type, mapping: dict[str, Any], *, warn: bool, source: str) -> dict[str, Any]:
-    """Rename deprecated keys of ``mapping`` (a flat or nested dict) to their new names."""
-    renames = deprecated_names(cls)
+    """Rename deprecated keys of ``mapping`` (a flat or nested dict) to their new names and
+    fold the plain keys of unprefixed nested configs (``sigma``) into their config."""
+    renames = {**unprefixed_fields(cls), **deprecated_names(cls)}
     if not renames:
         return mapping
+    plain_names = unprefixed_fields(cls)
     out: dict[str, Any] = {}
     for key, value in mapping.items():
         new = renames.get(key)
         if new is None:
-            out[key] = value
+            if isinstance(value, dict):  # a copy: the caller's mapping is not changed
+                out[key] = {**out[key], **value} if isinstance(out.get(key), dict) else dict(value)
+            else:
+                out[key] = value
             continue
-        if warn:
+        if warn and key not in plain_names:
             _deprecation_note(f"{source} key {key!r} is deprecated; use {new!r}")
         head, dot, tail = new.partition(".")
         if dot:
@@ -238,8 +275,11 @@ def _flag_names(cls: type, prefix: str = "") -> dict[str, tuple[str, bool]]:
             continue
         annotation = hints[field.name]
         dotted = prefix + field.name
-        if dataclasses.is_dataclass(annotation):
-            names.update(_flag_names(annotation, prefix=dotted + "."))
+        if dataclasses.is_dataclass(_field_type(annotation)):
+            inner = _flag_names(_field_type(annotation), prefix=dotted + ".")
+            if _omits_prefix(annotation):  # --sigma sets params.sigma
+                inner = {flag.rpartition(".")[2]: entry for flag, entry in inner.items()}
+            names.update(inner)
             continue
         names[dotted.replace("_", "-")] = (dotted, annotation is bool)
     return names

@@ -102,7 +102,7 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None)
         ``(config, None, None)``.
     """
     from pglab.run.checkpoint import LATEST_NAME, load_checkpoint_file
-    from pglab.run.config import config_from_dict
+    from pglab.run.config import config_from_dict, unprefixed_fields
     from pglab.run.rundir import find_run_dir, read_run_config
 
     if config.resume is None:
@@ -123,12 +123,15 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None)
         current = _plain(config)
         given = frozenset(name for name in current if current[name] != defaults.get(name))
     allowed = SHELL_RESUMABLE | spec.resumable
+    plain_names = {dotted: leaf for leaf, dotted in unprefixed_fields(spec.config_class).items()}
     changes: dict[str, Any] = {}
     for name in sorted(given - {"resume", "log_dir"}):
         new, old = getattr(config, name), getattr(stored, name)
         if _plain(new) == _plain(old):
             continue
         if name not in allowed:
+            name, new, old = _first_difference(name, new, old)
+            name = plain_names.get(name, name)  # as on the command line: sigma, not params.sigma
             raise ConfigError(name, new, f"differs from the resumed run's value {old!r}; a resume may change only "
                               f"{', '.join(sorted(allowed - {'resume', 'log_dir'}))}")
         changes[name] = new
@@ -139,6 +142,17 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None)
         raise ConfigError(spec.budget_field, getattr(merged, spec.budget_field),
                           f"is below what the resumed run has done ({spec.step_key} {done})")
     return dataclasses.replace(merged, resume=run_dir, log_dir=run_dir), checkpoint, run_dir
+
+
+def _first_difference(name: str, new: Any, old: Any) -> tuple[str, Any, Any]:
+    """For a nested config, the first field that differs, dotted (``params.sigma``)."""
+    if not (dataclasses.is_dataclass(new) and dataclasses.is_dataclass(old)):
+        return name, new, old
+    for inner in dataclasses.fields(new):
+        new_value, old_value = getattr(new, inner.name), getattr(old, inner.name)
+        if _plain(new_value) != _plain(old_value):
+            return _first_difference(f"{name}.{inner.name}", new_value, old_value)
+    return name, new, old
 
 
 def _check_log_dir(config: Any) -> None:
