@@ -29,7 +29,8 @@ class UsageError(PglabError):
 
 
 class ConfigError(UsageError, ValueError):
-    """A configuration field holds a value outside its allowed range.
+    """A configuration field holds a value outside its allowed range; its message reads
+    ``FIELD: what is wrong (got VALUE)``.
 
     It is a ``ValueError`` so that tyro, which builds configs from the command line,
     reports it as a parse error (exit code 2) with this message.
@@ -37,7 +38,8 @@ class ConfigError(UsageError, ValueError):
 
     def __init__(self, field: str, value: Any, expected: str):
         self.field, self.value, self.expected = field, value, expected
-        super().__init__(f"{field}={value!r}: {expected}")
+        # The one error line of every pglab command: "FIELD: what is wrong (got VALUE)".
+        super().__init__(f"{field}: {expected} (got {value!r})")
 
 
 class CheckpointError(UsageError):

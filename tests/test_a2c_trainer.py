@@ -82,7 +82,7 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
     assert strip(log_full[1:]) == strip(log_half[1:])
     assert sum("meta" in r for r in log_half) == 1
     # resuming with a changed trajectory-defining field is refused, naming the field
-    with pytest.raises(ConfigError, match="lr=0.5"):
+    with pytest.raises(ConfigError, match=r"lr: .*\(got 0.5\)"):
         train_a2c(A2CTrainConfig(total_env_steps=8 * 2 * 9, num_envs=8, resume=half, lr=0.5), echo=quiet)
 
 

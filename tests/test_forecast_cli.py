@@ -153,15 +153,15 @@ def test_evaluate_against_an_adversary_is_like_for_like(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["train", "forecast", "--algo", "sarsa"], "algo='sarsa'"),
+    (["train", "forecast", "--algo", "sarsa"], "(got 'sarsa')"),
     (["train", "forecast", "--source", "csv:{empty}"], "empty"),
     (["backtest", "--source", "csv:{text}"], "not a number"),
-    (["backtest", "--source", "synthetic", "--window_size", "400"], "window_size=400"),
-    (["backtest", "--window_size", "30"], "horizon=40"),
-    (["train", "forecast", "--source", "yahoo"], "source='yahoo'"),
+    (["backtest", "--source", "synthetic", "--window_size", "400"], "(got 400)"),
+    (["backtest", "--window_size", "30"], "horizon: must be <= window_size - 2 = 28"),
+    (["train", "forecast", "--source", "yahoo"], "(got 'yahoo')"),
     (["evaluate", "forecast", "--model", "{bad_table}"], "not valid JSON"),
     (["train", "forecast", "--resume", "{tmp}"], "no config.json"),
-    (["train", "forecast", "--episodes", "0"], "episodes=0"),
+    (["train", "forecast", "--episodes", "0"], "episodes: must be >= 1 (got 0)"),
 ])
 def test_bad_inputs_exit_2_with_a_clear_message(tmp_path, capsys, argv, message):
     (tmp_path / "empty.csv").write_text("")

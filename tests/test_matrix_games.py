@@ -86,5 +86,5 @@ def test_coordination_learners_settle_on_the_same_pure_equilibrium():
 
 
 def test_unknown_game_is_a_config_error():
-    with pytest.raises(ConfigError, match="game='chess'"):
+    with pytest.raises(ConfigError, match=r"game: .*\(got 'chess'\)"):
         make_game("chess")

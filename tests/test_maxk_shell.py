@@ -118,7 +118,7 @@ def test_resume_refuses_a_given_training_flag_naming_it(tiny_run, tmp_path, caps
     # 1e-4 is the default lr but not this run's (5e-4): given, so refused, not ignored.
     assert main(["train", "maxk-pomo", "--resume", str(run), "--n-steps", "4", "--lr", "1e-4"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("pglab: error: lr=") and "0.0005" in err
+    assert err.startswith("pglab: error: lr: ") and "0.0005" in err and "(got 0.0001)" in err
     assert load_checkpoint_file(run)["counters"]["step"] == 2  # untouched
 
 

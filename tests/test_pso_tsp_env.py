@@ -188,7 +188,7 @@ def test_paired_env_gives_both_halves_the_same_random_numbers():
 
 
 def test_bad_config_and_bad_actions():
-    with pytest.raises(ConfigError, match="n_particles=0"):
+    with pytest.raises(ConfigError, match=r"n_particles: .*\(got 0\)"):
         PSOTSPEnvConfig(n_particles=0)
     with pytest.raises(ConfigError, match="w_min"):
         PSOTSPEnvConfig(w_min=2.0, w_max=1.0)

@@ -141,22 +141,22 @@ def test_config_from_yaml_flags_and_errors(tmp_path):
         load_yaml_config(DemoConfig, bad)
     unknown = tmp_path / "unknown.yaml"
     unknown.write_text("sigmaa: 1\n")
-    with pytest.raises(ConfigError, match="sigmaa=1: unknown field"):
+    with pytest.raises(ConfigError, match=r"sigmaa: unknown field.*\(got 1\)"):
         load_yaml_config(DemoConfig, unknown)
-    with pytest.raises(ConfigError, match="sigma=-1.0: must be > 0"):
+    with pytest.raises(ConfigError, match=r"sigma: must be > 0 \(got -1.0\)"):
         config_from_dict(DemoConfig, {"sigma": -1.0})
-    with pytest.raises(ConfigError, match="mode='c': must be one of"):
+    with pytest.raises(ConfigError, match=r"mode: must be one of .*\(got 'c'\)"):
         config_from_dict(DemoConfig, {"mode": "c"})
     # A bad flag value is a one-line ConfigError (pglab prints it and exits 2).
-    with pytest.raises(ConfigError, match="sigma=nan: must be a finite number"):
+    with pytest.raises(ConfigError, match=r"sigma: must be a finite number \(got nan\)"):
         parse_config(DemoConfig, ["--sigma", "nan"], prog="demo")
     assert normalise_flags(["--n_iterations=5", "--a_b", "x_y"]) == ["--n-iterations=5", "--a-b", "x_y"]
 
 
 def test_validation_messages_name_field_value_and_range():
-    with pytest.raises(ConfigError, match=r"gamma=1.5: must lie in \(0, 1\]"):
+    with pytest.raises(ConfigError, match=r"gamma: must lie in \(0, 1\] \(got 1.5\)"):
         check_range("gamma", 1.5, 0, 1, low_inclusive=False)
-    with pytest.raises(ConfigError, match="dt=inf: must be a finite number"):
+    with pytest.raises(ConfigError, match=r"dt: must be a finite number \(got inf\)"):
         check_positive("dt", float("inf"))
 
 

@@ -353,7 +353,7 @@ def evaluate_model(config: ForecastModelEvaluateConfig) -> dict[str, Any]:
     series = load_data(config)
     end = len(series) if config.end_row is None else config.end_row
     if end > len(series):
-        raise DataError(f"end_row={end}: the series {series.name} has only {len(series)} rows")
+        raise DataError(f"end_row: the series {series.name} has only {len(series)} rows (got {end})")
     result = {"model": str(config.model), "series": series.name, "rows": [config.start_row, end],
               "clean": evaluate_forecaster(series, forecaster, encoder, range(config.start_row, end))}
     if adversary is not None:
@@ -422,8 +422,8 @@ def window_bounds(n_rows: int, window_size: int, step_size: int, max_windows: in
     The first window starts at row 1 so that its first state has a previous change.
     """
     if window_size + 2 > n_rows:
-        raise DataError(f"window_size={window_size}: the series has only {n_rows} rows; a window needs window_size + 2 rows "
-                        "(a training window and at least one row to forecast)")
+        raise DataError(f"window_size: the series has only {n_rows} rows; a window needs window_size + 2 rows "
+                        f"(a training window and at least one row to forecast) (got {window_size})")
     bounds = []
     start = 1
     while start + window_size < n_rows and (max_windows is None or len(bounds) < max_windows):

@@ -224,7 +224,7 @@ def compare(argv: list[str]) -> int:
                              f"{rows[0]['run']!r} at {cash}; compare runs evaluated on the same grid")
     out = Path(config.output) if config.output is not None else Path("runs") / f"compare-{datetime.now():%Y%m%d-%H%M%S}"
     if (out / "comparison.md").exists():
-        raise UsageError(f"output={str(out)!r}: already holds a comparison; choose another --output")
+        raise UsageError(f"output: already holds a comparison; choose another --output (got {str(out)!r})")
     out.mkdir(parents=True, exist_ok=True)
     markdown, table_csv = comparison_table(rows, config)
     atomic_write_text(out / "comparison.csv", table_csv)

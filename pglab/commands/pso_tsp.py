@@ -64,8 +64,8 @@ def run_evaluation(config: PSOTSPEvalConfig, *, echo=print) -> list[dict]:
         train_config = agent.config
     overrides = {name: getattr(config, name) for name in ("num_cities", "n_particles", "pso_iterations") if getattr(config, name) is not None}
     if agent is not None and "num_cities" in overrides and overrides["num_cities"] != train_config.num_cities:
-        raise UsageError(f"num_cities={overrides['num_cities']}: the checkpoint was trained on n={train_config.num_cities}; "
-                         "the network's edge dimension is fixed by n and k")
+        raise UsageError(f"num_cities: the checkpoint was trained on n={train_config.num_cities}; "
+                         f"the network's edge dimension is fixed by n and k (got {overrides['num_cities']})")
     env_config = dataclasses.replace(train_config.env_config(), **overrides)
     if agent is not None:
         agent.pso_iterations = env_config.pso_iterations  # its progress feature t / T, at this T

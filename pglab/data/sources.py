@@ -49,7 +49,7 @@ def check_source(source: str) -> None:
         return
     if source.startswith("csv:") and len(source) > 4:
         return
-    raise DataError(f"source={source!r}: unknown; choose one of {', '.join(SOURCES)}")
+    raise DataError(f"source: unknown; choose one of {', '.join(SOURCES)} (got {source!r})")
 
 
 def load_series(
@@ -83,7 +83,7 @@ def synthetic_series(*, n_rows: int = 240, seed: int = 0, mean: float = 5.0, rev
     so a forecaster that reads ``x_t`` can beat the random walk by ~``loading * |x_t|``.
     """
     if n_rows < 3:
-        raise DataError(f"n_rows={n_rows}: the synthetic source needs at least 3 rows")
+        raise DataError(f"n_rows: the synthetic source needs at least 3 rows (got {n_rows})")
     rng = np.random.default_rng(seed)
     shocks, driver_shocks = rng.standard_normal(n_rows), rng.standard_normal(n_rows)
     y, x = np.empty(n_rows), np.empty(n_rows)

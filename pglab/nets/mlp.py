@@ -17,7 +17,7 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
 
 def activation_class(name: str) -> type[nn.Module]:
     if name not in ACTIVATIONS:
-        raise ValueError(f"activation={name!r}: must be one of {', '.join(ACTIVATIONS)}")
+        raise ValueError(f"activation: must be one of {', '.join(ACTIVATIONS)} (got {name!r})")
     return ACTIVATIONS[name]
 
 

@@ -39,12 +39,12 @@ def plot_learning_curves(
         raise UsageError(f"run directory {run_dir}: the metrics log has no records yet")
     x_column = x or next((c for c in STEP_COLUMNS if c in frame.columns), None)
     if x_column is None or x_column not in frame.columns:
-        raise UsageError(f"x={x!r}: not a column of the log; columns: {', '.join(frame.columns)}")
+        raise UsageError(f"x: not a column of the log; columns: {', '.join(frame.columns)} (got {x!r})")
     numeric = [c for c in frame.columns if c != x_column and frame[c].dtype.kind in "fiu"]
     chosen = list(keys) if keys else [c for c in numeric if c not in STEP_COLUMNS][:12]
     missing = [k for k in chosen if k not in frame.columns]
     if missing:
-        raise UsageError(f"keys={missing}: not in the log; columns: {', '.join(frame.columns)}")
+        raise UsageError(f"keys: not in the log; columns: {', '.join(frame.columns)} (got {missing})")
     if not chosen:
         raise UsageError(f"run directory {run_dir}: no numeric metrics to plot")
     cols = min(3, len(chosen))

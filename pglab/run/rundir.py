@@ -42,13 +42,13 @@ def find_run_dir(path: str | os.PathLike) -> Path:
     a checkpoint file inside either. The one place that maps a checkpoint to its run."""
     candidate = Path(path)
     if not candidate.exists():
-        raise UsageError(f"resume={str(candidate)!r}: no such run directory or checkpoint")
+        raise UsageError(f"resume: no such run directory or checkpoint (got {str(candidate)!r})")
     if candidate.is_file():
         candidate = candidate.parent
     if not (candidate / CONFIG_NAME).exists() and candidate.name == "checkpoints":
         candidate = candidate.parent
     if not (candidate / CONFIG_NAME).exists():
-        raise UsageError(f"resume={str(path)!r}: not a pglab run directory (no {CONFIG_NAME})")
+        raise UsageError(f"resume: not a pglab run directory (no {CONFIG_NAME}) (got {str(path)!r})")
     return candidate
 
 

@@ -110,8 +110,8 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None)
     run_dir = find_run_dir(config.resume)
     stored_payload = read_run_config(run_dir)
     if stored_payload.get("kind") not in spec.kinds:
-        raise CheckpointError(f"resume={str(config.resume)!r}: holds a {stored_payload.get('kind')!r} run, "
-                              f"not one of {', '.join(spec.kinds)} (pglab train {spec.system})")
+        raise CheckpointError(f"resume: holds a {stored_payload.get('kind')!r} run, "
+                              f"not one of {', '.join(spec.kinds)} (pglab train {spec.system}) (got {str(config.resume)!r})")
     latest = run_dir / "checkpoints" / LATEST_NAME
     checkpoint = load_checkpoint_file(latest, kinds=spec.kinds) if latest.exists() else None
     stored_fields = checkpoint["config"] if checkpoint is not None else stored_payload.get("config")
