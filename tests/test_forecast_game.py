@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pglab.run.config import make_config
 from pglab.algos.tabular import IterativeFeedbackLoop, QTableAgent, RADversarialTrainer, TrainingLoop, WoLFPHCAgent
 from pglab.data import ForecastSeries, load_series, read_fred_csv
 from pglab.envs.forecast_game import (
@@ -153,7 +154,7 @@ def test_make_agents_builds_the_configured_learners(algo):
     from pglab.algos.forecast import make_agents
     from pglab.configs.forecast import ForecastTrainConfig
 
-    config = ForecastTrainConfig(algo=algo, source="synthetic", alpha=0.3, gamma=0.2, epsilon=0.9, epsilon_decay=0.98,
+    config = make_config(ForecastTrainConfig, algo=algo, source="synthetic", alpha=0.3, gamma=0.2, epsilon=0.9, epsilon_decay=0.98,
                                  epsilon_min=0.1, delta_win=0.02, delta_lose=0.07, seed=5, n_bins=11, adversary_bins=7)
     forecaster, adversary = make_agents(config)
     learner = {"alpha": 0.3, "gamma": 0.2, "epsilon_decay": 0.98, "epsilon_min": 0.1}

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from pglab.run.config import make_config
 from pglab.cli import main as cli_main
 
 TINY = ["--source", "synthetic", "--horizon", "5", "--save_interval", "2"]
@@ -22,7 +23,7 @@ def train_cli(run_dir, *extra):
 def tiny_config(run_dir, **fields):
     from pglab.configs.forecast import ForecastTrainConfig
 
-    return ForecastTrainConfig(**{"source": "synthetic", "horizon": 5, "save_interval": 2, "episodes": 4, "log_dir": run_dir, **fields})
+    return make_config(ForecastTrainConfig, **{"source": "synthetic", "horizon": 5, "save_interval": 2, "episodes": 4, "log_dir": run_dir, **fields})
 
 
 def latest_episode(run_dir):

@@ -408,7 +408,7 @@ def test_model_parameters_are_a_nested_config_with_the_documented_flat_flags_and
 
     parsed = parse_flags(GHMTrainConfig, ["--sigma", "0.3", "--lambda_dilution", "0.25", "--a-L-max", "2"], prog="t")
     assert parsed.config.params == GHMParams(sigma=0.3, lambda_dilution=0.25, a_L_max=2.0)
-    assert "params" in parsed.given
+    assert {"params.sigma", "params.lambda_dilution", "params.a_L_max"} == parsed.given
     flat = tmp_path / "flat.yaml"
     flat.write_text("sigma: 0.3\nrho: 0.2\nn_iterations: 7\n")
     nested = tmp_path / "nested.yaml"
@@ -434,3 +434,17 @@ def test_resume_refusing_a_model_parameter_names_its_flag(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith("pglab: error: rho") and "0.3" in err[0] and "differs" in err[0]
     # the same value as stored is no change, so the resume goes on
     assert pglab_main(["train", "ghm", "--resume", str(run_dir), "--n-iterations", "2", "--rho", "0.1"]) == 0
+
+
+def test_resume_compares_only_the_given_model_parameters(tmp_path, capsys):
+    """A run trained at sigma 0.3 resumed with --rho 0.1 (its stored value) goes on: only
+    the given leaf is compared, not the rest of the nested config's defaults (which would
+    wrongly name sigma); a differing leaf is refused under its own name."""
+    run_dir = tmp_path / "run"
+    assert pglab_main(["train", "ghm", *TINY_FLAGS, "--n-iterations", "1", "--sigma", "0.3", "--log-dir", str(run_dir)]) == 0
+    assert pglab_main(["train", "ghm", "--resume", str(run_dir), "--n-iterations", "2", "--rho", "0.1"]) == 0
+    stored = json.loads((run_dir / "config.json").read_text())["config"]["params"]
+    assert stored["sigma"] == 0.3 and stored["rho"] == 0.1
+    capsys.readouterr()
+    assert pglab_main(["train", "ghm", "--resume", str(run_dir), "--n-iterations", "3", "--mu", "0.2"]) == 2
+    assert capsys.readouterr().err.startswith("pglab: error: mu: differs")

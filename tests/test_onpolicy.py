@@ -45,7 +45,7 @@ def test_updates_learn_the_better_arm_and_its_value(mode, iterations):
     """Arm 1 pays 1, arm 0 pays 0 (+ noise). From pi(1) = 0.5, a few batches bring
     pi(1) above 0.95, and the critic (vpg_gae, ppo) to pi(1), the expected reward."""
     model = Bandit()
-    hp = OnPolicyHyperparams(rl_mode=mode, ppo_epochs=4, num_minibatches=4)
+    hp = OnPolicyHyperparams(algo=mode, ppo_epochs=4, num_minibatches=4)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     for k in range(iterations):
         batch, evaluate = bandit_batch(model, seed=k)
@@ -74,7 +74,7 @@ def test_kl_early_stop_and_config_validation():
     assert torch.equal(runs["stopped"][0].logits, runs["two"][0].logits)
     assert torch.equal(runs["stopped"][0].value, runs["two"][0].value)
     assert runs["full"][1]["stats/epochs"].item() == 50 and runs["loose"][1]["stats/epochs"].item() == 50
-    with pytest.raises(ConfigError, match=r"rl_mode: .*\(got 'a2c'\)"):
-        OnPolicyHyperparams(rl_mode="a2c")
+    with pytest.raises(ConfigError, match=r"algo: .*\(got 'a2c'\)"):
+        OnPolicyHyperparams(algo="a2c")
     with pytest.raises(ConfigError, match=r"gae_lambda: .*\(got 1.5\)"):
         OnPolicyHyperparams(gae_lambda=1.5)

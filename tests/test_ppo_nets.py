@@ -83,7 +83,7 @@ def test_discrete_actor_critic_learns_a_state_dependent_best_action(mode, iterat
     probe = torch.randn(256, 2, generator=torch.Generator().manual_seed(9))
     best = (probe[:, 0] > 0).long()
     optimizer = torch.optim.Adam(net.parameters(), lr=0.05)
-    hp = OnPolicyHyperparams(rl_mode=mode, ppo_epochs=2, num_minibatches=2)
+    hp = OnPolicyHyperparams(algo=mode, ppo_epochs=2, num_minibatches=2)
     for k in range(iterations):
         obs, actions, batch = contextual_bandit_batch(net, 256, k, lambda o, a: (a == (o[:, 0] > 0).long()).float())
         onpolicy_update(lambda i: net.evaluate_actions(obs[i], actions[i]), batch, net.parameters(), optimizer, hp,
@@ -102,7 +102,7 @@ def test_gaussian_ppo_finds_the_reward_peak_and_shrinks_sigma(one_thread):
     probe = torch.zeros(1, 1)
     assert abs(net.deterministic_action(probe).item()) < 0.1
     optimizer = torch.optim.Adam(net.parameters(), lr=0.02)
-    hp = OnPolicyHyperparams(rl_mode="ppo", entropy_coef=0.0, ppo_epochs=2, num_minibatches=2)
+    hp = OnPolicyHyperparams(algo="ppo", entropy_coef=0.0, ppo_epochs=2, num_minibatches=2)
     for k in range(8):
         obs, actions, batch = contextual_bandit_batch(net, 256, k, lambda o, a: -(a[:, 0] - 1.0).pow(2))
         onpolicy_update(lambda i: net.evaluate_actions(obs[i], actions[i]), batch, net.parameters(), optimizer, hp,

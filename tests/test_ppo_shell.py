@@ -10,6 +10,7 @@ import torch
 import yaml
 
 import pglab
+from pglab.run.config import make_config
 from pglab.agent import Agent
 from pglab.algos.ppo import PPOAgent, train_ppo
 from pglab.cli import main as cli_main
@@ -91,7 +92,7 @@ def test_resume_applies_device_cpu_over_the_stored_device(tmp_path, capsys, stor
 def test_no_nan_cells_when_no_episode_ended_in_an_interval(tmp_path):
     # Issue 18 item 8: with 8-step rollouts of one CartPole most iterations end no episode;
     # their return/mean, return/std and episode/length were written as 'nan'.
-    config = PPOConfig(env="gym:CartPole-v1", num_envs=1, num_steps=8, total_steps=8 * 12, num_minibatches=2,
+    config = make_config(PPOConfig, env="gym:CartPole-v1", num_envs=1, num_steps=8, total_steps=8 * 12, num_minibatches=2,
                        ppo_epochs=1, hidden_dims=(16,), log_interval=1, tensorboard=False, eval_episodes=0,
                        log_dir=tmp_path / "run")
     result = train_ppo(config)
@@ -125,36 +126,37 @@ def test_vocabulary_and_deprecated_names(tmp_path, capsys):
     assert PPOConfig().device == "auto" and PPOEvaluateConfig().device == "auto"
     parsed = parse_flags(PPOConfig, ["--rl-mode", "vpg_gae", "--torch-threads", "2"], prog="pglab train ppo")
     assert parsed.config.algo == "vpg_gae" and parsed.config.threads == 2
-    assert parsed.given == {"algo", "threads"}
+    assert parsed.given == {"update.algo", "threads"}  # --algo is a field of the nested update config
     err = capsys.readouterr().err
     assert "--rl-mode is deprecated; use --algo" in err and "--torch-threads is deprecated; use --threads" in err
     old_yaml = tmp_path / "old.yaml"
     old_yaml.write_text(yaml.safe_dump({"rl_mode": "reinforce_raw", "torch_threads": 3}))
     config = parse_flags(PPOConfig, ["--config", str(old_yaml)], prog="pglab train ppo").config
     assert config.algo == "reinforce_raw" and config.threads == 3
-    assert config.hyperparams().rl_mode == "reinforce_raw"
+    assert config.update.algo == "reinforce_raw"
 
 
 def test_old_checkpoint_with_rl_mode_loads_and_resumes(tmp_path):
     # A checkpoint written before the renames stores rl_mode / torch_threads.
-    config = PPOConfig(algo="vpg_gae", total_steps=64, eval_episodes=0, log_dir=tmp_path / "old", **TINY_FIELDS)
+    config = make_config(PPOConfig, algo="vpg_gae", total_steps=64, eval_episodes=0, log_dir=tmp_path / "old", **TINY_FIELDS)
     run = train_ppo(config).run_dir
     path = (run / "checkpoints" / "checkpoint_latest.pt").resolve()
     checkpoint = load_checkpoint_file(path)
     checkpoint.pop("path")
     stored = checkpoint["config"]
+    stored.update(stored.pop("update"))  # stored flat, as before the nested update config
     stored["rl_mode"], stored["torch_threads"] = stored.pop("algo"), stored.pop("threads")
     save_checkpoint(path, checkpoint)
     agent = pglab.load_checkpoint(run)
     assert agent.config.algo == "vpg_gae" and agent.config.threads == 1
     assert train("--resume", str(run), "--total-steps", "128") == 0
-    assert stored_config(run)["algo"] == "vpg_gae"
+    assert stored_config(run)["update"]["algo"] == "vpg_gae"
 
 
 def test_agent_api(tmp_path):
     # Issue 18 items 5 and 11: load_checkpoint(path, device="auto"), act(obs, deterministic=),
     # predict on NumPy, value.
-    run = train_ppo(PPOConfig(total_steps=64, eval_episodes=0, log_dir=tmp_path / "run", **TINY_FIELDS)).run_dir
+    run = train_ppo(make_config(PPOConfig, total_steps=64, eval_episodes=0, log_dir=tmp_path / "run", **TINY_FIELDS)).run_dir
     agent = pglab.load_checkpoint(run, device="auto")
     assert isinstance(agent, Agent) and isinstance(agent, PPOAgent)
     assert agent.kind == "ppo" and agent.config.env == "gym:CartPole-v1"
@@ -170,13 +172,13 @@ def test_agent_api(tmp_path):
 
 
 def test_a_stop_exits_130_and_says_so_in_the_summary(tmp_path):
-    config = PPOConfig(total_steps=64 * 3, eval_episodes=2, log_dir=tmp_path / "run", **TINY_FIELDS)
+    config = make_config(PPOConfig, total_steps=64 * 3, eval_episodes=2, log_dir=tmp_path / "run", **TINY_FIELDS)
     result = train_ppo(config, stop_after=1)
     assert result.interrupted and result.exit_code == EXIT_INTERRUPTED and result.iterations == 1
     assert result.evaluation is None  # no final evaluation of an unfinished run
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["counters"]["iteration"] == 1
-    finished = train_ppo(PPOConfig(resume=result.run_dir, **TINY_FIELDS))
+    finished = train_ppo(make_config(PPOConfig, resume=result.run_dir, **TINY_FIELDS))
     assert finished.exit_code == 0 and finished.iterations == 3 and finished.evaluation["episodes"] == 2
     assert json.loads((result.run_dir / "summary.json").read_text())["status"] == "completed"
 
@@ -185,9 +187,9 @@ def test_extending_the_budget_without_annealing_is_exact(tmp_path):
     # The resume guarantee for a larger budget: without --anneal-lr nothing depends on
     # total_steps, so N (budget N) + resume to 2N == 2N straight, bit for bit.
     fields = dict(anneal_lr=False, eval_episodes=0, **TINY_FIELDS)
-    straight = train_ppo(PPOConfig(total_steps=64 * 4, log_dir=tmp_path / "straight", **fields))
-    train_ppo(PPOConfig(total_steps=64 * 2, log_dir=tmp_path / "split", **fields))
-    extended = train_ppo(PPOConfig(resume=tmp_path / "split", total_steps=64 * 4, **fields))
+    straight = train_ppo(make_config(PPOConfig, total_steps=64 * 4, log_dir=tmp_path / "straight", **fields))
+    train_ppo(make_config(PPOConfig, total_steps=64 * 2, log_dir=tmp_path / "split", **fields))
+    extended = train_ppo(make_config(PPOConfig, resume=tmp_path / "split", total_steps=64 * 4, **fields))
     a, b = load_checkpoint_file(straight.run_dir), load_checkpoint_file(extended.run_dir)
     for key, tensor in a["models"]["agent"].items():
         assert torch.equal(tensor, b["models"]["agent"][key]), key

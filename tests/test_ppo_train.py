@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import pglab
+from pglab.run.config import make_config
 from pglab.algos.ppo import PPOAgent, PPOConfig, capture_env_state, restore_env_state, train_ppo
 from pglab.cli import main as cli_main
 from pglab.envs.registry import make_env
@@ -26,7 +27,7 @@ def small_config(tmp_path, name, **overrides):
     fields = dict(env="gym:Pendulum-v1", num_envs=2, num_steps=64, total_steps=2 * 64 * 8, num_minibatches=2,
                   ppo_epochs=2, hidden_dims=(16,), log_dir=tmp_path / name, **QUIET)
     fields.update(overrides)
-    return PPOConfig(**fields)
+    return make_config(PPOConfig, **fields)
 
 
 @pytest.mark.parametrize(("env", "vectorization"),
@@ -38,7 +39,7 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, env, vectoriz
     straight = train_ppo(small_config(tmp_path, "straight", env=env, vectorization=vectorization))
     first = train_ppo(small_config(tmp_path, "split", env=env, vectorization=vectorization), stop_after=4)
     assert first.interrupted and first.iterations == 4
-    second = train_ppo(PPOConfig(resume=tmp_path / "split", **QUIET))
+    second = train_ppo(make_config(PPOConfig, resume=tmp_path / "split", **QUIET))
     assert second.iterations == 8 and not second.interrupted
     a = load_checkpoint_file(straight.run_dir, kinds=["ppo"])
     b = load_checkpoint_file(second.run_dir, kinds=["ppo"])
@@ -240,9 +241,9 @@ def test_native_env_learns_and_resumes_exactly(tmp_path, monkeypatch, mode):
     monkeypatch.setitem(registry.NATIVE_ENVS, "line-walk", f"{__name__}:make_line_walk")
     fields = dict(env="pglab:line-walk", algo=mode, num_envs=8, num_steps=16, total_steps=8 * 16 * 20, lr=0.03,
                   anneal_lr=False, hidden_dims=(16,), **QUIET)
-    straight = train_ppo(PPOConfig(log_dir=tmp_path / "straight", **fields))
-    train_ppo(PPOConfig(log_dir=tmp_path / "split", **fields), stop_after=10)
-    resumed = train_ppo(PPOConfig(resume=tmp_path / "split", **QUIET))
+    straight = train_ppo(make_config(PPOConfig, log_dir=tmp_path / "straight", **fields))
+    train_ppo(make_config(PPOConfig, log_dir=tmp_path / "split", **fields), stop_after=10)
+    resumed = train_ppo(make_config(PPOConfig, resume=tmp_path / "split", **QUIET))
     a, b = read_metrics(straight.run_dir), read_metrics(resumed.run_dir)
     columns = [c for c in a.columns if not c.startswith("perf/")]
     assert a[columns].equals(b[columns])

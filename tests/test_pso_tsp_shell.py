@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import pglab
+from pglab.run.config import make_config
 from pglab.agent import Agent, NoCritic
 from pglab.algos.pso_tsp import PSOTSPTrainConfig, train_pso_tsp
 from pglab.cli import main as cli_main
@@ -96,12 +97,12 @@ def test_logs_tensorboard_summary_and_exit_130_after_a_stop(tmp_path, monkeypatc
 @pytest.mark.slow
 def test_stop_then_resume_is_bit_exact(tmp_path):
     # vpg_gae: the critic, the optimiser state and every generator must come back
-    config = PSOTSPTrainConfig(**{**TINY, "algo": "vpg_gae"}, n_iterations=3, log_interval=1)
+    config = make_config(PSOTSPTrainConfig, **{**TINY, "algo": "vpg_gae"}, n_iterations=3, log_interval=1)
     full = train_pso_tsp(dataclasses.replace(config, log_dir=tmp_path / "full"), **QUIET)
     stopped = train_pso_tsp(dataclasses.replace(config, log_dir=tmp_path / "half"),
                             stop_after=1, **QUIET)
     assert stopped.interrupted and stopped.exit_code == EXIT_INTERRUPTED and stopped.iterations == 1
-    resumed = train_pso_tsp(PSOTSPTrainConfig(resume=tmp_path / "half"), given=frozenset({"resume"}), **QUIET)
+    resumed = train_pso_tsp(make_config(PSOTSPTrainConfig, resume=tmp_path / "half"), given=frozenset({"resume"}), **QUIET)
     assert resumed.exit_code == 0 and resumed.iterations == 3
     for (name, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values()):
         assert torch.equal(a, b), name
@@ -116,7 +117,7 @@ def test_stop_then_resume_is_bit_exact(tmp_path):
 
 def test_deprecated_names_still_work(tmp_path, capsys):
     parsed = parse_flags(PSOTSPTrainConfig, ["--rl-mode", "vpg_gae"], prog="pglab train pso-tsp")
-    assert parsed.config.algo == "vpg_gae" and parsed.given == frozenset({"algo"})
+    assert parsed.config.algo == "vpg_gae" and parsed.given == frozenset({"update.algo"})
     assert "--rl-mode is deprecated" in capsys.readouterr().err
     old_yaml = tmp_path / "old.yaml"
     old_yaml.write_text("rl_mode: reinforce_raw\nnum_cities: 8\n")
@@ -134,12 +135,13 @@ def test_deprecated_names_still_work(tmp_path, capsys):
 def test_old_run_loads_evaluates_and_resumes(tmp_path, capsys):
     """A run written before the rename (``rl_mode`` in config.json and checkpoints)."""
     run_dir = tmp_path / "old"
-    train_pso_tsp(PSOTSPTrainConfig(**{**TINY, "algo": "vpg_gae"}, n_iterations=1, log_dir=run_dir), **QUIET)
+    train_pso_tsp(make_config(PSOTSPTrainConfig, **{**TINY, "algo": "vpg_gae"}, n_iterations=1, log_dir=run_dir), **QUIET)
 
-    def to_old(config):
-        config = {k: v for k, v in config.items() if k != "threads"}
-        config["rl_mode"] = config.pop("algo")
-        return config
+    def to_old(config):  # flat (before the nested env and update configs), rl_mode, no threads
+        flat = {k: v for k, v in config.items() if k not in ("threads", "env", "update")}
+        update = dict(config["update"])
+        update["rl_mode"] = update.pop("algo")
+        return {**flat, **config["env"], **update}
 
     path = run_dir / "checkpoints" / "checkpoint_iter_000001.pt"
     checkpoint = load_checkpoint_file(path, kinds=["pso-tsp"])
@@ -155,17 +157,17 @@ def test_old_run_loads_evaluates_and_resumes(tmp_path, capsys):
     assert cli_main(["evaluate", str(run_dir), "--episodes", "2", "--no-optimal"]) == 0
     assert "2 held-out instances" in capsys.readouterr().out
     assert cli_main(["train", "pso-tsp", "--resume", str(run_dir), "--n_iterations", "2"]) == 0
-    assert load_checkpoint_file(run_dir, kinds=["pso-tsp"])["config"]["algo"] == "vpg_gae"
+    assert load_checkpoint_file(run_dir, kinds=["pso-tsp"])["config"]["update"]["algo"] == "vpg_gae"
 
 
 @pytest.mark.parametrize("algo", ["ppo", "reinforce_raw"])
 def test_agent_api(tmp_path, algo):
     run_dir = tmp_path / "run"
-    train_pso_tsp(PSOTSPTrainConfig(**{**TINY, "algo": algo}, n_iterations=1, log_dir=run_dir), **QUIET)
+    train_pso_tsp(make_config(PSOTSPTrainConfig, **{**TINY, "algo": algo}, n_iterations=1, log_dir=run_dir), **QUIET)
     agent = pglab.load_checkpoint(run_dir, device="auto")
     assert isinstance(agent, Agent) and agent.kind == "pso-tsp" and agent.config.algo == algo
     torch.nn.init.normal_(agent.model.policy_head[-1].weight, std=0.1)  # outputs that depend on the swarm
-    env = PSOTSPEnv(agent.config.env_config(), agent.device, make_generator(0), decode="greedy")
+    env = PSOTSPEnv(agent.config.env, agent.device, make_generator(0), decode="greedy")
     state = env.reset(random_instances(2, 8, make_generator(1), agent.device))
     env.step(agent.act(state))
     state = env.state  # iteration 1: the progress feature t / T matters
@@ -190,3 +192,25 @@ def test_evaluate_output_directory_is_a_one_line_error(tmp_path, capsys):
     assert cli_main(["evaluate", "pso-tsp", "--episodes", "2", "--output", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "output" in err and len(err.strip().splitlines()) == 1
+
+
+def test_nested_env_and_update_configs_keep_pso_defaults_and_the_note_keys(tmp_path, capsys):
+    """Issue 18: PSOTSPEnvConfig and OnPolicyHyperparams are fields of the trainer config
+    (config.env, config.update) with their plain flags and keys. A partial update (one key in
+    YAML, one flag, one Python keyword) keeps the PSO trainer's own update defaults (one
+    minibatch, no entropy bonus, clip 1.0), not OnPolicyHyperparams' class defaults; the
+    design note's key names are accepted (issue 21)."""
+    import dataclasses
+
+    from pglab.configs.pso_tsp import PSO_UPDATE_DEFAULTS, PSOTSPEnvConfig
+
+    assert make_config(PSOTSPTrainConfig, algo="vpg_gae").update == dataclasses.replace(PSO_UPDATE_DEFAULTS, algo="vpg_gae")
+    assert PSO_UPDATE_DEFAULTS.num_minibatches == 1 and PSO_UPDATE_DEFAULTS.entropy_coef == 0.0
+    note = tmp_path / "note.yaml"
+    note.write_text("gamma: 0.9\nppo_clip: 0.1\nvalue_loss_coeff: 0.25\nentropy_coeff: 0.01\nnum_cities: 12\n")
+    config = parse_flags(PSOTSPTrainConfig, ["--config", str(note), "--n-particles", "5"], prog="t").config
+    assert config.update == dataclasses.replace(PSO_UPDATE_DEFAULTS, gamma=0.9, clip_coef=0.1, value_coef=0.25, entropy_coef=0.01)
+    assert config.env == PSOTSPEnvConfig(num_cities=12, n_particles=5)
+    assert "'ppo_clip' is deprecated; use 'clip_coef'" in capsys.readouterr().err
+    flagged = parse_flags(PSOTSPTrainConfig, ["--gamma", "0.5"], prog="t").config
+    assert flagged.update == dataclasses.replace(PSO_UPDATE_DEFAULTS, gamma=0.5)

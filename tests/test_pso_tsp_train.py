@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from pglab.run.config import make_config
 from pglab.algos.pso_tsp import (
     PSOTSPTrainConfig,
     advantages_and_returns,
@@ -26,13 +27,13 @@ TINY = dict(num_cities=8, knn=4, n_particles=4, pso_iterations=3, emb_dim=8, num
 
 
 def tiny_config(**overrides):
-    return PSOTSPTrainConfig(**{**TINY, **overrides})
+    return make_config(PSOTSPTrainConfig, **{**TINY, **overrides})
 
 
 def test_model_shapes_and_classic_initial_mean():
     config = tiny_config()
     model = build_model(config, torch.device("cpu"))
-    env = PSOTSPEnv(config.env_config(), "cpu", make_generator(0))
+    env = PSOTSPEnv(config.env, "cpu", make_generator(0))
     state = env.reset(random_instances(3, 8, make_generator(1)))
     node_emb, edge_emb = model.encode_instances(state.coords, state.neighbours, state.edge_dist)
     mu, sigma, values = model(node_emb, edge_emb, state.position, state.velocity, state.pbest, state.gbest, swarm_scalars(state, 3))
@@ -106,16 +107,16 @@ def test_reevaluation_reproduces_rollout_and_gae_layout(algo, particle_noise_std
     config = tiny_config(algo=algo, particle_noise_std=particle_noise_std)
     model = build_model(config, torch.device("cpu"))
     torch.nn.init.normal_(model.policy_head[-1].weight, std=0.1)  # make outputs depend on the state
-    env = PSOTSPEnv(config.env_config(), "cpu", make_generator(0))
+    env = PSOTSPEnv(config.env, "cpu", make_generator(0))
     rollout = collect_rollout(model, env, random_instances(2, 8, make_generator(1)), config, make_generator(2))
     evaluate = make_evaluate(model, rollout, config)
     indices = torch.randperm(3 * 2 * 4, generator=make_generator(3))[:10]
     log_probs, _, values = evaluate(indices)
     assert torch.allclose(log_probs, rollout.log_probs.reshape(-1)[indices], atol=1e-5)
     assert torch.allclose(values, rollout.values.reshape(-1)[indices], atol=1e-5)
-    advantages, returns = advantages_and_returns(rollout, config.hyperparams())
+    advantages, returns = advantages_and_returns(rollout, config.update)
     # slow reference: per particle, backwards over the T = 3 iterations
-    gamma, lam = config.gamma, (1.0 if algo == "reinforce_raw" else config.gae_lambda)
+    gamma, lam = config.update.gamma, (1.0 if algo == "reinforce_raw" else config.update.gae_lambda)
     T, B, P = rollout.rewards.shape
     for b in range(B):
         for p in range(P):
@@ -136,7 +137,7 @@ def test_config_validation():
         tiny_config(algo="a3c")
     with pytest.raises(ConfigError, match="emb_dim"):
         tiny_config(emb_dim=6, num_heads=4)
-    assert isinstance(tiny_config().hyperparams(), OnPolicyHyperparams)
+    assert isinstance(tiny_config().update, OnPolicyHyperparams)
 
 
 def test_cli_bad_input_exits_2(tmp_path, capsys):
@@ -199,7 +200,7 @@ def test_best_validation_checkpoint_holds_the_best_validated_model(tmp_path):
     assert best["counters"]["iteration"] == 1 + improvements.index(max(improvements))
     # Re-validating the stored model reproduces the logged number (same instances and seed).
     config = agent_from_checkpoint(best).config
-    coords = random_instances(config.eval_instances, config.num_cities, make_generator(10_000 + config.seed))
+    coords = random_instances(config.eval_instances, config.env.num_cities, make_generator(10_000 + config.seed))
     classic = classic_validation(config, coords, seed=1)
     learned = greedy_validation(agent_from_checkpoint(best).model, config, coords, seed=1)
     assert float(100.0 * (classic - learned) / classic) == pytest.approx(max(improvements), abs=1e-4)
@@ -224,7 +225,7 @@ def test_cli_train_then_evaluate_checkpoint(tmp_path, capsys):
     import pglab
 
     agent = pglab.load_checkpoint(run_dir)
-    assert agent.config.num_cities == 8
+    assert agent.config.env.num_cities == 8
 
 
 @pytest.mark.parametrize("reward", ["tour_length", "pbest_improvement", "gbest_improvement", "gbest_credit"])
@@ -234,9 +235,9 @@ def test_episode_sums_of_shaped_rewards(reward):
     model = build_model(config, torch.device("cpu"))
     # Seeds where both swarms improve on their answer during the episode (with most seeds
     # they do not, and the gbest sums below would compare 0 with 0).
-    env = PSOTSPEnv(config.env_config(), "cpu", make_generator(2))
+    env = PSOTSPEnv(config.env, "cpu", make_generator(2))
     coords = random_instances(2, 8, make_generator(5))
-    initial = PSOTSPEnv(config.env_config(), "cpu", make_generator(2)).reset(coords)
+    initial = PSOTSPEnv(config.env, "cpu", make_generator(2)).reset(coords)
     rollout = collect_rollout(model, env, coords, config, make_generator(2))
     assert bool((env.state.best_cost < initial.best_cost).all())
     reference = 0.7124 * math.sqrt(8)
@@ -268,4 +269,4 @@ def test_shipped_configs_load(name):
 
     path = Path(__file__).resolve().parent.parent / "configs" / f"{name}.yaml"
     config = load_yaml_config(PSOTSPTrainConfig, path)
-    assert config.env_config().dim == config.num_cities * config.env_config().k
+    assert config.env.dim == config.env.num_cities * config.env.k

@@ -22,6 +22,7 @@ import warnings
 import pytest
 import torch
 
+from pglab.run.config import make_config
 from pglab.envs.pso_tsp import PSOTSPEnv, PSOTSPEnvConfig, SwarmState, fixed_coefficients, random_instances
 from pglab.losses.maxk import maxk_policy_loss
 from pglab.run.seeding import make_generator
@@ -330,11 +331,11 @@ class RecordingEnv(PSOTSPEnv):
 def test_rollout_rewards_actions_and_observed_bests_step_by_step(reward):
     from pglab.algos.pso_tsp import PSOTSPTrainConfig, build_model, collect_rollout
 
-    config = PSOTSPTrainConfig(num_cities=7, knn=3, n_particles=3, pso_iterations=4, emb_dim=8, num_heads=2,
+    config = make_config(PSOTSPTrainConfig, num_cities=7, knn=3, n_particles=3, pso_iterations=4, emb_dim=8, num_heads=2,
                                node_layers=1, instances_per_iteration=2, device="cpu", reward=reward)
     torch.manual_seed(0)
     model = build_model(config, torch.device("cpu"))
-    env = RecordingEnv(config.env_config(), "cpu", make_generator(0))
+    env = RecordingEnv(config.env, "cpu", make_generator(0))
     rollout = collect_rollout(model, env, random_instances(2, 7, make_generator(1)), config, make_generator(2))
     scale = 0.7124 * math.sqrt(7)  # L_ref, the Beardwood-Halton-Hammersley length
     initial_mean = env.initial.cost.double().mean(1, keepdim=True)

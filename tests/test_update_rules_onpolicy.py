@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 import pglab.algos.ppo as ppo_module
+from pglab.run.config import make_config
 from pglab.algos.onpolicy import OnPolicyBatch, OnPolicyHyperparams, onpolicy_update
 from pglab.algos.ppo import PPOConfig, train_ppo
 from pglab.envs.base import ActionSpec
@@ -115,14 +116,14 @@ def reference_single_step(model, obs, actions, batch, hp):
     """reinforce_raw and vpg_gae: one step on the whole batch."""
     params = leaf_copy(model)
     log_probs, entropy, values = forward(params, obs, actions)
-    if hp.rl_mode == "reinforce_raw":
+    if hp.algo == "reinforce_raw":
         advantages = batch.returns - batch.returns.mean()  # batch-mean baseline, no critic
     else:
         advantages = batch.advantages.clone()
     if hp.normalize_advantages:
         advantages = standardise(advantages)
     policy_loss = -(advantages * log_probs).mean()
-    if hp.rl_mode == "vpg_gae":
+    if hp.algo == "vpg_gae":
         value_loss = 0.5 * ((values - batch.returns) ** 2).mean()
     else:
         value_loss = torch.zeros((), dtype=torch.float64)
@@ -202,7 +203,7 @@ def assert_stats_equal(metrics, reference):
 def test_single_step_modes_match_the_hand_written_loss(mode, normalize):
     model = LinearActorCritic()
     obs, actions, batch = fixed_batch(model, 12)
-    hp = OnPolicyHyperparams(rl_mode=mode, value_coef=0.7, entropy_coef=0.2, max_grad_norm=1e6, normalize_advantages=normalize)
+    hp = OnPolicyHyperparams(algo=mode, value_coef=0.7, entropy_coef=0.2, max_grad_norm=1e6, normalize_advantages=normalize)
     reference, stats = reference_single_step(model, obs, actions, batch, hp)
     before = copy.deepcopy(model)
     metrics = run_update(model, obs, actions, batch, hp)
@@ -220,7 +221,7 @@ def test_single_step_modes_match_the_hand_written_loss(mode, normalize):
 def test_single_step_gradient_norm_clip_scales_the_whole_step():
     model = LinearActorCritic()
     obs, actions, batch = fixed_batch(model, 12)
-    hp = OnPolicyHyperparams(rl_mode="vpg_gae", value_coef=0.7, entropy_coef=0.2, max_grad_norm=0.05)
+    hp = OnPolicyHyperparams(algo="vpg_gae", value_coef=0.7, entropy_coef=0.2, max_grad_norm=0.05)
     reference, stats = reference_single_step(model, obs, actions, batch, hp)
     assert stats["stats/grad_norm"] > 10 * hp.max_grad_norm  # the clip binds
     metrics = run_update(model, obs, actions, batch, hp)
@@ -242,7 +243,7 @@ def test_ppo_epochs_of_minibatches_match_the_reference(overrides):
     model = LinearActorCritic()
     # 14 samples, 4 minibatches of 3 per epoch (2 samples left out of each epoch).
     obs, actions, batch = fixed_batch(model, 14)
-    fields = dict(rl_mode="ppo", ppo_epochs=3, num_minibatches=4, value_coef=0.7, entropy_coef=0.2, max_grad_norm=1e6)
+    fields = dict(algo="ppo", ppo_epochs=3, num_minibatches=4, value_coef=0.7, entropy_coef=0.2, max_grad_norm=1e6)
     hp = OnPolicyHyperparams(**{**fields, **overrides})
     reference, stats, rows = reference_ppo(model, obs, actions, batch, hp)
     metrics = run_update(model, obs, actions, batch, hp)
@@ -263,7 +264,7 @@ def test_ppo_step_decomposes_into_policy_value_and_entropy_terms():
     entropy, and each term moves only its own network."""
     model = LinearActorCritic()
     obs, actions, batch = fixed_batch(model, 8)
-    base = dict(rl_mode="ppo", ppo_epochs=1, num_minibatches=1, max_grad_norm=1e6)
+    base = dict(algo="ppo", ppo_epochs=1, num_minibatches=1, max_grad_norm=1e6)
     after = {}
     for name, coefs in {"policy": dict(value_coef=0.0, entropy_coef=0.0), "value": dict(value_coef=0.8, entropy_coef=0.0),
                         "entropy": dict(value_coef=0.0, entropy_coef=0.6)}.items():
@@ -292,7 +293,7 @@ def test_ppo_kl_early_stop_ends_after_the_first_epoch_whose_mean_kl_exceeds_targ
     obs, actions, batch = fixed_batch(model, 12)
     with torch.no_grad():  # start on-policy: the KL grows from 0 epoch by epoch
         batch.old_log_probs.copy_(forward(dict(model.named_parameters()), obs, actions)[0])
-    base = dict(rl_mode="ppo", ppo_epochs=8, num_minibatches=3, entropy_coef=0.0, max_grad_norm=1e6)
+    base = dict(algo="ppo", ppo_epochs=8, num_minibatches=3, entropy_coef=0.0, max_grad_norm=1e6)
     _, _, rows = reference_ppo(model, obs, actions, batch, OnPolicyHyperparams(**base))
     epoch_kl = [sum(row["stats/approx_kl"] for row in rows[3 * e : 3 * e + 3]) / 3 for e in range(8)]
     # Mean KL of epochs 1, 2, 3: about 0.008, 0.033, 0.066, and the last minibatch of
@@ -422,10 +423,10 @@ def test_ppo_trainer_advantages_bootstrap_time_limits_but_not_terminations(tmp_p
     # Every update hyperparameter off its default, to see each one reach the update.
     update = dict(gamma=0.9, gae_lambda=0.8, ppo_epochs=3, num_minibatches=2, clip_coef=0.3, value_clip_coef=0.4,
                   value_coef=0.6, entropy_coef=0.02, max_grad_norm=0.7, target_kl=0.5, normalize_advantages=False)
-    config = PPOConfig(env="pglab:scripted", algo=mode, num_envs=4, num_steps=NUM_STEPS, total_steps=4 * NUM_STEPS,
+    config = make_config(PPOConfig, env="pglab:scripted", algo=mode, num_envs=4, num_steps=NUM_STEPS, total_steps=4 * NUM_STEPS,
                        hidden_dims=(8,), log_dir=tmp_path / "run", tensorboard=False, eval_episodes=0, **update)
     train_ppo(config)
-    assert seen["hp"] == OnPolicyHyperparams(rl_mode=mode, **update)
+    assert seen["hp"] == OnPolicyHyperparams(algo=mode, **update)
     env, batch, net = ScriptedEnv.last, seen["batch"], seen["net"]
     obs = torch.stack([ScriptedEnv(4).reset()] + [row["next_obs"] for row in env.record[:-1]], 1)  # s_t, [B, T, 3]
     actions = torch.stack([row["actions"] for row in env.record], 1)
@@ -502,7 +503,7 @@ def two_step_batch(model, episodes, gamma, lam, generator):
 def test_two_step_mdp_learns_the_optimal_path_and_its_values(mode, iterations):
     gamma, lam = 0.9, 0.9
     model = TabularActorCritic()
-    hp = OnPolicyHyperparams(rl_mode=mode, gamma=gamma, gae_lambda=lam, ppo_epochs=2, num_minibatches=2, value_coef=1.0,
+    hp = OnPolicyHyperparams(algo=mode, gamma=gamma, gae_lambda=lam, ppo_epochs=2, num_minibatches=2, value_coef=1.0,
                              entropy_coef=0.01, max_grad_norm=10.0)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     generator = torch.Generator().manual_seed(0)

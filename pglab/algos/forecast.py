@@ -59,7 +59,7 @@ def make_agents(config: ForecastLearnerConfig):
     """``(forecaster, adversary or None)`` for ``config.algo``, untrained."""
     from pglab.algos.tabular import QTableAgent, WoLFPHCAgent
 
-    game = config.simulation()
+    game = config.game
     space = game.forecaster_space
     common = dict(alpha=config.alpha, gamma=config.gamma, epsilon=config.epsilon, epsilon_decay=config.epsilon_decay,
                   epsilon_min=config.epsilon_min)
@@ -102,7 +102,7 @@ def train_forecast(config: ForecastTrainConfig, *, given: frozenset[str] | None 
         if config.train_rows is not None:
             series.require_length(config.train_rows, f"train_rows={config.train_rows}")
             series = series.slice(0, config.train_rows)
-        game = config.simulation()
+        game = config.game
         series.require_length(game.horizon + 2, f"horizon={game.horizon}")
         forecaster, adversary = make_agents(config)
         if adversary is not None:
@@ -336,7 +336,7 @@ def best_response_attack(series, forecaster, encoder, start: int, end: int, epis
     run = config_from_dict(ForecastTrainConfig, {renames.get(k, k): v for k, v in stored.items()
                                                  if renames.get(k, k) in fields and k not in ("output", "log_dir", "resume")})
     window = series.slice(start - 1, end)
-    game = dataclasses.replace(run.simulation(), horizon=min(run.horizon, len(window) - 2))
+    game = dataclasses.replace(run.game, horizon=min(run.game.horizon, len(window) - 2))
     space = game.adversary_space
     adversary = QTableAgent(space, alpha=run.alpha, gamma=0.0, epsilon=1.0, epsilon_decay=run.epsilon_decay,
                             epsilon_min=run.epsilon_min, seed=run.seed + 7, default_action=space.delta_to_action(0.0))
@@ -448,13 +448,13 @@ def run_backtest(config: BacktestConfig) -> dict[str, Any]:
 
     resolve_device(config.device)  # refuses cuda without a GPU; the tables themselves stay on the CPU
     series = load_data(config)
-    game = config.simulation()
+    game = config.game
     bounds = window_bounds(len(series), config.window_size, config.step_size, config.windows)
     output_dir = Path(config.output or default_run_dir("backtest"))
     output_dir.mkdir(parents=True, exist_ok=True)
     window_rows, prediction_rows = [], []
     started = time.perf_counter()
-    bar = progress_bar(len(bounds), desc=f"backtest ({config.algo}, {config.state_key})", unit="win")
+    bar = progress_bar(len(bounds), desc=f"backtest ({config.algo}, {config.game.state_key})", unit="win")
     for index, (train_start, train_end, test_end) in enumerate(bounds):
         window = series.slice(train_start, train_end)
         encoder = make_state_encoder(game, window)
@@ -495,13 +495,13 @@ def run_backtest(config: BacktestConfig) -> dict[str, Any]:
     predictions = pd.DataFrame(prediction_rows)
     windows = pd.DataFrame(window_rows)
     summary = summarise(predictions, windows)
-    summary.update({"series": series.name, "algorithm": config.algo, "state_key": config.state_key, "n_windows": len(bounds),
+    summary.update({"series": series.name, "algorithm": config.algo, "state_key": config.game.state_key, "n_windows": len(bounds),
                     "window_size": config.window_size, "step_size": config.step_size, "episodes": config.episodes,
                     "feedback": config.feedback, "wall_s": time.perf_counter() - started})
     atomic_write_text(output_dir / "windows.csv", windows.to_csv(index=False))
     atomic_write_text(output_dir / "predictions.csv", predictions.to_csv(index=False))
     atomic_write_json(output_dir / "summary.json", {"summary": summary, "config": config_to_dict(config)})
-    plot_backtest(predictions, windows, output_dir / "backtest.png", title=f"{series.name}: {config.algo}, state_key={config.state_key}",
+    plot_backtest(predictions, windows, output_dir / "backtest.png", title=f"{series.name}: {config.algo}, state_key={config.game.state_key}",
                   target_label=target_label(series))
     return {"summary": summary, "output": str(output_dir), "windows": windows, "predictions": predictions}
 

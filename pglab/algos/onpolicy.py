@@ -1,6 +1,6 @@
 """The on-policy update shared by every policy-gradient trainer that collects a batch.
 
-``rl_mode`` (the PSO design note's names):
+``algo`` (the PSO design note's names):
 
 * ``reinforce_raw`` — one gradient step on ``-(R - mean R) * log pi``: Monte Carlo
   returns with a batch-mean baseline, no critic.
@@ -100,10 +100,10 @@ def onpolicy_update(
         # (each tiny op costs microseconds of dispatch on the CPU) and no host sync.
         records.append({key: value.detach() for key, value in metrics.items() if key != "loss"})
 
-    if hp.rl_mode in ("reinforce_raw", "vpg_gae"):
+    if hp.algo in ("reinforce_raw", "vpg_gae"):
         indices = torch.arange(size, device=device)
         log_probs, entropy, values = evaluate(indices)
-        if hp.rl_mode == "reinforce_raw":
+        if hp.algo == "reinforce_raw":
             # R - mean(R): the batch-mean baseline of plain REINFORCE; no critic.
             advantages = batch.returns - batch.returns.mean()
         else:
@@ -112,7 +112,7 @@ def onpolicy_update(
             advantages = normalize_advantages(advantages)
         policy_loss = -(advantages.detach() * log_probs).mean()
         mean_entropy = entropy.mean()
-        value_loss = 0.5 * (values - batch.returns).pow(2).mean() if hp.rl_mode == "vpg_gae" else torch.zeros((), device=device)
+        value_loss = 0.5 * (values - batch.returns).pow(2).mean() if hp.algo == "vpg_gae" else torch.zeros((), device=device)
         loss = policy_loss + hp.value_coef * value_loss - hp.entropy_coef * mean_entropy
         grad_norm = gradient_step(loss, params, optimizer, hp.max_grad_norm)
         accumulate({

@@ -379,7 +379,7 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
     # fused: one kernel for the whole Adam step instead of a Python loop over parameters
     # (the networks are tiny, so per-op dispatch dominates the update's cost).
     optimizer = torch.optim.Adam(net.parameters(), lr=config.lr, eps=config.adam_eps, fused=device.type in ("cpu", "cuda"))
-    hp = config.hyperparams()
+    hp = config.update
     obs = env.reset(seed=config.seed)
     tracker = EpisodeTracker(config.num_envs, device)
     window = EpisodeWindow(device)
@@ -452,7 +452,7 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
         # -- 3. advantages and value targets -------------------------------------------
         if config.algo == "reinforce_raw":
             # Monte Carlo reward-to-go within the rollout, no critic anywhere.
-            returns = reward_to_go(reward_buf, done_buf | trunc_buf, config.gamma)
+            returns = reward_to_go(reward_buf, done_buf | trunc_buf, config.update.gamma)
             advantages = returns
         else:
             # V(s'_t): the next row's value, the final observation's value at a time
@@ -460,7 +460,7 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
             next_values = torch.cat([value_buf[:, 1:], last_value[:, None]], dim=1)
             next_values = torch.where(trunc_buf, trunc_value_buf, next_values)
             advantages, returns = compute_gae(reward_buf, value_buf, done_buf, trunc_buf, last_value,
-                                              config.gamma, config.gae_lambda, next_values=next_values)
+                                              config.update.gamma, config.update.gae_lambda, next_values=next_values)
 
         # -- 4. optimise: K epochs of minibatches (ppo) or one step --------------------
         flat_obs = obs_buf.reshape(N * T, *env.observation_shape)

@@ -62,9 +62,9 @@ SPEC = TrainerSpec(system=KIND, config_class=PSOTSPTrainConfig, kinds=(KIND,), s
 
 
 def build_model(config: PSOTSPTrainConfig, device: torch.device) -> HyperparamTSPModel:
-    env_cfg = config.env_config()
+    env_cfg = config.env
     return HyperparamTSPModel(
-        config.num_cities, env_cfg.k, emb_dim=config.emb_dim, num_heads=config.num_heads, node_layers=config.node_layers,
+        config.env.num_cities, env_cfg.k, emb_dim=config.emb_dim, num_heads=config.num_heads, node_layers=config.node_layers,
         swarm_layers=config.swarm_layers, log_std_init=config.log_std_init, min_std=config.min_std, max_std=config.max_std,
         mu_scale=config.mu_scale, particle_noise_std=config.particle_noise_std, noise_scope=config.noise_scope,
     ).to(device)
@@ -91,7 +91,7 @@ class PSOTSPAgent(Agent):
         self.model = model
         self.config = config
         self.device = device
-        self.pso_iterations = config.pso_iterations if pso_iterations is None else int(pso_iterations)
+        self.pso_iterations = config.env.pso_iterations if pso_iterations is None else int(pso_iterations)
 
     @property
     def policy(self) -> HyperparamTSPModel:
@@ -160,9 +160,9 @@ class Rollout:
 
 def collect_rollout(model: HyperparamTSPModel, env: PSOTSPEnv, coords: torch.Tensor, config: PSOTSPTrainConfig,
                     action_generator: torch.Generator) -> Rollout:
-    T = config.pso_iterations
+    T = config.env.pso_iterations
     state = env.reset(coords)
-    reference = BHH_CONSTANT * math.sqrt(config.num_cities)
+    reference = BHH_CONSTANT * math.sqrt(config.env.num_cities)
     initial_mean = state.cost.mean(dim=1, keepdim=True)  # [B, 1]
     store: dict[str, list[torch.Tensor]] = {k: [] for k in ("position", "velocity", "pbest", "gbest", "scalars", "actions", "log_probs", "values", "rewards", "tour_length")}
     with torch.no_grad():
@@ -221,7 +221,7 @@ def advantages_and_returns(rollout: Rollout, hp: OnPolicyHyperparams) -> tuple[t
     dones = torch.zeros_like(rewards, dtype=torch.bool)
     dones[:, -1] = True  # the PSO episode ends after T iterations: nothing to bootstrap
     last_value = torch.zeros(B * P, device=rewards.device)
-    if hp.rl_mode == "reinforce_raw":
+    if hp.algo == "reinforce_raw":
         # lam = 1 with V = 0: A_t = G_t, the discounted Monte Carlo return.
         returns, _ = compute_gae(rewards, torch.zeros_like(values), dones, None, last_value, hp.gamma, 1.0)
         advantages = returns
@@ -262,12 +262,12 @@ def run_swarm(env: PSOTSPEnv, coords: torch.Tensor, policy) -> torch.Tensor:
 
 
 def greedy_validation(model: HyperparamTSPModel, config: PSOTSPTrainConfig, coords: torch.Tensor, seed: int) -> torch.Tensor:
-    env = PSOTSPEnv(config.env_config(), coords.device, make_generator(seed, coords.device), decode="greedy")
-    return run_swarm(env, coords, lambda s: model.act(s, config.pso_iterations, deterministic=True)).mean()
+    env = PSOTSPEnv(config.env, coords.device, make_generator(seed, coords.device), decode="greedy")
+    return run_swarm(env, coords, lambda s: model.act(s, config.env.pso_iterations, deterministic=True)).mean()
 
 
 def classic_validation(config: PSOTSPTrainConfig, coords: torch.Tensor, seed: int) -> torch.Tensor:
-    env = PSOTSPEnv(config.env_config(), coords.device, make_generator(seed, coords.device), decode="greedy")
+    env = PSOTSPEnv(config.env, coords.device, make_generator(seed, coords.device), decode="greedy")
     return run_swarm(env, coords, lambda s: fixed_coefficients(tuple(s.position.shape), device=coords.device)).mean()
 
 
@@ -301,11 +301,11 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, given: frozenset[str] | None = N
         # -- build ----------------------------------------------------------------------------
         model = build_model(config, device)
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, eps=1e-5)
-        hp = config.hyperparams()
+        hp = config.update
         # Separate streams: instances, env noise (decode, r1, r2), policy sampling, minibatch order.
         generators = {name: make_generator(config.seed * 4 + i, device) for i, name in enumerate(("instances", "env", "action", "update"))}
-        env = PSOTSPEnv(config.env_config(), device, generators["env"], decode=config.train_decode, paired=config.antithetic)
-        validation_coords = random_instances(config.eval_instances, config.num_cities, make_generator(10_000 + config.seed, device), device)
+        env = PSOTSPEnv(config.env, device, generators["env"], decode=config.train_decode, paired=config.antithetic)
+        validation_coords = random_instances(config.eval_instances, config.env.num_cities, make_generator(10_000 + config.seed, device), device)
         # The shell's counters (iteration, wall_time) plus ours; best_validation_pct is the best
         # greedy validation improvement over classic PSO so far (its model is
         # checkpoints/checkpoint_best.pt), -inf before the first validation.
@@ -329,7 +329,7 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, given: frozenset[str] | None = N
         last_metrics: dict[str, float] = {}
         last_improvement: float | None = None
         iteration = run.start
-        steps_per_iteration = config.instances_per_iteration * config.n_particles * config.pso_iterations
+        steps_per_iteration = config.instances_per_iteration * config.env.n_particles * config.env.pso_iterations
         # eval.csv / eval.jsonl: the validations, a second log beside the shell's metrics.
         with MetricsLogger(run.run_dir, csv_name="eval.csv", jsonl_name="eval.jsonl", tensorboard_dir=None,
                            resume_step=run.start if run.resumed else None) as eval_logger:
@@ -337,10 +337,10 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, given: frozenset[str] | None = N
                 tick = time.perf_counter()
                 # -- rollout ----------------------------------------------------------------
                 if config.antithetic:  # each instance twice: a mirrored pair
-                    coords = random_instances(config.instances_per_iteration // 2, config.num_cities, generators["instances"], device)
+                    coords = random_instances(config.instances_per_iteration // 2, config.env.num_cities, generators["instances"], device)
                     coords = torch.cat([coords, coords])
                 else:
-                    coords = random_instances(config.instances_per_iteration, config.num_cities, generators["instances"], device)
+                    coords = random_instances(config.instances_per_iteration, config.env.num_cities, generators["instances"], device)
                 model.eval()
                 rollout = collect_rollout(model, env, coords, config, generators["action"])
                 # -- advantages -------------------------------------------------------------

@@ -114,16 +114,19 @@ def run_sb3(env_id: str, hp: Hyperparams, seed: int, episodes: int) -> dict[str,
 
 def run_pglab(env_id: str, hp: Hyperparams, seed: int, episodes: int, work_dir: Path, vectorization: str = "auto") -> dict[str, float]:
     from pglab.algos.ppo import PPOConfig, train_ppo
+    from pglab.configs.ppo import OnPolicyHyperparams
 
-    config = PPOConfig(
-        env=f"gym:{env_id}", algo="ppo", total_steps=hp.total_steps, num_envs=hp.num_envs, num_steps=hp.num_steps,
-        lr=hp.lr, anneal_lr=hp.anneal_lr, gamma=hp.gamma, gae_lambda=hp.gae_lambda, ppo_epochs=hp.ppo_epochs,
+    update = OnPolicyHyperparams(
+        algo="ppo", gamma=hp.gamma, gae_lambda=hp.gae_lambda, ppo_epochs=hp.ppo_epochs,
         num_minibatches=hp.num_minibatches, clip_coef=hp.clip_coef, entropy_coef=hp.entropy_coef,
         # SB3's value loss is mean((R - V)^2); pglab's (CleanRL's) is 0.5 * mean((V - R)^2).
         # Twice the coefficient gives the same loss, hence the same gradient-norm clipping,
         # which acts on actor and critic gradients together.
-        value_coef=2.0 * hp.value_coef,
-        max_grad_norm=hp.max_grad_norm, hidden_dims=hp.hidden, seed=seed, device="cpu", threads=1,
+        value_coef=2.0 * hp.value_coef, max_grad_norm=hp.max_grad_norm,
+    )
+    config = PPOConfig(
+        env=f"gym:{env_id}", total_steps=hp.total_steps, num_envs=hp.num_envs, num_steps=hp.num_steps,
+        lr=hp.lr, anneal_lr=hp.anneal_lr, update=update, hidden_dims=hp.hidden, seed=seed, device="cpu", threads=1,
         log_dir=work_dir / f"{env_id}-seed{seed}-{vectorization}", tensorboard=False, eval_episodes=0, log_interval=1,
         vectorization=vectorization,
     )

@@ -66,7 +66,7 @@ def run_evaluation(config: PSOTSPEvalConfig, *, echo=print) -> list[dict]:
     if agent is not None and "num_cities" in overrides and overrides["num_cities"] != train_config.num_cities:
         raise UsageError(f"num_cities: the checkpoint was trained on n={train_config.num_cities}; "
                          f"the network's edge dimension is fixed by n and k (got {overrides['num_cities']})")
-    env_config = dataclasses.replace(train_config.env_config(), **overrides)
+    env_config = dataclasses.replace(train_config.env, **overrides)
     if agent is not None:
         agent.pso_iterations = env_config.pso_iterations  # its progress feature t / T, at this T
     n = env_config.num_cities

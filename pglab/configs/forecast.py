@@ -13,14 +13,62 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, ClassVar
+from typing import Annotated, ClassVar, Literal
 
 import tyro
 
 from pglab.errors import ConfigError, DataError
-from pglab.validation import check_choice, check_int, check_range
+from pglab.validation import check_choice, check_int, check_positive, check_range
 
 ALGORITHMS = ("q", "wolf", "rarl")
+StateKeyName = Literal["hash", "scaled"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulationConfig:
+    """Settings of the game (the data source is chosen by the command, not here)."""
+
+    horizon: int = 80
+    """rounds per episode"""
+    n_bins: int = 21
+    """forecaster actions: deltas evenly spaced in [-max_delta, max_delta]"""
+    max_delta: float = 1.0
+    """largest forecast delta, in target units"""
+    adversary_bins: int = 11
+    """adversary actions: perturbations evenly spaced in [-adversary_max, adversary_max]"""
+    adversary_max: float = 0.25
+    """largest perturbation of the realised value, in target units"""
+    state_key: StateKeyName = "scaled"
+    """state discretisation: 'scaled' (quantiles of change and driver, fitted on the training data) or 'hash' (design note)"""
+    hash_buckets: int = 50
+    """buckets per dimension of the 'hash' key"""
+    scaled_buckets: int = 3
+    """quantile buckets per dimension of the 'scaled' key"""
+
+    def __post_init__(self):
+        check_int("horizon", self.horizon, minimum=1)
+        check_int("n_bins", self.n_bins, minimum=2)
+        check_positive("max_delta", self.max_delta)
+        check_int("adversary_bins", self.adversary_bins, minimum=2)
+        check_positive("adversary_max", self.adversary_max)
+        check_choice("state_key", self.state_key, ("hash", "scaled"))
+        check_int("hash_buckets", self.hash_buckets, minimum=1)
+        check_int("scaled_buckets", self.scaled_buckets, minimum=1)
+
+    @property
+    def forecaster_space(self):
+        """The forecaster's actions, a :class:`pglab.envs.forecast_game.DiscreteActionSpace`."""
+        from pglab.envs.forecast_game import DiscreteActionSpace
+
+        return DiscreteActionSpace(self.n_bins, self.max_delta)
+
+    @property
+    def adversary_space(self):
+        """The adversary's actions, a :class:`pglab.envs.forecast_game.DiscreteActionSpace`."""
+        from pglab.envs.forecast_game import DiscreteActionSpace
+
+        return DiscreteActionSpace(self.adversary_bins, self.adversary_max)
+
 
 
 def check_device(device: str) -> None:
@@ -49,22 +97,9 @@ class ForecastLearnerConfig:
     """seed of the synthetic source (ignored by the others)"""
     episodes: int = 200
     """training episodes (epochs for rarl)"""
-    horizon: int = 80
-    """rounds per episode"""
-    n_bins: int = 21
-    """forecaster actions (deltas in [-max_delta, max_delta])"""
-    max_delta: float = 1.0
-    """largest forecast delta, target units"""
-    adversary_bins: int = 11
-    """adversary actions (perturbations in [-adversary_max, adversary_max])"""
-    adversary_max: float = 0.25
-    """largest adversarial perturbation, target units"""
-    state_key: str = "scaled"
-    """state discretisation: 'scaled' (quantiles of recent change and driver) or 'hash' (the design note's 50x50 hash)"""
-    scaled_buckets: int = 3
-    """quantile buckets per dimension of the 'scaled' key (3 won the macrodata backtest, docs/forecast.md)"""
-    hash_buckets: int = 50
-    """buckets per dimension of the 'hash' key"""
+    # -- the game: --horizon, --n-bins, --max-delta, --adversary-bins, --adversary-max, --state-key, ...
+    game: Annotated[SimulationConfig, tyro.conf.OmitArgPrefixes] = dataclasses.field(default_factory=SimulationConfig)
+    """the game's settings (SimulationConfig)"""
     alpha: float = 0.1
     """learning rate"""
     gamma: float = 0.0
@@ -104,17 +139,8 @@ class ForecastLearnerConfig:
         check_range("delta_win", self.delta_win, 0.0, 1.0, low_inclusive=False)
         check_range("delta_lose", self.delta_lose, 0.0, 1.0, low_inclusive=False)
         check_device(self.device)
-        self.simulation()  # validates the game fields
-
-    def simulation(self):
-        """The game settings, a :class:`pglab.envs.forecast_game.SimulationConfig`."""
-        from pglab.envs.forecast_game import SimulationConfig
-
-        return SimulationConfig(
-            horizon=self.horizon, n_bins=self.n_bins, max_delta=self.max_delta, adversary_bins=self.adversary_bins,
-            adversary_max=self.adversary_max, state_key=self.state_key, hash_buckets=self.hash_buckets,
-            scaled_buckets=self.scaled_buckets,
-        )
+        if not isinstance(self.game, SimulationConfig):  # it validates its own fields
+            raise ConfigError("game", self.game, "must be a SimulationConfig")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,8 +242,10 @@ class BacktestConfig(ForecastLearnerConfig):
 
     DEPRECATED_NAMES: ClassVar[dict[str, str]] = {"algorithm": "algo", "output_dir": "output"}
 
-    horizon: int = 40
-    """rounds per training episode (at most window_size - 2)"""
+    # Shorter training episodes than pglab train forecast's: a window holds window_size rows.
+    game: Annotated[SimulationConfig, tyro.conf.OmitArgPrefixes] = dataclasses.field(
+        default_factory=lambda: SimulationConfig(horizon=40))
+    """the game's settings (SimulationConfig; --horizon at most window_size - 2)"""
     windows: int | None = None
     """maximum number of walk-forward windows (default: as many as the data allow)"""
     window_size: int = 80
@@ -235,8 +263,8 @@ class BacktestConfig(ForecastLearnerConfig):
             check_int("windows", self.windows, minimum=1)
         check_int("window_size", self.window_size, minimum=4)
         check_int("step_size", self.step_size, minimum=1)
-        if self.horizon > self.window_size - 2:
-            raise ConfigError("horizon", self.horizon, f"must be <= window_size - 2 = {self.window_size - 2} (an episode needs horizon + 2 rows)")
+        if self.game.horizon > self.window_size - 2:
+            raise ConfigError("horizon", self.game.horizon, f"must be <= window_size - 2 = {self.window_size - 2} (an episode needs horizon + 2 rows)")
 
 
 # The names these configs had in pglab.commands.forecast.

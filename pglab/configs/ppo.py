@@ -8,9 +8,11 @@ code and the Deep-PSO trainer.
 from __future__ import annotations
 
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
+
+import tyro
 
 from pglab.errors import ConfigError
 from pglab.validation import (
@@ -35,10 +37,13 @@ ACTIVATIONS = ("tanh", "relu", "elu", "silu", "gelu")
 
 @dataclass(frozen=True)
 class OnPolicyHyperparams:
-    """Update hyperparameters (the PSO note's table; CleanRL's PPO defaults)."""
+    """Update hyperparameters (the PSO note's table; CleanRL's PPO defaults).
 
-    rl_mode: RLMode = "ppo"
-    """reinforce_raw | vpg_gae | ppo"""
+    A nested config of :class:`PPOConfig` and :class:`~pglab.configs.pso_tsp.PSOTSPTrainConfig`
+    (``config.update``) whose flags keep their plain names (``--clip-coef``)."""
+
+    algo: RLMode = "ppo"
+    """reinforce_raw (MC returns, mean baseline) | vpg_gae (one GAE step) | ppo (clipped, K epochs)"""
     gamma: float = 0.99
     """discount factor"""
     gae_lambda: float = 0.95
@@ -63,7 +68,7 @@ class OnPolicyHyperparams:
     """standardise advantages per minibatch"""
 
     def __post_init__(self):
-        check_choice("rl_mode", self.rl_mode, RL_MODES)
+        check_choice("algo", self.algo, RL_MODES)
         check_range("gamma", self.gamma, 0.0, 1.0)
         check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
         check_int("ppo_epochs", self.ppo_epochs, minimum=1)
@@ -87,8 +92,6 @@ class PPOConfig:
 
     env: str = "gym:CartPole-v1"
     """environment: gym:ID (Gymnasium, Discrete or Box actions) or pglab:NAME"""
-    algo: RLMode = "ppo"
-    """reinforce_raw (MC returns, mean baseline) | vpg_gae (one GAE step) | ppo (clipped, K epochs)"""
     total_steps: int = 200_000
     """environment steps to train for (summed over the num_envs copies)"""
     num_envs: int = 4
@@ -105,28 +108,11 @@ class PPOConfig:
     """decay the learning rate linearly to 0 over total_steps"""
     adam_eps: float = 1e-5
     """Adam epsilon (CleanRL's 1e-5)"""
-    gamma: float = 0.99
-    """discount factor"""
-    gae_lambda: float = 0.95
-    """GAE lambda (1: Monte Carlo advantages, 0: one-step TD errors)"""
-    ppo_epochs: int = 4
-    """passes over each rollout (ppo only)"""
-    num_minibatches: int = 4
-    """minibatches per pass (ppo only)"""
-    clip_coef: float = 0.2
-    """surrogate clip range epsilon"""
-    value_clip_coef: float | None = None
-    """clip the value update to +-this around the rollout's values (None: no clipping)"""
-    value_coef: float = 0.5
-    """weight of the value loss"""
-    entropy_coef: float = 0.01
-    """weight of the entropy bonus"""
-    max_grad_norm: float = 0.5
-    """global gradient-norm clip"""
-    target_kl: float | None = None
-    """stop the epochs of an iteration once approx-KL exceeds this (None: never)"""
-    normalize_advantages: bool = True
-    """standardise advantages per minibatch"""
+    # -- the update (algo, gamma, gae_lambda, ppo_epochs, num_minibatches, clip_coef, ...) --
+    update: Annotated[OnPolicyHyperparams, tyro.conf.OmitArgPrefixes] = field(default_factory=OnPolicyHyperparams)
+    """the on-policy update: --algo, --gamma, --gae-lambda, --ppo-epochs, --num-minibatches,
+    --clip-coef, --value-clip-coef, --value-coef, --entropy-coef, --max-grad-norm, --target-kl,
+    --normalize-advantages"""
     # -- networks ----------------------------------------------------------------------
     hidden_dims: tuple[int, ...] = (64, 64)
     """hidden layer sizes of actor and critic (separate MLPs)"""
@@ -157,7 +143,8 @@ class PPOConfig:
     def __post_init__(self):
         if not isinstance(self.env, str) or ":" not in self.env:
             raise ConfigError("env", self.env, "must look like 'gym:CartPole-v1' or 'pglab:NAME'")
-        check_choice("algo", self.algo, RL_MODES)
+        if not isinstance(self.update, OnPolicyHyperparams):  # it validates its own fields
+            raise ConfigError("update", self.update, "must be an OnPolicyHyperparams")
         check_int("total_steps", self.total_steps, minimum=1)
         check_int("num_envs", self.num_envs, minimum=1)
         check_int("num_steps", self.num_steps, minimum=1)
@@ -170,11 +157,9 @@ class PPOConfig:
             raise ConfigError("total_steps", self.total_steps, f"must be >= num_envs * num_steps = {self.batch_size} (one iteration)")
         check_positive("lr", self.lr)
         check_positive("adam_eps", self.adam_eps)
-        check_int("ppo_epochs", self.ppo_epochs, minimum=1)
-        check_int("num_minibatches", self.num_minibatches, minimum=1)
-        if self.batch_size // self.num_minibatches < 2:
-            raise ConfigError("num_minibatches", self.num_minibatches, f"leaves fewer than 2 samples per minibatch of the {self.batch_size}-sample rollout")
-        self.hyperparams()  # validates gamma, gae_lambda, clip/value/entropy coefficients, target_kl
+        if self.batch_size // self.update.num_minibatches < 2:
+            raise ConfigError("num_minibatches", self.update.num_minibatches,
+                              f"leaves fewer than 2 samples per minibatch of the {self.batch_size}-sample rollout")
         check_int_sequence("hidden_dims", self.hidden_dims)
         check_choice("activation", self.activation, ACTIVATIONS)
         check_range("log_std_init", self.log_std_init, -20.0, 5.0)
@@ -195,14 +180,10 @@ class PPOConfig:
         """Iterations the budget buys, ``total_steps // batch_size`` (rounded down)."""
         return self.total_steps // self.batch_size
 
-    def hyperparams(self) -> OnPolicyHyperparams:
-        """The update's hyperparameters (:func:`pglab.algos.onpolicy.onpolicy_update`)."""
-        return OnPolicyHyperparams(
-            rl_mode=self.algo, gamma=self.gamma, gae_lambda=self.gae_lambda, ppo_epochs=self.ppo_epochs,
-            num_minibatches=self.num_minibatches, clip_coef=self.clip_coef, value_clip_coef=self.value_clip_coef,
-            value_coef=self.value_coef, entropy_coef=self.entropy_coef, max_grad_norm=self.max_grad_norm,
-            target_kl=self.target_kl, normalize_advantages=self.normalize_advantages,
-        )
+    @property
+    def algo(self) -> str:
+        """The update rule, ``update.algo`` (the run's kind of training; read-only)."""
+        return self.update.algo
 
 
 @dataclass(frozen=True)

@@ -8,16 +8,18 @@ Renamed fields (the one CLI vocabulary of issue 18); the old names still work as
 (with a one-line note), in YAML files and in the configs stored in old checkpoints:
 
     rl_mode        -> algo       (trainer)
+    ppo_clip, value_loss_coeff, entropy_coeff -> clip_coef, value_coef, entropy_coef (the note's keys)
     num_instances  -> episodes   (evaluator: the number of held-out instances)
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pglab.configs.ppo import RL_MODES, OnPolicyHyperparams  # torch-free, shared with ppo
+import tyro
+
+from pglab.configs.ppo import OnPolicyHyperparams  # torch-free, shared with ppo
 from pglab.errors import ConfigError
 from pglab.validation import (
     check_choice,
@@ -29,6 +31,9 @@ from pglab.validation import (
 )
 
 KIND = "pso-tsp"
+# The PSO trainer's update defaults differ from PPO's (CleanRL's): one minibatch (the whole
+# trajectory, as in the note), no entropy bonus, a looser gradient clip.
+PSO_UPDATE_DEFAULTS = OnPolicyHyperparams(num_minibatches=1, entropy_coef=0.0, max_grad_norm=1.0)
 REWARDS = ("tour_length", "pbest_improvement", "gbest_improvement", "gbest_credit")
 
 
@@ -90,31 +95,14 @@ class PSOTSPTrainConfig:
     """Configuration of ``pglab train pso-tsp`` (configs/tsp.yaml)."""
 
     # Old names still accepted as flags, YAML keys and in stored checkpoint configs.
-    DEPRECATED_NAMES: ClassVar[dict[str, str]] = {"rl_mode": "algo"}
+    # The design note's key names are accepted too (ppo_clip, value_loss_coeff, entropy_coeff).
+    DEPRECATED_NAMES: ClassVar[dict[str, str]] = {
+        "rl_mode": "algo", "ppo_clip": "clip_coef", "value_loss_coeff": "value_coef", "entropy_coeff": "entropy_coef",
+    }
 
-    # -- problem and swarm ------------------------------------------------------------------
-    num_cities: int = 20
-    """cities per instance (n)"""
-    knn: int = 10
-    """candidate edges per city (k); 0 or >= n-1: full graph"""
-    n_particles: int = 16
-    """particles per swarm (P)"""
-    pso_iterations: int = 20
-    """PSO steps per episode (T)"""
-    distance_prior: float = 3.0
-    """weight of -d_ij/mean edge in the decoding logits"""
-    temperature: float = 1.0
-    """edge scores are divided by this when decoding"""
-    init_std: float = 1.0
-    """initial positions ~ N(0, init_std^2)"""
-    v_max: float = 2.0
-    """velocity clamp"""
-    w_min: float = -1.0
-    """lower clamp of the applied inertia"""
-    w_max: float = 1.2
-    """upper clamp of the applied inertia"""
-    c_max: float = 4.0
-    """upper clamp of the applied c1, c2"""
+    # -- problem and swarm: --num-cities, --knn, --n-particles, --pso-iterations, ... --------
+    env: Annotated[PSOTSPEnvConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=PSOTSPEnvConfig)
+    """the TSP instances, the swarm and the decoding (PSOTSPEnvConfig)"""
     train_decode: Literal["sample", "greedy"] = "sample"
     """decoding during training rollouts (evaluation always decodes greedily)"""
     reward: Literal["tour_length", "pbest_improvement", "gbest_improvement", "gbest_credit"] = "tour_length"
@@ -147,28 +135,12 @@ class PSOTSPTrainConfig:
     """rollouts in mirrored pairs: each instance twice, with common PSO/decode random numbers
     and negated exploration noise (instances_per_iteration counts both copies; must be even)"""
     # -- RL update (pglab.algos.onpolicy) -----------------------------------------------------
-    algo: Literal["reinforce_raw", "vpg_gae", "ppo"] = "ppo"
-    """reinforce_raw | vpg_gae | ppo (formerly --rl-mode)"""
     lr: float = 3e-4
     """Adam learning rate"""
-    gamma: float = 0.99
-    """discount factor"""
-    gae_lambda: float = 0.95
-    """GAE lambda"""
-    ppo_epochs: int = 4
-    """passes over each rollout (ppo)"""
-    num_minibatches: int = 1
-    """minibatches per pass (ppo); 1 = the whole trajectory, as in the note"""
-    clip_coef: float = 0.2
-    """PPO clip range"""
-    value_coef: float = 0.5
-    """weight of the value loss"""
-    entropy_coef: float = 0.0
-    """weight of the entropy bonus"""
-    max_grad_norm: float = 1.0
-    """gradient-norm clip"""
-    target_kl: float | None = None
-    """PPO early stop on approx-KL (None: off)"""
+    update: Annotated[OnPolicyHyperparams, tyro.conf.OmitArgPrefixes] = field(default_factory=lambda: PSO_UPDATE_DEFAULTS)
+    """the on-policy update: --algo, --gamma, --gae-lambda, --ppo-epochs, --num-minibatches,
+    --clip-coef, --value-clip-coef, --value-coef, --entropy-coef, --max-grad-norm, --target-kl,
+    --normalize-advantages"""
     # -- schedule ---------------------------------------------------------------------------
     n_iterations: int = 200
     """training iterations (one rollout + update each)"""
@@ -195,9 +167,11 @@ class PSOTSPTrainConfig:
     """torch CPU threads (0: torch's default)"""
 
     def __post_init__(self):
-        self.env_config()  # validates the swarm fields (n_particles >= 1, ...)
-        check_choice("algo", self.algo, RL_MODES)
-        self.hyperparams()  # validates the other RL fields (gamma in [0, 1], ...)
+        # The nested configs validate their own fields (n_particles >= 1, gamma in [0, 1], ...).
+        if not isinstance(self.env, PSOTSPEnvConfig):
+            raise ConfigError("env", self.env, "must be a PSOTSPEnvConfig")
+        if not isinstance(self.update, OnPolicyHyperparams):
+            raise ConfigError("update", self.update, "must be an OnPolicyHyperparams")
         check_choice("train_decode", self.train_decode, ("sample", "greedy"))
         check_choice("reward", self.reward, REWARDS)
         check_choice("noise_scope", self.noise_scope, ("particle", "swarm"))
@@ -225,23 +199,10 @@ class PSOTSPTrainConfig:
         check_device("device", self.device)
         check_int("threads", self.threads, minimum=0)
 
-    def env_config(self) -> PSOTSPEnvConfig:
-        """The swarm and decoding fields as a :class:`PSOTSPEnvConfig`."""
-        names = {f.name for f in dataclasses.fields(PSOTSPEnvConfig)}
-        return PSOTSPEnvConfig(**{name: getattr(self, name) for name in names})
-
-    def hyperparams(self) -> OnPolicyHyperparams:
-        """The update's hyperparameters (:func:`pglab.algos.onpolicy.onpolicy_update`)."""
-        return OnPolicyHyperparams(
-            rl_mode=self.algo, gamma=self.gamma, gae_lambda=self.gae_lambda, ppo_epochs=self.ppo_epochs,
-            num_minibatches=self.num_minibatches, clip_coef=self.clip_coef, value_coef=self.value_coef,
-            entropy_coef=self.entropy_coef, max_grad_norm=self.max_grad_norm, target_kl=self.target_kl,
-        )
-
     @property
-    def rl_mode(self) -> str:
-        """Deprecated alias of :attr:`algo` (read-only)."""
-        return self.algo
+    def algo(self) -> str:
+        """The update rule, ``update.algo`` (read-only)."""
+        return self.update.algo
 
 
 @dataclass(frozen=True)

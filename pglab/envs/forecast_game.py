@@ -34,11 +34,11 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 
+from pglab.configs.forecast import SimulationConfig, StateKeyName  # torch-free configs (re-exported)
 from pglab.data.series import ForecastSeries
 from pglab.errors import ConfigError, DataError
 from pglab.validation import check_choice, check_int, check_positive
 
-StateKeyName = Literal["hash", "scaled"]
 
 
 # --- action spaces ---------------------------------------------------------------------------
@@ -108,46 +108,6 @@ def _state_hash(state: ForecastState, n_buckets: int = 50) -> int:
     v_bucket = int((state.value % 100) / 2) % n_buckets
     e_bucket = int((state.exogenous + 5) * 5) % n_buckets
     return v_bucket * n_buckets + e_bucket
-
-
-@dataclass(frozen=True)
-class SimulationConfig:
-    """Settings of the game (the data source is chosen by the command, not here)."""
-
-    horizon: int = 80
-    """rounds per episode"""
-    n_bins: int = 21
-    """forecaster actions: deltas evenly spaced in [-max_delta, max_delta]"""
-    max_delta: float = 1.0
-    """largest forecast delta, in target units"""
-    adversary_bins: int = 11
-    """adversary actions: perturbations evenly spaced in [-adversary_max, adversary_max]"""
-    adversary_max: float = 0.25
-    """largest perturbation of the realised value, in target units"""
-    state_key: StateKeyName = "scaled"
-    """state discretisation: 'scaled' (quantiles of change and driver, fitted on the training data) or 'hash' (design note)"""
-    hash_buckets: int = 50
-    """buckets per dimension of the 'hash' key"""
-    scaled_buckets: int = 3
-    """quantile buckets per dimension of the 'scaled' key"""
-
-    def __post_init__(self):
-        check_int("horizon", self.horizon, minimum=1)
-        check_int("n_bins", self.n_bins, minimum=2)
-        check_positive("max_delta", self.max_delta)
-        check_int("adversary_bins", self.adversary_bins, minimum=2)
-        check_positive("adversary_max", self.adversary_max)
-        check_choice("state_key", self.state_key, ("hash", "scaled"))
-        check_int("hash_buckets", self.hash_buckets, minimum=1)
-        check_int("scaled_buckets", self.scaled_buckets, minimum=1)
-
-    @property
-    def forecaster_space(self) -> DiscreteActionSpace:
-        return DiscreteActionSpace(self.n_bins, self.max_delta)
-
-    @property
-    def adversary_space(self) -> DiscreteActionSpace:
-        return DiscreteActionSpace(self.adversary_bins, self.adversary_max)
 
 
 # --- state keys ------------------------------------------------------------------------------

@@ -80,6 +80,8 @@ def _coerce(field: str, annotation: Any, value: Any) -> Any:
         items = [_coerce(f"{field}[{i}]", item_type, v) for i, v in enumerate(value)]
         return list(items) if origin is list else tuple(items)
     if dataclasses.is_dataclass(annotation):
+        if isinstance(value, annotation):  # built in Python already (make_config)
+            return value
         if not isinstance(value, dict):
             raise ConfigError(field, value, f"must be a mapping of {annotation.__name__} fields")
         return config_from_dict(annotation, value, prefix=f"{field}.")
@@ -106,6 +108,8 @@ def _coerce(field: str, annotation: Any, value: Any) -> Any:
             raise ConfigError(field, value, "must be a string")
         return value
     if annotation is Path or (isinstance(annotation, type) and issubclass(annotation, os.PathLike)):
+        if isinstance(value, os.PathLike):
+            return Path(value)
         if not isinstance(value, str):
             raise ConfigError(field, value, "must be a path string")
         return Path(value)
@@ -121,12 +125,38 @@ def config_from_dict(cls: type[ConfigT], mapping: dict[str, Any], *, prefix: str
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(mapping) - set(fields))
     if unknown:
-        raise ConfigError(f"{prefix}{unknown[0]}", mapping[unknown[0]], f"unknown field; known fields: {', '.join(sorted(fields))}")
+        plain = unprefixed_fields(cls)  # list the nested fields by the names a user types
+        known = (set(fields) - {dotted.partition(".")[0] for dotted in plain.values()}) | set(plain)
+        raise ConfigError(f"{prefix}{unknown[0]}", mapping[unknown[0]], f"unknown field; known fields: {', '.join(sorted(known))}")
+    for name, value in mapping.items():
+        # A partial mapping for a nested config overrides its field's default instance
+        # (PSOTSPTrainConfig.update defaults to PSO's own OnPolicyHyperparams, not the class's).
+        default = _default_of(fields[name])
+        if isinstance(value, dict) and dataclasses.is_dataclass(default):
+            mapping = {**mapping, name: {**config_to_dict(default), **value}}
     kwargs = {name: _coerce(f"{prefix}{name}", hints[name], value) for name, value in mapping.items()}
     try:
         return cls(**kwargs)
     except TypeError as exc:
         raise ConfigError(prefix.rstrip(".") or cls.__name__, mapping, str(exc)) from exc
+
+
+def _default_of(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None
+
+
+def make_config(cls: type[ConfigT], **fields: Any) -> ConfigT:
+    """Build ``cls`` from flat keyword arguments, as the command line and YAML name them.
+
+    The fields of an unprefixed nested config go in by their plain names:
+    ``make_config(PPOConfig, algo="vpg_gae", gamma=0.9, total_steps=4096)`` sets
+    ``config.update.algo`` and ``config.update.gamma``. Values are checked like YAML values
+    (unknown names and ill-typed values raise :class:`ConfigError`)."""
+    return config_from_dict(cls, fields)
 
 
 def deprecated_names(cls: type) -> dict[str, str]:
@@ -172,6 +202,8 @@ def _nest(cls: type, mapping: dict[str, Any], *, warn: bool, source: str) -> dic
     out: dict[str, Any] = {}
     for key, value in mapping.items():
         new = renames.get(key)
+        if new in plain_names and key not in plain_names:  # rl_mode -> algo -> update.algo
+            new = plain_names[new]
         if new is None:
             if isinstance(value, dict):  # a copy: the caller's mapping is not changed
                 out[key] = {**out[key], **value} if isinstance(out.get(key), dict) else dict(value)
@@ -179,7 +211,7 @@ def _nest(cls: type, mapping: dict[str, Any], *, warn: bool, source: str) -> dic
                 out[key] = value
             continue
         if warn and key not in plain_names:
-            _deprecation_note(f"{source} key {key!r} is deprecated; use {new!r}")
+            _deprecation_note(f"{source} key {key!r} is deprecated; use {deprecated_names(cls)[key]!r}")
         head, dot, tail = new.partition(".")
         if dot:
             inner = out.setdefault(head, {})
@@ -309,11 +341,12 @@ def rename_deprecated_flags(cls: type, argv: Sequence[str], *, warn: bool = True
 
 
 def given_fields(cls: type, argv: Sequence[str]) -> frozenset[str]:
-    """Top-level field names set by ``argv`` (already normalised and renamed).
+    """Field names set by ``argv`` (already normalised and renamed).
 
     This is what ``--resume`` applies: a flag counts as given because it is on the
-    command line, never because its value differs from the default. A nested field
-    (``--ghm.mu``) counts as its top-level field (``ghm``).
+    command line, never because its value differs from the default. A field of a nested
+    config is named by its dotted path (``--sigma`` -> ``params.sigma``,
+    ``--pixel-goal.grid-size`` -> ``pixel_goal.grid_size``).
     """
     names = _flag_names(cls)
     given = set()
@@ -325,14 +358,27 @@ def given_fields(cls: type, argv: Sequence[str]) -> frozenset[str]:
         if entry is None and name.startswith("no-"):
             entry = names.get(name[3:])
         if entry is not None:
-            given.add(entry[0].split(".")[0])
+            given.add(entry[0])
     return frozenset(given)
+
+
+def dotted_keys(cls: type, mapping: dict[str, Any], prefix: str = "") -> set[str]:
+    """The fields a (nested, already renamed) mapping sets, dotted for nested configs."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    keys: set[str] = set()
+    for name, value in mapping.items():
+        annotation = _field_type(hints[name]) if name in hints else None
+        if isinstance(value, dict) and annotation is not None and dataclasses.is_dataclass(annotation):
+            keys |= dotted_keys(annotation, value, prefix=f"{prefix}{name}.")
+        else:
+            keys.add(prefix + name)
+    return keys
 
 
 @dataclasses.dataclass(frozen=True)
 class ParsedConfig:
-    """A parsed command line: the config and the top-level fields the user set
-    (on the command line or in the ``--config`` YAML file)."""
+    """A parsed command line: the config and the fields the user set (on the command line
+    or in the ``--config`` YAML file; dotted for the fields of nested configs)."""
 
     config: Any
     given: frozenset[str]
@@ -404,7 +450,7 @@ def parse_flags(cls: type[ConfigT], argv: Sequence[str], *, prog: str, descripti
     given: set[str] = set(given_fields(cls, rest))
     if yaml_path is not None:
         kwargs["default"] = load_yaml_config(cls, yaml_path)
-        given.update(_nest(cls, read_yaml_mapping(yaml_path), warn=False, source="").keys())
+        given.update(dotted_keys(cls, _nest(cls, read_yaml_mapping(yaml_path), warn=False, source="")))
     with _one_line_parse_errors():
         config = tyro.cli(cls, args=rest, prog=prog, description=description, **kwargs)
     return ParsedConfig(config, frozenset(given))

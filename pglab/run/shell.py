@@ -119,29 +119,59 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None)
         raise CheckpointError(f"run directory {run_dir}: config.json holds no config mapping")
     stored = config_from_dict(spec.config_class, {**stored_fields, "resume": None, "log_dir": None})
     if given is None:
-        defaults = _plain(spec.config_class())
-        current = _plain(config)
-        given = frozenset(name for name in current if current[name] != defaults.get(name))
+        given = frozenset(_differing_paths(config, spec.config_class()))
     allowed = SHELL_RESUMABLE | spec.resumable
     plain_names = {dotted: leaf for leaf, dotted in unprefixed_fields(spec.config_class).items()}
     changes: dict[str, Any] = {}
     for name in sorted(given - {"resume", "log_dir"}):
-        new, old = getattr(config, name), getattr(stored, name)
+        new, old = _get_dotted(config, name), _get_dotted(stored, name)
         if _plain(new) == _plain(old):
             continue
-        if name not in allowed:
+        if name not in allowed and name.partition(".")[0] not in allowed:
             name, new, old = _first_difference(name, new, old)
-            name = plain_names.get(name, name)  # as on the command line: sigma, not params.sigma
-            raise ConfigError(name, new, f"differs from the resumed run's value {old!r}; a resume may change only "
+            raise ConfigError(plain_names.get(name, name),  # as on the command line: sigma, not params.sigma
+                              new, f"differs from the resumed run's value {old!r}; a resume may change only "
                               f"{', '.join(sorted(allowed - {'resume', 'log_dir'}))}")
         changes[name] = new
     # resume=None: the merged config passes every check a fresh run would (cross-field ones too).
-    merged = dataclasses.replace(stored, **changes)
+    merged = _replace_dotted(stored, changes)
     done = int(checkpoint["counters"].get(spec.step_key, 0)) if checkpoint is not None else 0
     if spec.total_steps(merged) < done:
         raise ConfigError(spec.budget_field, getattr(merged, spec.budget_field),
                           f"is below what the resumed run has done ({spec.step_key} {done})")
     return dataclasses.replace(merged, resume=run_dir, log_dir=run_dir), checkpoint, run_dir
+
+
+def _get_dotted(config: Any, name: str) -> Any:
+    for part in name.split("."):
+        config = getattr(config, part)
+    return config
+
+
+def _replace_dotted(config: Any, changes: dict[str, Any]) -> Any:
+    """``dataclasses.replace`` for dotted names (``{"params.sigma": 0.3}``)."""
+    top: dict[str, Any] = {name: value for name, value in changes.items() if "." not in name}
+    nested: dict[str, dict[str, Any]] = {}
+    for name, value in changes.items():
+        if "." in name:
+            head, _, rest = name.partition(".")
+            nested.setdefault(head, {})[rest] = value
+    for head, inner in nested.items():
+        top[head] = _replace_dotted(getattr(config, head), inner)
+    return dataclasses.replace(config, **top)
+
+
+def _differing_paths(current: Any, defaults: Any, prefix: str = "") -> set[str]:
+    """Dotted names of the fields of config ``current`` that differ from ``defaults``
+    (a nested config's fields one by one)."""
+    paths: set[str] = set()
+    for field in dataclasses.fields(current):
+        value, default = getattr(current, field.name), getattr(defaults, field.name)
+        if dataclasses.is_dataclass(value) and type(value) is type(default):
+            paths |= _differing_paths(value, default, prefix=f"{prefix}{field.name}.")
+        elif _plain(value) != _plain(default):
+            paths.add(prefix + field.name)
+    return paths
 
 
 def _first_difference(name: str, new: Any, old: Any) -> tuple[str, Any, Any]:
