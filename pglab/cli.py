@@ -4,6 +4,7 @@
     pglab evaluate CHECKPOINT [FLAGS]        (dispatched on the checkpoint's kind)
     pglab evaluate {pso-tsp,maxk-pomo,forecast} [FLAGS]
     pglab solve {ghm,ghm-credit-line} [FLAGS] (finite-difference HJB reference)
+    pglab sweep ghm [FLAGS]                  (comparative statics: train on a grid of calibrations)
     pglab backtest [FLAGS]                   (walk-forward forecasting backtest)
     pglab plot RUN_DIR [FLAGS]               (learning curves of any run)
     pglab validate CHECKPOINT [FLAGS]        (HJB residual of a GHM agent vs the FD optimum)
@@ -41,6 +42,8 @@ def _system_table(attribute: str) -> dict[str, Handler]:
 
 SOLVERS: dict[str, Handler] = {"ghm": "pglab.commands.ghm:solve", "ghm-credit-line": "pglab.commands.ghm_credit_line:solve"}
 
+SWEEPS: dict[str, Handler] = {"ghm": "pglab.commands.sweep:ghm"}
+
 SINGLE: dict[str, Handler] = {
     "backtest": "pglab.commands.forecast:backtest",
     "plot": "pglab.commands.plot:plot",
@@ -58,6 +61,7 @@ BENCHMARKS: dict[str, Handler] = {
 }
 
 SUMMARIES = {
+    "sweep": {"ghm": "train GHM solvers on a grid of calibrations; thresholds against the FD optimum"},
     "solve": {"ghm": "finite-difference HJB solution of the GHM model",
               "ghm-credit-line": "finite-difference HJB solution of the GHM model with a credit line"},
     "bench": {"ghm-rollout": "GHM rollout iteration time (idle and beside a CPU-bound process)",
@@ -180,7 +184,8 @@ def dispatch(argv: Sequence[str]) -> int:
         return EXIT_OK
     command, rest = args[0], args[1:]
     help_asked = bool(rest) and rest[0] in ("-h", "--help")
-    tables = {"train": lambda: _system_table("train"), "solve": lambda: SOLVERS, "bench": lambda: BENCHMARKS}
+    tables = {"train": lambda: _system_table("train"), "solve": lambda: SOLVERS, "sweep": lambda: SWEEPS,
+              "bench": lambda: BENCHMARKS}
     if command in tables:
         table = tables[command]()
         if help_asked:
@@ -198,7 +203,7 @@ def dispatch(argv: Sequence[str]) -> int:
         return _load(checkpoint_evaluator(rest[0], help_asked=any(a in ("-h", "--help") for a in rest[1:])))(rest)
     if command in SINGLE:
         return _load(SINGLE[command])(rest)
-    commands = ["train", "evaluate", "solve", *SINGLE, "bench"]
+    commands = ["train", "evaluate", "solve", "sweep", *SINGLE, "bench"]
     raise PglabUsage(f"command: unknown command {command!r}; choose one of {', '.join(commands)}")
 
 
