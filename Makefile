@@ -34,14 +34,16 @@ test: install
 bench: install
 	set -e; for script in bench/*.py; do echo "== $$script"; $(PY) $$script; done
 
-# Mutation testing of pglab/estimators and pglab/losses with mutmut (docs/mutation-testing.md).
-# Not part of `make test`: about 15-20 minutes on 2 cores. The test selection and the
-# mutated paths are in pyproject.toml's [tool.mutmut]; MUTANTS_JOBS sets the workers.
-# `.venv/bin/mutmut results` / `mutmut show NAME` list and show the survivors afterwards.
+# Mutation testing (docs/mutation-testing.md) with mutmut: pglab/estimators, pglab/losses
+# and the update functions of pglab/algos. Not part of `make test`: an estimated 30-40 minutes
+# on 2 cores. The mutated files and the test selection are in pyproject.toml's [tool.mutmut]; the
+# functions whose mutants run are mutants_support.SELECTION (passed to `mutmut run` as
+# patterns); MUTANTS_JOBS sets the workers. `.venv/bin/mutmut show NAME` shows a survivor.
 MUTANTS_JOBS ?= 2
 mutants: install
 	rm -rf mutants
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(VENV)/bin/mutmut run --max-children $(MUTANTS_JOBS)
+	$(PY) mutants_support.py --patterns | OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+		xargs -r -d '\n' $(VENV)/bin/mutmut run --max-children $(MUTANTS_JOBS)
 	$(PY) mutants_support.py
 
 clean:
