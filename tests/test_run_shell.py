@@ -331,3 +331,24 @@ def test_plot_output_may_be_a_directory_and_leaves_no_temporary(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["learning_curves.png"]
     result = _pglab("plot", str(tmp_path / "run"), "--output", str(tmp_path / "fig.txt"))
     assert result.returncode == 2 and "output" in result.stderr
+
+
+def test_a_field_missing_from_an_old_stored_config_takes_the_specs_stored_default(tmp_path):
+    """A run made before `width` existed resumes with the value it was trained with
+    (TrainerSpec.stored_defaults), not with today's default."""
+    import pglab.run.shell as shell_module
+    from pglab.run.checkpoint import save_checkpoint
+
+    train_toy(ToyConfig(log_dir=tmp_path / "old", width=1), stop_after=2)
+    path = (tmp_path / "old" / "checkpoints" / "checkpoint_latest.pt").resolve()
+    checkpoint = load_checkpoint_file(path)
+    checkpoint.pop("path")
+    del checkpoint["config"]["width"]  # written before the field existed
+    save_checkpoint(path, checkpoint)
+    meta = json.loads((tmp_path / "old" / "config.json").read_text())
+    del meta["config"]["width"]
+    (tmp_path / "old" / "config.json").write_text(json.dumps(meta))
+    old_spec = dataclasses.replace(SPEC, stored_defaults={"width": 1})
+    resumed = shell_module.resolve_resume(old_spec, ToyConfig(resume=tmp_path / "old"), frozenset({"resume"}))[0]
+    assert resumed.width == 1
+    assert shell_module.resolve_resume(SPEC, ToyConfig(resume=tmp_path / "old"), frozenset({"resume"}))[0].width == 3

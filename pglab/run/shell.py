@@ -66,6 +66,9 @@ class TrainerSpec:
         total_steps: the config's budget in ``step_key`` units.
         budget_field: the field named when a resumed budget is below the checkpoint.
         keep: numbered checkpoints to keep (``None``: all).
+        stored_defaults: values for fields a stored config (of a run made before the field
+            existed) does not have, when they differ from today's defaults: a resumed old run
+            keeps training the way it started (e.g. the critic loss it was using).
     """
 
     system: str
@@ -77,6 +80,7 @@ class TrainerSpec:
     budget_field: str
     kind_of: Callable[[Any], str] | None = None
     keep: int | None = 3
+    stored_defaults: Mapping[str, Any] | None = None
 
     def kind(self, config: Any) -> str:
         return self.kind_of(config) if self.kind_of is not None else self.kinds[0]
@@ -117,7 +121,8 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None)
     stored_fields = checkpoint["config"] if checkpoint is not None else stored_payload.get("config")
     if not isinstance(stored_fields, dict):
         raise CheckpointError(f"run directory {run_dir}: config.json holds no config mapping")
-    stored = config_from_dict(spec.config_class, {**stored_fields, "resume": None, "log_dir": None})
+    stored = config_from_dict(spec.config_class, {**(spec.stored_defaults or {}), **stored_fields,
+                                                  "resume": None, "log_dir": None})
     if given is None:
         given = frozenset(_differing_paths(config, spec.config_class()))
     allowed = SHELL_RESUMABLE | spec.resumable
