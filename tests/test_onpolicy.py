@@ -1,9 +1,11 @@
 """The shared on-policy update on a two-armed bandit with a known better arm."""
+import math
+
 import pytest
 import torch
 from torch import nn
 
-from pglab.algos.onpolicy import OnPolicyBatch, OnPolicyHyperparams, onpolicy_update
+from pglab.algos.onpolicy import OnPolicyBatch, OnPolicyHyperparams, minibatch_indices, onpolicy_update
 from pglab.errors import ConfigError
 
 
@@ -78,3 +80,36 @@ def test_kl_early_stop_and_config_validation():
         OnPolicyHyperparams(algo="a2c")
     with pytest.raises(ConfigError, match=r"gae_lambda: .*\(got 1.5\)"):
         OnPolicyHyperparams(gae_lambda=1.5)
+
+
+@pytest.mark.parametrize(("size", "num_minibatches"), [(10, 4), (256, 4), (7, 7), (5, 8), (131, 8)])
+def test_every_sample_is_used_exactly_once_per_epoch(size, num_minibatches):
+    """The evaluate callback records which samples each minibatch scores: over one epoch
+    every index appears exactly once (the remainder is not dropped), there are
+    min(num_minibatches, size) minibatches and their sizes differ by at most one."""
+    seen: list[torch.Tensor] = []
+    logits = nn.Parameter(torch.zeros(2))
+
+    def evaluate(index):
+        seen.append(index.clone())
+        d = torch.distributions.Categorical(logits=logits)
+        actions = index % 2
+        return d.log_prob(actions), d.entropy().expand(len(index)), logits.sum().expand(len(index)) * 0.0
+
+    advantages = torch.linspace(-1.0, 1.0, size)
+    batch = OnPolicyBatch(torch.full((size,), -math.log(2.0)), advantages, advantages.clone(), torch.zeros(size))
+    hp = OnPolicyHyperparams(ppo_epochs=1, num_minibatches=num_minibatches, normalize_advantages=False)
+    onpolicy_update(evaluate, batch, [logits], torch.optim.SGD([logits], lr=0.01), hp, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(torch.sort(torch.cat(seen)).values, torch.arange(size))
+    sizes = [len(index) for index in seen]
+    assert len(sizes) == min(num_minibatches, size) and max(sizes) - min(sizes) <= 1
+
+
+def test_minibatches_are_consecutive_slices_of_the_shuffled_order():
+    """When the batch divides, the minibatches are exactly the equal slices of the
+    permutation drawn from the generator: the minibatches (and so the results) of the
+    update before the remainder fix."""
+    order = torch.randperm(12, generator=torch.Generator().manual_seed(5))
+    parts = minibatch_indices(order, 4)
+    assert [p.tolist() for p in parts] == [order[i:i + 3].tolist() for i in range(0, 12, 3)]
+    assert [len(p) for p in minibatch_indices(order, 5)] == [3, 3, 2, 2, 2]

@@ -121,7 +121,7 @@ gym.register("PglabTestMultiDiscrete-v0", entry_point=MultiDiscreteEnv)
     ("argv", "message"),
     [
         (["--env", "gym:NoSuchEnv-v0"], "not a registered Gymnasium environment"),
-        (["--env", "mujoco:Hopper"], "prefix must be 'gym:' or 'pglab:'"),
+        (["--env", "mujoco:Hopper"], "prefix must be 'gym:', 'ale:'"),
         (["--env", "gym:PglabTestMultiDiscrete-v0"], "unsupported"),
         (["--num-envs", "0"], "num_envs: must be >= 1 (got 0)"),
         (["--num-minibatches", "1000"], "(got 1000)"),

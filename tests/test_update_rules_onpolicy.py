@@ -136,11 +136,13 @@ def reference_single_step(model, obs, actions, batch, hp):
 
 
 def reference_ppo(model, obs, actions, batch, hp, seed=SEED):
-    """K epochs x num_minibatches minibatches of size M // num_minibatches; each
+    """K epochs x num_minibatches minibatches (sizes M // num_minibatches or one more); each
     minibatch: the PPO-clip loss written per sample, one clipped SGD step."""
     params = leaf_copy(model)
     size = batch.size
-    minibatch = size // hp.num_minibatches
+    # num_minibatches consecutive slices of the shuffled order covering every sample once,
+    # the first size % num_minibatches of them one sample longer.
+    bounds = [k * (size // hp.num_minibatches) + min(k, size % hp.num_minibatches) for k in range(hp.num_minibatches + 1)]
     generator = torch.Generator().manual_seed(seed)
     eps = hp.clip_coef
     rows, epochs = [], 0
@@ -148,7 +150,7 @@ def reference_ppo(model, obs, actions, batch, hp, seed=SEED):
         order = torch.randperm(size, generator=generator)  # the same shuffles as the update
         epoch_kls = []
         for k in range(hp.num_minibatches):
-            index = order[k * minibatch : (k + 1) * minibatch]
+            index = order[bounds[k] : bounds[k + 1]]
             log_probs, entropy, values = forward(params, obs[index], actions[index])
             advantages = batch.advantages[index].clone()
             if hp.normalize_advantages:
@@ -241,7 +243,7 @@ def test_single_step_gradient_norm_clip_scales_the_whole_step():
 )
 def test_ppo_epochs_of_minibatches_match_the_reference(overrides):
     model = LinearActorCritic()
-    # 14 samples, 4 minibatches of 3 per epoch (2 samples left out of each epoch).
+    # 14 samples, 4 minibatches of 4, 4, 3, 3 per epoch (every sample once).
     obs, actions, batch = fixed_batch(model, 14)
     fields = dict(algo="ppo", ppo_epochs=3, num_minibatches=4, value_coef=0.7, entropy_coef=0.2, max_grad_norm=1e6)
     hp = OnPolicyHyperparams(**{**fields, **overrides})

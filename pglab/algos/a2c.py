@@ -84,13 +84,14 @@ from torch import nn
 from pglab.agent import Agent
 from pglab.algos.a2c_common import (
     DIST_KEYS, EPISODE_KEYS, LOG_NAME, RECORD_KEYS, WindowStats, build_env, error_record, evaluate_policy,
-    format_postfix, present, sample_actions,
+    finished_episodes, format_postfix, present, sample_actions,
 )
 from pglab.configs.a2c import KIND, KINDS, STREAM_AC_KIND, A2CTrainConfig
 from pglab.envs.base import EpisodeTracker
 from pglab.errors import CheckpointError, ConfigError
 from pglab.losses.a2c import a2c_td0_losses
-from pglab.nets.pixel_cnn import PixelActorCriticCNN, StreamActorCritic
+from pglab.nets.nature_cnn import build_stream_actor_critic
+from pglab.nets.pixel_cnn import PixelActorCriticCNN
 from pglab.run.checkpoint import build_checkpoint, library_versions, load_state_dict_checked
 from pglab.run.config import config_from_dict, config_to_dict
 from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state
@@ -211,8 +212,9 @@ class A2CTrainer:
                                 gamma=cfg.gamma, value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef)
         # accumulate: the window's gradient is the mean of its env-steps' gradients
         (losses["loss"] / cfg.update_every).backward()
-        episode_returns, episode_lengths, _ = self.tracker.update(reward, done | trunc)
-        self.stats.add(losses, reward, done, trunc, episode_returns, episode_lengths.to(torch.float64), info.get("dist"))
+        episode_returns, episode_lengths, ended, succeeded = finished_episodes(self.tracker, reward, done, trunc, info)
+        self.stats.add(losses, reward, done, trunc, episode_returns, episode_lengths.to(torch.float64), info.get("dist"),
+                       ended, succeeded)
         self.counters["env_steps"] += cfg.num_envs * self.world_size
         self.obs = next_obs
         return keep
@@ -378,8 +380,11 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str
     arch = checkpoint.get("extra", {}).get("architecture")
     if arch is None:
         raise CheckpointError(f"checkpoint {checkpoint.get('path')}: no network architecture recorded")
-    network = StreamActorCritic if checkpoint["kind"] == STREAM_AC_KIND else PixelActorCriticCNN
-    policy = network(**arch)
+    if checkpoint["kind"] == STREAM_AC_KIND:
+        # Checkpoints from before the Nature torso record no "torso": theirs is the small one.
+        policy = build_stream_actor_critic(**{"torso": "small", **arch})
+    else:
+        policy = PixelActorCriticCNN(**arch)
     load_state_dict_checked(policy, checkpoint["models"]["model"], name="model", source=str(checkpoint.get("path")))
     policy.to(device).eval()
     return A2CAgent(policy=policy, config=config, kind=checkpoint["kind"], counters=dict(checkpoint["counters"]), device=device,

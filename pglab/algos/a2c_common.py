@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from pglab.configs.a2c import A2CTrainConfig
+from pglab.envs.atari import reported_episodes
 from pglab.envs.base import EpisodeTracker
 from pglab.run.progress import progress_bar
 from pglab.validation import check_int
@@ -38,6 +39,25 @@ def build_env(config: A2CTrainConfig, device: torch.device, *, seed: int):
     return make_env(config.env, config.num_envs, device=device, seed=seed, **config.env_kwargs())
 
 
+def finished_episodes(tracker: EpisodeTracker, reward: torch.Tensor, done: torch.Tensor, trunc: torch.Tensor,
+                      info: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The episodes that ended at this env-step: ``(returns, lengths, finished, succeeded)``,
+    all ``[N]`` (returns/lengths 0 where ``finished`` is false).
+
+    Environments that report their own episodes (:func:`pglab.envs.atari.reported_episodes`:
+    Atari's whole games with the unclipped score, while ``done`` marks every lost life and
+    the reward is clipped) are taken at their word, and ``succeeded`` means the game ended
+    before the time limit. Otherwise ``tracker`` sums the rewards up to ``done | trunc``
+    and ``succeeded = done`` (PixelGoalEnv: reached the goal)."""
+    reported = reported_episodes(info)
+    if reported is None:
+        returns, lengths, finished = tracker.update(reward, done | trunc)
+        return returns, lengths, finished, done
+    returns, lengths = reported
+    finished = info["episode_end"]
+    return returns, lengths, finished, finished & ~trunc
+
+
 def sample_actions(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """int64 ``[N]`` from float ``[N, A]`` logits by the Gumbel-max trick:
     ``argmax(logits + G)``, ``G = -log(-log U)``, with ``U`` from ``generator``."""
@@ -61,19 +81,23 @@ class WindowStats:
         self.env_steps = 0
         self.dist: torch.Tensor | None = None
 
-    def add(self, losses: dict[str, torch.Tensor], reward, done, trunc, episode_returns, episode_lengths, dist) -> None:
+    def add(self, losses: dict[str, torch.Tensor], reward, done, trunc, episode_returns, episode_lengths, dist,
+            finished: torch.Tensor | None = None, succeeded: torch.Tensor | None = None) -> None:
         """One env-step: losses (scalars), reward/done/trunc ``[N]``, the returns and lengths
-        of the episodes that ended (zero elsewhere) ``[N]``, ``info["dist"]`` or ``None``."""
+        of the episodes that ended (zero elsewhere) ``[N]``, ``info["dist"]`` or ``None``;
+        which episodes ended and succeeded ``[N]`` (default ``done | trunc`` and ``done``;
+        :func:`finished_episodes` gives all four)."""
         for name, value in losses.items():
             value = value.detach().to(torch.float64)
             self.losses[name] = self.losses[name] + value if name in self.losses else value
-        finished = done | trunc
+        finished = done | trunc if finished is None else finished
+        succeeded = done if succeeded is None else succeeded
         self.sums["reward"] += reward.sum()
         self.sums["done"] += done.sum()
         self.sums["trunc"] += trunc.sum()
         self.sums["episodes"] += finished.sum()
         self.sums["return"] += episode_returns.sum()
-        self.sums["success"] += done.sum()
+        self.sums["success"] += succeeded.sum()
         self.sums["length"] += episode_lengths.sum()
         self.transitions += reward.numel()
         self.env_steps += 1
@@ -149,13 +173,13 @@ def evaluate_policy(act, env, *, episodes: int, max_env_steps: int = 100_000, de
     bar = progress_bar(episodes, desc=desc, unit="ep")
     try:
         for _ in range(max_env_steps):
-            obs, reward, done, trunc, _ = env.step(act(obs))
-            episode_returns, episode_lengths, finished = tracker.update(reward, done | trunc)
+            obs, reward, done, trunc, info = env.step(act(obs))
+            episode_returns, episode_lengths, finished, succeeded = finished_episodes(tracker, reward, done, trunc, info)
             counted = finished & (taken < quota)
             taken += finished.long()
             returns.append(episode_returns[counted])
             lengths.append(episode_lengths[counted])
-            successes.append(done[counted])
+            successes.append(succeeded[counted])
             now = int(torch.minimum(taken, quota).sum())
             bar.update(now - count)
             count = now

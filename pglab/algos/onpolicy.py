@@ -6,7 +6,8 @@
   returns with a batch-mean baseline, no critic.
 * ``vpg_gae`` — one gradient step on the policy-gradient loss with GAE advantages plus
   ``value_coef *`` the critic's regression loss and the entropy bonus.
-* ``ppo`` — ``ppo_epochs`` passes over shuffled minibatches of the same batch with the
+* ``ppo`` — ``ppo_epochs`` passes over ``num_minibatches`` shuffled minibatches of the
+  same batch (every sample once per pass; sizes differ by at most one) with the
   clipped surrogate (:func:`pglab.losses.ppo.ppo_clip_loss`), optional KL early stop.
 
 The caller collects the rollout, computes advantages/returns with the shared estimators
@@ -31,7 +32,8 @@ from pglab.contracts import check_tensor
 from pglab.estimators import normalize_advantages
 from pglab.losses.ppo import ppo_clip_loss
 
-__all__ = ["Evaluate", "OnPolicyBatch", "OnPolicyHyperparams", "RLMode", "explained_variance", "gradient_step", "onpolicy_update"]
+__all__ = ["Evaluate", "OnPolicyBatch", "OnPolicyHyperparams", "RLMode", "explained_variance", "gradient_step",
+           "minibatch_indices", "onpolicy_update"]
 
 Evaluate = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
@@ -122,14 +124,16 @@ def onpolicy_update(
         })
         epochs_run = 1
     else:
-        minibatch = max(1, size // hp.num_minibatches)
         epochs_run = 0
         for _ in range(hp.ppo_epochs):
             order = torch.randperm(size, generator=generator, device="cpu").to(device)
             epoch_kl = torch.zeros((), device=device)
             epoch_batches = 0
-            for start in range(0, size - minibatch + 1, minibatch):
-                index = order[start : start + minibatch]
+            # Every sample exactly once per epoch: num_minibatches consecutive slices of the
+            # shuffled order, the first size % num_minibatches of them one sample longer
+            # (equal slices when it divides, as before). Dropping the remainder would leave
+            # some samples out of every update.
+            for index in minibatch_indices(order, hp.num_minibatches):
                 log_probs, entropy, values = evaluate(index)
                 advantages = batch.advantages[index]
                 if hp.normalize_advantages:
@@ -151,6 +155,13 @@ def onpolicy_update(
     metrics["stats/epochs"] = torch.tensor(float(epochs_run), device=device)
     metrics["stats/explained_variance"] = explained_variance(batch.old_values, batch.returns)
     return metrics
+
+
+def minibatch_indices(order: torch.Tensor, num_minibatches: int) -> tuple[torch.Tensor, ...]:
+    """Split a permutation ``order [M]`` into ``min(num_minibatches, M)`` consecutive views
+    whose sizes differ by at most one (``torch.tensor_split``): together they hold every
+    sample once."""
+    return torch.tensor_split(order, min(num_minibatches, order.shape[0]))
 
 
 def explained_variance(predicted: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -20,13 +20,27 @@ Termination vs truncation: ``done`` (terminated) stops the bootstrap; ``trunc`` 
 limit) bootstraps from ``V(final_obs)``, the value of the pre-reset observation, and
 stops the advantage recursion (see :func:`pglab.estimators.compute_gae`).
 
+Normalisation (``--normalize-obs`` / ``--normalize-reward``): SB3's ``VecNormalize``
+(:class:`pglab.envs.normalize.ObsRewardNormalizer`) sits between the environment and the
+policy; the rollout stores normalised observations and rewards, episode statistics use
+the raw rewards, and the observation statistics travel with the checkpoint so that
+:class:`PPOAgent` (``pglab evaluate``, ``pglab.load_checkpoint(...).predict``) takes raw
+observations.
+
+Schedules: ``--lr-schedule`` and ``--clip-schedule`` (``constant`` | ``linear``: the value
+times ``1 - (k - 1) / K`` in iteration ``k`` of ``K``).
+
+Callbacks (Python API): ``train_ppo(config, callbacks=[...])`` calls ``on_step(StepInfo)``
+after every vector-env step and ``on_rollout_end(RolloutInfo)`` after every rollout; a
+callback returning ``False`` stops the run after the current iteration, with a checkpoint.
+
 Exact resume: the checkpoint stores networks, optimiser, every RNG, the current
-observations, running episode statistics and the environments' own state (for
-Gymnasium envs whose state lives in plain attributes: numpy arrays, numbers and
-``np.random.Generator``s, which covers classic control and toy text). So on the CPU,
-N iterations + ``--resume`` + N more == 2N iterations, bit for bit, when the budget of
-the first run was already 2N or ``anneal_lr`` is off (the annealed learning rate is a
-function of the total budget, so extending the budget changes the rest of its schedule).
+observations, running episode statistics, the normalisation statistics and the
+environments' own state (for Gymnasium envs whose state lives in plain attributes: numpy
+arrays, numbers and ``np.random.Generator``s, which covers classic control and toy text).
+So on the CPU, N iterations + ``--resume`` + N more == 2N iterations, bit for bit, when
+the budget of the first run was already 2N or both schedules are constant (a linear
+schedule is a function of the total budget, so extending the budget changes the rest of it).
 """
 from __future__ import annotations
 
@@ -43,12 +57,15 @@ import torch
 
 from pglab.agent import Agent
 from pglab.algos.onpolicy import OnPolicyBatch, onpolicy_update
-from pglab.configs.ppo import PPOConfig  # re-exported: pglab.algos.ppo.PPOConfig keeps working
+from pglab.configs.ppo import PPOConfig, schedule_fraction  # PPOConfig re-exported: pglab.algos.ppo.PPOConfig keeps working
+from pglab.envs.atari import evaluation_options, reported_episodes
 from pglab.envs.base import ActionSpec, EpisodeTracker
+from pglab.envs.normalize import ObsRewardNormalizer
 from pglab.envs.registry import make_env
 from pglab.errors import CheckpointError, ConfigError
 from pglab.estimators import compute_gae, reward_to_go
-from pglab.nets.actor_critic import ActorCritic, build_actor_critic
+from pglab.nets.actor_critic import ActorCritic, GSDEActorCritic, build_actor_critic
+from pglab.nets.nature_cnn import NatureCNNActorCritic
 from pglab.run.atomic import atomic_write_json
 from pglab.run.checkpoint import build_checkpoint, load_state_dict_checked
 from pglab.run.config import config_from_dict, config_to_dict
@@ -62,7 +79,7 @@ KIND = "ppo"
 
 # What a resume may change besides the shell's own fields (device, threads, log_dir,
 # save_interval, tensorboard): the budget, the logging cadence and the final evaluation.
-# Extending total_steps with anneal_lr changes the rest of the learning-rate schedule.
+# Extending total_steps with a linear schedule changes the rest of that schedule.
 SPEC = TrainerSpec(system="ppo", config_class=PPOConfig, kinds=(KIND,), step_key="iteration",
                    resumable=frozenset({"total_steps", "log_interval", "eval_episodes"}),
                    total_steps=lambda config: config.num_iterations, budget_field="total_steps")
@@ -114,16 +131,22 @@ class PPOAgent(Agent):
     - ``predict(obs, deterministic=True)``: the same on NumPy arrays;
     - ``value(obs)``: the critic's ``V(s)``, float ``[B]``.
 
+    Observations are the environment's raw ones: with ``--normalize-obs`` the agent
+    applies the training run's final (frozen) statistics itself.
+
     Attributes: ``kind`` (``"ppo"``), ``config`` (:class:`PPOConfig`), ``device``,
     ``policy`` (the :class:`~pglab.nets.actor_critic.ActorCritic`, actor and critic),
-    ``action`` (:class:`ActionInfo`), ``obs_dim``.
+    ``action`` (:class:`ActionInfo`), ``obs_dim``, ``normalizer``
+    (:class:`~pglab.envs.normalize.ObsRewardNormalizer` or ``None``).
     """
 
     kind = KIND
 
-    def __init__(self, policy: ActorCritic, config: PPOConfig, action: ActionInfo, obs_dim: int, device: torch.device):
+    def __init__(self, policy: ActorCritic, config: PPOConfig, action: ActionInfo, obs_dim: int, device: torch.device,
+                 normalizer: ObsRewardNormalizer | None = None):
         self.policy, self.config, self.action, self.obs_dim = policy, config, action, obs_dim
         self.device = device
+        self.normalizer = normalizer
         if action.kind == "continuous":
             shape = action.shape or (action.size,)
             low = action.low if action.low is not None else (-math.inf,) * action.size
@@ -135,7 +158,14 @@ class PPOAgent(Agent):
         """``V(s)`` float ``[B]`` for observations ``[B, *obs_shape]``."""
         self.policy.check_obs(obs, "value")
         with torch.no_grad():
-            return self.policy.value(obs)
+            return self.policy.value(self.policy_input(obs))
+
+    def policy_input(self, obs: torch.Tensor) -> torch.Tensor:
+        """Raw observations -> what the networks were trained on (normalised with the
+        frozen statistics when the run normalised observations)."""
+        if self.normalizer is None or not self.normalizer.normalize_obs_enabled:
+            return obs
+        return self.normalizer.normalize_obs(obs)
 
     def to_env(self, raw_actions: torch.Tensor) -> torch.Tensor:
         """Network actions -> what the environment accepts: Box actions are reshaped to
@@ -149,15 +179,47 @@ class PPOAgent(Agent):
         """Environment-ready actions for ``obs [B, *obs_shape]``: the mode/mean when
         ``deterministic``, else a sample (drawn with ``generator`` when given)."""
         self.policy.check_obs(obs, "act")
+        obs = self.policy_input(obs)
         with torch.no_grad():
             raw = self.policy.deterministic_action(obs) if deterministic else self.policy.act(obs, generator)[0]
         return self.to_env(raw)
 
 
-def build_agent(config: PPOConfig, obs_dim: int, action: ActionInfo, device: torch.device) -> PPOAgent:
-    net = build_actor_critic(obs_dim, action.kind, action.size, config.hidden_dims,
-                             activation=config.activation, log_std_init=config.log_std_init).to(device)
-    return PPOAgent(net, config, action, obs_dim, device)
+def build_agent(config: PPOConfig, obs_dim: int, action: ActionInfo, device: torch.device,
+                normalizer: ObsRewardNormalizer | None = None, *, image_shape: tuple[int, ...] | None = None) -> PPOAgent:
+    """The agent's network: the Nature CNN for image observations (``image_shape`` given,
+    see :func:`image_shape_of`), else actor and critic MLPs of ``config.hidden_dims``."""
+    if image_shape is not None:
+        if action.kind != "discrete":
+            raise ConfigError("env", f"{action.kind} actions", "the Nature CNN policy needs Discrete actions")
+        net = NatureCNNActorCritic(tuple(image_shape), action.size).to(device)
+        return PPOAgent(net, config, action, obs_dim, device, normalizer)
+    if config.use_sde and action.kind != "continuous":
+        raise ConfigError("use_sde", True, "gSDE needs Box actions; this environment's actions are Discrete")
+    net = build_actor_critic(obs_dim, action.kind, action.size, config.hidden_dims, activation=config.activation,
+                             log_std_init=config.log_std_init, ortho_init=config.ortho_init, use_sde=config.use_sde).to(device)
+    return PPOAgent(net, config, action, obs_dim, device, normalizer)
+
+
+def image_shape_of(env: Any) -> tuple[int, int, int] | None:
+    """``(C, H, W)`` when ``env`` observes images the Nature CNN can read (uint8 ``[C, H, W]``,
+    ``H, W >= 36``: Atari's ``[4, 84, 84]``), else ``None`` (flattened into the MLPs, as
+    SB3's ``MlpPolicy`` would; e.g. PixelGoalEnv's 16x16 boards)."""
+    shape = tuple(int(s) for s in env.observation_shape)
+    if env.observation_dtype == torch.uint8 and len(shape) == 3 and min(shape[1:]) >= 36:
+        return shape  # type: ignore[return-value]
+    return None
+
+
+def build_normalizer(config: PPOConfig, obs_shape: tuple[int, ...]) -> ObsRewardNormalizer | None:
+    """The run's :class:`ObsRewardNormalizer` (``None`` when nothing is normalised);
+    the reward's discounted return uses the update's ``gamma`` (as RL-Zoo does)."""
+    if not config.normalizes:
+        return None
+    return ObsRewardNormalizer(obs_shape, config.num_envs, normalize_obs=config.normalize_obs,
+                               normalize_reward=config.normalize_reward, clip_obs=config.clip_obs,
+                               clip_reward=config.clip_reward, gamma=config.update.gamma,
+                               epsilon=config.normalize_epsilon)
 
 
 def agent_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str = "auto") -> PPOAgent:
@@ -170,9 +232,16 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str
         config = config_from_dict(PPOConfig, {**checkpoint["config"], "resume": None, "log_dir": None})
         action = ActionInfo.from_dict(checkpoint["extra"]["action"])
         obs_dim = int(checkpoint["extra"]["obs_dim"])
+        normalizer = None
+        if config.normalizes:
+            stats = checkpoint["extra"]["normalizer"]
+            normalizer = build_normalizer(config, tuple(stats["obs_rms"]["mean"].shape))
+            normalizer.load_state_dict(stats)
+            normalizer.training = False  # evaluation applies the statistics, never updates them
     except (KeyError, TypeError) as exc:
         raise CheckpointError(f"checkpoint {source}: not a complete ppo checkpoint (missing {exc})") from exc
-    agent = build_agent(config, obs_dim, action, device)
+    image_shape = checkpoint["extra"].get("image_shape")  # absent in checkpoints of MLP agents
+    agent = build_agent(config, obs_dim, action, device, normalizer, image_shape=None if image_shape is None else tuple(image_shape))
     load_state_dict_checked(agent.policy, checkpoint["models"]["agent"], name="agent", source=source)
     agent.policy.eval()
     return agent
@@ -282,6 +351,77 @@ class PPORunResult:
     interrupted: bool
     exit_code: int
     """the command's exit code: 0, or :data:`pglab.errors.EXIT_INTERRUPTED` after a stop"""
+    stopped_by_callback: bool = False
+    """a callback returned ``False`` (the run stopped early with a checkpoint; ``interrupted`` is set too)"""
+
+
+# --------------------------------------------------------------------------------------
+# Callbacks (Python API, SB3's BaseCallback idea without the class hierarchy)
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepInfo:
+    """What ``on_step`` receives after each step of the ``num_envs`` copies (``N``).
+
+    Tensors are the trainer's own (on its device): read them, do not modify them."""
+
+    iteration: int
+    """the iteration this rollout belongs to (1-based)"""
+    rollout_step: int
+    """the step within the rollout, 0 .. num_steps - 1"""
+    env_steps: int
+    """environment steps so far, this step included (summed over the copies)"""
+    actions: torch.Tensor
+    """what was sent to the environment: int64 ``[N]`` or float ``[N, *shape]`` (clipped to the Box)"""
+    rewards: torch.Tensor
+    """raw (unnormalised) rewards ``[N]``"""
+    dones: torch.Tensor
+    """bool ``[N]``: the episode terminated at this step"""
+    truncs: torch.Tensor
+    """bool ``[N]``: the episode was cut by a time limit at this step"""
+    obs: torch.Tensor
+    """the next observations ``[N, *obs_shape]`` as the policy sees them (normalised if enabled;
+    reset ones where an episode ended)"""
+    agent: "PPOAgent"
+
+
+@dataclass(frozen=True)
+class RolloutInfo:
+    """What ``on_rollout_end`` receives once a rollout is collected (before the update)."""
+
+    iteration: int
+    env_steps: int
+    """environment steps so far, this rollout included"""
+    episode_returns: torch.Tensor
+    """float64 ``[E]``: raw returns of the E episodes that ended in this rollout (E may be 0)"""
+    episode_lengths: torch.Tensor
+    """``[E]``: their lengths"""
+    rollout: dict[str, torch.Tensor]
+    """the batch-major ``[N, T, ...]`` buffers: ``obs``, ``actions`` (network output, unclipped),
+    ``log_probs``, ``values``, ``rewards`` (what the update sees: normalised if enabled),
+    ``dones``, ``truncs``"""
+    agent: "PPOAgent"
+
+
+class PPOCallback:
+    """Base class (optional: any object with an ``on_step`` and/or ``on_rollout_end``
+    method works). Return ``False`` to stop training: the iteration in progress is finished
+    (its rollout and update), a checkpoint is saved and :func:`train_ppo` returns with
+    ``interrupted`` and ``stopped_by_callback`` set; ``--resume`` continues it. Any other
+    return value (``None`` included) continues."""
+
+    def on_step(self, info: StepInfo) -> bool | None:
+        return None
+
+    def on_rollout_end(self, info: RolloutInfo) -> bool | None:
+        return None
+
+
+def _hooks(callbacks: list[Any], name: str) -> list[Callable[[Any], Any]]:
+    """The bound ``name`` methods of ``callbacks``; rejects objects that have neither hook."""
+    for callback in callbacks:
+        if not any(callable(getattr(callback, hook, None)) for hook in ("on_step", "on_rollout_end")):
+            raise ConfigError("callbacks", type(callback).__name__, "each callback needs an on_step and/or on_rollout_end method")
+    return [getattr(callback, name) for callback in callbacks if callable(getattr(callback, name, None))]
 
 
 class EpisodeWindow:
@@ -329,7 +469,7 @@ class EpisodeWindow:
 
 
 def train_ppo(config: PPOConfig, *, given: frozenset[str] | None = None, echo: Callable[..., None] = print,
-              stop_after: int | None = None) -> PPORunResult:
+              stop_after: int | None = None, callbacks: list[Any] | tuple[Any, ...] = ()) -> PPORunResult:
     """Train (or, with ``config.resume``, continue) a run.
 
     Args:
@@ -340,7 +480,11 @@ def train_ppo(config: PPOConfig, *, given: frozenset[str] | None = None, echo: C
         echo: where messages for the user go (``print``-like).
         stop_after: behave as if SIGTERM arrived after this many iterations of this
             session (checkpoint, then return): the test hook for exact resume.
+        callbacks: objects with ``on_step(StepInfo)`` and/or ``on_rollout_end(RolloutInfo)``
+            (see :class:`PPOCallback`); one returning ``False`` stops the run cleanly.
     """
+    callbacks = list(callbacks)
+    _hooks(callbacks, "on_step")  # rejects an object with neither hook before anything is built
     with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
         config, device = run.config, run.device
         action_generator = make_generator(config.seed, device)  # policy sampling
@@ -348,7 +492,8 @@ def train_ppo(config: PPOConfig, *, given: frozenset[str] | None = None, echo: C
         env = make_env(config.env, config.num_envs, device=device, seed=config.seed,
                        **({"vectorization": config.vectorization} if config.env.startswith("gym:") else {}))
         try:
-            agent, train_seconds = _train_iterations(run, config, env, action_generator, minibatch_generator)
+            agent, train_seconds, stopped_by_callback = _train_iterations(run, config, env, action_generator,
+                                                                          minibatch_generator, callbacks)
         finally:
             env.close()
 
@@ -362,25 +507,34 @@ def train_ppo(config: PPOConfig, *, given: frozenset[str] | None = None, echo: C
                  f"+- {evaluation['return/std']:.2f}; run directory: {run.run_dir}")
         run.finish({"env_steps": env_steps, **{f"eval/{key}": value for key, value in (evaluation or {}).items()}})
     return PPORunResult(run_dir=run.run_dir, iterations=iteration, env_steps=env_steps, train_seconds=train_seconds,
-                        evaluation=evaluation, interrupted=run.interrupted, exit_code=run.exit_code)
+                        evaluation=evaluation, interrupted=run.interrupted, exit_code=run.exit_code,
+                        stopped_by_callback=stopped_by_callback)
 
 
 def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_generator: torch.Generator,
-                      minibatch_generator: torch.Generator) -> tuple[PPOAgent, float]:
+                      minibatch_generator: torch.Generator, callbacks: list[Any] = ()) -> tuple[PPOAgent, float, bool]:
     """Build the agent (restoring ``run.checkpoint``) and run the iterations.
 
-    Returns the agent and the seconds spent in iterations (rollout + update)."""
+    Returns the agent, the seconds spent in iterations (rollout + update) and whether a
+    callback stopped the run."""
     device = run.device
     # -- build ---------------------------------------------------------------------------
     action = ActionInfo.from_spec(env.action_spec)
     obs_dim = int(np.prod(env.observation_shape)) if env.observation_shape else 1
-    agent = build_agent(config, obs_dim, action, device)
+    image_shape = image_shape_of(env)
+    normalizer = build_normalizer(config, tuple(env.observation_shape))
+    agent = build_agent(config, obs_dim, action, device, normalizer, image_shape=image_shape)
     net = agent.policy
+    use_sde = isinstance(net, GSDEActorCritic)
+    step_hooks, rollout_hooks = _hooks(list(callbacks), "on_step"), _hooks(list(callbacks), "on_rollout_end")
+    stopped_by_callback = False
     # fused: one kernel for the whole Adam step instead of a Python loop over parameters
     # (the networks are tiny, so per-op dispatch dominates the update's cost).
     optimizer = torch.optim.Adam(net.parameters(), lr=config.lr, eps=config.adam_eps, fused=device.type in ("cpu", "cuda"))
     hp = config.update
     obs = env.reset(seed=config.seed)
+    if normalizer is not None:
+        obs = normalizer.reset(obs)
     tracker = EpisodeTracker(config.num_envs, device)
     window = EpisodeWindow(device)
     run.counters.setdefault("env_steps", 0)
@@ -394,6 +548,10 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
         optimizer.load_state_dict(checkpoint["optimizers"]["agent"])
         restore_rng_state(checkpoint["rng"], {"action": action_generator, "minibatch": minibatch_generator})
         extra = checkpoint["extra"]
+        if normalizer is not None:
+            if extra.get("normalizer") is None:
+                raise CheckpointError(f"checkpoint {source}: holds no normalisation statistics")
+            normalizer.load_state_dict(extra["normalizer"])
         if not restore_env_state(env, extra["env_state"], source=source):
             warnings.warn(f"env={config.env}: its state could not be checkpointed; the resumed run continues from "
                           "freshly reset environments and is not bit-identical to an uninterrupted one", stacklevel=2)
@@ -410,7 +568,9 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
             models={"agent": net.state_dict()}, optimizers={"agent": optimizer.state_dict()},
             rng=capture_rng_state({"action": action_generator, "minibatch": minibatch_generator}),
             extra={"obs": obs.detach().cpu().clone(), "tracker": tracker.state_dict(), "window": window.state_dict(),
-                   "env_state": capture_env_state(env), "action": action.to_dict(), "obs_dim": obs_dim},
+                   "env_state": capture_env_state(env), "action": action.to_dict(), "obs_dim": obs_dim,
+                   "image_shape": None if image_shape is None else list(image_shape),
+                   "normalizer": None if normalizer is None else normalizer.state_dict()},
         )
 
     # Rollout storage: per-step tensors are appended to lists and stacked once per
@@ -422,32 +582,69 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
     window_start, window_steps = time.perf_counter(), 0
     for iteration in run.steps(num_iterations, save=make_checkpoint, desc=f"train ppo {config.env} --algo {config.algo}"):
         tick = time.perf_counter()
-        if config.anneal_lr:
+        if config.lr_schedule == "linear":
             # lr_k = lr * (1 - (k - 1) / K): linear decay to 0 (CleanRL)
-            optimizer.param_groups[0]["lr"] = config.lr * (1.0 - (iteration - 1.0) / num_iterations)
+            optimizer.param_groups[0]["lr"] = config.lr * schedule_fraction("linear", iteration, num_iterations)
+        if hp.clip_schedule == "constant":
+            iteration_hp = hp
+        else:  # the same fraction for the clip range (RL-Zoo's clip_range: lin_0.2)
+            iteration_hp = replace(hp, clip_coef=hp.clip_coef * schedule_fraction(hp.clip_schedule, iteration, num_iterations))
 
         # -- 1. collect a rollout with the current policy ------------------------------
         steps: dict[str, list[torch.Tensor]] = {name: [] for name in ROLLOUT_FIELDS}
+        reported: list[tuple[torch.Tensor, torch.Tensor]] = []  # episodes the env reports itself
+        raw_rewards: list[torch.Tensor] = []  # with reward normalisation: for the episode statistics
         no_trunc_value = torch.zeros(N, device=device)
+        rollout_start_steps = run.counters["env_steps"]
         # inference_mode, not just no_grad: it also skips autograd's version counters,
         # about 10% of a CPU rollout step with these small nets.
         with torch.inference_mode():
             policy_step = net.rollout_actor()  # actor + critic side by side, weights frozen
-            for _ in range(T):
+            for rollout_step in range(T):
+                if use_sde and (rollout_step == 0 or (config.sde_sample_freq > 0 and rollout_step % config.sde_sample_freq == 0)):
+                    net.reset_noise(N, action_generator)  # gSDE: new exploration matrices
                 actions, log_probs, values = policy_step(obs, action_generator)
                 steps["obs"].append(obs)
-                obs, rewards, dones, truncs, info = env.step(agent.to_env(actions))
+                env_actions = agent.to_env(actions)
+                obs, rewards, dones, truncs, info = env.step(env_actions)
+                if normalizer is not None:
+                    raw_rewards.append(rewards)
+                    obs, rewards = normalizer.step(obs, rewards, dones | truncs)
+                if (episodes := reported_episodes(info)) is not None:  # Atari: whole games, raw score
+                    reported.append(episodes)
                 for name, value in (("actions", actions), ("log_probs", log_probs), ("values", values),
                                     ("rewards", rewards), ("dones", dones), ("truncs", truncs)):
                     steps[name].append(value)
                 # A time limit: the future of the pre-reset state is bootstrapped.
-                steps["trunc_values"].append(net.value(info.get("final_obs", obs)) if bool(truncs.any()) else no_trunc_value)
+                if bool(truncs.any()):
+                    final_obs = info.get("final_obs", obs)
+                    if normalizer is not None and "final_obs" in info:
+                        final_obs = normalizer.normalize_obs(final_obs)  # this step's statistics, no update
+                    steps["trunc_values"].append(net.value(final_obs))
+                else:
+                    steps["trunc_values"].append(no_trunc_value)
+                if step_hooks:
+                    step_info = StepInfo(iteration, rollout_step, rollout_start_steps + (rollout_step + 1) * N, env_actions,
+                                         raw_rewards[-1] if raw_rewards else rewards, dones, truncs, obs, agent)
+                    stopped_by_callback |= any([hook(step_info) is False for hook in step_hooks])
 
             # -- 2. bootstrap value of the state after the rollout ---------------------
             last_value = net.value(obs)
         obs_buf, action_buf, log_prob_buf, value_buf, reward_buf, done_buf, trunc_buf, trunc_value_buf = (
             torch.stack(steps[name], dim=1) for name in ROLLOUT_FIELDS)
-        window.add(*tracker.update_rollout(reward_buf, done_buf | trunc_buf))
+        if reported:  # the env's own episode statistics (Atari: not the clipped per-life rewards)
+            episode_returns, episode_lengths = (torch.stack(column, dim=1) for column in zip(*reported))
+        else:  # raw rewards: the returns the user cares about, not the normalised ones
+            raw_reward_buf = torch.stack(raw_rewards, dim=1) if raw_rewards else reward_buf
+            episode_returns, episode_lengths = tracker.update_rollout(raw_reward_buf, done_buf | trunc_buf)
+        window.add(episode_returns, episode_lengths)
+        if rollout_hooks:
+            ended = episode_lengths > 0
+            rollout_info = RolloutInfo(
+                iteration, rollout_start_steps + N * T, episode_returns[ended].double(), episode_lengths[ended],
+                {"obs": obs_buf, "actions": action_buf, "log_probs": log_prob_buf, "values": value_buf,
+                 "rewards": reward_buf, "dones": done_buf, "truncs": trunc_buf}, agent)
+            stopped_by_callback |= any([hook(rollout_info) is False for hook in rollout_hooks])
 
         # -- 3. advantages and value targets -------------------------------------------
         if config.algo == "reinforce_raw":
@@ -470,7 +667,7 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
         def evaluate(index: torch.Tensor):
             return net.evaluate_actions(flat_obs[index], flat_actions[index])
 
-        update_metrics = onpolicy_update(evaluate, batch, net.parameters(), optimizer, hp, generator=minibatch_generator)
+        update_metrics = onpolicy_update(evaluate, batch, net.parameters(), optimizer, iteration_hp, generator=minibatch_generator)
 
         # -- 5. log (the shell saves checkpoints after this body) ----------------------
         elapsed = time.perf_counter() - tick
@@ -483,6 +680,7 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
                 **window.metrics(),
                 **update_metrics,
                 "stats/lr": optimizer.param_groups[0]["lr"],
+                **({"stats/clip_coef": iteration_hp.clip_coef} if hp.clip_schedule != "constant" else {}),
                 "perf/iter_s": elapsed,
                 "perf/steps_per_s": window_steps / max(time.perf_counter() - window_start, 1e-9),
             }
@@ -492,8 +690,12 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
             mean_return = logged["return/mean"]
             run.set_postfix(ret="-" if math.isnan(mean_return) else f"{mean_return:.1f}",
                             kl=f"{logged.get('stats/approx_kl', 0.0):.4f}")
+        if stopped_by_callback:
+            run.request_stop()  # the shell saves a checkpoint after this iteration and ends the loop
 
-    return agent, train_seconds
+    if normalizer is not None:
+        normalizer.training = False  # the returned agent (and the final evaluation) use frozen statistics
+    return agent, train_seconds, stopped_by_callback
 
 
 # --------------------------------------------------------------------------------------
@@ -519,7 +721,8 @@ def evaluate_agent(
     ``return/max``, ``length/mean``.
     """
     check_int("episodes", episodes, minimum=1)
-    env = make_env(env_spec, episodes, device=device, seed=seed)
+    # Atari: whole games with raw rewards, so the summed rewards are the game score.
+    env = make_env(env_spec, episodes, device=device, seed=seed, **evaluation_options(env_spec))
     bar = progress_bar(episodes, desc=f"evaluate ppo {env_spec}", unit="episode")
     try:
         obs_dim = int(np.prod(env.observation_shape)) if env.observation_shape else 1

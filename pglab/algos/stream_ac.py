@@ -36,10 +36,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from pglab.algos.a2c_common import EPISODE_KEYS, RECORD_KEYS, WindowStats, build_env, error_record, format_postfix, present, sample_actions
+from pglab.algos.a2c_common import (
+    EPISODE_KEYS, RECORD_KEYS, WindowStats, build_env, error_record, finished_episodes, format_postfix, present, sample_actions,
+)
 from pglab.configs.a2c import STREAM_AC_KIND, A2CTrainConfig
 from pglab.envs.base import EpisodeTracker
 from pglab.errors import ConfigError
+from pglab.nets.nature_cnn import build_stream_actor_critic
 from pglab.nets.pixel_cnn import StreamActorCritic, sparse_init_
 from pglab.run.checkpoint import build_checkpoint, library_versions, load_state_dict_checked
 from pglab.run.config import config_to_dict
@@ -125,7 +128,10 @@ def train_stream_ac(config: A2CTrainConfig, *, given: frozenset[str] | None = No
         # -- build -------------------------------------------------------------------
         env = build_env(config, device, seed=config.seed)
         shape = tuple(env.observation_shape)
-        model = StreamActorCritic(*shape, int(env.action_spec.num_actions), hidden=config.hidden or 128, sparsity=config.sparsity).to(device)
+        # PixelGoalEnv's small boards: StreamActorCritic's own torso; Atari frames: the Nature
+        # conv stack with the same LayerNorm + sparse init (config.torso, auto by image size).
+        model = build_stream_actor_critic(*shape, int(env.action_spec.num_actions), hidden=config.hidden,
+                                          sparsity=config.sparsity, torso=config.torso).to(device)
         actor = ObGD(model.actor_parameters(), lr=config.lr, gamma=config.gamma, lam=config.trace_lambda, kappa=ACTOR_KAPPA)
         critic = ObGD(model.critic_parameters(), lr=config.lr, gamma=config.gamma, lam=config.trace_lambda, kappa=config.kappa)
         scaler = RewardScaler(config.gamma)
@@ -187,11 +193,12 @@ def train_stream_ac(config: A2CTrainConfig, *, given: frozenset[str] | None = No
                 (chosen + config.entropy_coef * torch.sign(delta) * entropy + value[0]).backward()
                 step_sizes[0] += actor.step(delta, finished)
                 step_sizes[1] += critic.step(delta, finished)
-                episode_returns, episode_lengths, _ = tracker.update(reward, done | trunc)
+                episode_returns, episode_lengths, ended, succeeded = finished_episodes(tracker, reward, done, trunc, info)
                 losses = {"loss": (-(chosen.detach() * delta) + 0.5 * delta**2).detach(), "loss/policy": -(chosen.detach() * delta),
                           "loss/value": 0.5 * delta**2, "loss/entropy": -config.entropy_coef * entropy.detach(),
                           "stats/entropy": entropy.detach(), "stats/advantage_mean": delta, "stats/value_mean": value.detach()[0]}
-                stats.add(losses, reward, done, trunc, episode_returns, episode_lengths.to(torch.float64), info.get("dist"))
+                stats.add(losses, reward, done, trunc, episode_returns, episode_lengths.to(torch.float64), info.get("dist"),
+                          ended, succeeded)
                 counters["env_steps"] += 1
                 counters["opt_steps"] += 1
                 obs = next_obs

@@ -1,8 +1,15 @@
-"""pglab PPO against Stable-Baselines3 PPO: same hyperparameters, same env steps, same seeds.
+"""pglab PPO against Stable-Baselines3 PPO on the RL-Zoo settings in ``configs/ppo/``.
 
-    python bench/ppo_vs_sb3.py                       # CartPole-v1 and Pendulum-v1, 3 seeds
-    python bench/ppo_vs_sb3.py --envs CartPole-v1 --seeds 5 --steps 50000
-    pglab bench ppo-vs-sb3 --output results.json
+    python bench/ppo_vs_sb3.py                                   # cartpole + acrobot, 3 seeds
+    python bench/ppo_vs_sb3.py --configs pendulum mountaincar_continuous --seeds 3
+    python bench/ppo_vs_sb3.py --configs acrobot --steps 200000 --output acrobot.json
+    pglab bench ppo-vs-sb3 --configs cartpole --output results.json
+
+Each ``configs/ppo/*.yaml`` file is loaded into a :class:`~pglab.configs.ppo.PPOConfig`
+and translated back to SB3's ``PPO(...)`` arguments (:func:`sb3_kwargs`: batch_size =
+rollout / num_minibatches, vf_coef = value_coef / 2, ``lin_`` schedules, ``VecNormalize``
+with the algorithm's gamma when the file normalises, ``use_sde``, ``log_std_init``,
+``ortho_init``), so both libraries train the same setting.
 
 For every (environment, seed) it trains SB3 and then pglab, one after the other in this
 process (interleaved, so both see the same machine load), each on ``torch`` with one
@@ -17,11 +24,13 @@ are paid before any timing. It reports:
 
 * final return: the trained policy's deterministic return on ``--episodes`` held-out
   episodes (one per environment copy, seeds ``10_000 + i``), measured by one evaluator
-  for both libraries; mean +- std over seeds;
+  for both libraries (observations normalised with each run's frozen statistics); mean
+  +- standard error over seeds;
 * env-steps/s: training env steps divided by the wall time of model construction plus
   training (logging and checkpointing included for pglab, which writes its CSV/JSONL
   logs and checkpoints; TensorBoard is off for both); also per CPU-second of this process,
-  which is less sensitive to other load on a shared machine.
+  which is less sensitive to other load on a shared machine (the speed-up column uses
+  it); the 1-minute load average is recorded with every run.
 
 Stable-Baselines3 is a dev/bench dependency (``pip install 'pglab[dev]'``).
 """
@@ -30,10 +39,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,35 +53,54 @@ import torch
 from pglab.envs.gym_adapter import _VECTOR_IMPLEMENTATIONS
 
 
-@dataclass(frozen=True)
-class Hyperparams:
-    """One PPO setting, spelled for both libraries."""
-
-    total_steps: int
-    num_envs: int
-    num_steps: int
-    num_minibatches: int
-    ppo_epochs: int
-    lr: float
-    anneal_lr: bool
-    gamma: float
-    gae_lambda: float
-    clip_coef: float = 0.2
-    entropy_coef: float = 0.0
-    value_coef: float = 0.5  # SB3 vf_coef (pglab gets 2x: see run_pglab)
-    max_grad_norm: float = 0.5
-    hidden: tuple[int, ...] = (64, 64)
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "ppo"
+DEFAULT_CONFIGS = ("cartpole", "acrobot")
 
 
-SETTINGS: dict[str, Hyperparams] = {
-    # CleanRL's ppo.py defaults (pglab's defaults).
-    "CartPole-v1": Hyperparams(total_steps=100_000, num_envs=4, num_steps=128, num_minibatches=4, ppo_epochs=4,
-                               lr=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95, entropy_coef=0.01),
-    # rl-baselines3-zoo's Pendulum-v1 PPO setting without gSDE (which pglab lacks):
-    # n_envs 4, n_steps 1024, batch 64, 10 epochs, lr 1e-3, gamma 0.9.
-    "Pendulum-v1": Hyperparams(total_steps=100_000, num_envs=4, num_steps=1024, num_minibatches=64, ppo_epochs=10,
-                               lr=1e-3, anneal_lr=False, gamma=0.9, gae_lambda=0.95, entropy_coef=0.0),
-}
+def resolve_config(name: str) -> Path:
+    """``cartpole`` -> ``configs/ppo/cartpole.yaml``; a path is taken as it is."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    candidate = CONFIG_DIR / f"{name}.yaml"
+    if not candidate.exists():
+        raise SystemExit(f"bench: no config {name!r} (files in {CONFIG_DIR}: "
+                         f"{', '.join(sorted(p.stem for p in CONFIG_DIR.glob('*.yaml')))})")
+    return candidate
+
+
+def load_config(name: str, steps: int | None) -> Any:
+    """The :class:`PPOConfig` of a ``configs/ppo`` file, budget rounded up to whole rollouts
+    (SB3 rounds up, pglab down: both get the rounded-up count)."""
+    from pglab.configs.ppo import PPOConfig
+    from pglab.run.config import load_yaml_config
+
+    config = load_yaml_config(PPOConfig, resolve_config(name))
+    total = config.total_steps if steps is None else steps
+    return replace(config, total_steps=math.ceil(total / config.batch_size) * config.batch_size)
+
+
+def sb3_kwargs(config: Any) -> dict[str, Any]:
+    """The SB3 ``PPO(...)`` arguments equivalent to a pglab config (RL-Zoo's names)."""
+    hp = config.update
+
+    def schedule(value: float, kind: str) -> Any:
+        return (lambda progress_remaining: value * progress_remaining) if kind == "linear" else value
+
+    return dict(
+        learning_rate=schedule(config.lr, config.lr_schedule), n_steps=config.num_steps,
+        batch_size=config.batch_size // hp.num_minibatches, n_epochs=hp.ppo_epochs, gamma=hp.gamma,
+        gae_lambda=hp.gae_lambda, clip_range=schedule(hp.clip_coef, hp.clip_schedule), normalize_advantage=hp.normalize_advantages,
+        ent_coef=hp.entropy_coef,
+        # pglab's (CleanRL's) critic loss is 0.5 * mean((V - R)^2), SB3's mean((R - V)^2):
+        # vf_coef = value_coef / 2 gives the same loss (and the same gradient-norm clipping).
+        vf_coef=hp.value_coef / 2.0, max_grad_norm=hp.max_grad_norm, target_kl=hp.target_kl,
+        clip_range_vf=hp.value_clip_coef, use_sde=config.use_sde, sde_sample_freq=config.sde_sample_freq,
+        policy_kwargs={"net_arch": {"pi": list(config.hidden_dims), "vf": list(config.hidden_dims)},
+                       "activation_fn": {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[config.activation],
+                       "log_std_init": config.log_std_init, "ortho_init": config.ortho_init,
+                       "optimizer_kwargs": {"eps": config.adam_eps}},
+    )
 
 
 def evaluate_policy(env_id: str, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int = 10_000) -> float:
@@ -91,51 +120,44 @@ def evaluate_policy(env_id: str, act: Callable[[np.ndarray], np.ndarray], episod
     return float(returns.mean())
 
 
-def run_sb3(env_id: str, hp: Hyperparams, seed: int, episodes: int) -> dict[str, float]:
+def run_sb3(config: Any, seed: int, episodes: int) -> dict[str, float]:
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
 
-    lr: Any = (lambda progress_remaining: hp.lr * progress_remaining) if hp.anneal_lr else hp.lr
+    env_id = config.env.removeprefix("gym:")
     wall, cpu = time.perf_counter(), time.process_time()
-    env = make_vec_env(env_id, n_envs=hp.num_envs, seed=seed)
-    model = PPO(
-        "MlpPolicy", env, learning_rate=lr, n_steps=hp.num_steps, batch_size=hp.num_envs * hp.num_steps // hp.num_minibatches,
-        n_epochs=hp.ppo_epochs, gamma=hp.gamma, gae_lambda=hp.gae_lambda, clip_range=hp.clip_coef, normalize_advantage=True,
-        ent_coef=hp.entropy_coef, vf_coef=hp.value_coef, max_grad_norm=hp.max_grad_norm, seed=seed, device="cpu", verbose=0,
-        policy_kwargs={"net_arch": {"pi": list(hp.hidden), "vf": list(hp.hidden)}, "activation_fn": torch.nn.Tanh},
-    )
-    model.learn(total_timesteps=hp.total_steps)
+    env = make_vec_env(env_id, n_envs=config.num_envs, seed=seed)
+    if config.normalizes:  # RL-Zoo: VecNormalize with the algorithm's gamma
+        env = VecNormalize(env, norm_obs=config.normalize_obs, norm_reward=config.normalize_reward, clip_obs=config.clip_obs,
+                           clip_reward=config.clip_reward, gamma=config.update.gamma, epsilon=config.normalize_epsilon)
+    model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **sb3_kwargs(config))
+    model.learn(total_timesteps=config.total_steps)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     steps = int(model.num_timesteps)
-    final = evaluate_policy(env_id, lambda obs: model.predict(obs, deterministic=True)[0], episodes)
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        if config.normalizes and config.normalize_obs:
+            obs = env.normalize_obs(obs)  # frozen statistics (no update outside training)
+        return model.predict(obs, deterministic=True)[0]
+
+    final = evaluate_policy(env_id, act, episodes)
     env.close()
     return {"return": final, "env_steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "steps_per_cpu_s": steps / cpu}
 
 
-def run_pglab(env_id: str, hp: Hyperparams, seed: int, episodes: int, work_dir: Path, vectorization: str = "auto") -> dict[str, float]:
-    from pglab.algos.ppo import PPOConfig, train_ppo
-    from pglab.configs.ppo import OnPolicyHyperparams
+def run_pglab(config: Any, seed: int, episodes: int, work_dir: Path, vectorization: str = "auto") -> dict[str, float]:
+    from pglab.algos.ppo import train_ppo
 
-    update = OnPolicyHyperparams(
-        algo="ppo", gamma=hp.gamma, gae_lambda=hp.gae_lambda, ppo_epochs=hp.ppo_epochs,
-        num_minibatches=hp.num_minibatches, clip_coef=hp.clip_coef, entropy_coef=hp.entropy_coef,
-        # SB3's value loss is mean((R - V)^2); pglab's (CleanRL's) is 0.5 * mean((V - R)^2).
-        # Twice the coefficient gives the same loss, hence the same gradient-norm clipping,
-        # which acts on actor and critic gradients together.
-        value_coef=2.0 * hp.value_coef, max_grad_norm=hp.max_grad_norm,
-    )
-    config = PPOConfig(
-        env=f"gym:{env_id}", total_steps=hp.total_steps, num_envs=hp.num_envs, num_steps=hp.num_steps,
-        lr=hp.lr, anneal_lr=hp.anneal_lr, update=update, hidden_dims=hp.hidden, seed=seed, device="cpu", threads=1,
-        log_dir=work_dir / f"{env_id}-seed{seed}-{vectorization}", tensorboard=False, eval_episodes=0, log_interval=1,
-        vectorization=vectorization,
-    )
+    env_id = config.env.removeprefix("gym:")
+    config = replace(config, seed=seed, device="cpu", threads=1, log_dir=work_dir / f"{env_id}-seed{seed}-{vectorization}",
+                     tensorboard=False, eval_episodes=0, log_interval=1, vectorization=vectorization)
     wall, cpu = time.perf_counter(), time.process_time()
     result = train_ppo(config, echo=lambda *a, **k: None)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     import pglab
 
-    agent = pglab.load_checkpoint(result.run_dir, device="cpu")
+    agent = pglab.load_checkpoint(result.run_dir, device="cpu")  # applies the stored normalisation itself
     final = evaluate_policy(env_id, lambda obs: agent.predict(obs, deterministic=True), episodes)
     steps = result.env_steps
     return {"return": final, "env_steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "steps_per_cpu_s": steps / cpu}
@@ -156,16 +178,17 @@ def _warm_up(libraries: list[str]) -> None:
 
 
 def _mean_std(values: list[float]) -> str:
+    """``mean +- standard error`` over seeds."""
     if len(values) == 1:
         return f"{values[0]:.1f}"
-    return f"{statistics.mean(values):.1f} +- {statistics.pstdev(values):.1f}"
+    return f"{statistics.mean(values):.1f} +- {statistics.stdev(values) / math.sqrt(len(values)):.1f}"
 
 
 def format_table(results: dict[str, dict[str, list[dict[str, float]]]]) -> str:
-    header = f"{'env':<12} {'library':<10} {'seeds':>5} {'env steps':>9} {'final return':>18}  {'per seed':<34} {'steps/s':>8} {'steps/cpu-s':>11} {'speed-up':>8}"
+    header = f"{'env':<12} {'library':<10} {'seeds':>5} {'env steps':>9} {'return (+- s.e.)':>18}  {'per seed':<34} {'steps/s':>8} {'steps/cpu-s':>11} {'speed-up (cpu)':>14}"
     lines = [header, "-" * len(header)]
     for env_id, by_lib in results.items():
-        sb3_sps = statistics.mean(r["steps_per_s"] for r in by_lib.get("sb3", [])) if by_lib.get("sb3") else math.nan
+        sb3_sps = statistics.mean(r["steps_per_cpu_s"] for r in by_lib.get("sb3", [])) if by_lib.get("sb3") else math.nan
         for lib in LIBRARIES:
             runs = by_lib.get(lib, [])
             if not runs:
@@ -175,15 +198,17 @@ def format_table(results: dict[str, dict[str, list[dict[str, float]]]]) -> str:
             cpu_sps = statistics.mean(r["steps_per_cpu_s"] for r in runs)
             per_seed = " ".join(f"{v:.0f}" for v in returns)
             lines.append(f"{env_id:<12} {lib:<10} {len(runs):>5} {runs[0]['env_steps']:>9} {_mean_std(returns):>18}  {per_seed:<34} "
-                         f"{sps:>8.0f} {cpu_sps:>11.0f} {sps / sb3_sps:>7.2f}x")
+                         f"{sps:>8.0f} {cpu_sps:>11.0f} {cpu_sps / sb3_sps:>7.2f}x")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/ppo_vs_sb3.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--envs", nargs="+", default=list(SETTINGS), choices=list(SETTINGS), help="environments")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per environment and library")
-    parser.add_argument("--steps", type=int, default=None, help="override total env steps (default: per-env setting)")
+    parser.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS),
+                        help="configs/ppo file names (cartpole, acrobot, pendulum, mountaincar_continuous, lunarlander) or YAML paths")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per config and library")
+    parser.add_argument("--first-seed", type=int, default=0, help="first seed")
+    parser.add_argument("--steps", type=int, default=None, help="override total env steps (default: the file's)")
     parser.add_argument("--episodes", type=int, default=10, help="evaluation episodes of the final policy")
     parser.add_argument("--libraries", nargs="+", default=list(LIBRARIES), choices=list(LIBRARIES),
                         help="pglab: default vectorization (auto); pglab-sync: gymnasium's SyncVectorEnv")
@@ -195,31 +220,40 @@ def main(argv: list[str] | None = None) -> int:
     _warm_up(args.libraries)
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
     settings = {}
+    load = {"before": _load_average()}
     with tempfile.TemporaryDirectory(prefix="pglab-bench-ppo-") as tmp:
-        for env_id in args.envs:
-            hp = SETTINGS[env_id] if args.steps is None else replace(SETTINGS[env_id], total_steps=args.steps)
-            # Whole iterations for both: SB3 rounds up to a multiple of n_envs * n_steps,
-            # pglab down, so ask both for the rounded-up count.
-            batch = hp.num_envs * hp.num_steps
-            hp = replace(hp, total_steps=math.ceil(hp.total_steps / batch) * batch)
-            settings[env_id] = asdict(hp)
+        for name in args.configs:
+            config = load_config(name, args.steps)
+            env_id = config.env.removeprefix("gym:")
+            from pglab.run.config import config_to_dict
+
+            settings[env_id] = {"file": str(resolve_config(name)), **config_to_dict(config)}
             results[env_id] = {lib: [] for lib in args.libraries}
-            for seed in range(args.seeds):
-                for lib in args.libraries:
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
+                for lib in args.libraries:  # alternately, so both see the same machine load
                     if lib == "pglab-sync" and env_id not in _VECTOR_IMPLEMENTATIONS:
                         continue  # identical to "pglab" here
                     if lib == "sb3":
-                        run = run_sb3(env_id, hp, seed, args.episodes)
+                        run = run_sb3(config, seed, args.episodes)
                     else:
-                        run = run_pglab(env_id, hp, seed, args.episodes, Path(tmp), "sync" if lib == "pglab-sync" else "auto")
-                    results[env_id][lib].append({"seed": seed, **run})
+                        run = run_pglab(config, seed, args.episodes, Path(tmp), "sync" if lib == "pglab-sync" else "auto")
+                    results[env_id][lib].append({"seed": seed, "load_avg_1min": _load_average(), **run})
                     print(f"  {env_id} {lib:<10} seed {seed}: return {run['return']:8.1f}  {run['steps_per_s']:7.0f} steps/s  "
-                          f"({run['wall_s']:.1f} s)", flush=True)
+                          f"{run['steps_per_cpu_s']:7.0f} steps/cpu-s ({run['wall_s']:.1f} s, load {_load_average():.1f})", flush=True)
+    load["after"] = _load_average()
     print()
     print(format_table(results))
+    print(f"\nload average (1 min) before/after: {load['before']:.1f} / {load['after']:.1f}")
     if args.output is not None:
         import pglab
 
         args.output.write_text(json.dumps({"settings": settings, "results": results, "torch": torch.__version__,
-                                           "pglab": pglab.__version__}, indent=2))
+                                           "pglab": pglab.__version__, "load_average": load}, indent=2, default=str))
     return 0
+
+
+def _load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # not available on this platform
+        return math.nan

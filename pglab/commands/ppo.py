@@ -13,12 +13,25 @@ from pglab.errors import EXIT_OK, UsageError
 from pglab.run.config import parse_flags
 
 
+def anneal_lr_as_schedule(argv: list[str]) -> list[str]:
+    """The old flags ``--anneal-lr`` / ``--no-anneal-lr`` as ``--lr-schedule linear|constant``
+    (so a resume sees ``lr_schedule`` as given and applies or refuses it)."""
+    spelled = {"--anneal-lr": "linear", "--no-anneal-lr": "constant", "--anneal_lr": "linear", "--no_anneal_lr": "constant"}
+    out: list[str] = []
+    for arg in argv:
+        if arg in spelled:
+            out += ["--lr-schedule", spelled[arg]]
+        else:
+            out.append(arg)
+    return out
+
+
 def train(argv: list[str]) -> int:
     """``pglab train ppo [--config FILE.yaml] [--env gym:CartPole-v1] [--algo ppo] ...``
 
     Returns the run's exit code: 0, or 130 (:data:`pglab.errors.EXIT_INTERRUPTED`) when
     SIGINT/SIGTERM stopped it after saving a checkpoint."""
-    parsed = parse_flags(PPOConfig, argv, prog="pglab train ppo",
+    parsed = parse_flags(PPOConfig, anneal_lr_as_schedule(argv), prog="pglab train ppo",
                          description="PPO / VPG+GAE / REINFORCE on a Gymnasium (gym:ID) or pglab (pglab:NAME) environment.")
     from pglab.algos.ppo import train_ppo
 

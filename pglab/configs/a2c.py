@@ -116,7 +116,7 @@ class A2CTrainConfig:
     pixel_goal: PixelGoalConfig = field(default_factory=PixelGoalConfig)
     """PixelGoalEnv parameters (--pixel-goal.grid-size ...; ignored for gym envs)"""
     torso: Literal["auto", "small", "nature"] = "auto"
-    """CNN torso (auto: nature for images >= 64 px)"""
+    """CNN torso of either algorithm (auto: nature for images >= 64 px, i.e. Atari; small below)"""
     hidden: int = 0
     """width of the CNN's dense layer (0: torso default)"""
     save_interval: int = 500

@@ -33,6 +33,19 @@ Vectorization = Literal["auto", "vector", "sync", "async"]
 # module does not import the adapter (and torch with it).
 VECTORIZATION_MODES: tuple[str, ...] = typing.get_args(Vectorization)
 ACTIVATIONS = ("tanh", "relu", "elu", "silu", "gelu")
+Schedule = Literal["constant", "linear"]
+"""How a coefficient changes over training: ``linear`` multiplies it by ``1 - (k - 1) / K``
+in iteration ``k`` of ``K`` (CleanRL's annealing; SB3's ``lin_`` prefix)."""
+SCHEDULES: tuple[str, ...] = typing.get_args(Schedule)
+
+
+def schedule_fraction(schedule: str, iteration: int, num_iterations: int) -> float:
+    """The factor a ``schedule`` applies in ``iteration`` (1-based) of ``num_iterations``:
+    1 for ``constant``; ``1 - (iteration - 1) / num_iterations`` for ``linear`` (1 in the
+    first iteration, ``1 / K`` in the last: never 0, so a clip range stays valid)."""
+    if schedule == "constant":
+        return 1.0
+    return 1.0 - (iteration - 1.0) / num_iterations
 
 
 @dataclass(frozen=True)
@@ -53,7 +66,9 @@ class OnPolicyHyperparams:
     num_minibatches: int = 4
     """minibatches per pass (ppo only)"""
     clip_coef: float = 0.2
-    """surrogate clip range epsilon"""
+    """surrogate clip range epsilon (its value in the first iteration with --clip-schedule linear)"""
+    clip_schedule: Schedule = "constant"
+    """constant | linear (clip_coef decays like the lr's linear schedule: RL-Zoo's lin_0.2; PPO trainer only)"""
     value_clip_coef: float | None = None
     """clip the value update to +-this around the old values (None: no clipping)"""
     value_coef: float = 0.5
@@ -74,6 +89,7 @@ class OnPolicyHyperparams:
         check_int("ppo_epochs", self.ppo_epochs, minimum=1)
         check_int("num_minibatches", self.num_minibatches, minimum=1)
         check_positive("clip_coef", self.clip_coef)
+        check_choice("clip_schedule", self.clip_schedule, SCHEDULES)
         if self.value_clip_coef is not None:
             check_positive("value_clip_coef", self.value_clip_coef)
         check_non_negative("value_coef", self.value_coef)
@@ -103,16 +119,20 @@ class PPOConfig:
     copies in one process), async (one process per copy); auto = vector where available, else sync"""
     # -- optimisation ------------------------------------------------------------------
     lr: float = 2.5e-4
-    """Adam learning rate"""
-    anneal_lr: bool = True
-    """decay the learning rate linearly to 0 over total_steps"""
+    """Adam learning rate (its value in the first iteration)"""
+    lr_schedule: Schedule = "linear"
+    """linear: decay the learning rate linearly towards 0 over total_steps (CleanRL); constant.
+    Old spelling, still accepted: --anneal-lr (linear) / --no-anneal-lr (constant)"""
+    # The old boolean spelling (YAML `anneal_lr: false`, PPOConfig(anneal_lr=False)); on the
+    # command line `pglab train ppo` rewrites --[no-]anneal-lr into --lr-schedule.
+    anneal_lr: Annotated[bool | None, tyro.conf.Suppress] = None
     adam_eps: float = 1e-5
     """Adam epsilon (CleanRL's 1e-5)"""
     # -- the update (algo, gamma, gae_lambda, ppo_epochs, num_minibatches, clip_coef, ...) --
     update: Annotated[OnPolicyHyperparams, tyro.conf.OmitArgPrefixes] = field(default_factory=OnPolicyHyperparams)
     """the on-policy update: --algo, --gamma, --gae-lambda, --ppo-epochs, --num-minibatches,
-    --clip-coef, --value-clip-coef, --value-coef, --entropy-coef, --max-grad-norm, --target-kl,
-    --normalize-advantages"""
+    --clip-coef, --clip-schedule, --value-clip-coef, --value-coef, --entropy-coef, --max-grad-norm,
+    --target-kl, --normalize-advantages"""
     # -- networks ----------------------------------------------------------------------
     hidden_dims: tuple[int, ...] = (64, 64)
     """hidden layer sizes of actor and critic (separate MLPs)"""
@@ -120,6 +140,23 @@ class PPOConfig:
     """hidden activation"""
     log_std_init: float = 0.0
     """initial log standard deviation of the Gaussian policy (Box actions)"""
+    ortho_init: bool = True
+    """orthogonal initialisation (gain sqrt 2, 0.01 policy head, 1 value head); off: PyTorch's default init (SB3 ortho_init)"""
+    use_sde: bool = False
+    """Box actions: generalized state-dependent exploration (gSDE, SB3's use_sde): noise = latent(s) @ W, W ~ N(0, exp(log_std)^2) resampled per rollout"""
+    sde_sample_freq: int = -1
+    """with --use-sde: also resample W every this many steps (-1: once per rollout)"""
+    # -- normalisation (SB3 VecNormalize) -----------------------------------------------
+    normalize_obs: bool = False
+    """normalise observations by their running mean/std (updated while training, frozen for evaluation; stored in checkpoints)"""
+    normalize_reward: bool = False
+    """scale rewards by the running std of the discounted return (gamma = --gamma), not centred"""
+    clip_obs: float = 10.0
+    """clip normalised observations to +-this"""
+    clip_reward: float = 10.0
+    """clip normalised rewards to +-this"""
+    normalize_epsilon: float = 1e-8
+    """added to the variances before the square root"""
     # -- run ---------------------------------------------------------------------------
     seed: int = 0
     """random seed (same seed + config on the CPU: bit-identical run)"""
@@ -141,6 +178,12 @@ class PPOConfig:
     """episodes of the deterministic policy evaluated after training (0: skip)"""
 
     def __post_init__(self):
+        if self.anneal_lr is not None:
+            # The old boolean spelling, canonicalised so that stored configs hold one field.
+            if not isinstance(self.anneal_lr, bool):
+                raise ConfigError("anneal_lr", self.anneal_lr, "must be true or false")
+            object.__setattr__(self, "lr_schedule", "linear" if self.anneal_lr else "constant")
+            object.__setattr__(self, "anneal_lr", None)
         if not isinstance(self.env, str) or ":" not in self.env:
             raise ConfigError("env", self.env, "must look like 'gym:CartPole-v1' or 'pglab:NAME'")
         if not isinstance(self.update, OnPolicyHyperparams):  # it validates its own fields
@@ -156,6 +199,7 @@ class PPOConfig:
         if self.resume is None and self.total_steps < self.batch_size:
             raise ConfigError("total_steps", self.total_steps, f"must be >= num_envs * num_steps = {self.batch_size} (one iteration)")
         check_positive("lr", self.lr)
+        check_choice("lr_schedule", self.lr_schedule, SCHEDULES)
         check_positive("adam_eps", self.adam_eps)
         if self.batch_size // self.update.num_minibatches < 2:
             raise ConfigError("num_minibatches", self.update.num_minibatches,
@@ -163,6 +207,12 @@ class PPOConfig:
         check_int_sequence("hidden_dims", self.hidden_dims)
         check_choice("activation", self.activation, ACTIVATIONS)
         check_range("log_std_init", self.log_std_init, -20.0, 5.0)
+        check_int("sde_sample_freq", self.sde_sample_freq, minimum=-1)
+        if self.sde_sample_freq == 0:
+            raise ConfigError("sde_sample_freq", self.sde_sample_freq, "must be -1 (once per rollout) or >= 1")
+        check_positive("clip_obs", self.clip_obs)
+        check_positive("clip_reward", self.clip_reward)
+        check_positive("normalize_epsilon", self.normalize_epsilon)
         check_int("seed", self.seed, minimum=0)
         check_device("device", self.device)
         check_int("threads", self.threads, minimum=0)
@@ -179,6 +229,11 @@ class PPOConfig:
     def num_iterations(self) -> int:
         """Iterations the budget buys, ``total_steps // batch_size`` (rounded down)."""
         return self.total_steps // self.batch_size
+
+    @property
+    def normalizes(self) -> bool:
+        """Whether observations or rewards are normalised (an :class:`ObsRewardNormalizer` runs)."""
+        return self.normalize_obs or self.normalize_reward
 
     @property
     def algo(self) -> str:

@@ -5,8 +5,9 @@
 exists) an implementation that steps all copies as array operations
 (:class:`SameStepCartPoleVectorEnv` for CartPole), otherwise gymnasium's
 ``SyncVectorEnv``/``AsyncVectorEnv`` of single copies; ``make_gym_env("ALE/Pong-v5", ...)`` (or ``"ale:pong"``)
-builds ``ale_py.vector_env.AtariVectorEnv``, which steps Atari games in C++ threads and
-returns stacked grayscale frames ``uint8 [N, 4, 84, 84]``. Either is wrapped in
+builds :class:`pglab.envs.atari.AtariEnv`: ALE's C++ vector env with the standard Atari
+preprocessing (stacked 84x84 greyscale frames ``uint8 [N, 4, 84, 84]``, episodic life,
+reward clipping, the game score in ``info``). Gymnasium envs are wrapped in
 :class:`GymVectorAdapter`, which converts NumPy to torch tensors on the chosen device.
 """
 from __future__ import annotations
@@ -18,6 +19,8 @@ import numpy as np
 import torch
 
 from pglab.contracts import check_tensor
+from pglab.envs.atari import ale_game as _ale_game
+from pglab.envs.atari import make_atari_env
 from pglab.envs.base import ActionSpec, StepResult
 from pglab.errors import ConfigError
 
@@ -186,17 +189,6 @@ _VECTOR_IMPLEMENTATIONS = {"CartPole-v1": (_same_step_cartpole, {"max_episode_st
 VECTORIZATION_MODES = ("auto", "vector", "sync", "async")
 
 
-def _ale_game(env_id: str) -> str | None:
-    """``"ALE/Pong-v5"`` or ``"ale:pong"`` -> ``"pong"``; other ids -> ``None``."""
-    if env_id.startswith("ale:"):
-        return env_id[4:]
-    if env_id.startswith("ALE/"):
-        name = env_id[4:].split("-v")[0]
-        # CamelCase -> snake_case ("SpaceInvaders" -> "space_invaders")
-        return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(name))
-    return None
-
-
 def make_gym_env(
     env_id: str,
     num_envs: int,
@@ -210,7 +202,8 @@ def make_gym_env(
     ``vectorization``: ``"vector"`` steps all copies as array operations (only ids in
     ``_VECTOR_IMPLEMENTATIONS``: CartPole-v1), ``"sync"`` / ``"async"`` are gymnasium's
     ``SyncVectorEnv`` / ``AsyncVectorEnv`` of single copies, ``"auto"`` is ``"vector"``
-    where available and ``"sync"`` otherwise. ALE games always use ALE's C++ vector env.
+    where available and ``"sync"`` otherwise. ALE games always use ALE's C++ vector env
+    (:func:`pglab.envs.atari.make_atari_env`; ``env_kwargs`` are its options).
 
     Raises:
         ConfigError: unknown environment id or unsupported spaces (exit code 2).
@@ -219,15 +212,8 @@ def make_gym_env(
 
     game = _ale_game(env_id)
     if game is not None:
-        try:
-            from ale_py.vector_env import AtariVectorEnv
-        except ImportError as exc:  # pragma: no cover - ale-py is in the [atari] extra
-            raise ConfigError("env", env_id, "needs ale-py: pip install 'pglab[atari]'") from exc
-        try:
-            env = AtariVectorEnv(game=game, num_envs=num_envs, autoreset_mode="SameStep", **env_kwargs)
-        except Exception as exc:
-            raise ConfigError("env", env_id, f"ALE could not start this game ({exc})") from exc
-        return GymVectorAdapter(env, device=device)
+        # The standard Atari preprocessing lives in one place, shared by every trainer.
+        return make_atari_env(game, num_envs, device=device, **env_kwargs)
     if vectorization not in VECTORIZATION_MODES:
         raise ConfigError("vectorization", vectorization, f"must be one of {', '.join(VECTORIZATION_MODES)}")
     if vectorization == "auto":

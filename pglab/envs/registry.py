@@ -19,7 +19,7 @@ NATIVE_ENVS: dict[str, str] = {
 
 def make_env(spec: str, num_envs: int, *, device: torch.device | str = "cpu", seed: int = 0, **kwargs: Any):
     """Build the batched environment named by ``spec`` (``gym:CartPole-v1``,
-    ``gym:ALE/Pong-v5``, ``pglab:pixel-goal``...)."""
+    ``gym:ALE/Pong-v5``, ``ale:pong``, ``pglab:pixel-goal``...)."""
     kind, sep, name = spec.partition(":")
     if not sep or not name:
         raise ConfigError("env", spec, "must look like 'gym:CartPole-v1' or 'pglab:pixel-goal'")
@@ -32,4 +32,8 @@ def make_env(spec: str, num_envs: int, *, device: torch.device | str = "cpu", se
             raise ConfigError("env", spec, f"unknown pglab environment; choose one of {', '.join('pglab:' + n for n in NATIVE_ENVS)}")
         module_name, factory = NATIVE_ENVS[name].split(":")
         return getattr(importlib.import_module(module_name), factory)(num_envs, device=device, seed=seed, **kwargs)
-    raise ConfigError("env", spec, "prefix must be 'gym:' or 'pglab:'")
+    if kind == "ale":  # an Atari game with the standard preprocessing (pglab.envs.atari)
+        from pglab.envs.atari import make_atari_env
+
+        return make_atari_env(name, num_envs, device=device, **kwargs)
+    raise ConfigError("env", spec, "prefix must be 'gym:', 'ale:' (e.g. 'ale:pong') or 'pglab:'")

@@ -9,6 +9,10 @@ Stable-Baselines3's ``MlpPolicy`` use, so results compare across the three:
 * Gaussian: a state-independent learnable ``log_std`` (initially 0, sigma = 1). Samples
   are *raw* Gaussian draws; the trainer clips them to the Box bounds only when it hands
   them to the environment, so ``log pi(a|s)`` is the exact density of what was sampled.
+* gSDE (:class:`GSDEActorCritic`, SB3's ``use_sde``): the noise is a linear function of
+  the actor's last hidden features, so the standard deviation depends on the state.
+* ``ortho_init=False`` keeps PyTorch's default ``Linear`` initialisation (SB3's
+  ``ortho_init=False``, used by RL-Zoo's MountainCarContinuous setting).
 
 Interface shared by both (``B`` = batch, ``obs_dim`` = flattened observation size):
 
@@ -47,13 +51,17 @@ def orthogonal_init_(mlp: nn.Sequential, output_gain: float) -> nn.Sequential:
     return mlp
 
 
+def _maybe_orthogonal(mlp: nn.Sequential, output_gain: float, ortho_init: bool) -> nn.Sequential:
+    return orthogonal_init_(mlp, output_gain) if ortho_init else mlp
+
+
 class ActorCritic(nn.Module, abc.ABC):
     """Common part: the critic ``V(s)`` and input flattening/contract checks."""
 
-    def __init__(self, obs_dim: int, hidden_dims: Sequence[int], activation: str):
+    def __init__(self, obs_dim: int, hidden_dims: Sequence[int], activation: str, ortho_init: bool = True):
         super().__init__()
         self.obs_dim = int(obs_dim)
-        self.critic = orthogonal_init_(build_mlp(self.obs_dim, hidden_dims, 1, activation=activation), 1.0)
+        self.critic = _maybe_orthogonal(build_mlp(self.obs_dim, hidden_dims, 1, activation=activation), 1.0, ortho_init)
 
     def _flat(self, obs: torch.Tensor) -> torch.Tensor:
         # [B, *obs_shape] of any numeric dtype -> float32 [B, obs_dim]
@@ -146,12 +154,13 @@ def _side_by_side(actor: nn.Sequential, critic: nn.Sequential):
 class CategoricalActorCritic(ActorCritic):
     """``pi(a|s) = softmax(logits(s))`` over ``num_actions`` discrete actions."""
 
-    def __init__(self, obs_dim: int, num_actions: int, hidden_dims: Sequence[int] = (64, 64), *, activation: str = "tanh"):
-        super().__init__(obs_dim, hidden_dims, activation)
+    def __init__(self, obs_dim: int, num_actions: int, hidden_dims: Sequence[int] = (64, 64), *, activation: str = "tanh",
+                 ortho_init: bool = True):
+        super().__init__(obs_dim, hidden_dims, activation, ortho_init)
         if num_actions < 2:
             raise ValueError(f"CategoricalActorCritic: num_actions must be >= 2, got {num_actions}")
         self.num_actions = int(num_actions)
-        self.actor = orthogonal_init_(build_mlp(self.obs_dim, hidden_dims, self.num_actions, activation=activation), 0.01)
+        self.actor = _maybe_orthogonal(build_mlp(self.obs_dim, hidden_dims, self.num_actions, activation=activation), 0.01, ortho_init)
 
     def _sample(self, head: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """``a ~ softmax(logits)``: ``(actions int64 [B], log_probs [B])``."""
@@ -193,10 +202,11 @@ class GaussianActorCritic(ActorCritic):
         *,
         activation: str = "tanh",
         log_std_init: float = 0.0,
+        ortho_init: bool = True,
     ):
-        super().__init__(obs_dim, hidden_dims, activation)
+        super().__init__(obs_dim, hidden_dims, activation, ortho_init)
         self.action_dim = int(action_dim)
-        self.actor = orthogonal_init_(build_mlp(self.obs_dim, hidden_dims, self.action_dim, activation=activation), 0.01)
+        self.actor = _maybe_orthogonal(build_mlp(self.obs_dim, hidden_dims, self.action_dim, activation=activation), 0.01, ortho_init)
         self.log_std = nn.Parameter(torch.full((self.action_dim,), float(log_std_init)))
 
     def _log_prob(self, actions: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
@@ -222,6 +232,92 @@ class GaussianActorCritic(ActorCritic):
         return mlp_forward(self.actor, self._flat(obs))
 
 
+class GSDEActorCritic(ActorCritic):
+    """Generalized state-dependent exploration (Raffin et al. 2022; SB3's ``use_sde`` with
+    its defaults ``full_std=True``, ``use_expln=False``, ``learn_features=False``).
+
+    With ``z(s)`` the actor's last hidden features ``[B, F]`` and ``mu(s)`` its output:
+
+        a = mu(s) + z(s) @ W,   W [F, A] with W_ij ~ N(0, sigma_ij^2),  sigma = exp(log_std [F, A])
+
+    ``W`` is drawn once per environment copy (:meth:`reset_noise`, at the start of every
+    rollout and every ``sde_sample_freq`` steps), so within that stretch the noise is a
+    smooth function of the state instead of white noise. Given ``s`` the action is
+    Gaussian with a state-dependent variance,
+
+        a_j ~ N(mu_j(s), sum_i z_i(s)^2 sigma_ij^2 + 1e-6),
+
+    which is the density :meth:`evaluate_actions` scores. ``z`` is detached wherever it
+    enters the noise or the variance (``learn_features=False``): the features are trained
+    through the mean only; ``log_std`` through the variance.
+    """
+
+    VARIANCE_EPS = 1e-6
+    """added to the variance (SB3's epsilon): a state with z(s) = 0 still has a density"""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int] = (64, 64), *, activation: str = "tanh",
+                 log_std_init: float = -2.0, ortho_init: bool = True):
+        super().__init__(obs_dim, hidden_dims, activation, ortho_init)
+        self.action_dim = int(action_dim)
+        self.actor = _maybe_orthogonal(build_mlp(self.obs_dim, hidden_dims, self.action_dim, activation=activation), 0.01, ortho_init)
+        self.latent_dim = int(hidden_dims[-1]) if len(hidden_dims) else self.obs_dim
+        self.log_std = nn.Parameter(torch.full((self.latent_dim, self.action_dim), float(log_std_init)))
+        self.exploration_matrices: torch.Tensor | None = None
+        """``W`` per environment copy ``[N, F, A]`` (not a parameter: redrawn every rollout)"""
+
+    def reset_noise(self, num_envs: int, generator: torch.Generator | None = None) -> None:
+        """Draw a new ``W ~ N(0, sigma^2)`` for each of ``num_envs`` copies."""
+        std = self.log_std.detach().exp()
+        noise = torch.randn((num_envs, *std.shape), generator=generator, device=std.device, dtype=std.dtype)
+        self.exploration_matrices = noise * std
+
+    def _latent_and_mean(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        layers = list(self.actor)
+        latent = mlp_forward(layers[:-1], flat)  # type: ignore[arg-type]  (a list of layers iterates the same)
+        head = layers[-1]
+        return latent, F.linear(latent, head.weight, head.bias)
+
+    def action_std(self, latent: torch.Tensor) -> torch.Tensor:
+        """The state-dependent standard deviation ``sqrt(z^2 @ sigma^2 + eps)`` ``[B, A]``."""
+        variance = latent.detach().pow(2) @ self.log_std.exp().pow(2)
+        return torch.sqrt(variance + self.VARIANCE_EPS)
+
+    def _log_prob(self, actions: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        z = (actions - mean) / std
+        return (-0.5 * z.pow(2) - std.log() - _LOG_SQRT_2PI).sum(-1)
+
+    def _sample(self, head: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError("GSDEActorCritic samples from the hidden features: call act()")
+
+    def act(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``a = mu(s) + z(s) W_env``: ``(actions [B, A], log_probs [B], values [B])``. Row
+        ``b`` uses copy ``b``'s matrix; fresh matrices are drawn when none match ``B``."""
+        flat = self._flat(obs)
+        latent, mean = self._latent_and_mean(flat)
+        if self.exploration_matrices is None or self.exploration_matrices.shape[0] != flat.shape[0]:
+            self.reset_noise(flat.shape[0], generator)
+        noise = torch.bmm(latent.detach().unsqueeze(1), self.exploration_matrices).squeeze(1)
+        actions = mean + noise
+        return actions, self._log_prob(actions, mean, self.action_std(latent)), mlp_forward(self.critic, flat).squeeze(-1)
+
+    def rollout_actor(self):
+        """:meth:`act` (no side-by-side fast path: the noise needs the hidden features)."""
+        return self.act
+
+    def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(log pi(a|s) [B], H [B], V(s) [B])`` under ``N(mu(s), diag std(s)^2)``;
+        ``H = sum_j (1/2 + log sqrt(2 pi) + log std_j(s))``."""
+        flat = self._flat(obs)
+        latent, mean = self._latent_and_mean(flat)
+        std = self.action_std(latent)
+        entropy = (0.5 + _LOG_SQRT_2PI + std.log()).sum(-1)
+        return self._log_prob(actions, mean, std), entropy, mlp_forward(self.critic, flat).squeeze(-1)
+
+    def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
+        """The mean action ``mu(s)``, float ``[B, action_dim]`` (unclipped)."""
+        return mlp_forward(self.actor, self._flat(obs))
+
+
 def build_actor_critic(
     obs_dim: int,
     action_kind: str,
@@ -230,11 +326,17 @@ def build_actor_critic(
     *,
     activation: str = "tanh",
     log_std_init: float = 0.0,
+    ortho_init: bool = True,
+    use_sde: bool = False,
 ) -> ActorCritic:
     """``action_kind="discrete"`` with ``action_size`` actions, or ``"continuous"`` with
-    an ``action_size``-dimensional Box."""
+    an ``action_size``-dimensional Box (``use_sde``: :class:`GSDEActorCritic`)."""
     if action_kind == "discrete":
-        return CategoricalActorCritic(obs_dim, action_size, hidden_dims, activation=activation)
+        return CategoricalActorCritic(obs_dim, action_size, hidden_dims, activation=activation, ortho_init=ortho_init)
+    if action_kind == "continuous" and use_sde:
+        return GSDEActorCritic(obs_dim, action_size, hidden_dims, activation=activation, log_std_init=log_std_init,
+                               ortho_init=ortho_init)
     if action_kind == "continuous":
-        return GaussianActorCritic(obs_dim, action_size, hidden_dims, activation=activation, log_std_init=log_std_init)
+        return GaussianActorCritic(obs_dim, action_size, hidden_dims, activation=activation, log_std_init=log_std_init,
+                                   ortho_init=ortho_init)
     raise ValueError(f"build_actor_critic: action_kind must be 'discrete' or 'continuous', got {action_kind!r}")

@@ -1,0 +1,181 @@
+"""Running observation and reward normalisation, the way SB3's ``VecNormalize`` does it.
+
+Two pieces, both plain arithmetic (no environment wrapper: the trainer calls them between
+``env.step`` and the policy, so the raw rewards stay available for episode statistics):
+
+* :class:`RunningMeanStd` -- mean and (population) variance of a stream of batches,
+  merged with the parallel-variance formula of Chan et al. (SB3's ``RunningMeanStd``):
+
+      delta = mean_b - mean,  n' = n + n_b
+      mean' = mean + delta * n_b / n'
+      var'  = (var * n + var_b * n_b + delta^2 * n * n_b / n') / n'
+
+  It starts from ``mean = 0, var = 1, count = 1e-4`` (SB3's ``epsilon``), so the first
+  batch dominates and the variance is never 0/0.
+* :class:`ObsRewardNormalizer` -- ``VecNormalize``'s step logic:
+
+      obs_norm  = clip((obs - mean_obs) / sqrt(var_obs + eps), -clip_obs, clip_obs)
+      R_t       = gamma * R_{t-1} + r_t      (per env copy; R = 0 after an episode end)
+      r_norm    = clip(r_t / sqrt(var_R + eps), -clip_reward, clip_reward)
+
+  The reward is divided by the standard deviation of the *discounted return* ``R`` (not
+  of the reward) and is not centred. While ``training`` the statistics are updated with
+  every step's raw observations (before normalising them) and returns; the evaluation
+  side (:meth:`ObsRewardNormalizer.normalize_obs`) only applies the frozen statistics.
+
+The arithmetic is NumPy float64 on the host, as in SB3: a vector step normalises a few
+dozen numbers, where each NumPy operation costs ~1 us and each torch operation ~5-10 us
+(measured: the torch version added ~0.45 ms to a 16-copy Acrobot step of ~1.1 ms).
+Tensors go in and come back (float32 observations, rewards in their dtype) on the
+caller's device.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from pglab.contracts import check_tensor
+
+
+def _host(tensor: torch.Tensor) -> np.ndarray:
+    """A NumPy view (CPU) or copy (other devices) of ``tensor``."""
+    return tensor.detach().cpu().numpy()
+
+
+class RunningMeanStd:
+    """Running mean/variance of batches ``[M, *shape]`` (float64 statistics of ``shape``).
+
+    Args:
+        shape: shape of one sample (``()`` for scalars such as returns).
+        epsilon: the initial pseudo-count (SB3's 1e-4).
+    """
+
+    def __init__(self, shape: tuple[int, ...] = (), *, epsilon: float = 1e-4):
+        self.mean = np.zeros(shape, dtype=np.float64)
+        self.var = np.ones(shape, dtype=np.float64)
+        self.count = float(epsilon)
+
+    def update(self, batch: np.ndarray | torch.Tensor) -> None:
+        """Merge the statistics of ``batch [M, *shape]`` (any float dtype) into the running ones."""
+        values = np.asarray(_host(batch) if isinstance(batch, torch.Tensor) else batch, dtype=np.float64)
+        self.update_from_moments(values.mean(0), values.var(0), int(values.shape[0]))
+
+    def update_from_moments(self, batch_mean: np.ndarray, batch_var: np.ndarray, batch_count: int) -> None:
+        """Merge a batch given by its mean, population variance and size (Chan et al.)."""
+        delta = batch_mean - self.mean
+        total = self.count + batch_count
+        self.mean = self.mean + delta * batch_count / total
+        m2 = self.var * self.count + batch_var * batch_count + np.square(delta) * (self.count * batch_count / total)
+        self.var = m2 / total
+        self.count = total
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mean": torch.from_numpy(np.array(self.mean, dtype=np.float64)),
+                "var": torch.from_numpy(np.array(self.var, dtype=np.float64)), "count": self.count}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if tuple(state["mean"].shape) != tuple(self.mean.shape):
+            raise ValueError(f"RunningMeanStd: stored statistics have shape {list(state['mean'].shape)}, "
+                             f"expected {list(self.mean.shape)}")
+        self.mean = _host(state["mean"]).astype(np.float64, copy=True)
+        self.var = _host(state["var"]).astype(np.float64, copy=True)
+        self.count = float(state["count"])
+
+
+class ObsRewardNormalizer:
+    """SB3 ``VecNormalize`` for a batched environment of ``num_envs`` copies.
+
+    Args:
+        obs_shape: shape of one observation.
+        num_envs: environment copies (one discounted return each).
+        normalize_obs / normalize_reward: which of the two to normalise.
+        clip_obs / clip_reward: clip the normalised values to ``[-clip, clip]`` (SB3: 10).
+        gamma: discount of the return whose standard deviation scales the reward
+            (RL-Zoo passes the algorithm's gamma).
+        epsilon: added to the variance before the square root (SB3: 1e-8).
+
+    Usage per rollout step (training)::
+
+        obs = normalizer.reset(env.reset(seed))                 # once
+        raw = env.step(actions)
+        obs, rewards = normalizer.step(raw.obs, raw.rewards, raw.dones | raw.truncs)
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], num_envs: int, *, normalize_obs: bool = True,
+                 normalize_reward: bool = True, clip_obs: float = 10.0, clip_reward: float = 10.0,
+                 gamma: float = 0.99, epsilon: float = 1e-8):
+        self.obs_shape, self.num_envs = tuple(obs_shape), int(num_envs)
+        self.normalize_obs_enabled, self.normalize_reward_enabled = bool(normalize_obs), bool(normalize_reward)
+        self.clip_obs, self.clip_reward = float(clip_obs), float(clip_reward)
+        self.gamma, self.epsilon = float(gamma), float(epsilon)
+        self.obs_rms = RunningMeanStd(self.obs_shape)
+        self.ret_rms = RunningMeanStd(())
+        self.returns = np.zeros(self.num_envs, dtype=np.float64)
+        self.training = True
+        """update the statistics in :meth:`reset` / :meth:`step` (False: frozen)"""
+
+    # -- applying the statistics (never updates them) -----------------------------------
+    def _normalize_obs(self, obs: np.ndarray) -> np.ndarray:
+        scaled = (obs.astype(np.float64) - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
+        return np.clip(scaled, -self.clip_obs, self.clip_obs).astype(np.float32)
+
+    def normalize_obs(self, obs: torch.Tensor) -> torch.Tensor:
+        """``clip((obs - mean) / sqrt(var + eps), +-clip_obs)`` as float32 ``[B, *obs_shape]``
+        on ``obs``' device; ``obs`` unchanged (cast to float32 if needed) when observations
+        are not normalised."""
+        if not self.normalize_obs_enabled:
+            return obs if obs.is_floating_point() else obs.float()
+        return torch.from_numpy(self._normalize_obs(_host(obs))).to(obs.device)
+
+    def _normalize_reward(self, rewards: np.ndarray) -> np.ndarray:
+        scaled = rewards.astype(np.float64) / np.sqrt(self.ret_rms.var + self.epsilon)
+        return np.clip(scaled, -self.clip_reward, self.clip_reward).astype(rewards.dtype)
+
+    def normalize_reward(self, rewards: torch.Tensor) -> torch.Tensor:
+        """``clip(r / sqrt(var_R + eps), +-clip_reward)`` in ``rewards``' dtype (unchanged if off)."""
+        if not self.normalize_reward_enabled:
+            return rewards
+        return torch.from_numpy(self._normalize_reward(_host(rewards))).to(rewards.device)
+
+    # -- the environment loop ---------------------------------------------------------
+    def reset(self, obs: torch.Tensor) -> torch.Tensor:
+        """After ``env.reset``: zero the discounted returns, update the observation
+        statistics (while training) and return the normalised observations."""
+        self.returns = np.zeros(self.num_envs, dtype=np.float64)
+        if self.training and self.normalize_obs_enabled:
+            self.obs_rms.update(obs)
+        return self.normalize_obs(obs)
+
+    def step(self, obs: torch.Tensor, rewards: torch.Tensor, episode_end: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """After ``env.step``: ``obs [N, *obs_shape]`` (the next observations, reset ones
+        where an episode ended), ``rewards [N]`` raw, ``episode_end [N]`` bool
+        (terminated or truncated). Returns ``(normalised obs float32, normalised rewards)``."""
+        check_tensor("rewards", rewards, (self.num_envs,), None, where="ObsRewardNormalizer.step")
+        if self.normalize_obs_enabled:
+            obs_host = _host(obs)
+            if self.training:
+                self.obs_rms.update(obs_host)
+            obs = torch.from_numpy(self._normalize_obs(obs_host)).to(obs.device)
+        elif not obs.is_floating_point():
+            obs = obs.float()
+        if self.normalize_reward_enabled:
+            reward_host = _host(rewards)
+            if self.training:
+                self.returns = self.returns * self.gamma + reward_host
+                self.ret_rms.update(self.returns)
+            rewards = torch.from_numpy(self._normalize_reward(reward_host)).to(rewards.device)
+        # The return restarts with the next episode (SB3: returns[dones] = 0).
+        self.returns[_host(episode_end)] = 0.0
+        return obs, rewards
+
+    # -- checkpoints --------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"obs_rms": self.obs_rms.state_dict(), "ret_rms": self.ret_rms.state_dict(),
+                "returns": torch.from_numpy(self.returns.copy())}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.obs_rms.load_state_dict(state["obs_rms"])
+        self.ret_rms.load_state_dict(state["ret_rms"])
+        self.returns = _host(state["returns"]).astype(np.float64, copy=True)
