@@ -225,6 +225,10 @@ def test_compare_writes_one_table_csv_and_figure_consistent_with_the_runs(tmp_pa
     (["--simulator", "process", "--n_workers", "0"], "n_workers"),
     (["--algo", "actor-critic", "--gae_lambda", "1.5"], "gae_lambda"),
     (["--algo", "actor-critic", "--hjb_weight", "-1"], "hjb_weight"),
+    (["--algo", "actor-critic", "--hjb_residual", "best"], "hjb_residual"),
+    (["--algo", "actor-critic", "--hjb_c_min", "-0.1"], "hjb_c_min"),
+    (["--algo", "actor-critic", "--hjb_c_min", "1.0", "--hjb_c_max", "0.5"], "hjb_c_max"),
+    (["--algo", "actor-critic", "--hjb_c_min", "3.0"], "hjb_c_min"),
     (["--clip_sharpness", "0"], "clip_sharpness"),
 ])
 def test_bad_solver_flags_exit_2_naming_the_field(tmp_path, capsys, flags, field):

@@ -125,7 +125,8 @@ def test_ghm_reward_is_dividends_minus_diluted_issuance_on_a_deterministic_batch
 
 # -- 2. Monte Carlo policy gradient (REINFORCE with a learned baseline, reward-to-go) -----------
 
-def _mc_reference(policy, baseline, paths, initial, gamma, perm_generator, *, advantage, policy_steps, baseline_steps):
+def _mc_reference(policy, baseline, paths, initial, gamma, perm_generator, *, advantage, policy_steps, baseline_steps,
+                  advantage_steps=0):
     """Parameters of (policy, baseline) after one MC iteration with SGD, by slow loops.
 
     The scored (path, step) pairs are the alive decision steps (t % action_repeat == 0); the
@@ -151,8 +152,17 @@ def _mc_reference(policy, baseline, paths, initial, gamma, perm_generator, *, ad
         if advantage == "trajectory":
             path_adv = [rtg[i][0] - baseline(initial[i:i + 1]).item() for i in range(B)]
             adv = torch.tensor([path_adv[i] for i, _ in used])
-        else:
+        elif advantage_steps == 0:
             adv = torch.tensor([rtg[i][t] - baseline(states[i, t:t + 1]).item() for i, t in used])
+        else:
+            # n-step: the payout of steps t..t+n-1, then the critic (0 if liquidated by then)
+            def n_step(i, t):
+                if t + advantage_steps >= T:
+                    return rtg[i][t]
+                payout = sum(gamma**j * rewards[i, t + j].item() for j in range(advantage_steps))
+                alive = paths.masks[i, t + advantage_steps].item()
+                return payout + gamma**advantage_steps * alive * baseline(states[i, t + advantage_steps:t + advantage_steps + 1]).item()
+            adv = torch.tensor([n_step(i, t) - baseline(states[i, t:t + 1]).item() for i, t in used])
     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     for step in range(policy_steps):  # sequential SGD steps, each on its own chunk
         part = range(step * chunk, (step + 1) * chunk)
@@ -179,19 +189,21 @@ def _mc_reference(policy, baseline, paths, initial, gamma, perm_generator, *, ad
     return _flat(policy), _flat(baseline), len(decisions)
 
 
-@pytest.mark.parametrize("advantage, action_repeat, policy_steps, baseline_steps", [
-    ("reward_to_go", 1, 1, 1),
-    ("reward_to_go", 2, 2, 3),  # the published MC setting: held actions, several policy steps
-    ("trajectory", 2, 1, 2),
+@pytest.mark.parametrize("advantage, action_repeat, policy_steps, baseline_steps, advantage_steps", [
+    ("reward_to_go", 1, 1, 1, 0),
+    ("reward_to_go", 2, 2, 3, 0),  # held actions, several policy steps
+    ("reward_to_go", 2, 2, 1, 2),  # the critic after 2 steps (advantage_horizon)
+    ("trajectory", 2, 1, 2, 0),
 ])
-def test_mc_policy_gradient_step_matches_a_reference_loop(float64_default, advantage, action_repeat, policy_steps, baseline_steps):
+def test_mc_policy_gradient_step_matches_a_reference_loop(float64_default, advantage, action_repeat, policy_steps, baseline_steps,
+                                                          advantage_steps):
     model = GHM64(GHMParams(**PARAMS))
     simulator = TrajectorySimulator(model, dt=DT, horizon=DT * STEPS, action_repeat=action_repeat)
     policy, baseline = _nets()
     generator = torch.Generator().manual_seed(4)
     algo = MonteCarloPolicyGradient(policy, simulator, baseline, n_trajectories=6, max_grad_norm=1e9,
                                     advantage=advantage, terminal_value="critic", policy_steps=policy_steps,
-                                    baseline_steps=baseline_steps, generator=generator)
+                                    baseline_steps=baseline_steps, advantage_steps=advantage_steps, generator=generator)
     _use_sgd(algo, "policy_optimizer", "baseline_optimizer", policy, baseline)
     policy0, baseline0 = copy.deepcopy(policy), copy.deepcopy(baseline)
     captured = []
@@ -210,7 +222,7 @@ def test_mc_policy_gradient_step_matches_a_reference_loop(float64_default, advan
     new_policy, new_baseline, n_decisions = _mc_reference(
         copy.deepcopy(policy0), copy.deepcopy(baseline0), paths, initial, math.exp(-PARAMS["rho"] * DT),
         torch.Generator().set_state(perm_state), advantage=advantage, policy_steps=policy_steps,
-        baseline_steps=baseline_steps)
+        baseline_steps=baseline_steps, advantage_steps=advantage_steps)
     assert n_decisions > 6
     assert (new_policy - _flat(policy0)).abs().max() > 1e-4  # the step is not negligible
     torch.testing.assert_close(_flat(policy), new_policy, rtol=1e-9, atol=1e-11)

@@ -18,38 +18,62 @@ value update mixes Monte Carlo, TD and the HJB equation. Here, per iteration:
    ``lam = 1`` gives the Monte Carlo reward-to-go of the pathwise solver, ``lam = 0``
    one-step TD; with ``dt = 0.01`` a step is short, so the useful ``lam`` is close to 1
    (the TD horizon ``dt / (1 - gamma lam)`` is 2 time units at ``lam = 0.995``);
-4. optionally (``hjb_weight > 0``) add the squared residual of the policy-evaluation
-   HJB equation at the sampled states, with ``u = pi(x)`` (detached)::
+4. optionally (``hjb_weight > 0``) add the mean squared HJB residual (the note's
+   "MC + TD + HJB" critic; ``V'``, ``V''`` by autograd, ``f`` reward rate, ``b`` drift,
+   ``s`` diffusion), either of the current policy ``u = pi(x)`` (detached)::
 
-       rho V(x) = f(x, u) + b(x, u) V'(x) + 0.5 s(x, u)^2 V''(x)
+       R_pi  = rho V(x) - [f(x, u) + b(x, u) V'(x) + 0.5 s(x, u)^2 V''(x)]
 
-   (``f`` reward rate, ``b`` drift, ``s`` diffusion; ``V'``, ``V''`` by autograd): the
-   note's "MC + TD + HJB" critic, which ties the critic's derivatives, and so the
-   actor's bootstrap gradient, to the model.
+   or of the optimal control (``hjb_residual="optimal"``, the physics-informed critic)::
+
+       R_opt = rho V(x) - max_u [f(x, u) + b(x, u) V'(x) + 0.5 s(x, u)^2 V''(x)]
+
+   at ``hjb_samples`` states: the batch's visited states, or (``hjb_interval`` set)
+   collocation points drawn uniformly on that interval each step, so the critic is
+   trained where the policy seldom goes (high cash above the barrier) as much as where
+   it goes. The maximum is over the corners of the control box, exact for Hamiltonians
+   affine in the controls (GHM). ``R_pi = 0`` makes ``V`` the policy's value ``V^pi``;
+   ``R_opt = 0`` makes it ``V*`` whatever the policy, and the actor then bootstraps its
+   horizon with the optimal continuation value.
+
+   Why collocation starts above 0 (GHM default 0.05): near the absorbing boundary the
+   value has a layer of width ``sigma^2 / (2 (mu + a_E_max)) ~ 0.02`` (``V'(0) ~ 45``)
+   that a small MLP on raw cash does not represent, and penalising the residual there,
+   or ``V(0) = 0``, pulls the network onto a smooth wrong solution (``V ~ c``,
+   ``V' = 1``, where the maximum's kink traps the gradient). Without the boundary the
+   HJB leaves one slowly varying mode free; the TD(lambda) regression on the visited
+   states fixes it (see docs/ghm-validation.md for what that costs).
 """
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 
 from pglab.algos.pathwise import PathwisePolicyGradient
 from pglab.envs.dynamics import ContinuousTimeModel
 from pglab.estimators import compute_gae
-from pglab.hjb.residual import hamiltonian
+from pglab.hjb.residual import control_candidates, hjb_residual_for_training
 from pglab.losses.reinforce import value_regression_loss
 
 
 def policy_hjb_residual(model: ContinuousTimeModel, value_fn, states: torch.Tensor, controls: torch.Tensor) -> torch.Tensor:
     """Residual of the policy-evaluation HJB equation of a 1-D model, ``[B]``:
-    ``rho V - H(x, u)`` with the validator's :func:`~pglab.hjb.residual.hamiltonian` and
-    ``V'``, ``V''`` by autograd, kept differentiable in the value network's parameters
-    (the validator's :func:`~pglab.hjb.residual.value_derivatives` detaches them)."""
+    ``rho V - H(x, u)`` (:func:`~pglab.hjb.residual.hjb_residual_for_training`), kept
+    differentiable in the value network's parameters."""
     if states.shape[1] != 1:
         raise ValueError(f"policy_hjb_residual: 1-D states expected, got states of shape {tuple(states.shape)}")
-    states = states.detach().requires_grad_(True)
-    values = value_fn(states)
-    (first,) = torch.autograd.grad(values.sum(), states, create_graph=True)
-    (second,) = torch.autograd.grad(first.sum(), states, create_graph=True)
-    return model.discount_rate * values - hamiltonian(model, states, controls, first[:, 0], second[:, 0])
+    return hjb_residual_for_training(model, value_fn, states, controls=controls)
+
+
+def optimal_hjb_residual(model: ContinuousTimeModel, value_fn, states: torch.Tensor) -> torch.Tensor:
+    """Residual of the optimal-control HJB equation of a 1-D model, ``[B]``: ``rho V -
+    max_u H(x, u)``, the maximum over the corners of the control box (exact when ``H`` is
+    affine in the controls, as GHM's; a lower bound of the maximum otherwise)."""
+    if states.shape[1] != 1:
+        raise ValueError(f"optimal_hjb_residual: 1-D states expected, got states of shape {tuple(states.shape)}")
+    corners = control_candidates(model.control, 2, dtype=states.dtype).to(states.device)
+    return hjb_residual_for_training(model, value_fn, states, candidates=corners)
 
 
 class ActorCritic(PathwisePolicyGradient):
@@ -58,14 +82,26 @@ class ActorCritic(PathwisePolicyGradient):
     Args (beyond :class:`PathwisePolicyGradient`'s):
         gae_lambda: lambda of the critic's TD(lambda) targets.
         hjb_weight: weight of the mean squared HJB residual in the critic loss (0: off).
-        hjb_samples: states of each critic batch at which the residual is evaluated.
+        hjb_samples: states per critic step at which the residual is evaluated.
+        hjb_residual: ``"policy"`` (``rho V - H(pi)``) or ``"optimal"`` (``rho V - max_u H``).
+        hjb_interval: ``(low, high)``: draw the residual's states uniformly on this cash
+            interval each critic step; ``None``: the first ``hjb_samples`` states of the
+            critic's batch (the visited states).
     """
 
-    def __init__(self, *args, gae_lambda: float = 0.995, hjb_weight: float = 0.0, hjb_samples: int = 4096, **kwargs):
+    def __init__(self, *args, gae_lambda: float = 0.995, hjb_weight: float = 0.0, hjb_samples: int = 4096,
+                 hjb_residual: Literal["policy", "optimal"] = "policy",
+                 hjb_interval: tuple[float, float] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        if hjb_residual not in ("policy", "optimal"):
+            raise ValueError(f"ActorCritic: hjb_residual must be 'policy' or 'optimal', got {hjb_residual!r}")
+        if hjb_interval is not None and not 0.0 <= hjb_interval[0] < hjb_interval[1]:
+            raise ValueError(f"ActorCritic: hjb_interval must be (low, high) with 0 <= low < high, got {hjb_interval}")
         self.gae_lambda = gae_lambda
         self.hjb_weight = hjb_weight
         self.hjb_samples = hjb_samples
+        self.hjb_residual = hjb_residual
+        self.hjb_interval = hjb_interval
 
     def critic_targets(self, flat_states: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor,
                        bootstrap: torch.Tensor) -> torch.Tensor:
@@ -74,15 +110,31 @@ class ActorCritic(PathwisePolicyGradient):
         _, targets = compute_gae(rewards, values, dones, None, bootstrap, self.simulator.discount, self.gae_lambda)
         return targets
 
+    def hjb_states(self, batch_states: torch.Tensor) -> torch.Tensor:
+        """Where this step's HJB residual is evaluated, ``[hjb_samples, 1]``: uniform draws
+        on ``hjb_interval`` (from the simulation's generator, so a seeded run stays
+        bit-identical and resumes exactly), or the first ``hjb_samples`` batch states (a
+        uniform subsample: the batch is a random draw)."""
+        if self.hjb_interval is None:
+            return batch_states[: self.hjb_samples]
+        low, high = self.hjb_interval
+        unit = torch.rand((self.hjb_samples, 1), generator=self.generator, device=batch_states.device,
+                          dtype=batch_states.dtype)
+        return low + (high - low) * unit
+
     def critic_loss(self, states: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
-        """TD(lambda) regression plus ``hjb_weight`` times the mean squared policy HJB residual."""
+        """TD(lambda) regression plus ``hjb_weight`` times the mean squared HJB residual
+        (``loss/hjb_residual``: that mean square, before the weight)."""
         out = value_regression_loss(self.critic(states), targets)
         if self.hjb_weight > 0:
-            # a uniform subsample (the batch is a random draw): the double backward pass of
-            # the residual costs ~10x a plain value regression per state
-            subset = states[: self.hjb_samples]
-            with torch.no_grad():
-                controls = self.model.control.clip(self.policy.mean_std(subset)[0])
-            hjb_loss = policy_hjb_residual(self.model, self.critic, subset, controls).pow(2).mean()
+            # the double backward pass of the residual costs ~10x a plain value regression per state
+            points = self.hjb_states(states)
+            if self.hjb_residual == "optimal":
+                residual = optimal_hjb_residual(self.model, self.critic, points)
+            else:
+                with torch.no_grad():
+                    controls = self.model.control.clip(self.policy.mean_std(points)[0])
+                residual = policy_hjb_residual(self.model, self.critic, points, controls)
+            hjb_loss = residual.pow(2).mean()
             out = {**out, "loss": out["loss"] + self.hjb_weight * hjb_loss, "loss/hjb_residual": hjb_loss.detach()}
         return out

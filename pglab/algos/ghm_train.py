@@ -85,6 +85,9 @@ SPEC = TrainerSpec(
     step_key="iteration", resumable=RESUMABLE_FIELDS, total_steps=lambda config: config.n_iterations,
     budget_field="n_iterations",
     keep=None,  # every numbered checkpoint stays (a few kB each): pglab validate reads intermediate ones
+    # A run made before these fields existed resumes the way it was trained: the policy
+    # network in every rollout step, the policy-evaluation HJB residual at visited states.
+    stored_defaults={"policy_table_points": 0, "hjb_residual": "policy", "hjb_c_min": None},
 )
 
 
@@ -119,7 +122,8 @@ def build_solver(config: GHMTrainConfig, policy, baseline, simulator, generator)
             lr_baseline=config.lr_baseline, max_grad_norm=config.max_grad_norm, advantage=config.advantage,
             advantage_normalization=config.advantage_normalization, terminal_value=config.terminal_value,
             baseline_steps=config.baseline_steps, score_samples=config.score_samples,
-            policy_steps=config.policy_steps, generator=generator,
+            policy_steps=config.policy_steps, rollout_table_points=config.policy_table_points,
+            advantage_steps=int(round(config.advantage_horizon / config.dt)), generator=generator,
         )
     # pathwise and actor-critic share the differentiable rollout and the critic's settings
     pathwise = dict(
@@ -130,8 +134,13 @@ def build_solver(config: GHMTrainConfig, policy, baseline, simulator, generator)
     if config.algo == "pathwise":
         return PathwisePolicyGradient(policy, simulator, baseline, **pathwise)
     if config.algo == "actor-critic":
+        interval = None
+        if config.hjb_c_min is not None:  # collocation points on [c_min, c_max] (default c_max: 1.25 x initial_cash_high)
+            high = config.hjb_c_max if config.hjb_c_max is not None else 1.25 * config.params.initial_cash_high
+            interval = (config.hjb_c_min, high)
         return ActorCritic(policy, simulator, baseline, **pathwise, gae_lambda=config.gae_lambda,
-                           hjb_weight=config.hjb_weight, hjb_samples=config.hjb_samples)
+                           hjb_weight=config.hjb_weight, hjb_samples=config.hjb_samples,
+                           hjb_residual=config.hjb_residual, hjb_interval=interval)
     raise ConfigError("algo", config.algo, "unknown solver")
 
 
@@ -192,15 +201,17 @@ def evaluate_against_reference(
     tail_tolerance: float,
     device: torch.device,
     progress: str | None = None,
+    table_points: int = 0,
 ) -> tuple[PolicyValue, list[dict[str, float]]]:
     """The deterministic policy's simulated value at ``cash_levels`` against ``V*``
-    (``progress``: label of a progress bar over the simulated steps)."""
+    (``progress``: label of a progress bar over the simulated steps; ``table_points``: read
+    the policy from a table of that many cash levels, see :func:`simulate_policy_value`)."""
     generator = make_generator(seed, device)
     with torch.no_grad():
         result = simulate_policy_value(
             model, deterministic_policy_fn(policy), list(cash_levels), num_paths=num_paths, dt=dt,
             generator=generator, value_bound=fd_value_bound(solution), tail_tolerance=tail_tolerance, device=device,
-            progress=progress,
+            progress=progress, table_points=table_points,
         )
     optimum = solution.value_at(list(cash_levels))
     rows = []
@@ -389,7 +400,7 @@ def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, ec
                 if config.eval_quick_paths > 0:
                     _, rows = evaluate_against_reference(
                         policy, model, solution, config.eval_cash, num_paths=config.eval_quick_paths, dt=config.dt,
-                        seed=config.seed + 1, tail_tolerance=0.02, device=device,
+                        seed=config.seed + 1, tail_tolerance=0.02, device=device, table_points=config.policy_table_points,
                     )
                     for row in rows:
                         record[f"eval/pct_optimal_c{row['initial_cash']:g}"] = row["pct_of_optimum"]
@@ -458,10 +469,12 @@ def final_evaluation(config: GHMTrainConfig, policy: GaussianPolicy, baseline: V
         policy, model, solution, config.eval_cash, num_paths=config.eval_paths, dt=config.dt,
         seed=config.seed + 2, tail_tolerance=config.eval_tail_tolerance, device=device,
         progress=f"final evaluation ({config.eval_paths} paths x {len(config.eval_cash)} cash levels)",
+        table_points=config.policy_table_points,
     )
     payload = {
         "iteration": iteration, "rows": rows, "simulated_time": result.simulated_time,
         "num_paths": result.num_paths, "fd_thresholds": solution.thresholds(),
+        "policy_table_error": result.table_error,
     }
     data = policy_plot_data(policy, baseline, model, max(config.params.initial_cash_high, 2.0), device)
     payload["learned_thresholds"] = {
@@ -473,6 +486,9 @@ def final_evaluation(config: GHMTrainConfig, policy: GaussianPolicy, baseline: V
     atomic_write_text(run_dir / "evaluation.csv", ",".join(header) + "\n" + "".join(
         ",".join(f"{row[k]:.6g}" for k in header) + "\n" for row in rows))
     echo(format_table(rows, result.simulated_time, result.num_paths))
+    if result.table_error is not None:
+        echo(f"policy read from a {config.policy_table_points}-point table (largest difference to the network: "
+             f"{result.table_error:.1e})")
     echo(f"dividend threshold: learned {payload['learned_thresholds']['dividend_rate']}, FD {solution.thresholds()['dividend_rate']:.3f}; "
          f"issuance below: learned {payload['learned_thresholds']['issuance_rate']}, FD {solution.thresholds()['issuance_rate']}")
     echo(f"run directory: {run_dir}")

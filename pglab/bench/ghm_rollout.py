@@ -10,13 +10,24 @@ Prints, in one run:
 * forward-only bound: the policy's forward pass alone on the same batch, ``T/dt`` times
   (the compute bound of a rollout), and batched / bound;
 * one full training iteration of ``pglab train ghm`` defaults (rollout + advantages +
-  policy and baseline updates), median over ``iterations``.
+  policy and baseline updates), median over ``iterations``;
+* the training rollout (``train_paths`` paths, the default decision interval) three ways:
+  step by step (one dispatched Euler step per ``dt``, the network at every decision), the
+  batched held-action rollout with the network, and with the tabulated policy (the default);
+* steadiness under load: the training iteration's median time on the machine as it is
+  ("idle"), then with a CPU-bound process (a Python busy loop, started and stopped here)
+  running beside it, and their ratio, for 1 and 2 intra-op threads (target: ratio <= 2.5
+  with the default thread count). The load average is printed with the figures, since
+  "idle" is only as idle as the machine.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
@@ -38,8 +49,10 @@ class GHMRolloutBenchConfig:
     """timed training iterations (median reported)"""
     repeats: int = 3
     """repetitions of each timing (best reported)"""
-    threads: int = 0
-    """torch CPU threads (0: leave torch's default)"""
+    threads: int = 1
+    """torch CPU threads of the throughput figures (0: torch's default; 1: the trainer's default)"""
+    load_threads: tuple[int, ...] = (1, 2)
+    """thread counts timed idle and beside a CPU-bound process"""
     device: str = "cpu"
     """auto, cpu, cuda or cuda:N"""
     json: bool = False
@@ -49,6 +62,8 @@ class GHMRolloutBenchConfig:
         for name in ("num_paths", "naive_paths", "train_paths", "iterations", "repeats"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("threads", self.threads, minimum=0)
+        for threads in self.load_threads:
+            check_int("load_threads", threads, minimum=1)
         check_device("device", self.device)
 
 
@@ -66,6 +81,57 @@ def _best_time(function, repeats: int, device: torch.device) -> float:
         _sync(device)
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def _step_by_step_rollout(simulator, policy, initial: torch.Tensor, noise) -> torch.Tensor:
+    """The rollout as it was before issue 20: one dispatched Euler step per ``dt`` (the
+    policy at every decision step, absorption after every step). Returns the final states."""
+    from pglab.envs.simulator import euler_maruyama_step
+
+    model = simulator.model
+    low, high = model.control.bounds(initial)
+    state, alive = initial, ~model.terminated(initial)
+    for t in range(simulator.num_steps):
+        if t % simulator.action_repeat == 0:
+            mean, std = policy.mean_std(state)
+            action = mean + std * noise.action_noise[:, t]
+        control = torch.maximum(torch.minimum(action, high), low)
+        next_state, _ = euler_maruyama_step(model, state, control, noise.state_noise[:, t], simulator.dt)
+        state = torch.where(alive.unsqueeze(1), next_state, state)
+        alive = alive & ~model.terminated(state)
+    return state
+
+
+def _median_iteration_s(solver, iterations: int, device: torch.device) -> float:
+    solver.train_step()  # warm-up
+    times = []
+    for _ in range(iterations):
+        _sync(device)
+        start = time.perf_counter()
+        solver.train_step()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def steadiness_under_load(make_solver, thread_counts, iterations: int, device: torch.device) -> list[dict]:
+    """Median training-iteration time per thread count, without and then with a CPU-bound
+    Python process beside it (this function starts and stops that process)."""
+    rows = []
+    for threads in thread_counts:
+        torch.set_num_threads(threads)
+        solver = make_solver()
+        idle = _median_iteration_s(solver, iterations, device)
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            time.sleep(0.5)  # let the scheduler see it
+            loaded = _median_iteration_s(solver, iterations, device)
+        finally:
+            busy.terminate()
+            busy.wait()
+        rows.append({"threads": threads, "idle_iteration_s": idle, "loaded_iteration_s": loaded, "ratio": loaded / idle,
+                     "load_average_1min": os.getloadavg()[0]})
+    return rows
 
 
 def main(argv: list[str]) -> int:
@@ -122,8 +188,26 @@ def main(argv: list[str]) -> int:
     if device.type != "cpu":
         policy.to(device)
 
-    solver = build_solver(train_config, policy, baseline, simulator=TrajectorySimulator(
-        model, train_config.dt, train_config.T, action_repeat=train_config.action_repeat), generator=generator)
+    # the training rollout three ways (train_paths paths, the default decision interval)
+    from pglab.envs.simulator import TabulatedPolicy
+
+    train_simulator = TrajectorySimulator(model, train_config.dt, train_config.T, action_repeat=train_config.action_repeat)
+    train_initial = model.initial_states(config.train_paths, generator, device=device)
+    train_noise = train_simulator.draw_noise(config.train_paths, generator, device=device)
+    with torch.no_grad():
+        step_by_step_s = _best_time(lambda: _step_by_step_rollout(train_simulator, policy, train_initial, train_noise),
+                                    config.repeats, device)
+        held_s = _best_time(lambda: train_simulator.rollout(policy, train_initial, noise=train_noise), config.repeats, device)
+        table_points = train_config.policy_table_points or 4001
+        high = model.state_low[0] + 2.0 * (model.state_high[0] - model.state_low[0])
+        table_s = _best_time(lambda: train_simulator.rollout(TabulatedPolicy(policy, model.state_low[0], high, table_points, device=device),
+                                                             train_initial, noise=train_noise), config.repeats, device)
+
+    def make_solver():
+        return build_solver(train_config, policy, baseline, simulator=TrajectorySimulator(
+            model, train_config.dt, train_config.T, action_repeat=train_config.action_repeat), generator=generator)
+
+    solver = make_solver()
     solver.train_step()  # warm-up
     iteration_times = []
     for _ in range(config.iterations):
@@ -132,6 +216,9 @@ def main(argv: list[str]) -> int:
         solver.train_step()
         _sync(device)
         iteration_times.append(time.perf_counter() - start)
+    threads = torch.get_num_threads()
+    load_rows = steadiness_under_load(make_solver, config.load_threads, config.iterations, device) if device.type == "cpu" else []
+    torch.set_num_threads(threads)
 
     state_steps = config.num_paths * num_steps
     result = {
@@ -143,6 +230,10 @@ def main(argv: list[str]) -> int:
         "train_iteration_s": statistics.median(iteration_times),
         "train_paths": config.train_paths,
         "action_repeat": train_config.action_repeat,
+        "rollout_step_by_step_s": step_by_step_s,
+        "rollout_held_network_s": held_s,
+        "rollout_held_table_s": table_s,
+        "under_load": load_rows,
     }
     result["speedup_vs_naive"] = result["batched_state_steps_per_s"] / result["naive_state_steps_per_s"]
     result["fraction_of_forward_bound"] = result["batched_state_steps_per_s"] / result["forward_only_state_steps_per_s"]
@@ -158,4 +249,9 @@ def main(argv: list[str]) -> int:
     print(f"batched / forward-only bound = {100 * result['fraction_of_forward_bound']:.0f}%   (target >= 50%)")
     print(f"one training iteration ({config.train_paths} paths x {num_steps} steps, action_repeat "
           f"{train_config.action_repeat}, rollout + both updates): {result['train_iteration_s']:.3f} s (target <= 1.5 s)")
+    print(f"training rollout ({config.train_paths} paths x {num_steps} steps, action_repeat {train_config.action_repeat}): "
+          f"step by step {step_by_step_s:.3f} s, held steps batched {held_s:.3f} s, batched + policy table {table_s:.3f} s")
+    for row in load_rows:
+        print(f"{row['threads']} thread(s): iteration {row['idle_iteration_s']:.3f} s idle, {row['loaded_iteration_s']:.3f} s beside "
+              f"a CPU-bound process, ratio {row['ratio']:.2f} (target <= 2.5; load average {row['load_average_1min']:.1f})")
     return 0

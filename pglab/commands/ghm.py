@@ -67,6 +67,7 @@ def evaluate(argv: list[str]) -> int:
             agent.model, policy_fn, list(config.cash), num_paths=config.episodes,
             dt=config.dt or agent.config.dt, generator=generator, value_bound=fd_value_bound(solution),
             tail_tolerance=config.tail_tolerance, device=device,
+            table_points=0 if config.stochastic else agent.config.policy_table_points,
             progress=f"evaluate {checkpoint['kind']} ({config.episodes} paths x {len(config.cash)} cash levels)",
         )
     optimum = solution.value_at(list(config.cash))

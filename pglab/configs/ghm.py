@@ -138,6 +138,10 @@ class GHMTrainConfig:
     """gradient-norm clip for both networks"""
     advantage: Literal["trajectory", "reward_to_go"] = "reward_to_go"
     """per-path A(x0) = R - V(x0) (the note's form) or per-step G_t - V(x_t)"""
+    advantage_horizon: float = 0.0
+    """--algo mc, reward_to_go: the advantage uses the simulated payout for this much time
+    and the critic beyond it, A_t = sum_{j<n} gamma^j r_{t+j} + gamma^n V(c_{t+n}) - V(c_t),
+    n = round(advantage_horizon / dt) (0: to the horizon T, A_t = G_t - V(c_t))"""
     advantage_normalization: bool = True
     """standardise advantages over the batch"""
     # FlagCreatePairsOff: the one flag is --no-baseline (no --baseline / --no-no-baseline pair)
@@ -150,19 +154,34 @@ class GHMTrainConfig:
     score_samples: int | None = None
     """alive (state, action) pairs per iteration scored by the policy loss and regressed by the
     reward-to-go baseline per gradient step (uniform subsample, unbiased; 0: all ~500k);
-    pathwise/actor-critic: (state, target) pairs per critic step (default mc 0, others 25,000)"""
+    pathwise/actor-critic: (state, target) pairs per critic step (default mc 0, others 25,000;
+    mc 8,000 with 1,000 iterations is ~1.5x faster but lost 1.5-5 points of V* at c0 = 0.25)"""
     policy_steps: int = 4
     """policy gradient steps per iteration, each on a disjoint subsample of the batch"""
+    policy_table_points: int = 4001
+    """mc training rollouts and the evaluations of the deterministic policy read the policy
+    from a table of this many cash levels (rebuilt every iteration; linear interpolation, the
+    network itself outside the table) instead of running the network on every path at every
+    step (0: always the network; the policy gradient's score always uses the network)"""
     clip_sharpness: float = 50.0
     """pathwise: sharpness k (high - low) of the smooth clip used in training (within
     ln 2 / k of the hard clip)"""
     gae_lambda: float = 0.995
     """actor-critic: lambda of the critic's TD(lambda) targets (1: Monte Carlo, 0: one-step TD)"""
     hjb_weight: float = 1.0
-    """actor-critic: weight of the squared policy-evaluation HJB residual in the critic loss
-    (the note's "MC + TD + HJB" critic; 0: a TD(lambda) critic alone)"""
+    """actor-critic: weight of the mean squared HJB residual in the critic loss (the note's
+    "MC + TD + HJB" critic; 0: a TD(lambda) critic alone)"""
     hjb_samples: int = 4096
-    """actor-critic: states of each critic batch at which the HJB residual is evaluated"""
+    """actor-critic: states per critic step at which the HJB residual is evaluated"""
+    hjb_residual: Literal["optimal", "policy"] = "optimal"
+    """actor-critic: the residual of the optimal-control HJB, rho V - max_u H (the critic
+    solves for V*), or of the current policy, rho V - H(pi) (the critic evaluates V^pi)"""
+    hjb_c_min: float | None = 0.05
+    """actor-critic: the HJB residual's states are drawn uniformly on [hjb_c_min, hjb_c_max]
+    each critic step (collocation points; above the boundary layer at cash 0, which the
+    network does not resolve); None: at the batch's visited states instead"""
+    hjb_c_max: float | None = None
+    """actor-critic: upper end of the collocation interval (default 1.25 initial_cash_high)"""
     # -- networks ----------------------------------------------------------------------
     policy_hidden_dims: tuple[int, ...] = (64, 64)
     """hidden layer sizes of the policy"""
@@ -244,8 +263,11 @@ class GHMTrainConfig:
     """random seed (same seed + config on the CPU: bit-identical run)"""
     device: str = "auto"
     """auto, cpu, cuda or cuda:N"""
-    threads: int = 0
-    """torch CPU threads (0: torch's default, one per core)"""
+    threads: int = 1
+    """torch CPU threads (0: torch's default, one per core). 1 by default: an iteration's
+    tensors are small (1,000 paths; matrices of a few thousand rows), so a second thread
+    gains little on an idle machine and, measured, slows an iteration down several-fold as
+    soon as another process wants a core (docs/ghm.md, "Threads")"""
     resume: Path | None = None
     """continue the run in this directory (or from this checkpoint) from its latest checkpoint;
     see docs/ghm.md for exactly what a resume reproduces"""
@@ -268,15 +290,28 @@ class GHMTrainConfig:
         check_positive("max_grad_norm", self.max_grad_norm)
         check_choice("advantage", self.advantage, ("trajectory", "reward_to_go"))
         check_choice("terminal_value", self.terminal_value, ("critic", "none"))
+        check_non_negative("advantage_horizon", self.advantage_horizon)
         check_int("baseline_steps", self.baseline_steps, minimum=1)
         check_int("score_samples", self.score_samples, minimum=0)
         check_int("policy_steps", self.policy_steps, minimum=1)
+        if self.policy_table_points != 0:
+            check_int("policy_table_points", self.policy_table_points, minimum=2)
         check_positive("clip_sharpness", self.clip_sharpness)
         if self.no_baseline and self.algo != "mc":
             raise ConfigError("no_baseline", True, f"--algo {self.algo} needs its critic (no_baseline is for --algo mc)")
         check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
         check_non_negative("hjb_weight", self.hjb_weight)
         check_int("hjb_samples", self.hjb_samples, minimum=1)
+        check_choice("hjb_residual", self.hjb_residual, ("optimal", "policy"))
+        if self.hjb_c_min is not None:
+            check_non_negative("hjb_c_min", self.hjb_c_min)
+        if self.hjb_c_max is not None:
+            check_positive("hjb_c_max", self.hjb_c_max)
+            if self.hjb_c_min is not None and self.hjb_c_max <= self.hjb_c_min:
+                raise ConfigError("hjb_c_max", self.hjb_c_max, f"must exceed hjb_c_min={self.hjb_c_min}")
+        if self.hjb_c_min is not None and self.hjb_c_max is None and 1.25 * self.params.initial_cash_high <= self.hjb_c_min:
+            raise ConfigError("hjb_c_min", self.hjb_c_min, f"must be below the default hjb_c_max = 1.25 initial_cash_high = "
+                              f"{1.25 * self.params.initial_cash_high:g} (or give hjb_c_max)")
         check_int_sequence("policy_hidden_dims", self.policy_hidden_dims)
         check_int_sequence("baseline_hidden_dims", self.baseline_hidden_dims)
         check_range("log_std_init", self.log_std_init, -20.0, 5.0)
@@ -382,8 +417,8 @@ class GHMEvaluateConfig:
     """random seed of the evaluation paths"""
     device: str = "auto"
     """auto, cpu, cuda or cuda:N"""
-    threads: int = 0
-    """torch CPU threads (0: torch's default)"""
+    threads: int = 1
+    """torch CPU threads (0: torch's default; 1, the default, is steady on a shared machine)"""
 
     def __post_init__(self):
         check_int("episodes", self.episodes, minimum=2)

@@ -105,6 +105,33 @@ class ContinuousTimeModel(abc.ABC):
         both end points, which the pathwise solver differentiates."""
         return (~self.terminated(next_states)).to(states.dtype)
 
+    def held_control_steps(self, states: torch.Tensor, controls: torch.Tensor, state_noise: torch.Tensor,
+                           dt: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` Euler-Maruyama steps with the controls held, ignoring absorption.
+
+        Args:
+            states: ``[B, S]`` at the start of the interval.
+            controls: ``[B, A]`` applied at every step of the interval.
+            state_noise: ``[B, n, S]`` standard normals ``eps_j`` of the ``n`` steps.
+            dt: time step.
+
+        Returns:
+            ``(path [B, n, S], rewards [B, n])``: ``path[:, j]`` is the state after step
+            ``j``, ``x_{j+1} = x_j + drift(x_j, u) dt + diffusion(x_j, u) sqrt(dt) eps_j``,
+            and ``rewards[:, j] = reward_rate(x_j, u) dt``. The simulator applies the
+            absorption (and its freezing of the state) afterwards.
+
+        This default takes the steps one by one. A model whose held-control step is
+        affine in the state overrides it with one batched expression for all ``n``
+        steps (GHM: :meth:`pglab.envs.ghm.GHMModel.held_control_steps`)."""
+        sqrt_dt = dt**0.5
+        path, rewards, state = [], [], states
+        for step in range(state_noise.shape[1]):
+            rewards.append(self.reward_rate(state, controls) * dt)
+            state = state + self.drift(state, controls) * dt + self.diffusion(state, controls) * (sqrt_dt * state_noise[:, step])
+            path.append(state)
+        return torch.stack(path, dim=1), torch.stack(rewards, dim=1)
+
     def initial_states(self, num_paths: int, generator: torch.Generator | None = None, *,
                        device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Initial states, uniform on ``[initial_low, initial_high]`` (default: the

@@ -1,7 +1,8 @@
 """Batched Euler-Maruyama simulation of a :class:`ContinuousTimeModel` under a policy.
 
-All ``B`` paths advance together, one tensor operation per time step (no Python loop
-over paths)::
+All ``B`` paths advance together (no Python loop over paths), and all steps of a held
+action in one call (``model.held_control_steps``: GHM's affine step as one cumulative sum;
+a step-by-step loop for other models); absorption is applied once to the whole path::
 
     u_t     = clip(a_t)                         a_t ~ pi(.|x_t): raw Gaussian sample
     r_t     = reward_rate(x_t, u_t) * dt        (0 once absorbed)
@@ -62,7 +63,8 @@ class Trajectories:
 
     Attributes:
         states: ``[B, T+1, S]``; after absorption the state stays at the absorbed value.
-        actions: ``[B, T, A]`` raw policy samples (what ``log_prob`` must score).
+        actions: ``[B, T, A]`` raw policy samples (what ``log_prob`` must score); at steps
+            where the path is no longer alive (mask 0) they are placeholders.
         controls: ``[B, T, A]`` the clipped controls actually applied.
         rewards: ``[B, T]`` undiscounted payout of each step (``rate * dt``), 0 once absorbed.
         masks: ``[B, T]`` 1.0 where the path was alive at the start of step t.
@@ -111,6 +113,69 @@ class Trajectories:
         """Discounted return of every path from ``t = 0``, ``[B]``; ``bootstrap_value``
         ``[B]`` is ``V(x_T)`` (used only for paths alive at ``T``)."""
         return discounted_return(self.rewards, self.dones, self.discount, bootstrap_value)
+
+
+class TabulatedPolicy:
+    """A policy on a 1-D state, tabulated once and linearly interpolated.
+
+    ``mean_std(x)`` of a small MLP costs two matrix products and two ``tanh`` on every
+    row; a rollout or an evaluation queries it ``B x (number of decisions)`` times, which
+    dominates their cost on a CPU (measured: ~90% of a GHM training rollout). For a
+    1-D state the whole function fits in a table: evaluate the network once on
+    ``num_points`` equally spaced states in ``[low, high]`` and interpolate linearly,
+    ``mean(x) ~= (1 - w) mean(x_i) + w mean(x_{i+1})``. The interpolation error is at most
+    ``h^2 / 8 max|mean''|`` (``h = (high - low) / (num_points - 1)``);
+    :meth:`max_error` measures it at the cell midpoints, where it is largest. States
+    outside ``[low, high]`` are sent to the network itself, so the table never
+    extrapolates.
+
+    Args:
+        policy: provides ``mean_std(states [B, 1]) -> (mean [B, A], std [B, A])``.
+        low, high: the tabulated range of the state.
+        num_points: table size (>= 2).
+    """
+
+    def __init__(self, policy: SimulatorPolicy, low: float, high: float, num_points: int, *,
+                 device=None, dtype=torch.float32):
+        check_int("num_points", num_points, minimum=2)
+        if not high > low:
+            raise ValueError(f"TabulatedPolicy: high={high} must exceed low={low}")
+        self.policy, self.low, self.high, self.num_points = policy, float(low), float(high), int(num_points)
+        self.step = (self.high - self.low) / (self.num_points - 1)
+        grid = torch.linspace(self.low, self.high, self.num_points, device=device, dtype=dtype).unsqueeze(1)
+        with torch.no_grad():
+            mean, std = policy.mean_std(grid)
+        self.mean_table, self.std_table = mean, std  # [num_points, A]
+        self.action_dim = mean.shape[1]
+        # per cell i: (mean_i, std_i, mean_{i+1} - mean_i, std_{i+1} - std_i), [num_points - 1, 4A]:
+        # one gather per query instead of four
+        table = torch.cat([mean, std], dim=1)
+        self._cells = torch.cat([table[:-1], table[1:] - table[:-1]], dim=1)
+
+    def mean_std(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean [B, A], std [B, A])`` at ``states [B, 1]``."""
+        position = (states[:, 0] - self.low) / self.step
+        index = position.floor().clamp(0, self.num_points - 2).long()
+        weight = (position - index.to(position.dtype)).unsqueeze(1)
+        cells = self._cells[index]  # [B, 4A]
+        width = 2 * self.action_dim
+        values = cells[:, :width] + weight * cells[:, width:]  # (1 - w) f_i + w f_{i+1}
+        mean, std = values[:, :self.action_dim], values[:, self.action_dim:]
+        outside = ((states[:, 0] < self.low) | (states[:, 0] > self.high)).nonzero().squeeze(1)
+        if outside.numel() > 0:
+            with torch.no_grad():
+                exact_mean, exact_std = self.policy.mean_std(states[outside])
+            mean, std = mean.index_copy(0, outside, exact_mean), std.index_copy(0, outside, exact_std)
+        return mean, std
+
+    def max_error(self) -> float:
+        """``max |table mean - network mean|`` over the cell midpoints (the worst case of
+        linear interpolation of a smooth function)."""
+        midpoints = (torch.arange(self.num_points - 1, dtype=self.mean_table.dtype, device=self.mean_table.device)
+                     + 0.5) * self.step + self.low
+        with torch.no_grad():
+            exact = self.policy.mean_std(midpoints.unsqueeze(1))[0]
+        return float((self.mean_std(midpoints.unsqueeze(1))[0] - exact).abs().max())
 
 
 def euler_maruyama_step(
@@ -193,32 +258,47 @@ class TrajectorySimulator:
             check_tensor("action_noise", noise.action_noise, ("B", num_steps, model.action_dim), dtype, dims=dims, where="rollout")
         low, high = model.control.bounds(initial_states)
 
-        states_seq, actions_seq, controls_seq, rewards_seq, alive_seq = [initial_states], [], [], [], []
+        # One pass per decision interval [start, stop): the policy acts once and the model
+        # advances all held steps in one batched call (held_control_steps). Absorption does
+        # not feed back into the dynamics (it only freezes a path), so it is applied once,
+        # to the whole [B, T] path, after the loop. A path absorbed inside an interval
+        # restarts the next interval from that interval's start state: what it then
+        # simulates is masked out, and its decisions stay inside the policy's usual range.
+        path_seq, actions_seq, controls_seq, rewards_seq = [], [], [], []
         state = initial_states
-        alive = ~model.terminated(state)
-        for t in range(num_steps):
-            if t % self.action_repeat == 0:  # a decision step; otherwise hold the action
-                mean, std = policy.mean_std(state)
-                action = mean if deterministic else mean + std * noise.action_noise[:, t]
+        alive_at_start = ~model.terminated(initial_states)  # [B]
+        alive = alive_at_start
+        for start in range(0, num_steps, self.action_repeat):
+            stop = min(start + self.action_repeat, num_steps)
+            held = stop - start
+            mean, std = policy.mean_std(state)
+            action = mean if deterministic else mean + std * noise.action_noise[:, start]
             control = torch.maximum(torch.minimum(action, high), low)
-            next_state, reward = euler_maruyama_step(model, state, control, noise.state_noise[:, t], self.dt)
-            alive_f = alive.to(dtype)
-            # Absorbed paths stay where they were absorbed and earn nothing.
-            state = torch.where(alive.unsqueeze(1), next_state, state)
-            actions_seq.append(action)
-            controls_seq.append(control)
-            rewards_seq.append(reward * alive_f)
-            alive_seq.append(alive_f)
-            alive = alive & ~model.terminated(state)
-            states_seq.append(state)
-        masks = torch.stack(alive_seq, dim=1)
-        # done_t: not alive at the start of step t+1, i.e. absorbed by the end of step t.
-        dones = torch.cat([masks[:, 1:], alive.to(dtype).unsqueeze(1)], dim=1) == 0
+            path, reward = model.held_control_steps(state, control, noise.state_noise[:, start:stop], self.dt)  # [B, n, S], [B, n]
+            path_seq.append(path)
+            rewards_seq.append(reward)
+            actions_seq.append(action.unsqueeze(1).expand(-1, held, -1))
+            controls_seq.append(control.unsqueeze(1).expand(-1, held, -1))
+            alive = alive & ~model.terminated(path.reshape(num_paths * held, -1)).view(num_paths, held).any(1)
+            state = torch.where(alive.unsqueeze(1), path[:, -1], state)
+        # -- absorption, once for all steps --------------------------------------------------
+        path = torch.cat(path_seq, dim=1)  # [B, T, S]: state after each step, before absorption
+        terminated = model.terminated(path.reshape(num_paths * num_steps, -1)).view(num_paths, num_steps)
+        # done_t: absorbed at or before the end of step t (or at the start)
+        dones = (torch.cumsum(terminated, dim=1) > 0) | ~alive_at_start.unsqueeze(1)
+        # mask_t: alive at the start of step t = not done by the end of step t-1
+        masks = torch.cat([alive_at_start.unsqueeze(1), ~dones[:, :-1]], dim=1).to(dtype)
+        # An absorbed path stays where it was absorbed: the state after step t is the state
+        # after the path's last step taken alive (the initial state if there was none).
+        moved = masks.sum(1, keepdim=True).long()  # [B, 1], steps taken alive (a prefix)
+        steps = torch.arange(num_steps, device=device).unsqueeze(0)
+        frozen = path.gather(1, torch.minimum(steps, moved - 1).clamp_min(0).unsqueeze(2).expand(-1, -1, path.shape[2]))
+        states = torch.where((moved > 0).unsqueeze(2), frozen, initial_states.unsqueeze(1))
         return Trajectories(
-            states=torch.stack(states_seq, dim=1),
-            actions=torch.stack(actions_seq, dim=1),
-            controls=torch.stack(controls_seq, dim=1),
-            rewards=torch.stack(rewards_seq, dim=1),
+            states=torch.cat([initial_states.unsqueeze(1), states], dim=1),
+            actions=torch.cat(actions_seq, dim=1),
+            controls=torch.cat(controls_seq, dim=1),
+            rewards=torch.cat(rewards_seq, dim=1) * masks,
             masks=masks,
             dones=dones,
             discount=self.discount,

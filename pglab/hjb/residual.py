@@ -132,6 +132,33 @@ def value_derivatives(value_fn: ValueFn, states: torch.Tensor, *, method: Method
     return values.detach(), first[:, 0].detach(), second[:, 0].detach()
 
 
+def hjb_residual_for_training(model: ContinuousTimeModel, value_fn: ValueFn, states: torch.Tensor, *,
+                              controls: torch.Tensor | None = None,
+                              candidates: torch.Tensor | None = None) -> torch.Tensor:
+    """The HJB residual of ``value_fn`` at ``states`` ``[B, 1]``, ``[B]``, differentiable in
+    ``value_fn``'s parameters (a physics-informed loss; :func:`value_derivatives` detaches).
+
+    With ``controls`` ``[B, A]`` (given, not differentiated): the policy-evaluation residual
+    ``rho V - H(x, u; V)``. With ``candidates`` ``[K, A]`` instead: the optimal-control residual
+    ``rho V - max_k H(x, u_k; V)`` (the maximum's gradient flows through the maximising
+    candidate, as for any max). ``V'`` and ``V''`` by autograd with ``create_graph=True``.
+    """
+    check_tensor("states", states, ("B", 1), _FLOATS, where="hjb_residual_for_training")
+    if (controls is None) == (candidates is None):
+        raise ValueError("hjb_residual_for_training: give exactly one of controls (policy residual) and candidates "
+                         "(optimal residual)")
+    inputs = states.detach().requires_grad_(True)
+    with torch.enable_grad():
+        values = _checked_value(value_fn, inputs, "hjb_residual_for_training: value_fn(states [B, 1]) must return values")
+        (first,) = torch.autograd.grad(values.sum(), inputs, create_graph=True)
+        (second,) = torch.autograd.grad(first.sum(), inputs, create_graph=True)
+        if controls is not None:
+            best = hamiltonian(model, inputs, controls, first[:, 0], second[:, 0])
+        else:
+            best, _ = max_hamiltonian(model, inputs, first[:, 0], second[:, 0], candidates)
+        return model.discount_rate * values - best
+
+
 def _checked_value(value_fn: ValueFn, states: torch.Tensor, where: str) -> torch.Tensor:
     values = value_fn(states)
     check_tensor("values", values, (states.shape[0],), _FLOATS, where=where)
@@ -415,5 +442,5 @@ def residual_summary(report: HJBValidationReport) -> str:
 
 __all__ = [
     "HJBResidualValidator", "HJBValidationReport", "ResidualStats", "control_candidates", "control_thresholds",
-    "hamiltonian", "max_hamiltonian", "residual_summary", "value_derivatives",
+    "hamiltonian", "hjb_residual_for_training", "max_hamiltonian", "residual_summary", "value_derivatives",
 ]
