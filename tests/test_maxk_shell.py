@@ -59,6 +59,24 @@ def test_config_modes_are_the_estimators_modes():
     assert VARIANCE_REDUCTIONS == estimator_modes
 
 
+def test_defaults_are_the_documented_runs():
+    """Issue 21: `pglab train maxk-pomo` with no flags trains what docs/maxk.md measured (its
+    reproduce command at 2,000 steps), up to the flags that pin the machine (threads,
+    device) and the seed."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "maxk.md").read_text()
+    common = re.search(r'^COMMON="([^"]+)"', docs, flags=re.MULTILINE).group(1)
+    flags = shlex.split(common.replace("$STEPS", "2000").replace("$SEED", "0"))
+    documented = parse_flags(MaxKPOMOTrainConfig, flags, prog="t").config
+    default = MaxKPOMOTrainConfig()
+    differing = {name for name in vars(default) if getattr(default, name) != getattr(documented, name)}
+    assert differing <= {"threads", "device"}, differing
+    assert default.lr == 5e-4 and default.n_steps == 2000
+
+
 def test_evaluate_refuses_a_directory_as_output(tmp_path, capsys):
     assert main(["evaluate", "maxk-pomo", "--checkpoints", "x", "--output", str(tmp_path)]) == 2
     assert "output" in capsys.readouterr().err
@@ -72,7 +90,7 @@ def tiny_run(tmp_path_factory):
     """A finished 2-step run with a non-default lr (resume tests copy it)."""
     pytest.importorskip("rl4co")
     run = tmp_path_factory.mktemp("maxk") / "run"
-    assert main(["train", "maxk-pomo", *TINY, "--lr", "5e-4", "--n-steps", "2", "--log-dir", str(run)]) == 0
+    assert main(["train", "maxk-pomo", *TINY, "--lr", "2e-4", "--n-steps", "2", "--log-dir", str(run)]) == 0
     return run
 
 
@@ -115,10 +133,10 @@ def test_resume_applies_given_resumable_flags_even_at_their_default(tiny_run, tm
 def test_resume_refuses_a_given_training_flag_naming_it(tiny_run, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
-    # 1e-4 is the default lr but not this run's (5e-4): given, so refused, not ignored.
-    assert main(["train", "maxk-pomo", "--resume", str(run), "--n-steps", "4", "--lr", "1e-4"]) == 2
+    # 5e-4 is the default lr but not this run's (2e-4): given, so refused, not ignored.
+    assert main(["train", "maxk-pomo", "--resume", str(run), "--n-steps", "4", "--lr", "5e-4"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("pglab: error: lr: ") and "0.0005" in err and "(got 0.0001)" in err
+    assert err.startswith("pglab: error: lr: ") and "0.0002" in err and "(got 0.0005)" in err
     assert load_checkpoint_file(run)["counters"]["step"] == 2  # untouched
 
 
@@ -167,7 +185,7 @@ def test_load_checkpoint_gives_an_agent_with_act_predict_and_no_critic(tiny_run)
     agent = pglab.load_checkpoint(tiny_run, device="cpu")
     assert isinstance(agent, Agent) and agent.kind == "maxk-pomo"
     assert isinstance(agent.model, MaxKPOMO) and agent.policy is agent.model.policy
-    assert agent.config.lr == 5e-4 and agent.config.num_loc == 6
+    assert agent.config.lr == 2e-4 and agent.config.num_loc == 6
     locs = torch.rand(5, 6, 2, generator=torch.Generator().manual_seed(0))
     tours = agent.act(locs)
     assert tours.shape == (5, 6) and tours.dtype == torch.int64

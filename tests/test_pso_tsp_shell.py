@@ -24,9 +24,14 @@ from pglab.run.seeding import make_generator
 
 TINY_FLAGS = ["--num_cities", "8", "--knn", "4", "--n_particles", "4", "--pso_iterations", "3", "--emb_dim", "8",
               "--num_heads", "2", "--node_layers", "1", "--instances_per_iteration", "2", "--eval_instances", "4",
-              "--eval_interval", "0", "--algo", "reinforce_raw", "--device", "cpu"]
+              "--eval_interval", "0", "--algo", "reinforce_raw", "--device", "cpu", "--controller", "edge_policy",
+              "--train_decode", "sample", "--reward", "tour_length", "--particle_noise_std", "0", "--no-antithetic",
+              "--mu_scale", "1"]
+# The edge policy with the settings these tests were written for (the defaults before issue 21).
 TINY = dict(num_cities=8, knn=4, n_particles=4, pso_iterations=3, emb_dim=8, num_heads=2, node_layers=1,
-            instances_per_iteration=2, eval_instances=4, eval_interval=0, algo="reinforce_raw", device="cpu")
+            instances_per_iteration=2, eval_instances=4, eval_interval=0, algo="reinforce_raw", device="cpu",
+            controller="edge_policy", train_decode="sample", reward="tour_length", particle_noise_std=0.0,
+            noise_scope="particle", antithetic=False, mu_scale=1.0, lr=3e-4, entropy_coef=0.0)
 QUIET = dict(echo=lambda *a, **k: None)
 
 
@@ -59,10 +64,10 @@ def test_resume_applies_a_given_flag_equal_to_its_default(tmp_path):
 
 def test_resume_refuses_a_given_non_resumable_flag_naming_it(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    assert cli_main(["train", "pso-tsp", *TINY_FLAGS, "--n_iterations", "1", "--lr", "1e-3", "--log_dir", str(run_dir)]) == 0
+    assert cli_main(["train", "pso-tsp", *TINY_FLAGS, "--n_iterations", "1", "--lr", "3e-4", "--log_dir", str(run_dir)]) == 0
     capsys.readouterr()
-    # 3e-4 is the default lr: it used to be dropped silently (the run went on at 1e-3).
-    assert cli_main(["train", "pso-tsp", "--resume", str(run_dir), "--n_iterations", "2", "--lr", "3e-4"]) == 2
+    # 1e-3 is the default lr: a given default used to be dropped silently (the run went on at 3e-4).
+    assert cli_main(["train", "pso-tsp", "--resume", str(run_dir), "--n_iterations", "2", "--lr", "1e-3"]) == 2
     err = capsys.readouterr().err
     assert "lr" in err and "resume" in err and len(err.strip().splitlines()) == 1
     assert load_checkpoint_file(run_dir, kinds=["pso-tsp"])["counters"]["iteration"] == 1
@@ -198,18 +203,19 @@ def test_nested_env_and_update_configs_keep_pso_defaults_and_the_note_keys(tmp_p
     """Issue 18: PSOTSPEnvConfig and OnPolicyHyperparams are fields of the trainer config
     (config.env, config.update) with their plain flags and keys. A partial update (one key in
     YAML, one flag, one Python keyword) keeps the PSO trainer's own update defaults (one
-    minibatch, no entropy bonus, clip 1.0), not OnPolicyHyperparams' class defaults; the
+    minibatch, vpg_gae and the note's entropy 0.01, clip 1.0), not OnPolicyHyperparams' class defaults; the
     design note's key names are accepted (issue 21)."""
     import dataclasses
 
     from pglab.configs.pso_tsp import PSO_UPDATE_DEFAULTS, PSOTSPEnvConfig
 
     assert make_config(PSOTSPTrainConfig, algo="vpg_gae").update == dataclasses.replace(PSO_UPDATE_DEFAULTS, algo="vpg_gae")
-    assert PSO_UPDATE_DEFAULTS.num_minibatches == 1 and PSO_UPDATE_DEFAULTS.entropy_coef == 0.0
+    assert PSO_UPDATE_DEFAULTS.num_minibatches == 1 and PSO_UPDATE_DEFAULTS.entropy_coef == 0.01
+    assert PSO_UPDATE_DEFAULTS.algo == "vpg_gae" and PSO_UPDATE_DEFAULTS.max_grad_norm == 1.0
     note = tmp_path / "note.yaml"
-    note.write_text("gamma: 0.9\nppo_clip: 0.1\nvalue_loss_coeff: 0.25\nentropy_coeff: 0.01\nnum_cities: 12\n")
+    note.write_text("gamma: 0.9\nppo_clip: 0.1\nvalue_loss_coeff: 0.25\nentropy_coeff: 0.02\nnum_cities: 12\n")
     config = parse_flags(PSOTSPTrainConfig, ["--config", str(note), "--n-particles", "5"], prog="t").config
-    assert config.update == dataclasses.replace(PSO_UPDATE_DEFAULTS, gamma=0.9, clip_coef=0.1, value_coef=0.25, entropy_coef=0.01)
+    assert config.update == dataclasses.replace(PSO_UPDATE_DEFAULTS, gamma=0.9, clip_coef=0.1, value_coef=0.25, entropy_coef=0.02)
     assert config.env == PSOTSPEnvConfig(num_cities=12, n_particles=5)
     assert "'ppo_clip' is deprecated; use 'clip_coef'" in capsys.readouterr().err
     flagged = parse_flags(PSOTSPTrainConfig, ["--gamma", "0.5"], prog="t").config

@@ -22,8 +22,11 @@ from pglab.nets.tsp_pso import gaussian_log_prob_entropy, swarm_scalars
 from pglab.run.checkpoint import load_checkpoint_file
 from pglab.run.seeding import make_generator
 
+# The edge policy with the settings these tests were written for (the defaults before issue 21).
+EDGE_POLICY = dict(controller="edge_policy", train_decode="sample", reward="tour_length", particle_noise_std=0.0,
+                   noise_scope="particle", antithetic=False, mu_scale=1.0, lr=3e-4, entropy_coef=0.0, algo="ppo")
 TINY = dict(num_cities=8, knn=4, n_particles=4, pso_iterations=3, emb_dim=8, num_heads=2, node_layers=1,
-            instances_per_iteration=2, eval_instances=4, device="cpu", log_interval=1)
+            instances_per_iteration=2, eval_instances=4, device="cpu", log_interval=1, **EDGE_POLICY)
 
 
 def tiny_config(**overrides):
@@ -211,7 +214,8 @@ def test_cli_train_then_evaluate_checkpoint(tmp_path, capsys):
     run_dir = tmp_path / "run"
     args = ["train", "pso-tsp", "--num_cities", "8", "--knn", "4", "--n_particles", "4", "--pso_iterations", "3",
             "--emb_dim", "8", "--num_heads", "2", "--node_layers", "1", "--instances_per_iteration", "2",
-            "--n_iterations", "2", "--eval_interval", "0", "--algo", "reinforce_raw", "--device", "cpu", "--log_dir", str(run_dir)]
+            "--n_iterations", "2", "--eval_interval", "0", "--controller", "edge_policy", "--algo", "reinforce_raw",
+            "--device", "cpu", "--log_dir", str(run_dir)]
     assert cli_main(args) == 0
     assert cli_main(args) == 2  # refuses to overwrite the finished run
     capsys.readouterr()
@@ -261,7 +265,7 @@ def test_episode_sums_of_shaped_rewards(reward):
     assert torch.allclose(total, expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["tsp", "tsp_small", "tsp50"])
+@pytest.mark.parametrize("name", ["tsp", "tsp_small", "tsp50", "tsp_edge"])
 def test_shipped_configs_load(name):
     from pathlib import Path
 

@@ -36,9 +36,14 @@ import torch
 from pglab.agent import Agent, NoCritic
 from pglab.algos.onpolicy import OnPolicyBatch, OnPolicyHyperparams, onpolicy_update
 from pglab.configs.pso_tsp import KIND, PSOTSPTrainConfig  # re-exported: `from pglab.algos.pso_tsp import PSOTSPTrainConfig`
-from pglab.envs.pso_tsp import PSOTSPEnv, PSOTSPEnvConfig, SwarmState, fixed_coefficients, random_instances
+from pglab.envs.pso_tsp import (
+    CLASSIC_C1, CLASSIC_C2, CLASSIC_W, PSOTSPEnv, PSOTSPEnvConfig, SwarmState, fixed_coefficients, random_instances,
+)
 from pglab.estimators import compute_gae
-from pglab.nets.tsp_pso import HyperparamTSPModel, gaussian_log_prob_entropy, sample_coefficients, swarm_scalars
+from pglab.nets.tsp_pso import (
+    HyperparamTSPModel, SwarmController, gaussian_log_prob_entropy, sample_coefficients, swarm_features, swarm_scalars,
+)
+from pglab.run.atomic import atomic_write_json
 from pglab.run.checkpoint import build_checkpoint, load_state_dict_checked, save_checkpoint
 from pglab.run.config import config_from_dict, config_to_dict
 from pglab.run.device import resolve_device
@@ -61,7 +66,20 @@ SPEC = TrainerSpec(system=KIND, config_class=PSOTSPTrainConfig, kinds=(KIND,), s
                    resumable=RESUMABLE_FIELDS, total_steps=lambda c: c.n_iterations, budget_field="n_iterations")
 
 
+def build_controller(config: PSOTSPTrainConfig, device: torch.device,
+                     base: tuple[float, float, float] = (CLASSIC_W, CLASSIC_C1, CLASSIC_C2)) -> SwarmController:
+    """The ``swarm_es`` controller, its hidden layer drawn from the run's seed (its output
+    layer is zero: it starts as the constant PSO ``base``)."""
+    return SwarmController(base, hidden=config.hidden, generator=make_generator(config.seed * 4 + 3)).to(device)
+
+
+def build_policy(config: PSOTSPTrainConfig, device: torch.device) -> HyperparamTSPModel | SwarmController:
+    """The run's coefficient model: :func:`build_controller` or :func:`build_model`."""
+    return build_controller(config, device) if config.controller == "swarm_es" else build_model(config, device)
+
+
 def build_model(config: PSOTSPTrainConfig, device: torch.device) -> HyperparamTSPModel:
+    """The ``edge_policy`` network (:class:`HyperparamTSPModel`)."""
     env_cfg = config.env
     return HyperparamTSPModel(
         config.env.num_cities, env_cfg.k, emb_dim=config.emb_dim, num_heads=config.num_heads, node_layers=config.node_layers,
@@ -86,7 +104,7 @@ class PSOTSPAgent(Agent):
 
     kind = KIND
 
-    def __init__(self, model: HyperparamTSPModel, config: PSOTSPTrainConfig, device: torch.device,
+    def __init__(self, model: HyperparamTSPModel | SwarmController, config: PSOTSPTrainConfig, device: torch.device,
                  pso_iterations: int | None = None):
         self.model = model
         self.config = config
@@ -94,7 +112,7 @@ class PSOTSPAgent(Agent):
         self.pso_iterations = config.env.pso_iterations if pso_iterations is None else int(pso_iterations)
 
     @property
-    def policy(self) -> HyperparamTSPModel:
+    def policy(self) -> HyperparamTSPModel | SwarmController:
         return self.model
 
     def act(self, obs: SwarmState, deterministic: bool = True, *, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -104,6 +122,9 @@ class PSOTSPAgent(Agent):
 
     def value(self, obs: SwarmState) -> torch.Tensor:
         """The critic's per-particle value ``V(s_t, p)`` ``[B, P]`` (in units of ``L_ref``)."""
+        if self.config.controller == "swarm_es":
+            raise NoCritic(f"{self.kind} agent: the swarm_es controller is trained by evolution strategies "
+                           "and has no critic")
         if self.config.algo == "reinforce_raw":
             raise NoCritic(f"{self.kind} agent: trained with --algo reinforce_raw, whose value head is never "
                            "trained (vpg_gae and ppo train one)")
@@ -128,13 +149,21 @@ class PSOTSPAgent(Agent):
 def agent_from_checkpoint(checkpoint: dict[str, Any], device: str | torch.device = "auto") -> PSOTSPAgent:
     """Rebuild the agent of a loaded ``pso-tsp`` checkpoint (``pglab.load_checkpoint``).
 
-    Stored configs of older runs load too (``rl_mode`` is read as ``algo``)."""
+    Stored configs of older runs load too (``rl_mode`` is read as ``algo``; a config
+    without ``controller`` is an ``edge_policy`` run)."""
     device = resolve_device(device) if isinstance(device, str) else device
-    config = config_from_dict(PSOTSPTrainConfig, {**checkpoint["config"], "resume": None, "log_dir": None})
-    model = build_model(config, device)
+    config = config_from_dict(PSOTSPTrainConfig, upgrade_stored_config(checkpoint["config"]))
+    model = build_policy(config, device)
     load_state_dict_checked(model, checkpoint["models"]["model"], name="model", source=checkpoint.get("path", "checkpoint"))
     model.eval()
     return PSOTSPAgent(model, config, device)
+
+
+def upgrade_stored_config(stored: dict[str, Any]) -> dict[str, Any]:
+    """A run config stored in a checkpoint, ready for ``config_from_dict``: a config
+    written before the ``controller`` field is an ``edge_policy`` run (the only kind there
+    was; configs are stored with every field, so its other fields are all there)."""
+    return {"controller": "edge_policy", **stored, "resume": None, "log_dir": None}
 
 
 # -- rollout -------------------------------------------------------------------------------------
@@ -271,6 +300,132 @@ def classic_validation(config: PSOTSPTrainConfig, coords: torch.Tensor, seed: in
     return run_swarm(env, coords, lambda s: fixed_coefficients(tuple(s.position.shape), device=coords.device)).mean()
 
 
+# -- constant coefficients: the tuned baseline and the ES controller ----------------------------------
+def constant_swarm_lengths(env_config: PSOTSPEnvConfig, coords: torch.Tensor, coefficients: torch.Tensor, seed: int,
+                           max_batch_cells: int = 2**24) -> torch.Tensor:
+    """Best tour lengths ``[K, I]`` of K constant-coefficient swarms ``coefficients [K, 3]``
+    (w, c1, c2) on instances ``coords [I, n, 2]``, greedy decoding.
+
+    Common random numbers: every candidate gets the same initial swarm and the same
+    ``r1, r2`` (``PSOTSPEnv(replicas=K)`` seeded with ``seed``), so differences between
+    candidates are differences of their coefficients, not of their luck. The candidates
+    run in chunks of at most ``max_batch_cells`` decoding-logit cells (B P n^2) at once;
+    a chunk's draws are the same as the whole batch's (the env draws one block).
+    """
+    K, I = coefficients.shape[0], coords.shape[0]
+    n, P = env_config.num_cities, env_config.n_particles
+    chunk = max(1, min(K, max_batch_cells // max(1, I * P * n * n)))
+    out = []
+    for start in range(0, K, chunk):
+        block = coefficients[start:start + chunk].to(coords.device, torch.float32)  # [R, 3]
+        R = block.shape[0]
+        env = PSOTSPEnv(env_config, coords.device, make_generator(seed, coords.device), decode="greedy", replicas=R)
+        wc1c2 = block.repeat_interleave(I, dim=0)[:, None, None, :]  # [R*I, 1, 1, 3], candidate-major
+        best = run_swarm(env, coords.repeat(R, 1, 1), lambda s: wc1c2.expand(*s.position.shape, 3))
+        out.append(best.reshape(R, I))
+    return torch.cat(out)
+
+
+def tune_constant_coefficients(env_config: PSOTSPEnvConfig, *, candidates: int, instances: int, seed: int,
+                               device: torch.device | str = "cpu", finalists: int = 5) -> dict[str, Any]:
+    """Random search for the best constant ``(w, c1, c2)`` on the training distribution.
+
+    Stage 1: ``candidates`` coefficient triples (classic PSO first, then ``w ~ U(w_min,
+    w_max)``, ``c1, c2 ~ U(0, 3.5)``) on ``instances`` uniform instances, scored by the mean
+    over instances of ``L / L_classic`` (per-instance ratios: every instance counts the
+    same, and the instance's difficulty cancels). Stage 2: the ``finalists`` best (classic
+    always among them) re-scored on ``2 * instances`` fresh instances, which removes
+    stage 1's winner's curse; the best there wins. Everything from ``seed`` (instances
+    and swarm noise); common random numbers across candidates.
+
+    Returns ``{"w", "c1", "c2", "score", "classic_score", "stage1": [...], "stage2": [...]}``
+    (scores: mean ratio to classic, < 1 is better).
+    """
+    device = torch.device(device)
+    generator = make_generator(seed, device)
+    draws = torch.rand((candidates - 1, 3), generator=generator, device=device)
+    low = torch.tensor([env_config.w_min, 0.0, 0.0], device=device)
+    high = torch.tensor([env_config.w_max, 3.5, 3.5], device=device)
+    classic = torch.tensor([[CLASSIC_W, CLASSIC_C1, CLASSIC_C2]], device=device)
+    pool = torch.cat([classic, low + (high - low) * draws])  # [K, 3]
+
+    def score(coefficients: torch.Tensor, count: int) -> torch.Tensor:
+        coords = random_instances(count, env_config.num_cities, generator, device)
+        lengths = constant_swarm_lengths(env_config, coords, torch.cat([classic, coefficients]),
+                                         seed=int(torch.randint(2**31, (1,), generator=generator, device=device)))
+        return (lengths[1:] / lengths[:1]).mean(dim=1)  # [K] mean ratio to classic
+
+    stage1 = score(pool, instances)
+    order = stage1.argsort()
+    finalists_idx = order[:finalists]
+    if not bool((finalists_idx == 0).any()):
+        finalists_idx = torch.cat([finalists_idx[: finalists - 1], order.new_zeros(1)])
+    stage2 = score(pool[finalists_idx], 2 * instances)
+    winner = int(finalists_idx[stage2.argmin()])
+    w, c1, c2 = (float(x) for x in pool[winner])
+    as_rows = lambda idx, values: [  # noqa: E731
+        {"w": float(pool[i, 0]), "c1": float(pool[i, 1]), "c2": float(pool[i, 2]), "score": float(v)}
+        for i, v in zip(idx.tolist(), values.tolist())]
+    return {"w": w, "c1": c1, "c2": c2, "score": float(stage2.min()),
+            "classic_score": float(stage2[(finalists_idx == 0).nonzero()[0, 0]]),
+            "num_cities": env_config.num_cities, "n_particles": env_config.n_particles,
+            "pso_iterations": env_config.pso_iterations, "knn": env_config.knn, "seed": seed,
+            "candidates": candidates, "instances": instances,
+            "stage1": as_rows(torch.arange(len(pool)), stage1), "stage2": as_rows(finalists_idx, stage2)}
+
+
+def controller_swarm_lengths(controller: SwarmController, env: PSOTSPEnv, coords: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+    """Best tour lengths ``[K, I]`` of K controllers (parameter vectors ``flat [K, M]``) on
+    instances ``coords [I, n, 2]``: one batch of K * I swarms, candidate-major, in ``env``
+    (greedy decoding, ``replicas=K``: common random numbers)."""
+    K, I = flat.shape[0], coords.shape[0]
+    params = controller.population(flat)
+    T = env.config.pso_iterations
+    state = env.reset(coords.repeat(K, 1, 1))
+    with torch.no_grad():
+        for _ in range(T):
+            features = swarm_features(state, T)  # [K*I, P, F]
+            coefficients = controller(features.reshape(K, I, *features.shape[1:]), params)  # [K, I, P, 3]
+            wc1c2 = coefficients.reshape(K * I, -1, 1, 3).expand(*state.position.shape, 3)
+            state, _, _ = env.step(wc1c2)
+    return state.best_cost.reshape(K, I)
+
+
+def centered_ranks(values: torch.Tensor) -> torch.Tensor:
+    """Ranks of ``values [N]`` mapped to ``[-0.5, 0.5]`` (fitness shaping of Salimans et
+    al. 2017: the ES step then ignores the scale and outliers of the fitness)."""
+    ranks = torch.empty_like(values)
+    ranks[values.argsort()] = torch.arange(len(values), dtype=values.dtype, device=values.device)
+    return ranks / max(1, len(values) - 1) - 0.5
+
+
+def es_gradient(controller: SwarmController, env: PSOTSPEnv, coords: torch.Tensor, pairs: int, sigma: float,
+                generator: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+    """One antithetic ES estimate of the ascent direction of the deterministic controller's
+    fitness, ``F(theta) = -mean_i L_theta(i) / L_base(i)`` (best tour of the greedy swarm
+    relative to the constant PSO the controller starts from, on the same instance):
+
+        eps_j ~ N(0, I),  g = sum_j (u(theta + sigma eps_j) - u(theta - sigma eps_j)) eps_j / (pairs sigma)
+
+    with ``u`` the centred ranks of the 2 * pairs fitnesses. All candidates, the centre
+    ``theta`` and the base constant PSO run in one batch with common random numbers.
+    Returns ``(g [M], metrics)``.
+    """
+    theta = controller.flat_parameters()
+    eps = torch.randn((pairs, theta.numel()), generator=generator, device=theta.device)
+    base = theta.clone()
+    base[-(controller.w2.numel() + controller.b2.numel()):] = 0.0  # output layer 0: the base constants
+    flat = torch.cat([theta[None], base[None], theta + sigma * eps, theta - sigma * eps])
+    lengths = controller_swarm_lengths(controller, env, coords, flat)  # [2 + 2 pairs, I]
+    fitness = -(lengths / lengths[1:2]).mean(dim=1)
+    ranks = centered_ranks(fitness[2:])
+    gradient = ((ranks[:pairs] - ranks[pairs:])[:, None] * eps).sum(0) / (pairs * sigma)
+    # improvement over the base constant PSO in % (> 0: shorter tours than the base)
+    return gradient, {"es/centre_vs_base_pct": float(100.0 * (1.0 + fitness[0])),
+                      "es/population_vs_base_pct": float(100.0 * (1.0 + fitness[2:].mean())),
+                      "tour_length/best": float(lengths[0].mean()), "tour_length/base": float(lengths[1].mean())}
+
+
 # -- the training loop ------------------------------------------------------------------------------
 
 
@@ -281,7 +436,7 @@ class PSOTSPRunResult:
     interrupted: bool
     exit_code: int
     """0, or :data:`pglab.errors.EXIT_INTERRUPTED` (130) after SIGINT/SIGTERM"""
-    model: HyperparamTSPModel
+    model: HyperparamTSPModel | SwarmController
     last_metrics: dict[str, float]
 
 
@@ -298,6 +453,12 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, given: frozenset[str] | None = N
     """
     with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
         config, device = run.config, run.device
+        if run.checkpoint is not None and "controller" not in run.checkpoint["config"]:
+            config = dataclasses.replace(config, controller="edge_policy")  # a run from before the field
+        if config.controller == "swarm_es":
+            controller, iteration, last_metrics = _train_swarm_es(run, config)
+            return PSOTSPRunResult(run_dir=run.run_dir, iterations=iteration, interrupted=run.interrupted,
+                                   exit_code=run.exit_code, model=controller, last_metrics=last_metrics)
         # -- build ----------------------------------------------------------------------------
         model = build_model(config, device)
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, eps=1e-5)
@@ -392,3 +553,110 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, given: frozenset[str] | None = N
         run.finish(summary)
     return PSOTSPRunResult(run_dir=run.run_dir, iterations=iteration, interrupted=run.interrupted, exit_code=run.exit_code,
                            model=model, last_metrics=last_metrics)
+
+
+# The tuning stage of a swarm_es run draws from its own stream: seed TUNE_SEED_OFFSET + seed
+# (training streams are 4 * seed + 0..3, validation 10_000 + seed, evaluation 20_261_123).
+TUNE_SEED_OFFSET = 1_000_003
+
+
+def set_flat_gradient(parameters, gradient: torch.Tensor) -> None:
+    """Give each parameter its slice of a flat gradient (the :meth:`SwarmController.flat_parameters` order)."""
+    start = 0
+    for p in parameters:
+        p.grad = gradient[start:start + p.numel()].reshape(p.shape).clone()
+        start += p.numel()
+
+
+def _train_swarm_es(run: TrainingRun, config: PSOTSPTrainConfig) -> tuple[SwarmController, int, dict[str, float]]:
+    """The ``swarm_es`` training loop (inside ``run``): tune the constant, then ES steps.
+
+    Stage 0 (a fresh run only): :func:`tune_constant_coefficients` on training instances
+    (``tuned.json`` in the run directory); the controller starts as that constant PSO.
+    Then per iteration: ``instances_per_iteration`` fresh instances, one
+    :func:`es_gradient` estimate (all candidates greedy, common random numbers), one Adam
+    step (lr ``es_lr``) along it. Validation: the controller (deterministic, greedy) vs
+    classic and vs the tuned constant on ``eval_instances`` fixed instances;
+    ``checkpoint_best.pt`` keeps the best against the tuned constant.
+    """
+    device = run.device
+    generators = {name: make_generator(config.seed * 4 + i, device) for i, name in enumerate(("instances", "env", "action", "update"))}
+    counters = run.counters
+    counters.setdefault("env_steps", 0)
+    counters.setdefault("best_validation_pct", float("-inf"))
+    if run.checkpoint is None:
+        tick = time.perf_counter()
+        tuned = tune_constant_coefficients(config.env, candidates=config.tune_candidates, instances=config.tune_instances,
+                                           seed=TUNE_SEED_OFFSET + config.seed, device=device)
+        tuned["seconds"] = time.perf_counter() - tick
+        atomic_write_json(run.run_dir / "tuned.json", tuned)
+        run.echo(f"tuned constant PSO: w={tuned['w']:.4f} c1={tuned['c1']:.4f} c2={tuned['c2']:.4f} "
+                 f"({100 * (1 - tuned['score']):+.2f} % vs classic on {2 * config.tune_instances} tuning instances)")
+        base = (tuned["w"], tuned["c1"], tuned["c2"])
+    else:
+        base = tuple(float(x) for x in run.checkpoint["models"]["model"]["base"].tolist())
+    controller = build_controller(config, device, base)
+    optimizer = torch.optim.Adam(controller.parameters(), lr=config.es_lr)
+    if run.checkpoint is not None:
+        load_state_dict_checked(controller, run.checkpoint["models"]["model"], name="model", source=run.checkpoint["path"])
+        optimizer.load_state_dict(run.checkpoint["optimizers"]["adam"])
+        restore_rng_state(run.checkpoint["rng"], generators)
+    run.logger.write_meta({"kind": KIND, "config": config_to_dict(config)})
+    validation_coords = random_instances(config.eval_instances, config.env.num_cities, make_generator(10_000 + config.seed, device), device)
+    if config.eval_interval:
+        constants = torch.tensor([[CLASSIC_W, CLASSIC_C1, CLASSIC_C2], list(base)], device=device)
+        classic_lengths, base_lengths = constant_swarm_lengths(config.env, validation_coords, constants, seed=1)
+
+    def checkpoint_state() -> dict[str, Any]:
+        return build_checkpoint(
+            kind=KIND, config=config_to_dict(dataclasses.replace(config, resume=None)), counters=dict(counters),
+            models={"model": controller.state_dict()}, optimizers={"adam": optimizer.state_dict()},
+            rng=capture_rng_state(generators),
+        )
+
+    last_metrics: dict[str, float] = {}
+    last_improvement: float | None = None
+    iteration = run.start
+    candidates = 2 + 2 * config.es_pairs
+    steps_per_iteration = candidates * config.instances_per_iteration * config.env.n_particles * config.env.pso_iterations
+    with MetricsLogger(run.run_dir, csv_name="eval.csv", jsonl_name="eval.jsonl", tensorboard_dir=None,
+                       resume_step=run.start if run.resumed else None) as eval_logger:
+        for iteration in run.steps(config.n_iterations, save=checkpoint_state, desc="train pso-tsp --controller swarm_es"):
+            tick = time.perf_counter()
+            coords = random_instances(config.instances_per_iteration, config.env.num_cities, generators["instances"], device)
+            env = PSOTSPEnv(config.env, device, generators["env"], decode="greedy", replicas=candidates)
+            gradient, metrics = es_gradient(controller, env, coords, config.es_pairs, config.es_sigma, generators["action"])
+            optimizer.zero_grad()
+            set_flat_gradient(controller.parameters(), -gradient)  # Adam minimises: ascend the fitness
+            optimizer.step()
+            elapsed = time.perf_counter() - tick
+            counters["iteration"] = iteration
+            counters["env_steps"] += steps_per_iteration
+            wall_time = float(counters["wall_time"]) + elapsed
+            last = iteration == config.n_iterations
+            if iteration % config.log_interval == 0 or last:
+                last_metrics = run.log(iteration, {
+                    **metrics, "es/gradient_norm": gradient.norm(),
+                    "env_steps": counters["env_steps"], "wall_time": wall_time,
+                    "perf/iter_s": elapsed, "perf/steps_per_s": steps_per_iteration / max(elapsed, 1e-9),
+                })
+                run.set_postfix(vs_base=f"{last_metrics['es/centre_vs_base_pct']:+.2f}%")
+            if config.eval_interval and (iteration % config.eval_interval == 0 or last):
+                env = PSOTSPEnv(config.env, device, make_generator(1, device), decode="greedy")
+                learned = controller_swarm_lengths(controller, env, validation_coords, controller.flat_parameters()[None])[0]
+                last_improvement = float(100.0 * (1.0 - learned / base_lengths).mean())
+                eval_logger.log(iteration, {
+                    "eval/tour_length_learned": learned.mean(), "eval/tour_length_classic": classic_lengths.mean(),
+                    "eval/tour_length_tuned": base_lengths.mean(),
+                    "eval/improvement_pct": float(100.0 * (1.0 - learned / classic_lengths).mean()),
+                    "eval/improvement_vs_tuned_pct": last_improvement, "wall_time": wall_time,
+                })
+                if last_improvement > counters["best_validation_pct"]:
+                    counters["best_validation_pct"] = last_improvement
+                    save_checkpoint(run.run_dir / "checkpoints" / "checkpoint_best.pt", checkpoint_state())
+    summary: dict[str, Any] = {"tuned": list(base)}
+    if last_improvement is not None:
+        summary["eval/improvement_vs_tuned_pct"] = last_improvement
+        summary["best_validation_pct"] = float(counters["best_validation_pct"])
+    run.finish(summary)
+    return controller, iteration, last_metrics

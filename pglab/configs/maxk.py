@@ -42,12 +42,12 @@ class MaxKPOMOTrainConfig:
     """Max@K baseline: none, sample_loo (needs num_loc > k) or subloo (needs k >= 2)"""
     stable_sort: bool = True
     """deterministic tie order in the Max@K weights"""
-    n_steps: int = 500
-    """optimizer steps (one batch each)"""
+    n_steps: int = 2000
+    """optimizer steps (one batch each; docs/maxk.md's headline budget)"""
     batch_size: int = 64
     """instances per step (each decoded num_loc times)"""
-    lr: float = 1e-4
-    """Adam learning rate"""
+    lr: float = 5e-4
+    """Adam learning rate (every run in docs/maxk.md)"""
     max_grad_norm: float = 1.0
     """gradient-norm clip (RL4COTrainer's default)"""
     embed_dim: int = 64

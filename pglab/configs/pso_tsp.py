@@ -31,9 +31,11 @@ from pglab.validation import (
 )
 
 KIND = "pso-tsp"
-# The PSO trainer's update defaults differ from PPO's (CleanRL's): one minibatch (the whole
-# trajectory, as in the note), no entropy bonus, a looser gradient clip.
-PSO_UPDATE_DEFAULTS = OnPolicyHyperparams(num_minibatches=1, entropy_coef=0.0, max_grad_norm=1.0)
+# The PSO trainer's update defaults (--controller edge_policy) differ from PPO's (CleanRL's):
+# one minibatch (the whole trajectory), entropy 0.01 and vpg_gae, as in the design note, and a
+# looser gradient clip.
+PSO_UPDATE_DEFAULTS = OnPolicyHyperparams(algo="vpg_gae", num_minibatches=1, entropy_coef=0.01, max_grad_norm=1.0)
+CONTROLLERS = ("swarm_es", "edge_policy")
 REWARDS = ("tour_length", "pbest_improvement", "gbest_improvement", "gbest_credit")
 
 
@@ -103,13 +105,31 @@ class PSOTSPTrainConfig:
     # -- problem and swarm: --num-cities, --knn, --n-particles, --pso-iterations, ... --------
     env: Annotated[PSOTSPEnvConfig, tyro.conf.OmitArgPrefixes] = field(default_factory=PSOTSPEnvConfig)
     """the TSP instances, the swarm and the decoding (PSOTSPEnvConfig)"""
-    train_decode: Literal["sample", "greedy"] = "sample"
+    controller: Literal["swarm_es", "edge_policy"] = "swarm_es"
+    """swarm_es: a deterministic per-particle controller (w, c1, c2) = tuned constants + MLP(swarm
+    state), trained by evolution strategies on its greedy result (the recommended setup);
+    edge_policy: the per-edge attention policy trained by --algo (the design note's model)"""
+    # -- swarm_es: constant tuning, controller, evolution strategies --------------------------
+    tune_candidates: int = 48
+    """swarm_es: random-search candidates for the constant (w, c1, c2) the controller starts from"""
+    tune_instances: int = 32
+    """swarm_es: training instances per candidate in the tuning's first stage"""
+    hidden: int = 16
+    """swarm_es: hidden units of the controller (0: linear in the swarm features)"""
+    es_pairs: int = 8
+    """swarm_es: antithetic perturbation pairs per iteration"""
+    es_sigma: float = 0.1
+    """swarm_es: perturbation standard deviation in parameter space"""
+    es_lr: float = 0.03
+    """swarm_es: Adam learning rate on the ES gradient"""
+    # -- edge_policy: decoding, reward, exploration ---------------------------------------------
+    train_decode: Literal["sample", "greedy"] = "greedy"
     """decoding during training rollouts (evaluation always decodes greedily)"""
-    reward: Literal["tour_length", "pbest_improvement", "gbest_improvement", "gbest_credit"] = "tour_length"
+    reward: Literal["tour_length", "pbest_improvement", "gbest_improvement", "gbest_credit"] = "gbest_improvement"
     """per-particle reward: -tour length (the note), own-best or swarm-best improvement, or the
     swarm-best improvement credited to the particle whose tour achieved it"""
     # -- network ----------------------------------------------------------------------------
-    emb_dim: int = 32
+    emb_dim: int = 16
     """embedding width"""
     num_heads: int = 4
     """attention heads"""
@@ -123,36 +143,36 @@ class PSOTSPTrainConfig:
     """lower clamp of the coefficients' standard deviation"""
     max_std: float = 1.0
     """upper clamp of the coefficients' standard deviation"""
-    mu_scale: float = 1.0
+    mu_scale: float = 5.0
     """mean coefficients = classic + mu_scale * network output (a faster-moving mean)"""
     log_prob_reduction: Literal["mean", "sum"] = "mean"
     """per-particle log-likelihood: mean over edges (the note) or the exact sum"""
-    particle_noise_std: float = 0.0
+    particle_noise_std: float = 0.3
     """std of an exploration offset per coefficient shared by all edges (0: per-edge noise only)"""
-    noise_scope: Literal["particle", "swarm"] = "particle"
+    noise_scope: Literal["particle", "swarm"] = "swarm"
     """who shares that offset: each particle its own, or the whole swarm of an instance"""
-    antithetic: bool = False
+    antithetic: bool = True
     """rollouts in mirrored pairs: each instance twice, with common PSO/decode random numbers
     and negated exploration noise (instances_per_iteration counts both copies; must be even)"""
     # -- RL update (pglab.algos.onpolicy) -----------------------------------------------------
-    lr: float = 3e-4
-    """Adam learning rate"""
+    lr: float = 1e-3
+    """edge_policy: Adam learning rate"""
     update: Annotated[OnPolicyHyperparams, tyro.conf.OmitArgPrefixes] = field(default_factory=lambda: PSO_UPDATE_DEFAULTS)
     """the on-policy update: --algo, --gamma, --gae-lambda, --ppo-epochs, --num-minibatches,
     --clip-coef, --value-clip-coef, --value-coef, --entropy-coef, --max-grad-norm, --target-kl,
     --normalize-advantages"""
     # -- schedule ---------------------------------------------------------------------------
-    n_iterations: int = 200
-    """training iterations (one rollout + update each)"""
-    instances_per_iteration: int = 4
-    """TSP instances per rollout (B)"""
+    n_iterations: int = 60
+    """training iterations (one ES step, or one rollout + update, each)"""
+    instances_per_iteration: int = 16
+    """TSP instances per rollout (B; swarm_es: per candidate, the same for all candidates)"""
     log_interval: int = 5
     """iterations between metric rows"""
     save_interval: int = 50
     """iterations between checkpoints (the last is always saved)"""
-    eval_interval: int = 25
-    """iterations between greedy validations against classic PSO (0: off)"""
-    eval_instances: int = 32
+    eval_interval: int = 10
+    """iterations between greedy validations against classic (and tuned) PSO (0: off)"""
+    eval_instances: int = 128
     """validation instances"""
     # -- run --------------------------------------------------------------------------------
     log_dir: Path | None = None
@@ -172,6 +192,13 @@ class PSOTSPTrainConfig:
             raise ConfigError("env", self.env, "must be a PSOTSPEnvConfig")
         if not isinstance(self.update, OnPolicyHyperparams):
             raise ConfigError("update", self.update, "must be an OnPolicyHyperparams")
+        check_choice("controller", self.controller, CONTROLLERS)
+        check_int("tune_candidates", self.tune_candidates, minimum=1)
+        check_int("tune_instances", self.tune_instances, minimum=1)
+        check_int("hidden", self.hidden, minimum=0)
+        check_int("es_pairs", self.es_pairs, minimum=1)
+        check_positive("es_sigma", self.es_sigma)
+        check_positive("es_lr", self.es_lr)
         check_choice("train_decode", self.train_decode, ("sample", "greedy"))
         check_choice("reward", self.reward, REWARDS)
         check_choice("noise_scope", self.noise_scope, ("particle", "swarm"))
@@ -229,8 +256,19 @@ class PSOTSPEvalConfig:
     """exact Held–Karp up to this n; LKH-3 (elkai) above, Held–Karp if elkai is missing and n <= 22"""
     optimal: bool = True
     """compute the optimal (or LKH-3) reference tours"""
+    tune: int = 0
+    """N > 0: instead of evaluating, random-search N constant (w, c1, c2) on the training
+    distribution (--episodes instances each, from --seed's tuning stream, never the held-out
+    set) and write the winner to --output (JSON, for --tuned)"""
+    tuned: Path | None = None
+    """a --tune result: adds the tuned constant PSO (and its equal-time row)"""
+    local_search: Literal["none", "2opt"] = "none"
+    """2opt: also report each swarm's best tour improved by 2-opt (batched in torch)"""
+    equal_time: bool = True
+    """with a checkpoint: also run classic (and tuned) PSO with the learned controller's
+    extra CPU time spent on more PSO iterations"""
     output: Path | None = None
-    """write the table as JSON here"""
+    """write the table (or the --tune result) as JSON here"""
     device: str = "auto"
     """auto, cpu, cuda or cuda:N"""
     threads: int = 0
@@ -245,6 +283,12 @@ class PSOTSPEvalConfig:
         check_int("seed", self.seed, minimum=0)
         check_int("swarm_seed", self.swarm_seed, minimum=0)
         check_int("held_karp_max_n", self.held_karp_max_n, minimum=2)
+        check_int("tune", self.tune, minimum=0)
+        check_choice("local_search", self.local_search, ("none", "2opt"))
+        if self.tune and self.output is None:
+            raise ConfigError("output", None, "--tune needs --output FILE for the tuned coefficients")
+        if self.tuned is not None and not Path(self.tuned).is_file():
+            raise ConfigError("tuned", str(self.tuned), "is not a file (write one with --tune N --output FILE)")
         check_device("device", self.device)
         check_int("threads", self.threads, minimum=0)
         if self.output is not None and Path(self.output).is_dir():

@@ -53,7 +53,9 @@ class SwarmState:
     edge, divided by the instance's mean candidate-edge length).
     Swarm: ``position, velocity, pbest [B, P, D]``; ``gbest [B, D]``; ``cost,
     pbest_cost [B, P]`` (tour lengths); ``gbest_cost, best_cost [B]``;
-    ``best_tour [B, n]`` (long); ``iteration`` (steps done so far).
+    ``pbest_tour [B, P, n]`` and ``best_tour [B, n]`` (long: the tours those costs were
+    measured on, so a best reproduces even when decoding samples); ``iteration`` (steps
+    done so far).
     """
 
     coords: torch.Tensor
@@ -70,12 +72,14 @@ class SwarmState:
     best_cost: torch.Tensor
     best_tour: torch.Tensor
     iteration: int
+    pbest_tour: torch.Tensor | None = None
 
     def snapshot(self) -> "SwarmState":
         """A detached copy of the swarm tensors (instance tensors are shared: constant)."""
         swarm = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for name in ("position", "velocity", "pbest", "gbest", "cost", "pbest_cost", "gbest_cost", "best_cost", "best_tour"):
-            swarm[name] = swarm[name].detach().clone()
+        for name in ("position", "velocity", "pbest", "gbest", "cost", "pbest_cost", "gbest_cost", "best_cost", "best_tour", "pbest_tour"):
+            if swarm[name] is not None:
+                swarm[name] = swarm[name].detach().clone()
         return SwarmState(**swarm)
 
 
@@ -102,6 +106,44 @@ def tour_cost(dist: torch.Tensor, tours: torch.Tensor) -> torch.Tensor:
     return flat.gather(2, tours * n + nxt).sum(-1)
 
 
+def two_opt_batch(dist: torch.Tensor, tours: torch.Tensor, *, max_iterations: int | None = None,
+                  tol: float = 1e-9) -> torch.Tensor:
+    """Best-improvement 2-opt on a batch of tours at once: ``dist [B, n, n]``, ``tours
+    [B, n]`` (long) -> improved tours ``[B, n]`` (each a local optimum of 2-opt, city 0
+    kept first).
+
+    Move (i, j), 0 <= i < j - 1: replace edges (t_i, t_{i+1}), (t_j, t_{j+1 mod n}) by
+    (t_i, t_j), (t_{i+1}, t_{j+1}), i.e. reverse ``t[i+1..j]``, with
+    ``delta = d(a, c) + d(b, d) - d(a, b) - d(c, d)``. Every round computes all moves'
+    deltas of all B tours in one tensor ``[B, M]`` and applies each tour's best move if it
+    shortens that tour by more than ``tol``; the loop ends when no tour improves (the same
+    moves, in the same order, as :func:`pglab.envs.tsp_solvers.two_opt` per tour).
+    """
+    B, n = tours.shape
+    if n < 4:
+        return tours
+    i_idx, j_idx = torch.triu_indices(n, n, offset=2, device=tours.device)
+    keep = ~((i_idx == 0) & (j_idx == n - 1))  # these two edges are adjacent
+    i_idx, j_idx = i_idx[keep], j_idx[keep]
+    rows = torch.arange(B, device=tours.device)[:, None]
+    positions = torch.arange(n, device=tours.device)
+    dist = dist.to(torch.float64)
+    tours = tours.clone()
+    for _ in range(max_iterations if max_iterations is not None else n * n):
+        a, b = tours[:, i_idx], tours[:, i_idx + 1]
+        c, d = tours[:, j_idx], tours[:, (j_idx + 1) % n]
+        delta = dist[rows, a, c] + dist[rows, b, d] - dist[rows, a, b] - dist[rows, c, d]  # [B, M]
+        best_delta, best = delta.min(dim=1)
+        improve = best_delta < -tol
+        if not bool(improve.any()):
+            break
+        i, j = i_idx[best][:, None], j_idx[best][:, None]  # [B, 1]
+        inside = (positions > i) & (positions <= j) & improve[:, None]
+        index = torch.where(inside, i + 1 + j - positions, positions)  # reverse t[i+1..j]
+        tours = tours.gather(1, index)
+    return tours
+
+
 class PSOTSPEnv:
     """Batched PSO-on-TSP episodes; see the module docstring for the equations.
 
@@ -114,8 +156,13 @@ class PSOTSPEnv:
     """
 
     def __init__(self, config: PSOTSPEnvConfig, device: torch.device | str = "cpu", generator: torch.Generator | None = None, *,
-                 decode: str = "sample", paired: bool = False):
+                 decode: str = "sample", paired: bool = False, replicas: int = 1):
         check_choice("decode", decode, ("sample", "greedy"))
+        if paired and replicas != 1:
+            raise ValueError("PSOTSPEnv: give paired=True (= replicas=2) or replicas, not both")
+        self.replicas = 2 if paired else int(replicas)
+        if self.replicas < 1:
+            raise ValueError(f"PSOTSPEnv: replicas must be >= 1, got {replicas}")
         self.paired = paired
         self.config = config
         self.device = torch.device(device)
@@ -126,17 +173,20 @@ class PSOTSPEnv:
     def _random(self, shape: tuple[int, ...], normal: bool = False) -> torch.Tensor:
         """``torch.rand`` / ``torch.randn`` of ``shape`` (batch first) from the env's generator.
 
-        ``paired``: common random numbers for a batch of two identical halves (instance b
-        and b + B/2 are the same instance): the second half reuses the first half's draws,
-        so the two swarms differ only through their coefficients.
+        ``paired`` / ``replicas = R``: common random numbers for a batch of R identical
+        blocks (instance b and b + B/R are the same instance): every block reuses the
+        first block's draws, so their swarms differ only through their coefficients
+        (``paired`` is R = 2: mirrored training pairs; the ES trainer puts its population
+        in the blocks).
         """
         draw = torch.randn if normal else torch.rand
-        if not self.paired:
+        if self.replicas == 1:
             return draw(shape, generator=self.generator, device=self.device)
-        if shape[0] % 2:
-            raise ValueError(f"PSOTSPEnv(paired=True): the batch must have an even size, got {shape[0]}")
-        half = draw((shape[0] // 2, *shape[1:]), generator=self.generator, device=self.device)
-        return torch.cat([half, half])
+        if shape[0] % self.replicas:
+            even = " (an even size)" if self.replicas == 2 else ""
+            raise ValueError(f"PSOTSPEnv(replicas={self.replicas}): the batch must be a multiple of {self.replicas}{even}, got {shape[0]}")
+        block = draw((shape[0] // self.replicas, *shape[1:]), generator=self.generator, device=self.device)
+        return block.repeat(self.replicas, *([1] * (len(shape) - 1)))
 
     # -- decoding -----------------------------------------------------------------------
     def edge_logits(self, position: torch.Tensor, state: SwarmState) -> torch.Tensor:
@@ -195,7 +245,7 @@ class PSOTSPEnv:
             best_tour=torch.zeros((B, cfg.num_cities), dtype=torch.long, device=self.device), iteration=0,
         )
         tours, cost = self.decode(position, state)
-        state.cost, state.pbest_cost = cost, cost.clone()
+        state.cost, state.pbest_cost, state.pbest_tour = cost, cost.clone(), tours
         self._update_gbest(state, tours)
         self.state = state
         return state
@@ -225,6 +275,7 @@ class PSOTSPEnv:
             state, position=position, velocity=velocity, cost=cost,
             pbest=torch.where(improved.unsqueeze(-1), position, state.pbest),
             pbest_cost=torch.where(improved, cost, state.pbest_cost), iteration=state.iteration + 1,
+            pbest_tour=torch.where(improved.unsqueeze(-1), tours, state.pbest_tour),
         )
         self._update_gbest(state, tours)
         self.state = state

@@ -150,12 +150,33 @@ class HyperparamTSPModel(nn.Module):
         values = self.value_head(particle_ctx).squeeze(-1)
         return mu, sigma, values
 
+    def cached_encoding(self, state: SwarmState) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`encode_instances` of the state's instances, computed once per episode.
+
+        The city and edge embeddings depend only on the instance (coords, neighbours,
+        edge lengths), which an episode never changes: the env passes the same ``coords``
+        tensor to every state of an episode, so it is the cache key (identity and
+        in-place version; a new episode, or new weights, recompute). Not for training:
+        the cached tensors carry no gradient.
+        """
+        key = (id(state.coords), state.coords._version, id(state.neighbours), self._weights_version())
+        cache = getattr(self, "_encoding_cache", None)
+        if cache is None or cache[0] != key or cache[1] is not state.coords:
+            with torch.no_grad():
+                cache = (key, state.coords, self.encode_instances(state.coords, state.neighbours, state.edge_dist))
+            self._encoding_cache = cache
+        return cache[2]
+
+    def _weights_version(self) -> int:
+        """Sum of the encoder parameters' in-place versions: an optimizer step changes it."""
+        return sum(p._version for p in self.parameters())
+
     def act(self, state: SwarmState, pso_iterations: int, *, deterministic: bool = False,
             generator: torch.Generator | None = None) -> torch.Tensor:
         """Coefficients ``wc1c2 [B, P, D, 3]`` for the env's current state (no gradient):
         the mean (``deterministic``) or a sample of the Gaussian."""
         with torch.no_grad():
-            node_emb, edge_emb = self.encode_instances(state.coords, state.neighbours, state.edge_dist)
+            node_emb, edge_emb = self.cached_encoding(state)
             mu, sigma, _ = self(node_emb, edge_emb, state.position, state.velocity, state.pbest, state.gbest,
                                 swarm_scalars(state, pso_iterations))
             if deterministic:
@@ -247,3 +268,98 @@ def gaussian_log_prob_entropy(mu: torch.Tensor, sigma: torch.Tensor, actions: to
     if reduction == "mean":
         return log_prob / num_edges, entropy / num_edges
     return log_prob, entropy
+
+
+# -- the swarm controller (trained by evolution strategies on its deterministic output) ---------
+SWARM_FEATURES = ("progress", "cost_gap", "pbest_gap", "is_leader", "at_pbest", "dist_pbest", "dist_gbest", "speed", "diversity")
+
+
+def swarm_features(state: SwarmState, pso_iterations: int) -> torch.Tensor:
+    """Per-particle features of the swarm's state ``[B, P, F]`` (F = len(SWARM_FEATURES)),
+    all O(B P D) from tensors the swarm already holds:
+
+    ``progress`` t / T; ``cost_gap`` and ``pbest_gap``: the current and personal-best tour
+    length over the swarm's best, minus 1; ``is_leader`` 1 for the particle whose personal
+    best is the swarm's; ``at_pbest`` 1 when the current tour is the personal best (it just
+    improved or tied); ``dist_pbest``, ``dist_gbest``, ``speed``: root-mean-square over the D
+    edges of ``pbest - x``, ``gbest - x`` and ``v``; ``diversity``: the swarm's mean
+    ``dist_gbest`` (the same for all its particles).
+    """
+    reference = state.gbest_cost.clamp_min(1e-9).unsqueeze(1)  # [B, 1]
+    rms = lambda x: x.pow(2).mean(-1).sqrt()  # noqa: E731  [B, P, D] -> [B, P]
+    dist_gbest = rms(state.gbest.unsqueeze(1) - state.position)
+    features = [
+        torch.full_like(state.cost, state.iteration / pso_iterations),
+        state.cost / reference - 1.0,
+        state.pbest_cost / reference - 1.0,
+        (state.pbest_cost <= reference).to(state.cost.dtype),
+        (state.cost <= state.pbest_cost).to(state.cost.dtype),
+        rms(state.pbest - state.position),
+        dist_gbest,
+        rms(state.velocity),
+        dist_gbest.mean(dim=1, keepdim=True).expand_as(dist_gbest),
+    ]
+    return torch.stack(features, dim=-1)
+
+
+class SwarmController(nn.Module):
+    """A deterministic per-particle PSO controller: ``(w, c1, c2) = base + f(features)``.
+
+    ``features [..., P, F]`` (:func:`swarm_features`) -> ``f``: linear (``hidden=0``) or one
+    tanh hidden layer of ``hidden`` units -> 3 outputs added to ``base`` (the constant
+    coefficients it starts from: the tuned constant PSO). The output layer is
+    zero-initialised, so the untrained controller *is* that constant PSO. One ``(w, c1,
+    c2)`` per particle and PSO iteration, applied to all of the particle's D edges; no
+    per-instance encoding (nothing to cache), a few hundred multiply-adds per particle.
+
+    ``forward(features, params)`` also evaluates a population of parameter vectors at once
+    (the ES trainer): ``params`` from :meth:`population` holds each tensor with a leading
+    ``K`` and ``features`` is ``[K, ..., F]``.
+    """
+
+    def __init__(self, base: tuple[float, float, float] = (CLASSIC_W, CLASSIC_C1, CLASSIC_C2), hidden: int = 16,
+                 generator: torch.Generator | None = None):
+        super().__init__()
+        num_features = len(SWARM_FEATURES)
+        self.hidden = int(hidden)
+        self.register_buffer("base", torch.tensor([float(b) for b in base]))
+        if self.hidden > 0:
+            self.w1 = nn.Parameter(torch.randn(num_features, hidden, generator=generator) / math.sqrt(num_features))
+            self.b1 = nn.Parameter(torch.zeros(hidden))
+        self.w2 = nn.Parameter(torch.zeros(self.hidden or num_features, 3))
+        self.b2 = nn.Parameter(torch.zeros(3))
+
+    def forward(self, features: torch.Tensor, params: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
+        """Coefficients ``[..., 3]`` for ``features [..., F]`` (``params``: a population, see above)."""
+        check_tensor("features", features, (*[None] * (features.dim() - 1), len(SWARM_FEATURES)), FLOATS, where="SwarmController")
+        if params is None:
+            hidden = torch.tanh(features @ self.w1 + self.b1) if self.hidden else features
+            return self.base + hidden @ self.w2 + self.b2
+        K = features.shape[0]
+        hidden = features.reshape(K, -1, features.shape[-1])  # [K, N, F]
+        if self.hidden:
+            hidden = torch.tanh(torch.bmm(hidden, params["w1"]) + params["b1"].unsqueeze(1))
+        out = self.base + torch.bmm(hidden, params["w2"]) + params["b2"].unsqueeze(1)
+        return out.reshape(*features.shape[:-1], 3)
+
+    def flat_parameters(self) -> torch.Tensor:
+        """All parameters as one vector ``[M]`` (the ES search space)."""
+        return torch.cat([p.detach().reshape(-1) for p in self.parameters()])
+
+    def population(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Parameter vectors ``[K, M]`` -> ``{name: [K, *shape]}`` for :meth:`forward`."""
+        out, start = {}, 0
+        for name, p in self.named_parameters():
+            out[name] = flat[:, start:start + p.numel()].reshape(flat.shape[0], *p.shape)
+            start += p.numel()
+        return out
+
+    def act(self, state: SwarmState, pso_iterations: int, *, deterministic: bool = True,
+            generator: torch.Generator | None = None) -> torch.Tensor:
+        """``wc1c2 [B, P, D, 3]``: each particle's coefficients on all its D edges."""
+        if not deterministic:
+            raise ValueError("SwarmController is deterministic: it has no sampled coefficients")
+        with torch.no_grad():
+            coefficients = self(swarm_features(state, pso_iterations))  # [B, P, 3]
+        B, P, D = state.position.shape
+        return coefficients.unsqueeze(2).expand(B, P, D, 3)
