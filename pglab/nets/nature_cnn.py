@@ -180,20 +180,8 @@ class StreamNatureActorCritic(StreamActorCritic):
 
     def __init__(self, in_channels: int, height: int, width: int, num_actions: int, hidden: int = 512,
                  sparsity: float = 0.9):
-        nn.Module.__init__(self)  # not StreamActorCritic.__init__: it would build its own (large) torsos first
-        self.arch = {"in_channels": in_channels, "height": height, "width": width, "num_actions": num_actions,
-                     "hidden": hidden, "sparsity": sparsity, "torso": "nature"}
-        self.actor_torso = StreamNatureTorso(in_channels, height, width, hidden, sparsity)
-        self.critic_torso = StreamNatureTorso(in_channels, height, width, hidden, sparsity)
-        self.policy_head = nn.Linear(hidden, num_actions)
-        self.value_head = nn.Linear(hidden, 1)
-        for layer in (self.policy_head, self.value_head):
-            sparse_init_(layer.weight, sparsity)
-            nn.init.zeros_(layer.bias)
-        shape = (in_channels, height, width)
-        self.register_buffer("obs_count", torch.zeros((), dtype=torch.float64))
-        self.register_buffer("obs_mean", torch.zeros(shape, dtype=torch.float64))
-        self.register_buffer("obs_m2", torch.zeros(shape, dtype=torch.float64))
+        super().__init__(in_channels, height, width, num_actions, hidden, sparsity, torso=StreamNatureTorso)
+        self.arch["torso"] = "nature"
 
 
 def build_stream_actor_critic(in_channels: int, height: int, width: int, num_actions: int, *, hidden: int = 0,

@@ -139,12 +139,14 @@ class StreamActorCritic(nn.Module):
     """Separate actor and critic (sparse init, LayerNorm) with running observation
     statistics. ``forward(obs uint8 [N, K, H, W]) -> (logits [N, A], values [N])``."""
 
-    def __init__(self, in_channels: int, height: int, width: int, num_actions: int, hidden: int = 128, sparsity: float = 0.9):
+    def __init__(self, in_channels: int, height: int, width: int, num_actions: int, hidden: int = 128, sparsity: float = 0.9,
+                 *, torso: type[nn.Module] | None = None):
         super().__init__()
         self.arch = {"in_channels": in_channels, "height": height, "width": width, "num_actions": num_actions,
                      "hidden": hidden, "sparsity": sparsity}
-        self.actor_torso = _Torso(in_channels, height, width, hidden, sparsity)
-        self.critic_torso = _Torso(in_channels, height, width, hidden, sparsity)
+        torso = torso or _Torso  # a subclass passes its own (the Nature stack for 84x84 frames)
+        self.actor_torso = torso(in_channels, height, width, hidden, sparsity)
+        self.critic_torso = torso(in_channels, height, width, hidden, sparsity)
         self.policy_head = nn.Linear(hidden, num_actions)
         self.value_head = nn.Linear(hidden, 1)
         for layer in (self.policy_head, self.value_head):
