@@ -17,7 +17,7 @@ from pglab.agent import Agent, NoCritic
 from pglab.algos.pso_tsp import PSOTSPTrainConfig, train_pso_tsp
 from pglab.cli import main as cli_main
 from pglab.envs.pso_tsp import PSOTSPEnv, random_instances
-from pglab.errors import EXIT_INTERRUPTED
+from pglab.errors import EXIT_INTERRUPTED, ConfigError
 from pglab.run.checkpoint import load_checkpoint_file, save_checkpoint
 from pglab.run.config import config_from_dict, load_yaml_config, parse_flags
 from pglab.run.seeding import make_generator
@@ -220,3 +220,8 @@ def test_nested_env_and_update_configs_keep_pso_defaults_and_the_note_keys(tmp_p
     assert "'ppo_clip' is deprecated; use 'clip_coef'" in capsys.readouterr().err
     flagged = parse_flags(PSOTSPTrainConfig, ["--gamma", "0.5"], prog="t").config
     assert flagged.update == dataclasses.replace(PSO_UPDATE_DEFAULTS, gamma=0.5)
+
+
+def test_the_ppo_only_clip_schedule_is_refused_by_the_pso_trainer():
+    with pytest.raises(ConfigError, match=r"^clip_schedule: the Deep-PSO trainer has no clip schedule .*\(got 'linear'\)"):
+        make_config(PSOTSPTrainConfig, clip_schedule="linear")

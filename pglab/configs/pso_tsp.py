@@ -192,6 +192,8 @@ class PSOTSPTrainConfig:
             raise ConfigError("env", self.env, "must be a PSOTSPEnvConfig")
         if not isinstance(self.update, OnPolicyHyperparams):
             raise ConfigError("update", self.update, "must be an OnPolicyHyperparams")
+        if self.update.clip_schedule != "constant":  # a field of the shared update config that only ppo uses
+            raise ConfigError("clip_schedule", self.update.clip_schedule, "the Deep-PSO trainer has no clip schedule (pglab train ppo only)")
         check_choice("controller", self.controller, CONTROLLERS)
         check_int("tune_candidates", self.tune_candidates, minimum=1)
         check_int("tune_instances", self.tune_instances, minimum=1)
