@@ -28,8 +28,10 @@ RUN_DIR ?= runs/ghm-mc-$(shell date +%Y%m%d-%H%M%S)
 run: install
 	$(VENV)/bin/pglab train ghm --algo mc --device cpu --log_dir $(RUN_DIR)
 
+# Two test processes on the 2 cores (pytest-xdist); --dist loadfile keeps each test file in
+# one process, so a module's fixtures run once. A single file: `.venv/bin/pytest tests/X.py`.
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 bench: install
 	set -e; for script in bench/*.py; do echo "== $$script"; $(PY) $$script; done

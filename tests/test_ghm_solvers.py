@@ -195,8 +195,10 @@ def test_compare_writes_one_table_csv_and_figure_consistent_with_the_runs(tmp_pa
 
     from pglab.cli import main as pglab_main
 
-    evaluated = {**TINY, "final_eval": True, "eval_paths": 200, "eval_quick_paths": 50, "eval_cash": (0.5, 1.0),
-                 "eval_tail_tolerance": 0.5, "n_iterations": 2}
+    # coarse steps and no quick checks: the evaluation simulates until the discounted tail is
+    # small, thousands of steps at dt = 0.01, and that is what this test would spend its time on
+    evaluated = {**TINY, "final_eval": True, "eval_paths": 200, "eval_quick_paths": 0, "eval_cash": (0.5, 1.0),
+                 "eval_tail_tolerance": 0.5, "n_iterations": 2, "dt": 0.05}
     for algo in ("mc", "pathwise"):
         train_ghm(GHMTrainConfig(algo=algo, log_dir=tmp_path / algo, **evaluated), **QUIET)
     out = tmp_path / "cmp"
