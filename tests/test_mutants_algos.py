@@ -23,14 +23,6 @@ from test_update_rules_onpolicy import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # -- REINFORCE / VPG+GAE / PPO (pglab.algos.onpolicy) --------------------------------------
 def test_ppo_with_one_sample_per_minibatch_matches_the_reference():
     """num_minibatches == batch size: minibatches of one sample, one step each (a

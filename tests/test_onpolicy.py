@@ -33,15 +33,6 @@ def bandit_batch(model, n=256, seed=0):
     return batch, evaluate
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny tensors: a second intra-op thread only adds contention on a busy CPU.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize(("mode", "iterations"), [("reinforce_raw", 20), ("vpg_gae", 20), ("ppo", 4)])
 def test_updates_learn_the_better_arm_and_its_value(mode, iterations):
     """Arm 1 pays 1, arm 0 pays 0 (+ noise). From pi(1) = 0.5, a few batches bring

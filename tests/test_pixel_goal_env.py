@@ -7,16 +7,6 @@ from pglab.envs.registry import make_env
 from pglab.errors import ConfigError, TensorContractError
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small elementwise kernels: one thread is fastest (and on a loaded CI machine far
-    faster); the old setting is put back for the tests that follow."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def place(env, agent, goal):
     """Put every copy's agent/goal at the given cells (row, col)."""
     px = env.config.cell_px

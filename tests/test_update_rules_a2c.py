@@ -35,16 +35,6 @@ from pglab.run.seeding import seed_everything
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny networks run fastest on one thread (the shell's ``threads=1`` sets it
-    process-wide, so put the old value back for the tests that follow)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def bootstraps(done: bool, trunc: bool) -> bool:
     """Whether V(s') enters the TD target (see the module docstring)."""
     return not (done or trunc)

@@ -28,16 +28,6 @@ LR = 0.3
 SEED = 7
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny tensors: a second intra-op thread only adds contention (20x slower on a busy
-    # 2-core machine). Restored afterwards for the other tests.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # --------------------------------------------------------------------------------------
 # A tiny float64 actor-critic and a fixed batch
 # --------------------------------------------------------------------------------------
