@@ -4,6 +4,11 @@
     rates = agent.act(torch.tensor([[0.5]]))                          # [1, 2]: a_L, a_E (deterministic)
     rates = agent.predict(np.array([[0.5], [1.0]]))                   # the same on NumPy, [2, 2]
     values = agent.value(torch.tensor([[0.5], [1.0]]))                # [2]; NoCritic for a --no-baseline run
+
+``act``, ``predict`` and ``value`` take cash, whatever the model. A ``--model credit-line``
+agent's networks work in the model's state, liquidity ``x = cash + credit_limit``:
+``act(cash)`` is ``agent.policy`` at ``agent.model.state_from_cash(cash)`` (and cash may be
+negative, down to ``-credit_limit``). For GHM the state is cash itself.
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from typing import Any
 import torch
 
 from pglab.agent import Agent, NoCritic
-from pglab.algos.ghm_train import build_networks
+from pglab.algos.ghm_train import build_model, build_networks
 from pglab.configs.ghm import GHM_KINDS, GHMTrainConfig
 from pglab.contracts import check_tensor
 from pglab.envs.ghm import GHMModel
@@ -28,11 +33,14 @@ class GHMAgent(Agent):
     """A trained GHM policy with its value network and the model it was trained on.
 
     Attributes:
-        policy: :class:`GaussianPolicy`; ``policy.act(cash [B, 1], deterministic=True)``
-            gives the rates ``[B, 2]`` (dividend ``a_L``, issuance ``a_E``), clipped to
-            the control bounds.
-        baseline: the learned value network (``None`` for a ``--no-baseline`` run).
-        model: the :class:`GHMModel` (parameters as trained).
+        policy: :class:`GaussianPolicy` on the model's state ``[B, 1]`` (cash for GHM,
+            liquidity ``cash + credit_limit`` for the credit line:
+            ``model.state_from_cash``); ``policy.act(states, deterministic=True)`` gives
+            the rates ``[B, 2]`` (dividend ``a_L``, issuance ``a_E``), clipped to the
+            control bounds. :meth:`act` takes cash and converts it.
+        baseline: the learned value network on the model's state (``None`` for a
+            ``--no-baseline`` run); :meth:`value` takes cash.
+        model: the :class:`GHMModel` or :class:`GHMCreditLineModel` (parameters as trained).
         config: the run's :class:`GHMTrainConfig`. iteration: training iterations done.
         kind: the checkpoint kind (``ghm-mc``, ``ghm-pathwise``, ``ghm-actor-critic``).
         device: where the networks live.
@@ -51,7 +59,7 @@ class GHMAgent(Agent):
         float ``[B, 1]``: the policy's mean by default, a sample if not ``deterministic``."""
         check_tensor("cash", obs, ("B", 1), (torch.float32, torch.float64), where="GHMAgent.act")
         with torch.no_grad():
-            return self.policy.act(obs.to(self.device, torch.float32), deterministic=deterministic)
+            return self.policy.act(self._states(obs), deterministic=deterministic)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """Learned value ``V(c)`` ``[B]`` of cash ``obs`` float ``[B, 1]``."""
@@ -59,7 +67,12 @@ class GHMAgent(Agent):
         if self.baseline is None:
             raise NoCritic(f"{self.kind} agent: trained with --no-baseline, so it holds no value network")
         with torch.no_grad():
-            return self.baseline(obs.to(self.device, torch.float32))
+            return self.baseline(self._states(obs))
+
+    def _states(self, cash: torch.Tensor) -> torch.Tensor:
+        """The model's states ``[B, 1]`` float32 on the agent's device for cash ``[B, 1]``
+        (converted in float32, as the simulator's states are)."""
+        return self.model.state_from_cash(cash.to(self.device, torch.float32))
 
 
 def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: str | torch.device = "cpu") -> GHMAgent:
@@ -68,7 +81,7 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: str | torch.dev
     if checkpoint["kind"] not in GHM_KINDS:
         raise CheckpointError(f"checkpoint {checkpoint.get('path')}: kind={checkpoint['kind']!r} is not a GHM checkpoint")
     config = config_from_dict(GHMTrainConfig, {**checkpoint["config"], "resume": None, "log_dir": None})
-    model = GHMModel(config.params)
+    model = build_model(config)
     if isinstance(device, str):
         from pglab.run.device import resolve_device
 

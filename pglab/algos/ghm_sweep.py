@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from pglab.configs.ghm import GHMParams, GHMTrainConfig
-from pglab.configs.sweep import SWEEP_RESUMABLE, SWEEPABLE, GHMSweepConfig
+from pglab.configs.ghm import GHMTrainConfig
+from pglab.configs.sweep import CREDIT_LINE_PARAMETERS, SWEEP_RESUMABLE, SWEEPABLE, GHMSweepConfig
 from pglab.errors import ConfigError, UsageError
 from pglab.run.atomic import atomic_write_json, atomic_write_text
 from pglab.run.config import config_from_dict, config_to_dict, read_yaml_mapping
@@ -129,11 +129,14 @@ def build_trials(config: GHMSweepConfig, sweep_dir: Path) -> list[Trial]:
     base = base_fields(config)
     trials = []
     for calibration in calibrations(config):
+        for name in CREDIT_LINE_PARAMETERS:  # --grid YAML files are checked here, flags in the config
+            if name in calibration and config.model != "credit-line":
+                raise ConfigError(name, calibration[name], "is a parameter of --model credit-line")
         for algo in config.algo:
             for seed in config.seeds:
                 name = f"{calibration_name(calibration)}-{algo}-s{seed}"
-                fields = {**base, **calibration, "algo": algo, "seed": seed, "device": config.device, "threads": 1,
-                          "log_dir": str((sweep_dir / "runs" / name).resolve())}
+                fields = {**base, **calibration, "model": config.model, "algo": algo, "seed": seed,
+                          "device": config.device, "threads": 1, "log_dir": str((sweep_dir / "runs" / name).resolve())}
                 try:
                     train_config = config_from_dict(GHMTrainConfig, fields)
                 except ConfigError as exc:
@@ -187,9 +190,10 @@ def trial_row(trial: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """The table row of a finished run, from its evaluation.json and summary.json."""
     evaluation = json.loads((run_dir / "evaluation.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
-    params = trial["config"]["params"]
-    row: dict[str, Any] = {"run": trial["name"], "algo": trial["algo"], "seed": trial["seed"]}
-    row.update({name: params[name] for name in SWEEPABLE})
+    config = trial["config"]
+    row: dict[str, Any] = {"run": trial["name"], "model": config["model"], "algo": trial["algo"], "seed": trial["seed"]}
+    row.update({name: _parameter(config, name) for name in SWEEPABLE
+                if name not in CREDIT_LINE_PARAMETERS or config["model"] == "credit-line"})
     for entry in evaluation["rows"]:
         row[f"pct_c{entry['initial_cash']:g}"] = entry["pct_of_optimum"]
     learned, fd = evaluation.get("learned_thresholds", {}), evaluation.get("fd_thresholds", {})
@@ -197,6 +201,11 @@ def trial_row(trial: dict[str, Any], run_dir: Path) -> dict[str, Any]:
                 "issuance_rl": learned.get("issuance_rate"), "issuance_fd": fd.get("issuance_rate"),
                 "train_s": summary.get("counters", {}).get("wall_time")})
     return row
+
+
+def _parameter(config: dict[str, Any], name: str) -> float:
+    """A model parameter of a run's config dict: in ``params``, or top-level (the credit line's)."""
+    return config["params"][name] if name in config["params"] else config[name]
 
 
 # -- the comparative-statics lines ----------------------------------------------------------
@@ -208,11 +217,11 @@ def fd_lines(config: GHMSweepConfig, trials: list[Trial], sweep_dir: Path,
     cache = sweep_dir / "fd_lines.json"
     if cache.exists():
         return json.loads(cache.read_text())
-    from pglab.envs.ghm import GHMModel
+    from pglab.algos.ghm_train import build_model, thresholds_in_cash
     from pglab.hjb.fd import solve_hjb_1d_extrapolated
 
-    base_params = trials[0].config["params"]
-    x_max = trials[0].config["fd_x_max"]
+    base = trials[0].config  # the model, its parameters and the FD grid's x_max
+    x_max = base["fd_x_max"]
     swept = _swept_values(trials)
     jobs: list[tuple[str, dict[str, float], float]] = []
     for name, values in swept.items():
@@ -225,9 +234,10 @@ def fd_lines(config: GHMSweepConfig, trials: list[Trial], sweep_dir: Path,
     lines: dict[str, list[dict[str, Any]]] = {name: [] for name in swept}
     bar = progress_bar(len(jobs), desc="FD comparative statics", unit="solve")
     for name, others, value in jobs:
-        params = GHMParams(**{**base_params, **others, name: value})
-        solution = solve_hjb_1d_extrapolated(GHMModel(params), x_max=x_max, num_nodes=config.fd_line_nodes)
-        thresholds = solution.thresholds()
+        # the flat names (sigma, credit_limit) override the base run's
+        model = build_model(config_from_dict(GHMTrainConfig, {**base, **others, name: value}))
+        solution = solve_hjb_1d_extrapolated(model, x_max=x_max, num_nodes=config.fd_line_nodes)
+        thresholds = thresholds_in_cash(model, solution.thresholds())  # in cash, as the runs' thresholds
         lines[name].append({"others": others, "value": value, "barrier": thresholds.get("dividend_rate"),
                             "issuance": thresholds.get("issuance_rate")})
         bar.update(1)
@@ -323,7 +333,7 @@ def write_table(rows: list[dict[str, Any]], sweep_dir: Path) -> None:
     for row in rows:
         writer.writerow({key: ("" if row.get(key) is None else row[key]) for key in columns})
     atomic_write_text(sweep_dir / "sweep.csv", buffer.getvalue())
-    swept = [name for name in SWEEPABLE if len({row[name] for row in rows}) > 1]
+    swept = [name for name in SWEEPABLE if len({row.get(name) for row in rows}) > 1]
     pct = [key for key in columns if key.startswith("pct_c")]
     shown = ["run", *swept, "algo", "seed", *pct, "barrier_rl", "barrier_fd", "issuance_rl", "issuance_fd", "train_s"]
 

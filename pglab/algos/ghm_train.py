@@ -60,9 +60,10 @@ from pglab.algos.mc_pg import MonteCarloPolicyGradient
 from pglab.algos.pathwise import PathwisePolicyGradient
 from pglab.configs.ghm import GHM_KINDS, RESUMABLE_FIELDS, SOLVER_DEFAULTS, GHMTrainConfig, budget_schedules
 from pglab.envs.ghm import GHMModel, GHMParams
+from pglab.envs.ghm_credit_line import GHMCreditLineModel
 from pglab.envs.simulator import TrajectorySimulator
 from pglab.errors import ConfigError
-from pglab.hjb.fd import FDSolution, solve_hjb_1d_extrapolated
+from pglab.hjb.fd import FDSolution, solve_hjb_1d, solve_hjb_1d_extrapolated
 from pglab.nets import GaussianPolicy, ValueNetwork
 from pglab.run.atomic import atomic_write_json, atomic_write_text
 from pglab.run.checkpoint import build_checkpoint, load_state_dict_checked
@@ -75,7 +76,8 @@ from pglab.run.shell import TrainerSpec, TrainingRun
 
 __all__ = [
     "GHM_KINDS", "GHMParams", "GHMRunResult", "GHMTrainConfig", "RESUMABLE_FIELDS", "SOLVER_DEFAULTS", "SPEC",
-    "action_repeat_at", "build_networks", "build_simulator", "build_solver", "check_rollout_memory",
+    "action_repeat_at", "build_model", "build_networks", "build_simulator", "build_solver", "check_fd_grid",
+    "check_rollout_memory",
     "evaluate_against_reference", "fd_value_bound", "format_table", "policy_plot_data", "reference_solution",
     "train_ghm",
 ]
@@ -87,8 +89,18 @@ SPEC = TrainerSpec(
     keep=None,  # every numbered checkpoint stays (a few kB each): pglab validate reads intermediate ones
     # A run made before these fields existed resumes the way it was trained: the policy
     # network in every rollout step, the policy-evaluation HJB residual at visited states.
-    stored_defaults={"policy_table_points": 0, "hjb_residual": "policy", "hjb_c_min": None},
+    stored_defaults={"policy_table_points": 0, "hjb_residual": "policy", "hjb_c_min": None, "model": "ghm"},
 )
+
+
+def build_model(config: GHMTrainConfig) -> GHMModel:
+    """The model a config trains on (``--model`` with its parameters). Everything built
+    from a train config (training, the agent API, ``pglab evaluate``, sweeps) builds it
+    here. Its state is ``model.state_from_cash(cash)``: cash for GHM, liquidity ``cash +
+    credit_limit`` for the credit line."""
+    # the classes are looked up when called (a test may substitute this module's GHMModel)
+    models: dict[str, type[GHMModel]] = {"ghm": GHMModel, "credit-line": GHMCreditLineModel}
+    return models[config.model](config.model_params())
 
 
 def build_networks(config: GHMTrainConfig, model: GHMModel, device: torch.device) -> tuple[GaussianPolicy, ValueNetwork | None]:
@@ -134,13 +146,9 @@ def build_solver(config: GHMTrainConfig, policy, baseline, simulator, generator)
     if config.algo == "pathwise":
         return PathwisePolicyGradient(policy, simulator, baseline, **pathwise)
     if config.algo == "actor-critic":
-        interval = None
-        if config.hjb_c_min is not None:  # collocation points on [c_min, c_max] (default c_max: 1.25 x initial_cash_high)
-            high = config.hjb_c_max if config.hjb_c_max is not None else 1.25 * config.params.initial_cash_high
-            interval = (config.hjb_c_min, high)
         return ActorCritic(policy, simulator, baseline, **pathwise, gae_lambda=config.gae_lambda,
                            hjb_weight=config.hjb_weight, hjb_samples=config.hjb_samples,
-                           hjb_residual=config.hjb_residual, hjb_interval=interval)
+                           hjb_residual=config.hjb_residual, hjb_interval=config.hjb_interval())
     raise ConfigError("algo", config.algo, "unknown solver")
 
 
@@ -158,6 +166,57 @@ def reference_solution(config: GHMTrainConfig, model: GHMModel, cache: Path | No
                  iterations=solution.iterations, converged=solution.converged)
         tmp.replace(cache)
     return solution
+
+
+# The check of fd_x_max (check_fd_grid): its grid step (state units; coarse, as it compares
+# two solutions on the same step, and cheap: policy-iteration solves of ~600 and ~1,200
+# nodes), and how much the FD value at the evaluated states may change when the grid is
+# made twice as long before the grid's end counts as shaping the solution (relative).
+GRID_CHECK_STEP = 0.01
+GRID_CHECK_VALUE_TOLERANCE = 0.005
+_GRID_CHECKS: dict[tuple, tuple[tuple[float | None, float | None], float]] = {}
+
+
+def _fd_on_two_grids(model: GHMModel, x_max: float, states: tuple[float, ...]) -> tuple[tuple[float | None, float | None], float]:
+    """The FD dividend barriers (state) on ``[0, x_max]`` and on ``[0, 2 x_max]``, one step
+    :data:`GRID_CHECK_STEP`, and the largest relative change of ``V`` at ``states`` between
+    the two (remembered per model class, parameters, grid end and states: a sweep or a
+    test suite checks each calibration once per process)."""
+    key = (type(model), model.params, x_max, states)
+    if key not in _GRID_CHECKS:
+        nodes = max(int(round(x_max / GRID_CHECK_STEP)), 10)
+        short, long = (solve_hjb_1d(model, x_max=end, num_nodes=count) for end, count in ((x_max, nodes), (2 * x_max, 2 * nodes)))
+        values = short.value_at(states), long.value_at(states)
+        change = float(np.max(np.abs(values[0] - values[1]) / np.maximum(np.abs(values[1]), 1e-12)))
+        _GRID_CHECKS[key] = (short.thresholds()["dividend_rate"], long.thresholds()["dividend_rate"]), change
+    return _GRID_CHECKS[key]
+
+
+def check_fd_grid(config: GHMTrainConfig, model: GHMModel) -> None:
+    """Refuse a calibration whose FD reference is shaped by the grid's end: a
+    :class:`ConfigError` naming ``fd_x_max`` with the barrier, before anything is written.
+
+    The FD grid ends at ``fd_x_max`` with a reflecting boundary. When the dividend barrier
+    lies beyond it, or the reflection otherwise matters (a large ``sigma``, ``rho`` close to
+    ``r``), the "optimum" is an artefact of the grid. So solve on the grid and on one twice
+    as long (same coarse step) and require the same barrier and, at the evaluated cash
+    levels and the top of the plotted range, the same value within 0.5%."""
+    if model.params.a_L_max <= 0:  # no dividends, no barrier
+        return
+    step, x_max = GRID_CHECK_STEP, float(config.fd_x_max)
+    states = tuple(sorted({min(float(model.state_from_cash(cash)), x_max) for cash in config.eval_cash}
+                          | {min(plot_high(model), x_max)}))
+    (on_grid, on_longer), change = _fd_on_two_grids(model, x_max, states)
+    if on_longer is None or on_longer >= x_max - 3 * step:
+        where = "no dividend barrier" if on_longer is None else f"its dividend barrier at state {on_longer:.3g}"
+        raise ConfigError("fd_x_max", config.fd_x_max, f"the FD reference on [0, 2 fd_x_max] = [0, {2 * x_max:g}] has "
+                          f"{where}: the barrier lies beyond the grid, so the FD optimum is not the model's; raise "
+                          "fd_x_max (or the problem is ill-posed for these parameters)")
+    if on_grid is None or abs(on_grid - on_longer) > 3 * step or change > GRID_CHECK_VALUE_TOLERANCE:
+        raise ConfigError("fd_x_max", config.fd_x_max, f"the FD solution depends on the grid's end: its dividend barrier "
+                          f"is at state {on_grid if on_grid is None else f'{on_grid:.3g}'} on [0, {x_max:g}] and "
+                          f"{on_longer:.3g} on [0, {2 * x_max:g}], its value changes by {100 * change:.2g}% at the "
+                          f"evaluated states; raise fd_x_max to {2 * x_max:g} or more")
 
 
 def action_repeat_at(config: GHMTrainConfig, progress: float) -> int:
@@ -202,18 +261,29 @@ def evaluate_against_reference(
     device: torch.device,
     progress: str | None = None,
     table_points: int = 0,
+    stochastic: bool = False,
 ) -> tuple[PolicyValue, list[dict[str, float]]]:
-    """The deterministic policy's simulated value at ``cash_levels`` against ``V*``
-    (``progress``: label of a progress bar over the simulated steps; ``table_points``: read
-    the policy from a table of that many cash levels, see :func:`simulate_policy_value`)."""
+    """The policy's simulated value from each of ``cash_levels`` against ``V*``.
+
+    Cash levels are mapped to the model's state (``model.state_from_cash``: liquidity
+    ``cash + credit_limit`` for the credit line) for the simulation and the FD lookup;
+    the rows report the initial cash. The deterministic policy (its mean) by default, a
+    sample at every step if ``stochastic``. ``progress``: label of a progress bar over the
+    simulated steps; ``table_points``: read the deterministic policy from a table of that
+    many states, see :func:`simulate_policy_value`."""
     generator = make_generator(seed, device)
+    states = [float(model.state_from_cash(float(cash))) for cash in cash_levels]
+    if stochastic:
+        policy_fn, table_points = (lambda x: policy.sample(x, generator)), 0
+    else:
+        policy_fn = deterministic_policy_fn(policy)
     with torch.no_grad():
         result = simulate_policy_value(
-            model, deterministic_policy_fn(policy), list(cash_levels), num_paths=num_paths, dt=dt,
-            generator=generator, value_bound=fd_value_bound(solution), tail_tolerance=tail_tolerance, device=device,
+            model, policy_fn, states, num_paths=num_paths, dt=dt, generator=generator,
+            value_bound=fd_value_bound(solution), tail_tolerance=tail_tolerance, device=device,
             progress=progress, table_points=table_points,
         )
-    optimum = solution.value_at(list(cash_levels))
+    optimum = solution.value_at(states)
     rows = []
     for cash, value, stderr, tail, best in zip(cash_levels, result.mean, result.stderr, result.tail_bound, optimum):
         rows.append({
@@ -221,6 +291,22 @@ def evaluate_against_reference(
             "fd_optimum": float(best), "pct_of_optimum": 100.0 * value / float(best),
         })
     return result, rows
+
+
+def thresholds_in_cash(model: GHMModel, thresholds: dict[str, float | None]) -> dict[str, float | None]:
+    """Thresholds found on the model's state (the FD grid, a policy plot's axis) in cash."""
+    return {name: None if state is None else float(model.cash_from_state(state)) for name, state in thresholds.items()}
+
+
+def plot_title(config: GHMTrainConfig, model: GHMModel, run_dir: Path) -> str:
+    """The policy figure's title; it names the state when the state is not cash."""
+    state = "" if model.state_names == ("cash",) else f" (x axis: {model.state_names[0]} = cash + {-model.params.liquidation_cash:g})"
+    return f"{config.kind} — {run_dir}{state}"
+
+
+def plot_high(model: GHMModel) -> float:
+    """Upper end of the policy plots' state axis: the state of ``initial_cash_high``, at least 2."""
+    return max(float(model.state_from_cash(model.params.initial_cash_high)), 2.0)
 
 
 def format_table(rows: list[dict[str, float]], simulated_time: float, num_paths: int) -> str:
@@ -347,12 +433,14 @@ def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, ec
     run = TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after)
     config, device = run.config, run.device
     check_rollout_memory(config, device)  # before the run directory exists
+    if not run.resumed:  # a resumed run was checked when it started
+        check_fd_grid(config, build_model(config))
     _note_budget_change(run, echo)
     with run:
         run_dir = run.run_dir
         # -- build ------------------------------------------------------------------------------
         generator = make_generator(config.seed, device)
-        model = GHMModel(config.params)
+        model = build_model(config)
         simulator = build_simulator(config, model)
         eval_logger = None
         try:
@@ -384,17 +472,18 @@ def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, ec
 
             def quick_check(iteration: int, wall_time: float) -> None:
                 """Plot, and the deterministic policy's value on a few paths (eval.csv)."""
-                data = policy_plot_data(policy, baseline, model, max(config.params.initial_cash_high, 2.0), device)
+                data = policy_plot_data(policy, baseline, model, plot_high(model), device)
                 fd_states = solution.grid[solution.grid <= data.states[-1]]
                 from pglab.run.ghm_plots import plot_policy_value
 
                 plot_policy_value(
                     data=data, iteration=iteration, output=run_dir / "plots" / f"policy_value_iter_{iteration:06d}.png",
                     reference_states=fd_states, reference_values=solution.value[: len(fd_states)],
-                    reference_controls=solution.controls[: len(fd_states)], title=f"{config.kind} — {run_dir}",
+                    reference_controls=solution.controls[: len(fd_states)], title=plot_title(config, model, run_dir),
                 )
                 record: dict[str, float | None] = {"wall_time": wall_time, "sim_steps": run.counters["sim_steps"]}
-                record["policy/dividend_threshold"] = _threshold(data.states, data.rates[:, 0], config.params.a_L_max)
+                record["policy/dividend_threshold"] = thresholds_in_cash(model, {
+                    "dividend_rate": _threshold(data.states, data.rates[:, 0], model.params.a_L_max)})["dividend_rate"]
                 if data.values is not None:
                     record["value/max_abs_error_vs_fd"] = float(np.abs(data.values - solution.value_at(data.states)).max())
                 if config.eval_quick_paths > 0:
@@ -471,16 +560,18 @@ def final_evaluation(config: GHMTrainConfig, policy: GaussianPolicy, baseline: V
         progress=f"final evaluation ({config.eval_paths} paths x {len(config.eval_cash)} cash levels)",
         table_points=config.policy_table_points,
     )
+    # thresholds in cash, as the rows' initial cash (the FD grid and the plot are in the state)
+    fd_thresholds = thresholds_in_cash(model, solution.thresholds())
     payload = {
         "iteration": iteration, "rows": rows, "simulated_time": result.simulated_time,
-        "num_paths": result.num_paths, "fd_thresholds": solution.thresholds(),
+        "num_paths": result.num_paths, "fd_thresholds": fd_thresholds,
         "policy_table_error": result.table_error,
     }
-    data = policy_plot_data(policy, baseline, model, max(config.params.initial_cash_high, 2.0), device)
-    payload["learned_thresholds"] = {
-        "dividend_rate": _threshold(data.states, data.rates[:, 0], config.params.a_L_max),
-        "issuance_rate": _upper_threshold(data.states, data.rates[:, 1], config.params.a_E_max),
-    }
+    data = policy_plot_data(policy, baseline, model, plot_high(model), device)
+    payload["learned_thresholds"] = thresholds_in_cash(model, {
+        "dividend_rate": _threshold(data.states, data.rates[:, 0], model.params.a_L_max),
+        "issuance_rate": _upper_threshold(data.states, data.rates[:, 1], model.params.a_E_max),
+    })
     atomic_write_json(run_dir / "evaluation.json", payload)
     header = list(rows[0])
     atomic_write_text(run_dir / "evaluation.csv", ",".join(header) + "\n" + "".join(
@@ -489,8 +580,8 @@ def final_evaluation(config: GHMTrainConfig, policy: GaussianPolicy, baseline: V
     if result.table_error is not None:
         echo(f"policy read from a {config.policy_table_points}-point table (largest difference to the network: "
              f"{result.table_error:.1e})")
-    echo(f"dividend threshold: learned {payload['learned_thresholds']['dividend_rate']}, FD {solution.thresholds()['dividend_rate']:.3f}; "
-         f"issuance below: learned {payload['learned_thresholds']['issuance_rate']}, FD {solution.thresholds()['issuance_rate']}")
+    echo(f"dividend threshold (cash): learned {payload['learned_thresholds']['dividend_rate']}, FD {fd_thresholds['dividend_rate']:.3f}; "
+         f"issuance below: learned {payload['learned_thresholds']['issuance_rate']}, FD {fd_thresholds['issuance_rate']}")
     echo(f"run directory: {run_dir}")
     return rows
 

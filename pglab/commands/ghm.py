@@ -37,45 +37,35 @@ def evaluate(argv: list[str]) -> int:
     import torch
 
     from pglab.algos.ghm_agent import agent_from_checkpoint
-    from pglab.algos.ghm_eval import simulate_policy_value
-    from pglab.algos.ghm_train import fd_value_bound, format_table, reference_solution
+    from pglab.algos.ghm_train import evaluate_against_reference, format_table, reference_solution
     from pglab.configs.ghm import GHM_KINDS
-    from pglab.errors import UsageError
+    from pglab.errors import ConfigError, UsageError
     from pglab.run.atomic import atomic_write_json
     from pglab.run.checkpoint import load_checkpoint_file
     from pglab.run.device import resolve_device
     from pglab.run.rundir import find_run_dir
-    from pglab.run.seeding import make_generator
 
     device = resolve_device(config.device)
     if config.threads > 0:
         torch.set_num_threads(config.threads)
     checkpoint = load_checkpoint_file(config.checkpoint, kinds=GHM_KINDS, map_location=device)
     agent = agent_from_checkpoint(checkpoint, device=device)
+    liquidation = agent.model.params.liquidation_cash
+    for cash in config.cash:  # the run's model says where the firm is liquidated
+        if cash <= liquidation:
+            raise ConfigError("cash", cash, f"must exceed {liquidation:g}, where the firm of this run "
+                              f"(--model {agent.config.model}) is liquidated")
     try:
         cache = find_run_dir(checkpoint["path"]) / "fd_reference.npz"
     except UsageError:  # a checkpoint outside a run directory: solve the reference afresh
         cache = None
     solution = reference_solution(agent.config, agent.model, cache if cache is not None and cache.exists() else None)
-    generator = make_generator(config.seed, device)
-    if config.stochastic:
-        policy_fn = lambda states: agent.policy.sample(states, generator)  # noqa: E731
-    else:
-        policy_fn = lambda states: agent.policy.mean_std(states)[0]  # noqa: E731
-    with torch.no_grad():
-        result = simulate_policy_value(
-            agent.model, policy_fn, list(config.cash), num_paths=config.episodes,
-            dt=config.dt or agent.config.dt, generator=generator, value_bound=fd_value_bound(solution),
-            tail_tolerance=config.tail_tolerance, device=device,
-            table_points=0 if config.stochastic else agent.config.policy_table_points,
-            progress=f"evaluate {checkpoint['kind']} ({config.episodes} paths x {len(config.cash)} cash levels)",
-        )
-    optimum = solution.value_at(list(config.cash))
-    rows = [
-        {"initial_cash": float(c), "value": m, "stderr": s, "tail_bound": t, "fd_optimum": float(v),
-         "pct_of_optimum": 100.0 * m / float(v)}
-        for c, m, s, t, v in zip(config.cash, result.mean, result.stderr, result.tail_bound, optimum)
-    ]
+    result, rows = evaluate_against_reference(
+        agent.policy, agent.model, solution, list(config.cash), num_paths=config.episodes,
+        dt=config.dt or agent.config.dt, seed=config.seed, tail_tolerance=config.tail_tolerance, device=device,
+        stochastic=config.stochastic, table_points=agent.config.policy_table_points,
+        progress=f"evaluate {checkpoint['kind']} ({config.episodes} paths x {len(config.cash)} cash levels)",
+    )
     report = {"checkpoint": checkpoint["path"], "kind": checkpoint["kind"], "iteration": agent.iteration,
               "policy": "stochastic" if config.stochastic else "deterministic",
               "simulated_time": result.simulated_time, "rows": rows}

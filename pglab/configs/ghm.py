@@ -8,6 +8,7 @@ validate them; :mod:`pglab.envs.ghm` and :mod:`pglab.envs.ghm_credit_line` re-ex
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -66,11 +67,17 @@ class GHMParams:
             raise ConfigError("rho", self.rho, f"must exceed r={self.r} (otherwise the value is unbounded)")
         check_non_negative("a_L_max", self.a_L_max)
         check_non_negative("a_E_max", self.a_E_max)
-        self._check_initial_cash(lowest=0.0)
+        self._check_initial_cash()
 
-    def _check_initial_cash(self, lowest: float) -> None:
-        """``lowest <= initial_cash_low <= initial_cash_high`` (a variant of the model with
-        another liquidation point passes its own ``lowest``)."""
+    @property
+    def liquidation_cash(self) -> float:
+        """Cash at which the firm is liquidated: 0 (a variant of the model with another
+        liquidation point overrides it; the model's state is ``cash - liquidation_cash``)."""
+        return 0.0
+
+    def _check_initial_cash(self) -> None:
+        """``liquidation_cash <= initial_cash_low <= initial_cash_high``."""
+        lowest = self.liquidation_cash
         check_finite("initial_cash_low", self.initial_cash_low)
         if self.initial_cash_low < lowest:
             raise ConfigError("initial_cash_low", self.initial_cash_low, f"must be >= {lowest:g} (below it the firm is liquidated)")
@@ -94,8 +101,10 @@ class CreditLineParams(GHMParams):
         check_non_negative("credit_spread", self.credit_spread)
         super().__post_init__()
 
-    def _check_initial_cash(self, lowest: float) -> None:
-        super()._check_initial_cash(lowest=-self.credit_limit)
+    @property
+    def liquidation_cash(self) -> float:
+        """The firm is liquidated when the line is exhausted, at cash ``-credit_limit``."""
+        return -self.credit_limit
 
 
 # -- pglab train ghm ----------------------------------------------------------------------------
@@ -178,10 +187,12 @@ class GHMTrainConfig:
     solves for V*), or of the current policy, rho V - H(pi) (the critic evaluates V^pi)"""
     hjb_c_min: float | None = 0.05
     """actor-critic: the HJB residual's states are drawn uniformly on [hjb_c_min, hjb_c_max]
-    each critic step (collocation points; above the boundary layer at cash 0, which the
-    network does not resolve); None: at the batch's visited states instead"""
+    each critic step (collocation points; above the boundary layer at the liquidation point,
+    which the network does not resolve); None: at the batch's visited states instead. In the
+    model's state: cash for ghm, liquidity = cash + credit_limit for credit-line"""
     hjb_c_max: float | None = None
-    """actor-critic: upper end of the collocation interval (default 1.25 initial_cash_high)"""
+    """actor-critic: upper end of the collocation interval, in the model's state (default
+    1.25 x the state of initial_cash_high: 1.25 initial_cash_high for ghm)"""
     # -- networks ----------------------------------------------------------------------
     policy_hidden_dims: tuple[int, ...] = (64, 64)
     """hidden layer sizes of the policy"""
@@ -233,6 +244,14 @@ class GHMTrainConfig:
     # --lambda-dilution, --rho, --a-L-max, --a-E-max, --initial-cash-low, --initial-cash-high.
     params: Annotated[GHMParams, tyro.conf.OmitArgPrefixes] = field(default_factory=GHMParams)
     """the model: drift, volatility, rates, costs, rate bounds and initial cash"""
+    model: Literal["ghm", "credit-line"] = "ghm"
+    """the model trained on: ghm (pglab.envs.ghm), or credit-line, the same firm with a credit
+    line (pglab.envs.ghm_credit_line; its state is liquidity = cash + credit_limit, and cash,
+    eval_cash included, may fall to -credit_limit)"""
+    credit_limit: float = 0.25
+    """--model credit-line: size L of the credit line (cash may fall to -L before liquidation)"""
+    credit_spread: float = 0.05
+    """--model credit-line: extra interest on the drawn balance (drawn credit costs r + credit_spread)"""
     # -- logging -----------------------------------------------------------------------
     log_dir: Path | None = None
     """run directory (default runs/ghm-<algo>/<timestamp>)"""
@@ -309,9 +328,15 @@ class GHMTrainConfig:
             check_positive("hjb_c_max", self.hjb_c_max)
             if self.hjb_c_min is not None and self.hjb_c_max <= self.hjb_c_min:
                 raise ConfigError("hjb_c_max", self.hjb_c_max, f"must exceed hjb_c_min={self.hjb_c_min}")
-        if self.hjb_c_min is not None and self.hjb_c_max is None and 1.25 * self.params.initial_cash_high <= self.hjb_c_min:
-            raise ConfigError("hjb_c_min", self.hjb_c_min, f"must be below the default hjb_c_max = 1.25 initial_cash_high = "
-                              f"{1.25 * self.params.initial_cash_high:g} (or give hjb_c_max)")
+        check_choice("model", self.model, ("ghm", "credit-line"))
+        check_non_negative("credit_limit", self.credit_limit)
+        check_non_negative("credit_spread", self.credit_spread)
+        if not isinstance(self.params, GHMParams):  # GHMParams validates its own fields
+            raise ConfigError("params", self.params, "must be a GHMParams")
+        params = self.model_params()  # validates the model's own parameters (credit_limit, ...)
+        if self.hjb_c_min is not None and self.hjb_c_max is None and self.hjb_interval()[1] <= self.hjb_c_min:
+            raise ConfigError("hjb_c_min", self.hjb_c_min, f"must be below the default hjb_c_max = 1.25 x the state of "
+                              f"initial_cash_high = {self.hjb_interval()[1]:g} (or give hjb_c_max)")
         check_int_sequence("policy_hidden_dims", self.policy_hidden_dims)
         check_int_sequence("baseline_hidden_dims", self.baseline_hidden_dims)
         check_range("log_std_init", self.log_std_init, -20.0, 5.0)
@@ -338,15 +363,16 @@ class GHMTrainConfig:
             check_int("final_action_repeat", self.final_action_repeat, minimum=1)
             if self.final_action_repeat > self.action_repeat:
                 raise ConfigError("final_action_repeat", self.final_action_repeat, f"must be <= action_repeat={self.action_repeat}")
-        if not isinstance(self.params, GHMParams):  # GHMParams validates its own fields
-            raise ConfigError("params", self.params, "must be a GHMParams")
         for name in ("log_interval", "eval_interval", "save_interval"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("eval_quick_paths", self.eval_quick_paths, minimum=0)
         if len(self.eval_cash) == 0:
             raise ConfigError("eval_cash", self.eval_cash, "needs at least one initial cash level")
         for cash in self.eval_cash:
-            check_non_negative("eval_cash", cash)
+            check_finite("eval_cash", cash)
+            if cash <= params.liquidation_cash:  # liquidated at once: V* = 0, no % of V*
+                raise ConfigError("eval_cash", cash, f"must exceed {params.liquidation_cash:g}, where the firm of "
+                                  f"--model {self.model} is liquidated")
         check_int("eval_paths", self.eval_paths, minimum=2)
         check_range("eval_tail_tolerance", self.eval_tail_tolerance, 0.0, 1.0, low_inclusive=False)
         check_int("fd_nodes", self.fd_nodes, minimum=100)
@@ -358,6 +384,25 @@ class GHMTrainConfig:
     @property
     def kind(self) -> str:
         return f"ghm-{self.algo}"
+
+    def model_params(self) -> GHMParams:
+        """The parameters of ``--model``: ``params`` for ghm; ``params`` with the credit line
+        (a :class:`CreditLineParams`) for credit-line. The model itself is
+        :func:`pglab.algos.ghm_train.build_model`."""
+        if self.model == "credit-line":
+            return CreditLineParams(**{f.name: getattr(self.params, f.name) for f in dataclasses.fields(GHMParams)},
+                                    credit_limit=self.credit_limit, credit_spread=self.credit_spread)
+        return self.params
+
+    def hjb_interval(self) -> tuple[float, float] | None:
+        """actor-critic: the collocation interval of the HJB residual in the model's state
+        (``None``: at the visited states); its default upper end is 1.25 x the state of
+        ``initial_cash_high`` (the state is ``cash - liquidation_cash``)."""
+        if self.hjb_c_min is None:
+            return None
+        params = self.model_params()
+        high = self.hjb_c_max if self.hjb_c_max is not None else 1.25 * (params.initial_cash_high - params.liquidation_cash)
+        return self.hjb_c_min, high
 
 
 # Fields a resume may change (besides the shell's: device, threads, save_interval, log_dir):
@@ -402,7 +447,8 @@ class GHMEvaluateConfig:
     episodes: int = 10_000
     """simulated paths per initial cash level (--n_episodes: deprecated spelling)"""
     cash: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5)
-    """initial cash levels"""
+    """initial cash levels (above the run's liquidation point: 0, or -credit_limit for a
+    --model credit-line run)"""
     tail_tolerance: float = 0.005
     """simulate until the discounted tail is below this fraction of the value"""
     dt: float | None = None
@@ -424,8 +470,8 @@ class GHMEvaluateConfig:
         check_int("episodes", self.episodes, minimum=2)
         if len(self.cash) == 0:
             raise ConfigError("cash", self.cash, "needs at least one initial cash level")
-        for level in self.cash:
-            check_non_negative("cash", level)
+        for level in self.cash:  # the liquidation point is the checkpoint's model's (pglab evaluate checks it)
+            check_finite("cash", level)
         check_range("tail_tolerance", self.tail_tolerance, 0.0, 1.0, low_inclusive=False)
         if self.dt is not None:
             check_positive("dt", self.dt)

@@ -9,17 +9,21 @@ from ``--train-config`` (a ``pglab train ghm`` YAML file) and the defaults.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pglab.configs.ghm import GHMParams
+from pglab.configs.ghm import GHMParams, GHMTrainConfig
 from pglab.errors import ConfigError
 from pglab.validation import check_device, check_finite, check_int
 
-# The model parameters a sweep may vary (GHMParams' fields).
-SWEEPABLE = tuple(field.name for field in dataclasses.fields(GHMParams))
+# The model parameters a sweep may vary: GHMParams' fields, and the credit line's
+# (GHMTrainConfig.credit_limit/credit_spread, --model credit-line only).
+CREDIT_LINE_PARAMETERS = ("credit_limit", "credit_spread")
+SWEEPABLE = tuple(field.name for field in dataclasses.fields(GHMParams)) + CREDIT_LINE_PARAMETERS
 SOLVERS = ("mc", "pathwise", "actor-critic")
+MODELS = typing.get_args(typing.get_type_hints(GHMTrainConfig)["model"])  # ("ghm", "credit-line")
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,12 @@ class GHMSweepConfig:
     """lower ends of the initial-cash distribution to sweep"""
     initial_cash_high: tuple[float, ...] = ()
     """upper ends of the initial-cash distribution to sweep"""
+    credit_limit: tuple[float, ...] = ()
+    """--model credit-line: credit-line sizes to sweep"""
+    credit_spread: tuple[float, ...] = ()
+    """--model credit-line: spreads on the drawn balance to sweep"""
+    model: Literal["ghm", "credit-line"] = "ghm"
+    """the model of every run and of the FD lines (pglab train ghm --model)"""
     grid: Path | None = None
     """YAML grid: a mapping of parameter -> list of values (their product), or
     ``calibrations:`` a list of mappings (one calibration each); adds to the flags' grid"""
@@ -79,6 +89,12 @@ class GHMSweepConfig:
                 raise ConfigError(name, values, "lists a value twice")
             for value in values:  # whole calibrations (rho > r, ...) are checked when the grid is built
                 check_finite(name, value)
+        if self.model not in MODELS:
+            raise ConfigError("model", self.model, f"must be one of {', '.join(MODELS)}")
+        if self.model != "credit-line":
+            for name in CREDIT_LINE_PARAMETERS:
+                if getattr(self, name):
+                    raise ConfigError(name, getattr(self, name), "is a parameter of --model credit-line")
         if not self.algo:
             raise ConfigError("algo", self.algo, "needs at least one solver")
         for algo in self.algo:
@@ -113,4 +129,4 @@ class GHMSweepConfig:
 # What a resumed sweep may change: where and how the runs execute, not what they compute.
 SWEEP_RESUMABLE = frozenset({"backend", "ray_address", "max_parallel", "device", "resume", "log_dir"})
 
-__all__ = ["GHMSweepConfig", "SWEEPABLE", "SWEEP_RESUMABLE", "SOLVERS"]
+__all__ = ["CREDIT_LINE_PARAMETERS", "GHMSweepConfig", "MODELS", "SWEEPABLE", "SWEEP_RESUMABLE", "SOLVERS"]

@@ -45,6 +45,19 @@ class GHMModel(ContinuousTimeModel):
     def initial_low(self) -> tuple[float, ...]:
         return (self.params.initial_cash_low,)
 
+    def state_from_cash(self, cash):
+        """The model's state for cash levels (floats, arrays or tensors ``[B, 1]``):
+        ``cash - liquidation_cash``, so the firm is absorbed at state 0. GHM's state is
+        cash itself; a variant with another liquidation point (the credit line: liquidity
+        ``cash + credit_limit``) shifts it. Users give and read cash; the simulator, the
+        networks and the FD grid work in the state."""
+        return cash - self.params.liquidation_cash
+
+    def cash_from_state(self, states):
+        """Cash of model states (floats, arrays or tensors ``[B, 1]``): the inverse of
+        :meth:`state_from_cash`."""
+        return states + self.params.liquidation_cash
+
     @property
     def initial_high(self) -> tuple[float, ...]:
         return (self.params.initial_cash_high,)

@@ -54,12 +54,13 @@ class GHMCreditLineModel(GHMModel):
         return (self.params.initial_cash_high + self.params.credit_limit,)
 
     def liquidity(self, cash):
-        """``x = c + L`` for cash levels ``c`` (floats, arrays or tensors)."""
-        return cash + self.params.credit_limit
+        """``x = c + L`` for cash levels ``c`` (floats, arrays or tensors): the state,
+        :meth:`~pglab.envs.ghm.GHMModel.state_from_cash` with ``liquidation_cash = -L``."""
+        return self.state_from_cash(cash)
 
     def cash(self, states: torch.Tensor) -> torch.Tensor:
         """Cash ``c = x - L`` of states ``[B, 1]``, ``[B, 1]``."""
-        return states - self.params.credit_limit
+        return self.cash_from_state(states)
 
     def drift(self, states: torch.Tensor, controls: torch.Tensor) -> torch.Tensor:
         p = self.params
