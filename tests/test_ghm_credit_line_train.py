@@ -27,6 +27,7 @@ from pglab.algos.ghm_train import (
     build_simulator,
     build_solver,
     fd_value_bound,
+    policy_plot_data,
     train_ghm,
 )
 from pglab.cli import main as pglab_main
@@ -115,6 +116,20 @@ def test_the_loaded_agent_takes_cash_and_acts_at_liquidity(credit_line_runs):
     np.testing.assert_array_equal(agent.predict(cash.numpy()), at_liquidity.numpy())
 
 
+def test_the_policy_figure_is_drawn_over_liquidity_and_says_so(credit_line_runs):
+    """The figure's states are liquidity from 0 (cash -L) to initial_cash_high + L, and its
+    axis label says what the state is; GHM's stays cash."""
+    agent = pglab.load_checkpoint(credit_line_runs["mc"], device="cpu")
+    data = policy_plot_data(agent.policy, agent.baseline, agent.model, 3.0, torch.device("cpu"), points=7)
+    assert data.state_label == f"liquidity = cash + {LIMIT:g}"
+    np.testing.assert_allclose(data.states, np.linspace(0.0, 3.0, 7), atol=1e-6)
+    with torch.no_grad():
+        expected = agent.policy.act(torch.as_tensor(data.states, dtype=torch.float32).unsqueeze(1), deterministic=True)
+    np.testing.assert_allclose(data.rates, expected.numpy(), atol=1e-6)
+    plain = build_model(GHMTrainConfig(**TINY))
+    assert policy_plot_data(agent.policy, None, plain, 2.0, torch.device("cpu"), points=3).state_label == "cash c"
+
+
 def test_the_actor_critic_collocation_interval_is_in_the_models_state():
     """Its default upper end is 1.25 x the state of initial_cash_high: liquidity 2 + L here."""
     config = GHMTrainConfig(algo="actor-critic", **LINE)
@@ -124,6 +139,21 @@ def test_the_actor_critic_collocation_interval_is_in_the_models_state():
     policy, baseline = build_networks(config, model, torch.device("cpu"))
     solver = build_solver(config, policy, baseline, build_simulator(config, model), None)
     assert solver.hjb_interval == config.hjb_interval()
+
+
+def test_pglab_validate_reports_a_credit_line_run_in_liquidity(credit_line_runs, capsys, tmp_path):
+    """pglab validate works in the model's state and says so: its FD thresholds are the
+    FD solution's own (liquidity), not cash."""
+    argv = ["validate", str(credit_line_runs["actor-critic"]), "--n-points", "101", "--output", str(tmp_path)]
+    assert pglab_main([*argv, "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["state"] == f"liquidity = cash + {LIMIT:g}"
+    _, solution = independent_fd()
+    barrier = payload["fd_reference"]["thresholds"]["reference"]["dividend_rate"]
+    assert barrier == pytest.approx(solution.thresholds()["dividend_rate"], abs=0.05)
+    assert barrier > LIMIT  # liquidity: the cash barrier (0.12) plus the line
+    assert pglab_main(argv) == 0
+    assert f"(liquidity = cash + {LIMIT:g})" in capsys.readouterr().out
 
 
 def test_pglab_evaluate_a_credit_line_run(credit_line_runs, capsys):

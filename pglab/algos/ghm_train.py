@@ -298,10 +298,11 @@ def thresholds_in_cash(model: GHMModel, thresholds: dict[str, float | None]) -> 
     return {name: None if state is None else float(model.cash_from_state(state)) for name, state in thresholds.items()}
 
 
-def plot_title(config: GHMTrainConfig, model: GHMModel, run_dir: Path) -> str:
-    """The policy figure's title; it names the state when the state is not cash."""
-    state = "" if model.state_names == ("cash",) else f" (x axis: {model.state_names[0]} = cash + {-model.params.liquidation_cash:g})"
-    return f"{config.kind} — {run_dir}{state}"
+def state_label(model: GHMModel) -> str:
+    """The policy figure's x-axis label: the model's state, and how it relates to cash."""
+    if model.state_names == ("cash",):
+        return "cash c"
+    return f"{model.state_names[0]} = cash + {-model.params.liquidation_cash:g}"
 
 
 def plot_high(model: GHMModel) -> float:
@@ -340,6 +341,7 @@ def policy_plot_data(policy: GaussianPolicy, baseline: ValueNetwork | None, mode
         states=states[:, 0].cpu().numpy(), rates=rates_np, pre_clip_means=mean.cpu().numpy(), std=std.cpu().numpy(),
         values=None if values is None else values.cpu().numpy(),
         payout=rates_np[:, 0] - (1 + lam) * rates_np[:, 1], control_names=tuple(model.control.names),
+        state_label=state_label(model),
     )
 
 
@@ -479,7 +481,7 @@ def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, ec
                 plot_policy_value(
                     data=data, iteration=iteration, output=run_dir / "plots" / f"policy_value_iter_{iteration:06d}.png",
                     reference_states=fd_states, reference_values=solution.value[: len(fd_states)],
-                    reference_controls=solution.controls[: len(fd_states)], title=plot_title(config, model, run_dir),
+                    reference_controls=solution.controls[: len(fd_states)], title=f"{config.kind} — {run_dir}",
                 )
                 record: dict[str, float | None] = {"wall_time": wall_time, "sim_steps": run.counters["sim_steps"]}
                 record["policy/dividend_threshold"] = thresholds_in_cash(model, {

@@ -37,7 +37,7 @@ def validate_checkpoint(config: ValidateConfig):
     import torch
 
     from pglab.algos.ghm_agent import agent_from_checkpoint
-    from pglab.algos.ghm_train import reference_solution
+    from pglab.algos.ghm_train import reference_solution, state_label
     from pglab.configs.ghm import GHM_KINDS
     from pglab.errors import UsageError
     from pglab.hjb.residual import HJBResidualValidator
@@ -71,6 +71,7 @@ def validate_checkpoint(config: ValidateConfig):
     reference = validator.validate_solution(solution, source="FD reference")
     payload = _plain({
         "checkpoint": str(path), "kind": checkpoint["kind"], "iteration": agent.iteration,
+        "state": state_label(agent.model),  # the unit of c_min, c_max, argmax and the thresholds
         "value_network": agent.baseline is not None,
         "learned": learned.to_dict(), "fd_reference": reference.to_dict(),
     })
@@ -90,7 +91,8 @@ def validate(argv: list[str]) -> int:
     if config.json:
         print(json.dumps({**payload, "files": [str(json_path), str(png_path)]}, indent=2))
     else:
-        print(format_report(learned, reference, title=f"{payload['checkpoint']} ({payload['kind']}, iteration {payload['iteration']})"))
+        print(format_report(learned, reference, title=f"{payload['checkpoint']} ({payload['kind']}, iteration {payload['iteration']})",
+                            state=payload["state"]))
         print(f"wrote {json_path} and {png_path}", file=sys.stderr)
     return 0
 
@@ -108,8 +110,9 @@ def _plain(obj):
     return obj
 
 
-def format_report(learned, reference, *, title: str = "") -> str:
-    """The side-by-side table of ``pglab validate``."""
+def format_report(learned, reference, *, title: str = "", state: str = "cash c") -> str:
+    """The side-by-side table of ``pglab validate`` (``state``: what the states and
+    thresholds are, e.g. ``liquidity = cash + 0.25`` for a credit-line run)."""
     def number(value, spec=".2e"):
         return "-" if value is None else format(value, spec)
 
@@ -142,7 +145,7 @@ def format_report(learned, reference, *, title: str = "") -> str:
     verdict = {None: "n/a (no value network)", True: "met", False: "NOT met"}[learned.meets_tolerance]
     width = max(len(row[0]) for row in rows)
     lines = [title] if title else []
-    lines.append(f"HJB residual on c in [{learned.c_min:g}, {learned.c_max:g}] ({learned.n_interior} points; "
+    lines.append(f"HJB residual on the state c ({state}) in [{learned.c_min:g}, {learned.c_max:g}] ({learned.n_interior} points; "
                  f"value derivatives: {learned.method})")
     lines.append(f"{'':<{width}}  {'learned':>10}  {'FD reference':>12}")
     lines += [f"{label:<{width}}  {a:>10}  {b:>12}" for label, a, b in rows]

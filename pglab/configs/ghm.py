@@ -586,7 +586,9 @@ class ValidateConfig:
     """lower end of the interior interval of the residual statistics (> 0: below it lies
     the boundary layer at c = 0, reported separately)"""
     c_max: float | None = None
-    """upper end of the interior interval (default: the run's initial_cash_high)"""
+    """upper end of the interior interval (default: the run's initial_cash_high). c_min and
+    c_max, like the report, are in the model's state: cash for GHM, liquidity = cash +
+    credit_limit for a --model credit-line run"""
     n_points: int = 2001
     """evaluation grid points on [0, c_max]"""
     method: Literal["autograd", "fd"] = "autograd"

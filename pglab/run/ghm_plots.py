@@ -18,7 +18,7 @@ class PolicyPlotData:
     """What the policy/value figure shows, on a grid of ``N`` states.
 
     Attributes:
-        states: ``[N]`` cash levels.
+        states: ``[N]`` states (cash for GHM; the model's state, e.g. liquidity, otherwise).
         rates: ``[N, A]`` the deterministic policy's *applied* controls: its Gaussian mean
             clipped to the control box ``[low, high]`` (what the simulator pays out).
         pre_clip_means: ``[N, A]`` the Gaussian mean before that clip (it may lie below 0:
@@ -28,6 +28,7 @@ class PolicyPlotData:
         payout: ``[N]`` net payout rate of the applied controls, ``a_L - (1 + lambda) a_E``;
             within ``[-(1 + lambda) a_E_max, a_L_max]``.
         control_names: names of the ``A`` controls.
+        state_label: the x axis's label (what the state is).
     """
 
     states: np.ndarray
@@ -37,6 +38,7 @@ class PolicyPlotData:
     values: np.ndarray | None
     payout: np.ndarray
     control_names: tuple[str, ...]
+    state_label: str = "cash c"
 
 
 def plot_policy_value(
@@ -68,7 +70,7 @@ def plot_policy_value(
                 label=f"{name} pre-clip Gaussian mean (< 0: none applied)")
         if reference_controls is not None:
             ax.plot(reference_states, reference_controls[:, j], color=colour, ls="--", alpha=0.6, label=f"{name} (FD optimum)")
-    ax.set(xlabel="cash c", ylabel="rate (applied = mean clipped to [0, max])",
+    ax.set(xlabel=data.state_label, ylabel="rate (applied = mean clipped to [0, max])",
            title=f"Deterministic policy (iter {iteration})")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
@@ -76,7 +78,7 @@ def plot_policy_value(
     ax = axes[0, 1]
     ax.plot(states, data.payout, color="tab:purple")
     ax.axhline(0.0, color="black", ls="--", alpha=0.3)
-    ax.set(xlabel="cash c", ylabel="a_L - (1 + lambda) a_E (applied rates)",
+    ax.set(xlabel=data.state_label, ylabel="a_L - (1 + lambda) a_E (applied rates)",
            title="Net payout rate to shareholders (deterministic policy)")
     ax.grid(alpha=0.3)
 
@@ -85,7 +87,7 @@ def plot_policy_value(
         ax.plot(states, data.values, color="tab:green", label="learned V(c)")
     if reference_values is not None:
         ax.plot(reference_states, reference_values, color="black", ls="--", label="FD optimum V*(c)")
-    ax.set(xlabel="cash c", ylabel="value", title="Value function")
+    ax.set(xlabel=data.state_label, ylabel="value", title="Value function")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
     else:
@@ -95,7 +97,7 @@ def plot_policy_value(
     ax = axes[1, 1]
     for j, name in enumerate(data.control_names):
         ax.plot(states, data.std[:, j], color=colours[j % 4], ls="--", label=f"{name} std")
-    ax.set(xlabel="cash c", ylabel="std", title="Exploration level")
+    ax.set(xlabel=data.state_label, ylabel="std", title="Exploration level")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     if title:
