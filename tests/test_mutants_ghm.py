@@ -43,6 +43,7 @@ from test_update_rules_ghm import (  # noqa: F401  (float64_default is a fixture
     _pathwise_policy_reference,
     _use_sgd,
     float64_default,
+    spy_on_rollouts,
 )
 
 GAMMA = math.exp(-PARAMS["rho"] * DT)
@@ -224,14 +225,7 @@ def _mc_run(*, n_trajectories=6, action_repeat=1, with_baseline=True, state_depe
     if with_baseline:
         algo.baseline_optimizer = torch.optim.SGD(baseline.parameters(), lr=LR)
     policy0, baseline0 = copy.deepcopy(policy), copy.deepcopy(baseline)
-    captured = []
-    rollout = simulator.rollout
-
-    def spy(policy, initial, generator):
-        captured.append((rollout(policy, initial, generator), initial.clone(), generator.get_state()))
-        return captured[-1][0]
-
-    simulator.rollout = spy
+    captured = spy_on_rollouts(simulator)
     metrics = algo.train_step()
     return algo, policy, baseline, policy0, baseline0, metrics, captured[0]
 

@@ -189,6 +189,21 @@ def _mc_reference(policy, baseline, paths, initial, gamma, perm_generator, *, ad
     return _flat(policy), _flat(baseline), len(decisions)
 
 
+def spy_on_rollouts(simulator) -> list:
+    """Wrap ``simulator.rollout`` so that each call's (paths, initial states, generator state
+    after the rollout) is appended to the returned list: the references recompute the
+    update from exactly the batch the solver simulated."""
+    captured = []
+    rollout = simulator.rollout
+
+    def spy(policy, initial, generator):
+        captured.append((rollout(policy, initial, generator), initial.clone(), generator.get_state()))
+        return captured[-1][0]
+
+    simulator.rollout = spy
+    return captured
+
+
 @pytest.mark.parametrize("advantage, action_repeat, policy_steps, baseline_steps, advantage_steps", [
     ("reward_to_go", 1, 1, 1, 0),
     ("reward_to_go", 2, 2, 3, 0),  # held actions, several policy steps
@@ -206,14 +221,7 @@ def test_mc_policy_gradient_step_matches_a_reference_loop(float64_default, advan
                                     baseline_steps=baseline_steps, advantage_steps=advantage_steps, generator=generator)
     _use_sgd(algo, "policy_optimizer", "baseline_optimizer", policy, baseline)
     policy0, baseline0 = copy.deepcopy(policy), copy.deepcopy(baseline)
-    captured = []
-    rollout = simulator.rollout
-
-    def spy(policy, initial, generator):
-        captured.append((rollout(policy, initial, generator), initial.clone(), generator.get_state()))
-        return captured[-1][0]
-
-    simulator.rollout = spy
+    captured = spy_on_rollouts(simulator)
     algo.train_step()
     paths, initial, perm_state = captured[0]
     assert paths.rewards.dtype == torch.float64
