@@ -188,6 +188,38 @@ def test_a2c_window_sums_the_returns_and_lengths_of_the_episodes_it_finished():
     assert float(sums["length"]) == total_length
 
 
+def test_a2c_window_takes_the_episodes_an_environment_reports_over_its_done_flags():
+    """Atari reports whole games itself (info["episode_end"], unclipped returns), while
+    `done` marks every lost life: the window's episode counts, successes, returns and
+    lengths must be the reported ones (finished_episodes), not `done | trunc` and `done`."""
+    from pglab.algos.a2c import A2CTrainConfig, A2CTrainer
+    from pglab.configs.a2c import PixelGoalConfig
+
+    config = A2CTrainConfig(num_envs=3, update_every=2, total_env_steps=6, device="cpu", hidden=8,
+                            pixel_goal=PixelGoalConfig(grid_size=2), seed=0)
+    trainer = A2CTrainer(config, device=torch.device("cpu"))
+    step = trainer.env.step
+    reported = []
+
+    def reporting(actions):
+        obs, reward, done, trunc, info = step(actions)
+        # every copy "ends a game" at every step except copy 1, whose games never end
+        episode_end = torch.tensor([True, False, True])
+        returns = torch.where(episode_end, torch.tensor([7.0, 0.0, -2.0], dtype=torch.float64), 0.0)
+        lengths = torch.where(episode_end, torch.tensor([11, 0, 5]), 0)
+        reported.append((episode_end, trunc.clone(), returns, lengths))
+        return obs, reward, done, trunc, {**info, "episode_end": episode_end, "episode_return": returns,
+                                          "episode_length": lengths}
+
+    trainer.env.step = reporting
+    trainer.window()
+    sums = trainer.stats.sums
+    assert float(sums["episodes"]) == sum(int(end.sum()) for end, _, _, _ in reported) == 4
+    assert float(sums["success"]) == sum(int((end & ~trunc).sum()) for end, trunc, _, _ in reported)
+    assert float(sums["return"]) == 2 * (7.0 - 2.0)
+    assert float(sums["length"]) == 2 * (11 + 5)
+
+
 def test_a2c_actions_come_from_the_trainers_generator_not_the_global_rng():
     """Resume and DDP ranks rely on the action noise having its own stream: the global
     torch RNG (weight init, other libraries) must not change the actions taken."""
