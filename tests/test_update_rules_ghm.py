@@ -58,9 +58,12 @@ def _grad(loss: torch.Tensor, module: torch.nn.Module) -> torch.Tensor:
     return torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)])
 
 
-def _nets(seed: int = 0):
+def _nets(seed: int = 0, mean_shift: tuple[float, float] = (0.0, 0.0)):
     torch.manual_seed(seed)
-    policy = GaussianPolicy(1, 2, (5,), log_std_init=-0.7, mean_init=(0.4, 0.3)).double()
+    policy = GaussianPolicy(1, 2, (5,), log_std_init=-0.7, mean_init=(0.4, 0.3), mean_shift=mean_shift).double()
+    if mean_shift[1] > 0:
+        with torch.no_grad():
+            policy.mean_net[-1].bias[1] = -6.0  # issuance mean ~ softplus(-6) - shift < 0
     # larger weights than the default init so that V varies visibly across the cash range
     value = ValueNetwork(1, (5,)).double()
     with torch.no_grad():
@@ -125,8 +128,48 @@ def test_ghm_reward_is_dividends_minus_diluted_issuance_on_a_deterministic_batch
 
 # -- 2. Monte Carlo policy gradient (REINFORCE with a learned baseline, reward-to-go) -----------
 
+def _value_slope_fd(baseline, x: float, h: float = 1e-5) -> float:
+    """V'(x) by a central finite difference (not autograd, as the solver uses)."""
+    with torch.no_grad():
+        up = baseline(torch.tensor([[x + h]], dtype=torch.float64)).item()
+        down = baseline(torch.tensor([[x - h]], dtype=torch.float64)).item()
+    return (up - down) / (2 * h)
+
+
+def _martingale_terms(policy, baseline, paths, gamma, params):
+    """The martingale control variate's per-step terms written out for GHM by slow loops:
+    ``w_j = gamma m_j V'(c_j) (c_{j+1} - c_j - (mu + r c_j - a_L + a_E) dt)`` and, at decisions,
+    ``v_j = sum_{s<k} gamma^s dt [(1 - gamma V'), (gamma V' - (1 + lambda))] . (a_j - mean(c_j))``
+    per control whose mean lies strictly inside [0, max]. Returns lists ``[B][T]`` of
+    ``w + v`` and of ``v``."""
+    B, T = paths.rewards.shape
+    k, dt = paths.action_repeat, paths.dt
+    held = dt * sum(gamma**s for s in range(k))
+    total = [[0.0] * T for _ in range(B)]
+    own = [[0.0] * T for _ in range(B)]
+    for i in range(B):
+        for t in range(T):
+            if paths.masks[i, t] == 0:
+                continue
+            c, c_next = paths.states[i, t, 0].item(), paths.states[i, t + 1, 0].item()
+            a_L, a_E = paths.controls[i, t].tolist()
+            slope = _value_slope_fd(baseline, c)
+            w = gamma * slope * (c_next - c - (params.mu + params.r * c - a_L + a_E) * dt)
+            v = 0.0
+            if t % k == 0:
+                with torch.no_grad():
+                    mean = policy.mean_std(paths.states[i, t:t + 1])[0][0].tolist()
+                marginal = [1.0 - gamma * slope, gamma * slope - (1.0 + params.lambda_dilution)]
+                highs = [params.a_L_max, params.a_E_max]
+                for d in range(2):
+                    if 0.0 < mean[d] < highs[d]:
+                        v += held * marginal[d] * (paths.actions[i, t, d].item() - mean[d])
+            total[i][t], own[i][t] = w + v, v
+    return total, own
+
+
 def _mc_reference(policy, baseline, paths, initial, gamma, perm_generator, *, advantage, policy_steps, baseline_steps,
-                  advantage_steps=0):
+                  advantage_steps=0, control_variate="none", params=None):
     """Parameters of (policy, baseline) after one MC iteration with SGD, by slow loops.
 
     The scored (path, step) pairs are the alive decision steps (t % action_repeat == 0); the
@@ -138,11 +181,14 @@ def _mc_reference(policy, baseline, paths, initial, gamma, perm_generator, *, ad
     alive_end = [not bool(paths.dones[i, -1]) for i in range(B)]
     with torch.no_grad():
         boot = [baseline(states[i, -1:]).item() if alive_end[i] else 0.0 for i in range(B)]
+    noise_terms = own = [[0.0] * T for _ in range(B)]
+    if control_variate == "martingale":
+        noise_terms, own = _martingale_terms(policy, baseline, paths, gamma, params)
     rtg = [[0.0] * T for _ in range(B)]
     for i in range(B):
         g = boot[i]
         for t in reversed(range(T)):
-            g = rewards[i, t].item() + gamma * (0.0 if bool(paths.dones[i, t]) else 1.0) * g
+            g = rewards[i, t].item() - noise_terms[i][t] + gamma * (0.0 if bool(paths.dones[i, t]) else 1.0) * g
             rtg[i][t] = g
     decisions = [(i, t) for i in range(B) for t in range(T) if paths.masks[i, t] > 0 and t % k == 0]
     chunk = len(decisions) // policy_steps
@@ -153,7 +199,8 @@ def _mc_reference(policy, baseline, paths, initial, gamma, perm_generator, *, ad
             path_adv = [rtg[i][0] - baseline(initial[i:i + 1]).item() for i in range(B)]
             adv = torch.tensor([path_adv[i] for i, _ in used])
         elif advantage_steps == 0:
-            adv = torch.tensor([rtg[i][t] - baseline(states[i, t:t + 1]).item() for i, t in used])
+            # the decision's own exploration term is added back: it is the signal
+            adv = torch.tensor([rtg[i][t] + own[i][t] - baseline(states[i, t:t + 1]).item() for i, t in used])
         else:
             # n-step: the payout of steps t..t+n-1, then the critic (0 if liquidated by then)
             def n_step(i, t):
@@ -204,21 +251,26 @@ def spy_on_rollouts(simulator) -> list:
     return captured
 
 
-@pytest.mark.parametrize("advantage, action_repeat, policy_steps, baseline_steps, advantage_steps", [
-    ("reward_to_go", 1, 1, 1, 0),
-    ("reward_to_go", 2, 2, 3, 0),  # held actions, several policy steps
-    ("reward_to_go", 2, 2, 1, 2),  # the critic after 2 steps (advantage_horizon)
-    ("trajectory", 2, 1, 2, 0),
+@pytest.mark.parametrize("advantage, action_repeat, policy_steps, baseline_steps, advantage_steps, control_variate", [
+    ("reward_to_go", 1, 1, 1, 0, "none"),
+    ("reward_to_go", 2, 2, 3, 0, "none"),  # held actions, several policy steps
+    ("reward_to_go", 2, 2, 1, 2, "none"),  # the critic after 2 steps (advantage_horizon)
+    ("trajectory", 2, 1, 2, 0, "none"),
+    ("reward_to_go", 1, 1, 1, 0, "martingale"),
+    ("reward_to_go", 2, 2, 3, 0, "martingale"),
 ])
 def test_mc_policy_gradient_step_matches_a_reference_loop(float64_default, advantage, action_repeat, policy_steps, baseline_steps,
-                                                          advantage_steps):
+                                                          advantage_steps, control_variate):
     model = GHM64(GHMParams(**PARAMS))
     simulator = TrajectorySimulator(model, dt=DT, horizon=DT * STEPS, action_repeat=action_repeat)
-    policy, baseline = _nets()
+    # with the control variate, a mean shift puts the issuance mean below 0 (outside the box,
+    # where the exploration term is off) while the dividend mean stays inside
+    policy, baseline = _nets(mean_shift=(0.0, 0.0) if control_variate == "none" else (0.2, 0.2))
     generator = torch.Generator().manual_seed(4)
     algo = MonteCarloPolicyGradient(policy, simulator, baseline, n_trajectories=6, max_grad_norm=1e9,
                                     advantage=advantage, terminal_value="critic", policy_steps=policy_steps,
-                                    baseline_steps=baseline_steps, advantage_steps=advantage_steps, generator=generator)
+                                    baseline_steps=baseline_steps, advantage_steps=advantage_steps,
+                                    control_variate=control_variate, generator=generator)
     _use_sgd(algo, "policy_optimizer", "baseline_optimizer", policy, baseline)
     policy0, baseline0 = copy.deepcopy(policy), copy.deepcopy(baseline)
     captured = spy_on_rollouts(simulator)
@@ -230,12 +282,15 @@ def test_mc_policy_gradient_step_matches_a_reference_loop(float64_default, advan
     new_policy, new_baseline, n_decisions = _mc_reference(
         copy.deepcopy(policy0), copy.deepcopy(baseline0), paths, initial, math.exp(-PARAMS["rho"] * DT),
         torch.Generator().set_state(perm_state), advantage=advantage, policy_steps=policy_steps,
-        baseline_steps=baseline_steps, advantage_steps=advantage_steps)
+        baseline_steps=baseline_steps, advantage_steps=advantage_steps, control_variate=control_variate,
+        params=model.params)
     assert n_decisions > 6
     assert (new_policy - _flat(policy0)).abs().max() > 1e-4  # the step is not negligible
-    torch.testing.assert_close(_flat(policy), new_policy, rtol=1e-9, atol=1e-11)
+    # the control variate's reference takes V' by finite differences (1e-10), not autograd
+    tolerance = dict(rtol=1e-9, atol=1e-11) if control_variate == "none" else dict(rtol=1e-7, atol=1e-9)
+    torch.testing.assert_close(_flat(policy), new_policy, **tolerance)
     assert (new_baseline - _flat(baseline0)).abs().max() > 1e-4
-    torch.testing.assert_close(_flat(baseline), new_baseline, rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(_flat(baseline), new_baseline, **tolerance)
 
 
 # -- 3. pathwise gradient and the actor-critic's TD(lambda) + HJB critic ------------------------

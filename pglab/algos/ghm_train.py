@@ -89,7 +89,8 @@ SPEC = TrainerSpec(
     keep=None,  # every numbered checkpoint stays (a few kB each): pglab validate reads intermediate ones
     # A run made before these fields existed resumes the way it was trained: the policy
     # network in every rollout step, the policy-evaluation HJB residual at visited states.
-    stored_defaults={"policy_table_points": 0, "hjb_residual": "policy", "hjb_c_min": None, "model": "ghm"},
+    stored_defaults={"policy_table_points": 0, "hjb_residual": "policy", "hjb_c_min": None, "model": "ghm",
+                     "control_variate": "none"},
 )
 
 
@@ -135,7 +136,8 @@ def build_solver(config: GHMTrainConfig, policy, baseline, simulator, generator)
             advantage_normalization=config.advantage_normalization, terminal_value=config.terminal_value,
             baseline_steps=config.baseline_steps, score_samples=config.score_samples,
             policy_steps=config.policy_steps, rollout_table_points=config.policy_table_points,
-            advantage_steps=int(round(config.advantage_horizon / config.dt)), generator=generator,
+            advantage_steps=int(round(config.advantage_horizon / config.dt)),
+            control_variate=config.control_variate, generator=generator,
         )
     # pathwise and actor-critic share the differentiable rollout and the critic's settings
     pathwise = dict(

@@ -15,6 +15,8 @@ One iteration (``train_step``), as in the GHM design note:
    moves): ``A_t = sum_{j<n} gamma^j r_{t+j} + gamma^n m_{t+n} V_psi(x_{t+n}) - V_psi(x_t)``,
    computed as ``G_t - gamma^n m_{t+n} (G_{t+n} - V_psi(x_{t+n}))`` (``m``: alive mask;
    ``G_t`` itself when ``t + n >= T``);
+   with ``control_variate="martingale"`` the payout's noise that no action can explain is
+   subtracted first (below), from the advantages and from the baseline's targets;
    then ``A <- (A - mean A) / (std A + 1e-8)`` over the scored steps (all alive steps,
    or a uniform subsample of ``score_samples`` per policy step: an unbiased estimate of
    the same loss at a fraction of the backward-pass cost);
@@ -25,6 +27,28 @@ One iteration (``train_step``), as in the GHM design note:
    alive steps (reward-to-go), clipped likewise.
 
 Without a baseline (``baseline=None``) the advantages are the raw (normalised) returns.
+
+The martingale control variate (``control_variate="martingale"``, ``reward_to_go`` with a
+baseline). Most of the variance of ``G_t`` is the Brownian noise after ``t`` and the
+exploration noise of later decisions; neither depends on the action ``a_t``. By Ito, the
+value along a path moves by ``V'(x_j) diffusion sqrt(dt) eps_j`` per step from the Brownian
+noise, and a later decision's raw action ``a_j = mu(x_j) + std xi_j`` moves the return by
+about ``dQ/du xi_j std``. Each step's payout is replaced by
+
+    r_j - w_j - v_j,   w_j = gamma m_j V'(x_j) . (x_{j+1} - x_j - drift(x_j, u_j) dt)
+                       v_j = [decision at j] h_j . (a_j - mu(x_j)),
+                       h_j = sum_{s<k} gamma^s dt (d reward_rate/du + gamma V'(x_j) . d drift/du)
+                             at u = clip(mu(x_j)), 0 where mu(x_j) is outside the control box
+
+(``k = action_repeat``). ``x_{j+1} - x_j - drift dt`` is the step's diffusion increment
+and ``a_j - mu(x_j)`` the decision's exploration noise: both are mean zero given
+everything up to step ``j``, and their coefficients are fixed by then, so every ``w_j``
+and ``v_j`` with ``j >= t`` has conditional mean zero given ``a_t`` -- except ``v_t``,
+the decision's own noise, which is the signal and is added back. The policy gradient and
+the baseline's target ``E[G_t | x_t]`` therefore stay unbiased *whatever* ``V'`` is: the
+critic's errors cost variance, never bias (unlike ``advantage_steps``, which replaces the
+far future by the critic). ``V'`` is the baseline's autograd slope, read from a table on
+1-D states.
 """
 from __future__ import annotations
 
@@ -41,6 +65,7 @@ from pglab.nets import GaussianPolicy, ValueNetwork
 
 Advantage = Literal["trajectory", "reward_to_go"]
 TerminalValue = Literal["critic", "none"]
+ControlVariate = Literal["none", "martingale"]
 
 
 class MonteCarloPolicyGradient:
@@ -65,6 +90,9 @@ class MonteCarloPolicyGradient:
         policy_steps: Adam steps on the policy per iteration, each on a disjoint subsample.
         advantage_steps: ``"reward_to_go"`` with a baseline: bootstrap the advantage from
             the critic ``n`` steps ahead (0: at the horizon, the plain ``G_t - V(x_t)``).
+        control_variate: ``"martingale"``: subtract the noise terms of the module docstring
+            from the returns (needs ``advantage="reward_to_go"`` and a baseline);
+            ``"none"``: the plain reward-to-go.
         rollout_table_points: if > 0 and the state is 1-D, the rollout queries the policy
             through a :class:`TabulatedPolicy` of this many points on
             ``[state_low, state_low + 2 (state_high - state_low)]`` (the network outside it),
@@ -93,8 +121,15 @@ class MonteCarloPolicyGradient:
         policy_steps: int = 1,
         advantage_steps: int = 0,
         rollout_table_points: int = 0,
+        control_variate: ControlVariate = "none",
         generator: torch.Generator | None = None,
     ):
+        if control_variate not in ("none", "martingale"):
+            raise ValueError(f"control_variate must be 'none' or 'martingale', got {control_variate!r}")
+        if control_variate == "martingale" and (baseline is None or advantage != "reward_to_go"):
+            raise ValueError("control_variate='martingale' needs a baseline and advantage='reward_to_go' "
+                             f"(got baseline={'None' if baseline is None else 'given'}, advantage={advantage!r})")
+        self.control_variate = control_variate
         self.policy, self.simulator, self.baseline = policy, simulator, baseline
         self.model = simulator.model
         self.n_trajectories = n_trajectories
@@ -131,13 +166,70 @@ class MonteCarloPolicyGradient:
         low, high = self.model.state_low[0], self.model.state_high[0]
         return TabulatedPolicy(self.policy, low, low + 2.0 * (high - low), self.rollout_table_points, device=self.device)
 
+    def _value_slope(self, states: torch.Tensor) -> torch.Tensor:
+        """``dV/dx`` of the baseline at ``states [N, S]``, ``[N, S]`` (no graph). On a 1-D
+        state with a rollout table it is read from a table of the same size and range
+        (linear interpolation, clamped at the table's ends): any slope keeps the control
+        variate unbiased, so the table's error costs nothing but a little variance."""
+        def autograd_slope(points: torch.Tensor) -> torch.Tensor:
+            with torch.enable_grad():
+                points = points.detach().requires_grad_(True)
+                (slope,) = torch.autograd.grad(self.baseline(points).sum(), points)
+            return slope
+
+        if self.rollout_table_points <= 0 or self.model.state_dim != 1:
+            return autograd_slope(states)
+        low = self.model.state_low[0]
+        high = low + 2.0 * (self.model.state_high[0] - low)
+        num_points = self.rollout_table_points
+        grid = torch.linspace(low, high, num_points, device=states.device, dtype=states.dtype).unsqueeze(1)
+        table = autograd_slope(grid)[:, 0]  # [P]
+        position = ((states[:, 0] - low) / ((high - low) / (num_points - 1))).clamp(0.0, num_points - 1.0)
+        index = position.floor().clamp(max=num_points - 2).long()
+        weight = position - index.to(position.dtype)
+        return (table[index] + weight * (table[index + 1] - table[index])).unsqueeze(1)
+
+    def control_variate_terms(self, paths, rollout_policy) -> tuple[torch.Tensor, torch.Tensor]:
+        """The martingale control variate of a batch (module docstring): ``(w + v, v)``,
+        each ``[B, T]``: the per-step terms subtracted from the payout, and the exploration
+        part ``v`` alone (non-zero at decisions only), which each decision adds back for
+        itself. ``rollout_policy`` is the policy the rollout sampled from (its mean)."""
+        model = self.model
+        num_paths, num_steps = paths.num_paths, paths.num_steps
+        num_pairs = num_paths * num_steps
+        gamma, dt = paths.discount, paths.dt
+        states = paths.states[:, :-1].reshape(num_pairs, -1)
+        next_states = paths.states[:, 1:].reshape(num_pairs, -1)
+        controls = paths.controls.reshape(num_pairs, -1)
+        slope = self._value_slope(states)  # V'(x_j), [BT, S]
+        # w_j = gamma m_j V'(x_j) . (diffusion increment of step j)
+        diffusion_increment = next_states - states - model.drift(states, controls) * dt
+        brownian = gamma * (slope * diffusion_increment).sum(1) * paths.masks.reshape(num_pairs)
+        # v_j at decisions: h_j . (a_j - mu(x_j)), h_j the first-order effect of the held control
+        decisions = paths.decision_masks.reshape(-1).nonzero().squeeze(1)
+        decision_states = states[decisions]
+        mean = rollout_policy.mean_std(decision_states)[0]
+        low, high = model.control.bounds(decision_states)
+        with torch.enable_grad():
+            control = torch.maximum(torch.minimum(mean, high), low).detach().requires_grad_(True)
+            # each row depends on its own control only, so the gradient of the sum is per row
+            flow = model.reward_rate(decision_states, control) + gamma * (slope[decisions] * model.drift(decision_states, control)).sum(1)
+            (marginal,) = torch.autograd.grad(flow.sum(), control)  # [D, A]
+        held_discount = dt * sum(gamma**step for step in range(paths.action_repeat))
+        inside = ((mean > low) & (mean < high)).to(mean.dtype)
+        exploration_noise = paths.actions.reshape(num_pairs, -1)[decisions] - mean  # std * xi
+        exploration = torch.zeros(num_pairs, device=states.device, dtype=states.dtype)
+        exploration = exploration.index_copy(0, decisions, held_discount * (marginal * inside * exploration_noise).sum(1))
+        return (brownian + exploration).view(num_paths, num_steps), exploration.view(num_paths, num_steps)
+
     def train_step(self) -> dict[str, torch.Tensor]:
         """One iteration; returns metrics as 0-d tensors (no host sync here)."""
         policy, baseline, model = self.policy, self.baseline, self.model
         # -- 1. collect ---------------------------------------------------------------
         initial = model.initial_states(self.n_trajectories, self.generator, device=self.device)
+        rollout_policy = self._rollout_policy()
         with torch.no_grad():
-            paths = self.simulator.rollout(self._rollout_policy(), initial, self.generator)
+            paths = self.simulator.rollout(rollout_policy, initial, self.generator)
         num_paths, num_steps = paths.num_paths, paths.num_steps
         masks = paths.masks
         # flat (path, step) pairs where the policy acted while alive (every alive step when
@@ -171,11 +263,18 @@ class MonteCarloPolicyGradient:
                 path_advantage = returns - base  # A^i = R^i - V(x_0^i)
                 advantages = path_advantage[used_index // num_steps]
             else:
-                returns_to_go = reward_to_go(paths.rewards, paths.dones, paths.discount, bootstrap)  # G_t, [B, T]
-                returns = returns_to_go[:, 0]
+                payouts, own_term = paths.rewards, None
+                if self.control_variate == "martingale":
+                    noise_terms, exploration = self.control_variate_terms(paths, rollout_policy)
+                    payouts, own_term = paths.rewards - noise_terms, exploration.reshape(-1)[used_index]
+                # G_t, [B, T] (with the control variate: G_t - sum_{j>=t} gamma^{j-t} (w_j + v_j))
+                returns_to_go = reward_to_go(payouts, paths.dones, paths.discount, bootstrap)
+                returns = returns_to_go[:, 0] if own_term is None else paths.returns(bootstrap)
                 targets = returns_to_go.reshape(-1)[used_index]
                 base = baseline(flat_states[used_index]) if baseline is not None else torch.zeros_like(targets)
                 advantages = targets - base  # A_t = G_t - V(x_t)
+                if own_term is not None:
+                    advantages = advantages + own_term  # the decision's own exploration is the signal
                 if baseline is not None and 0 < self.advantage_steps < num_steps:
                     # A_t -= gamma^n m_{t+n} (G_{t+n} - V(x_{t+n})) where t + n < T
                     ahead = used_index % num_steps + self.advantage_steps

@@ -115,9 +115,10 @@ class CreditLineParams(GHMParams):
 # have little variance, so they take larger steps, decide every dt and need ~3x fewer
 # iterations, each ~3x dearer (the backward pass runs through the whole rollout).
 SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "mc": dict(n_iterations=1300, lr_policy=3e-4, lr_final_fraction=0.2, baseline_steps=1, score_samples=0, action_repeat=5),
-    "pathwise": dict(n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
-    "actor-critic": dict(n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
+    "mc": dict(n_iterations=1300, lr_policy=3e-4, lr_final_fraction=0.2, baseline_steps=1, score_samples=0, action_repeat=5,
+               control_variate="none"),
+    "pathwise": dict(control_variate="none", n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
+    "actor-critic": dict(control_variate="none", n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
 }
 
 
@@ -151,6 +152,11 @@ class GHMTrainConfig:
     """--algo mc, reward_to_go: the advantage uses the simulated payout for this much time
     and the critic beyond it, A_t = sum_{j<n} gamma^j r_{t+j} + gamma^n V(c_{t+n}) - V(c_t),
     n = round(advantage_horizon / dt) (0: to the horizon T, A_t = G_t - V(c_t))"""
+    control_variate: Literal["none", "martingale"] | None = None
+    """--algo mc, reward_to_go: subtract from each return the Brownian and later-exploration
+    noise that the action cannot explain, with the critic's slope as coefficient (mean zero
+    whatever the critic: unbiased; docs/ghm.md) -- from the advantages and the baseline's
+    targets; none: the plain reward-to-go (default mc martingale, others none)"""
     advantage_normalization: bool = True
     """standardise advantages over the batch"""
     # FlagCreatePairsOff: the one flag is --no-baseline (no --baseline / --no-no-baseline pair)
@@ -293,6 +299,9 @@ class GHMTrainConfig:
 
     def __post_init__(self):
         check_choice("algo", self.algo, ("mc", "pathwise", "actor-critic"))
+        if self.control_variate is None and (self.no_baseline or self.advantage != "reward_to_go"):
+            # the control variate needs the critic's slope and per-step returns
+            object.__setattr__(self, "control_variate", "none")
         # Fields left at None take the solver's default (frozen: set through object.__setattr__).
         for name, value in SOLVER_DEFAULTS[self.algo].items():
             if getattr(self, name) is None:
@@ -309,6 +318,14 @@ class GHMTrainConfig:
         check_positive("max_grad_norm", self.max_grad_norm)
         check_choice("advantage", self.advantage, ("trajectory", "reward_to_go"))
         check_choice("terminal_value", self.terminal_value, ("critic", "none"))
+        check_choice("control_variate", self.control_variate, ("none", "martingale"))
+        if self.control_variate == "martingale":
+            if self.algo != "mc":
+                raise ConfigError("control_variate", "martingale", f"is for --algo mc, not --algo {self.algo}")
+            if self.no_baseline:
+                raise ConfigError("control_variate", "martingale", "needs the baseline's slope (drop --no-baseline)")
+            if self.advantage != "reward_to_go":
+                raise ConfigError("control_variate", "martingale", f"needs --advantage reward_to_go (got {self.advantage})")
         check_non_negative("advantage_horizon", self.advantage_horizon)
         check_int("baseline_steps", self.baseline_steps, minimum=1)
         check_int("score_samples", self.score_samples, minimum=0)
