@@ -129,6 +129,33 @@ def test_fd_solver_matches_the_deterministic_closed_form():
     assert np.all(solution.control_at(cash)[:, 0] == rate) and np.all(solution.control_at(cash)[:, 1] == 0)
 
 
+def test_fd_policy_evaluation_matches_closed_forms_and_the_optimum():
+    from pglab.hjb.fd import evaluate_policy_1d
+
+    # (1) the closed-form barrier policy (r = 0, unbounded rate approximated by 200, no
+    # issuance) evaluated at its own barrier: V = A (e^{b1 x} - e^{b2 x}) below, slope 1 above
+    model = GHMModel(GHMParams(mu=0.1, sigma=0.2, r=0.0, rho=0.1, a_L_max=200.0, a_E_max=0.0))
+    barrier, exact = _barrier_closed_form(0.1, 0.2, 0.1, np.array([0.1, 0.25, 0.5, 1.0]))
+    solution = evaluate_policy_1d(model, lambda x: np.stack([200.0 * (x >= barrier), 0.0 * x], 1), x_max=3.0, num_nodes=6000)
+    np.testing.assert_allclose(solution.value_at([0.1, 0.25, 0.5, 1.0]), exact, rtol=3e-3)
+    # (2) deterministic: pay at rate a (< the maximum) until the cash runs out
+    rho, rate = 0.5, 0.6
+    model = GHMModel(GHMParams(mu=0.0, sigma=0.0, r=0.0, rho=rho, a_L_max=1.0, a_E_max=1.0))
+    solution = evaluate_policy_1d(model, lambda x: np.stack([rate + 0 * x, 0 * x], 1), x_max=4.0, num_nodes=4000)
+    cash = np.array([0.25, 0.5, 1.0, 2.0])
+    np.testing.assert_allclose(solution.value_at(cash), rate * (1 - np.exp(-rho * cash / rate)) / rho, rtol=2e-3)
+    # (3) the optimal controls of the HJB solve are worth V*, and any other policy less
+    model = GHMModel(GHMParams())
+    optimum = solve_hjb_1d_extrapolated(model, x_max=6.0, num_nodes=6000)
+    optimal = evaluate_policy_1d(model, optimum.control_at, x_max=6.0, num_nodes=6000)
+    cash = np.array([0.25, 0.5, 1.0, 1.5])
+    np.testing.assert_allclose(optimal.value_at(cash), optimum.value_at(cash), rtol=1e-3)
+    # the same issuance with the dividend barrier at 0.5 instead of 0.34 pays too late
+    late = evaluate_policy_1d(model, lambda x: np.stack([(x >= 0.5) * 1.0, optimum.control_at(x)[:, 1]], 1),
+                              x_max=6.0, num_nodes=6000)
+    assert np.all(late.value_at(cash) < optimum.value_at(cash) - 0.01)
+
+
 def test_fd_default_model_has_a_dividend_barrier_and_issues_only_near_zero():
     model = GHMModel(GHMParams())
     solution = solve_hjb_1d(model, x_max=6.0, num_nodes=3000)
@@ -233,6 +260,42 @@ def test_train_writes_the_run_directory_and_resume_is_bit_identical(tmp_path):
     rows_resumed = (tmp_path / "half" / "metrics.csv").read_text().splitlines()
     strip = lambda rows: [",".join(r.split(",")[:-3]) for r in rows]  # noqa: E731  (perf/* columns differ)
     assert strip(rows_full) == strip(rows_resumed)
+
+
+def test_exact_policy_value_agrees_with_the_simulated_one_and_is_logged(tmp_path):
+    # two independent computations of a deterministic policy's value: the long simulation
+    # of the final table (Euler, dt 0.01) and the FD evaluation of the same policy (no noise)
+    from pglab.algos.ghm_train import evaluate_against_reference, exact_policy_value
+
+    model = GHMModel(GHMParams())
+    solution = solve_hjb_1d_extrapolated(model, x_max=6.0, num_nodes=3000)
+
+    class RampPolicy(torch.nn.Module):
+        """Dividends ramp up from cash 0.5 to 0.9, issuance down from 0.05 to 0.25 (means
+        beyond the box are clipped): a policy unlike the optimum, with a smooth shape."""
+
+        def __init__(self):
+            super().__init__()
+            self.slope = torch.nn.Parameter(torch.tensor([2.5, -5.0]))
+
+        def mean_std(self, states):
+            mean = (states - torch.tensor([0.5, 0.25])) * self.slope
+            return mean, torch.ones_like(mean)
+
+    policy = RampPolicy()
+    _, rows = evaluate_against_reference(policy, model, solution, [0.25, 1.0], num_paths=2000, dt=0.01, seed=0,
+                                         tail_tolerance=0.01, device=torch.device("cpu"), table_points=2001)
+    exact = exact_policy_value(policy, model, solution, [0.25, 1.0])
+    for row, exact_row in zip(rows, exact):
+        assert 50.0 < exact_row["exact_pct_of_optimum"] < 99.0
+        assert abs(exact_row["exact_value"] - row["value"]) < 4 * row["stderr"] + 0.01 * row["fd_optimum"], (row, exact_row)
+    # training logs the exact value at every quick check
+    train_ghm(GHMTrainConfig(n_iterations=1, log_dir=tmp_path / "run", **{**TINY, "eval_interval": 1, "eval_cash": (0.5, 1.5)}),
+              echo=lambda *a, **k: None)
+    header, last = (line.split(",") for line in (tmp_path / "run" / "eval.csv").read_text().splitlines()[:2])
+    exact_logged = {name: float(value) for name, value in zip(header, last) if name.startswith("exact/")}
+    assert set(exact_logged) == {"exact/pct_optimal_c0.5", "exact/pct_optimal_c1.5", "exact/pct_optimal_min"}
+    assert exact_logged["exact/pct_optimal_min"] == min(exact_logged["exact/pct_optimal_c0.5"], exact_logged["exact/pct_optimal_c1.5"])
 
 
 def test_same_seed_same_config_is_bit_identical(tmp_path):

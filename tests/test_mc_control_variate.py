@@ -120,7 +120,6 @@ def test_control_variate_cuts_the_gradient_variance_with_the_fd_value_as_critic(
     policy = _BarrierPolicy(*_fd_thresholds(solution))
     g_plain, g_cv, _ = _gradient_samples(critic, policy, dt=0.01, action_repeat=5)
     ratio = g_cv.var(0) / g_plain.var(0)
-    print("variance ratio", ratio)
     assert (ratio < 0.3).all(), ratio
     # the same gradient: the means agree within 4 standard errors of their difference
     difference = g_plain - g_cv
@@ -145,3 +144,27 @@ def test_control_variate_needs_a_baseline_and_per_step_returns():
                                  control_variate="martingale")
     with pytest.raises(ValueError, match="control_variate"):
         MonteCarloPolicyGradient(_policy(), simulator, ValueNetwork(1, (4,)), control_variate="antithetic")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (dict(algo="pathwise", control_variate="martingale"), "--algo mc"),
+    (dict(no_baseline=True, control_variate="martingale"), "no-baseline"),
+    (dict(advantage="trajectory", control_variate="martingale"), "reward_to_go"),
+])
+def test_control_variate_config_errors_name_the_field(flags, message):
+    from pglab.configs.ghm import GHMTrainConfig
+    from pglab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="control_variate") as error:
+        GHMTrainConfig(**flags)
+    assert message in str(error.value)
+
+
+def test_control_variate_defaults_follow_the_solver():
+    from pglab.configs.ghm import GHMTrainConfig
+
+    # off where it cannot apply (no critic slope, per-path returns, pathwise gradients)
+    assert GHMTrainConfig(no_baseline=True).control_variate == "none"
+    assert GHMTrainConfig(advantage="trajectory").control_variate == "none"
+    assert GHMTrainConfig(algo="pathwise").control_variate == "none"
+    assert GHMTrainConfig(control_variate="martingale").control_variate == "martingale"

@@ -196,6 +196,9 @@ def trial_row(trial: dict[str, Any], run_dir: Path) -> dict[str, Any]:
                 if name not in CREDIT_LINE_PARAMETERS or config["model"] == "credit-line"})
     for entry in evaluation["rows"]:
         row[f"pct_c{entry['initial_cash']:g}"] = entry["pct_of_optimum"]
+    for entry in evaluation["rows"]:  # the exact (FD) value of the same policy, when evaluated
+        if "exact_pct_of_optimum" in entry:
+            row[f"exact_pct_c{entry['initial_cash']:g}"] = entry["exact_pct_of_optimum"]
     learned, fd = evaluation.get("learned_thresholds", {}), evaluation.get("fd_thresholds", {})
     row.update({"barrier_rl": learned.get("dividend_rate"), "barrier_fd": fd.get("dividend_rate"),
                 "issuance_rl": learned.get("issuance_rate"), "issuance_fd": fd.get("issuance_rate"),

@@ -37,7 +37,7 @@ def evaluate(argv: list[str]) -> int:
     import torch
 
     from pglab.algos.ghm_agent import agent_from_checkpoint
-    from pglab.algos.ghm_train import evaluate_against_reference, format_table, reference_solution
+    from pglab.algos.ghm_train import evaluate_against_reference, exact_policy_value, format_table, reference_solution
     from pglab.configs.ghm import GHM_KINDS
     from pglab.errors import ConfigError, UsageError
     from pglab.run.atomic import atomic_write_json
@@ -66,6 +66,9 @@ def evaluate(argv: list[str]) -> int:
         stochastic=config.stochastic, table_points=agent.config.policy_table_points,
         progress=f"evaluate {checkpoint['kind']} ({config.episodes} paths x {len(config.cash)} cash levels)",
     )
+    if not config.stochastic:  # the deterministic policy's exact value beside the simulated one
+        for row, exact in zip(rows, exact_policy_value(agent.policy, agent.model, solution, list(config.cash))):
+            row.update(exact_value=exact["exact_value"], exact_pct_of_optimum=exact["exact_pct_of_optimum"])
     report = {"checkpoint": checkpoint["path"], "kind": checkpoint["kind"], "iteration": agent.iteration,
               "policy": "stochastic" if config.stochastic else "deterministic",
               "simulated_time": result.simulated_time, "rows": rows}

@@ -26,6 +26,7 @@ interior points cover that case to within the grid spacing.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -102,20 +103,24 @@ def _control_candidates(model: ContinuousTimeModel, points_per_control: int) -> 
     return np.array(list(itertools.product(*axes)), dtype=np.float64)
 
 
+def _node_coefficients(model: ContinuousTimeModel, states: torch.Tensor, controls: torch.Tensor, h: float):
+    """Reward and the upwind scheme's lower and upper transition rates at ``states
+    [N, 1]`` under ``controls [N, A]`` (float64): three arrays ``[N]``."""
+    drift = model.drift(states, controls)[:, 0]
+    vol = model.diffusion(states, controls)[:, 0]
+    diffusion_rate = 0.5 * vol.pow(2) / h**2
+    return (model.reward_rate(states, controls).numpy(), (diffusion_rate + drift.clamp(max=0).neg() / h).numpy(),
+            (diffusion_rate + drift.clamp(min=0) / h).numpy())
+
+
 def _coefficients(model: ContinuousTimeModel, grid: np.ndarray, candidates: np.ndarray, h: float):
     """Reward, lower and upper transition rates for every (node, candidate):
     arrays ``[K, N]`` for the interior nodes ``1..N``."""
     states = torch.as_tensor(grid[1:], dtype=torch.float64).unsqueeze(1)  # [N, 1]
     num_nodes = states.shape[0]
-    rewards, lowers, uppers = [], [], []
-    for candidate in candidates:
-        controls = torch.as_tensor(candidate, dtype=torch.float64).expand(num_nodes, -1)
-        drift = model.drift(states, controls)[:, 0]
-        vol = model.diffusion(states, controls)[:, 0]
-        diffusion_rate = 0.5 * vol.pow(2) / h**2
-        rewards.append(model.reward_rate(states, controls).numpy())
-        lowers.append((diffusion_rate + drift.clamp(max=0).neg() / h).numpy())
-        uppers.append((diffusion_rate + drift.clamp(min=0) / h).numpy())
+    per_candidate = [_node_coefficients(model, states, torch.as_tensor(candidate, dtype=torch.float64).expand(num_nodes, -1), h)
+                     for candidate in candidates]
+    rewards, lowers, uppers = zip(*per_candidate)
     return np.stack(rewards), np.stack(lowers), np.stack(uppers)
 
 
@@ -191,6 +196,50 @@ def solve_hjb_1d(
         control_names=tuple(model.control.names),
         meta={"x_max": x_max, "num_nodes": num_nodes, "points_per_control": points_per_control, "h": h},
     )
+
+
+def evaluate_policy_1d(
+    model: ContinuousTimeModel,
+    policy: Callable[[np.ndarray], np.ndarray],
+    *,
+    x_max: float = 6.0,
+    num_nodes: int = 12_000,
+) -> FDSolution:
+    """The value of a fixed feedback policy ``u(x)``: the same upwind scheme as
+    :func:`solve_hjb_1d` without the maximisation, i.e. one tridiagonal solve of
+    ``rho V = f(x, u(x)) + b(x, u(x)) V' + 0.5 s(x, u(x))^2 V''`` with ``V(0)`` the
+    terminal value, Richardson-extrapolated over ``h`` and ``2h``.
+
+    It is the value of the continuously applied policy, free of Monte Carlo noise and of
+    the time step: for a 1-D model the exact counterpart of a simulated evaluation
+    (:func:`pglab.algos.ghm_eval.simulate_policy_value`, which applies the policy every
+    ``dt`` and monitors absorption at grid times).
+
+    Args:
+        policy: controls ``[N, A]`` (clipped to the box by the caller) at states ``[N]``
+            (NumPy float64, the grid's interior nodes).
+    """
+    if model.state_dim != 1:
+        raise ValueError(f"evaluate_policy_1d: needs a 1-D state, got state_dim={model.state_dim}")
+    check_positive("x_max", x_max)
+    check_int("num_nodes", num_nodes, minimum=10)
+    boundary = float(model.terminal_value(torch.zeros(1, 1, dtype=torch.float64))[0])
+
+    def solve(nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        grid = np.linspace(0.0, x_max, nodes + 1)
+        controls = np.asarray(policy(grid[1:]), dtype=np.float64).reshape(nodes, -1)
+        states = torch.as_tensor(grid[1:], dtype=torch.float64).unsqueeze(1)
+        reward, lower, upper = _node_coefficients(model, states, torch.as_tensor(controls), grid[1] - grid[0])
+        value = np.concatenate([[boundary], _evaluate_policy(reward, lower, upper, model.discount_rate, boundary)])
+        return grid, value, np.concatenate([controls[:1], controls], axis=0)
+
+    grid, fine, controls = solve(num_nodes)
+    coarse_grid, coarse, _ = solve(num_nodes // 2)
+    correction = fine - np.interp(grid, coarse_grid, coarse)
+    return FDSolution(grid=grid, value=fine + correction, controls=controls, iterations=1, converged=True,
+                      control_names=tuple(model.control.names),
+                      meta={"x_max": x_max, "num_nodes": num_nodes, "extrapolated": True,
+                            "extrapolation_change": float(np.abs(correction).max())})
 
 
 def solve_hjb_1d_extrapolated(
