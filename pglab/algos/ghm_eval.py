@@ -13,6 +13,14 @@ Simulation stops once ``tail <= tail_tolerance * estimate`` at every initial sta
 ``max_time``); the bound is reported. Dead paths are dropped every ``chunk_steps`` steps,
 so the cost follows the number of surviving paths.
 
+Control variate (``value_slope``): the payout sum of a path is noisy mostly through the
+Brownian increments, each of which moves the value by about ``V'(x_j) diffusion sqrt(dt)
+eps_j``. Subtracting ``gamma^{j+1} V'(x_j) diffusion sqrt(dt) eps_j`` at every alive step
+leaves the mean unchanged (each term has mean zero given the path so far, whatever the
+slope) and removes most of the variance when ``V'`` is close to the policy's own value's
+slope: with the optimum's slope ``V*'`` and a near-optimal policy the standard error falls
+several-fold, so far fewer paths give the same precision.
+
 Where the time goes: the policy network on every surviving path at every step (two
 64-wide ``tanh`` layers per path and step, against a handful of element-wise ops for the
 Euler step itself). A deterministic policy of a
@@ -92,6 +100,7 @@ def simulate_policy_value(
     device: torch.device | str = "cpu",
     progress: str | None = None,
     table_points: int = 0,
+    value_slope: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> PolicyValue:
     """Estimate ``V^pi`` at each of ``initial_states`` (1-D models) with ``num_paths``
     paths each. ``policy_fn`` maps states ``[B, 1]`` to controls ``[B, A]`` (it is
@@ -140,7 +149,11 @@ def simulate_policy_value(
                 controls = torch.maximum(torch.minimum(policy_fn(states), high), low)
                 noise = torch.randn(states.shape, generator=generator, device=device, dtype=states.dtype)
                 next_states, reward = euler_maruyama_step(model, states, controls, noise, dt)
-                totals.index_add_(0, owner, (discount * reward * alive).double())
+                payout = reward
+                if value_slope is not None:  # minus gamma V'(x) diffusion sqrt(dt) eps: mean zero
+                    shock = model.diffusion(states, controls)[:, 0] * (math.sqrt(dt) * noise[:, 0])
+                    payout = reward - gamma * value_slope(states) * shock
+                totals.index_add_(0, owner, (discount * payout * alive).double())
                 states = torch.where(alive.unsqueeze(1), next_states, states)
                 alive = alive & ~model.terminated(states)
                 discount *= gamma

@@ -250,6 +250,23 @@ def fd_value_bound(solution: FDSolution):
     return bound
 
 
+def fd_value_slope(solution: FDSolution):
+    """``V*'`` as a torch function (central differences on the FD grid, linearly
+    interpolated; 0 beyond the grid): the evaluation's control-variate coefficient."""
+    grid = torch.as_tensor(solution.grid, dtype=torch.float32)
+    slopes = torch.as_tensor(np.gradient(solution.value, solution.grid), dtype=torch.float32)
+    step = float(solution.step)
+
+    def slope(states: torch.Tensor) -> torch.Tensor:
+        position = (states[:, 0].cpu() / step).clamp(0, len(grid) - 1)
+        low = position.floor().long().clamp(max=len(grid) - 2)
+        weight = position - low
+        inside = states[:, 0].cpu() <= float(grid[-1])
+        return (((1 - weight) * slopes[low] + weight * slopes[low + 1]) * inside).to(states.device, states.dtype)
+
+    return slope
+
+
 def evaluate_against_reference(
     policy: GaussianPolicy,
     model: GHMModel,
@@ -264,6 +281,7 @@ def evaluate_against_reference(
     progress: str | None = None,
     table_points: int = 0,
     stochastic: bool = False,
+    control_variate: bool = True,
 ) -> tuple[PolicyValue, list[dict[str, float]]]:
     """The policy's simulated value from each of ``cash_levels`` against ``V*``.
 
@@ -272,7 +290,9 @@ def evaluate_against_reference(
     the rows report the initial cash. The deterministic policy (its mean) by default, a
     sample at every step if ``stochastic``. ``progress``: label of a progress bar over the
     simulated steps; ``table_points``: read the deterministic policy from a table of that
-    many states, see :func:`simulate_policy_value`."""
+    many states, see :func:`simulate_policy_value`. ``control_variate``: subtract the
+    Brownian noise with ``V*'`` as its coefficient (unbiased; a several-fold smaller
+    standard error for a near-optimal policy)."""
     generator = make_generator(seed, device)
     states = [float(model.state_from_cash(float(cash))) for cash in cash_levels]
     if stochastic:
@@ -283,7 +303,7 @@ def evaluate_against_reference(
         result = simulate_policy_value(
             model, policy_fn, states, num_paths=num_paths, dt=dt, generator=generator,
             value_bound=fd_value_bound(solution), tail_tolerance=tail_tolerance, device=device,
-            progress=progress, table_points=table_points,
+            progress=progress, table_points=table_points, value_slope=fd_value_slope(solution) if control_variate else None,
         )
     optimum = solution.value_at(states)
     rows = []

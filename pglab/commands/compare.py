@@ -12,8 +12,9 @@ finite-difference optimum, the table has:
   the runs);
 * wall-clock seconds and simulated state-steps of training, and those needed to first
   reach 95% / 99% of ``V*`` at every quick-check point (from ``eval.csv``: the quick
-  checks run every ``eval_interval`` iterations on fewer paths, so these are resolved to
-  that interval and carry the quick checks' Monte Carlo noise).
+  checks run every ``eval_interval`` iterations, so these are resolved to that interval;
+  they use the exact FD value of the policy, ``exact/pct_optimal_min``, where the run logged
+  it, and the simulated quick check, with its Monte Carlo noise, for older runs).
 
 Writes ``comparison.md``, ``comparison.csv`` and ``comparison.png`` into ``--output`` (a
 new directory; an existing comparison is never overwritten). The figure's numbers come
@@ -38,10 +39,16 @@ __all__ = ["CompareConfig", "compare", "comparison_plot_data", "comparison_table
 TARGET_PCT = 97.0  # the design note's target: >= 97 % of V* at every initial cash
 
 
+def _quick_check_min(row: dict[str, str]) -> str:
+    """A quick check's worst point (% of V*): exact (FD) where logged, else simulated."""
+    value = row.get("exact/pct_optimal_min", "")
+    return value if value not in (None, "", "nan") else row.get("eval/pct_optimal_min", "")
+
+
 def _first_reaching(eval_rows: list[dict[str, str]], target: float) -> tuple[float | None, float | None]:
     """(wall-clock s, simulated steps) of the first quick check whose worst point is >= target %."""
     for row in eval_rows:
-        value = row.get("eval/pct_optimal_min", "")
+        value = _quick_check_min(row)
         if value not in ("", "nan") and float(value) >= target:
             return float(row["wall_time"]), float(row["sim_steps"])
     return None, None
@@ -149,8 +156,8 @@ def comparison_plot_data(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for label, row in zip(labels, rows):
         with (Path(row["run"]) / "eval.csv").open() as handle:
             eval_rows = list(csv.DictReader(handle))
-        points = [(float(r["wall_time"]), float(r["eval/pct_optimal_min"])) for r in eval_rows
-                  if r.get("eval/pct_optimal_min") not in (None, "", "nan")]
+        points = [(float(r["wall_time"]), float(_quick_check_min(r))) for r in eval_rows
+                  if _quick_check_min(r) not in (None, "", "nan")]
         curves.append({"label": label, "wall_time": [p[0] for p in points], "pct": [p[1] for p in points]})
     cash = rows[0]["eval_cash"]
     bars = [{"label": label, "pct": [row.get(f"pct_c{c:g}") for c in cash]} for label, row in zip(labels, rows)]
