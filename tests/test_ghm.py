@@ -23,10 +23,11 @@ from pglab.nets import GaussianPolicy, ValueNetwork
 from pglab.run.checkpoint import load_checkpoint_file
 
 # A run small enough for unit tests: 64 paths x 50 steps, tiny FD grid, no plots' heavy eval.
-# constant learning rates: the resume tests extend n_iterations (2 + 2 == 4), and a decaying
+# constant learning rates and std clamp: the resume tests extend n_iterations (2 + 2 == 4), and a decaying
 # schedule is a function of (iteration, n_iterations), so extending a run stretches its rest
 TINY = dict(n_trajectories=64, T=0.5, dt=0.01, log_interval=1, eval_interval=1000, save_interval=2,
-            eval_quick_paths=0, final_eval=False, fd_nodes=400, device="cpu", seed=3, lr_final_fraction=1.0)
+            eval_quick_paths=0, final_eval=False, fd_nodes=400, device="cpu", seed=3, lr_final_fraction=1.0,
+            final_max_std=None)
 
 
 # -- dynamics ---------------------------------------------------------------------------------------

@@ -122,7 +122,7 @@ def test_same_budget_resume_is_bit_identical_even_with_budget_dependent_schedule
 
 
 def test_extending_the_budget_with_constant_schedules_is_bit_identical(tmp_path):
-    config = dict(TINY, lr_final_fraction=1.0)
+    config = dict(TINY, lr_final_fraction=1.0, final_max_std=None)
     assert budget_schedules(GHMTrainConfig(**config)) == []
     assert budget_schedules(GHMTrainConfig(**dict(config, action_repeat=3, final_action_repeat=3))) == []
     train_ghm(GHMTrainConfig(n_iterations=4, log_dir=tmp_path / "full", **config), **QUIET)

@@ -3,6 +3,7 @@ runs as ordinary run directories, resume after SIGKILL, and Ray == serial."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -110,7 +111,12 @@ def test_table_rows_match_an_independent_fd_solve_and_runs_are_ordinary(serial_s
         fd = solve_hjb_1d_extrapolated(GHMModel(GHMParams(sigma=sigma)), x_max=6.0, num_nodes=200).thresholds()
         assert float(row["barrier_fd"]) == pytest.approx(fd["dividend_rate"])
         assert float(row["issuance_fd"]) == pytest.approx(fd["issuance_rate"])
-        assert 0 < float(row["pct_c0.5"]) < 150 and 0 < float(row["pct_c1"]) < 150
+        # the % of V* columns are the run's own final evaluation (simulated and exact)
+        evaluation = json.loads((serial_sweep / "runs" / row["run"] / "evaluation.json").read_text())
+        for entry in evaluation["rows"]:
+            assert float(row[f"pct_c{entry['initial_cash']:g}"]) == pytest.approx(entry["pct_of_optimum"])
+            assert float(row[f"exact_pct_c{entry['initial_cash']:g}"]) == pytest.approx(entry["exact_pct_of_optimum"])
+            assert 0 < entry["exact_pct_of_optimum"] < 100
         agent = pglab.load_checkpoint(serial_sweep / "runs" / row["run"])
         assert agent.kind == "ghm-mc" and agent.config.params.sigma == sigma
     # a higher volatility raises the payout barrier (the FD truth; GHM's precautionary cash)

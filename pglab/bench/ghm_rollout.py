@@ -43,8 +43,8 @@ class GHMRolloutBenchConfig:
     """paths of the batched rollout"""
     naive_paths: int = 8
     """paths simulated by the per-path Python loop (its rate is per step, so few suffice)"""
-    train_paths: int = 1000
-    """paths of the timed training iteration"""
+    train_paths: int | None = None
+    """paths of the timed training iteration (default: the trainer's, mc 500)"""
     iterations: int = 5
     """timed training iterations (median reported)"""
     repeats: int = 3
@@ -59,8 +59,10 @@ class GHMRolloutBenchConfig:
     """print JSON instead of a table"""
 
     def __post_init__(self):
-        for name in ("num_paths", "naive_paths", "train_paths", "iterations", "repeats"):
+        for name in ("num_paths", "naive_paths", "iterations", "repeats"):
             check_int(name, getattr(self, name), minimum=1)
+        if self.train_paths is not None:
+            check_int("train_paths", self.train_paths, minimum=1)
         check_int("threads", self.threads, minimum=0)
         for threads in self.load_threads:
             check_int("load_threads", threads, minimum=1)
@@ -145,7 +147,7 @@ def main(argv: list[str]) -> int:
     if config.threads:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
-    train_config = GHMTrainConfig(device=str(device), n_trajectories=config.train_paths)
+    train_config = GHMTrainConfig(device=str(device), **({} if config.train_paths is None else {"n_trajectories": config.train_paths}))
     model = GHMModel(train_config.params)
     policy, baseline = build_networks(train_config, model, device)
     simulator = TrajectorySimulator(model, train_config.dt, train_config.T)  # policy queried every step
@@ -192,8 +194,8 @@ def main(argv: list[str]) -> int:
     from pglab.envs.simulator import TabulatedPolicy
 
     train_simulator = TrajectorySimulator(model, train_config.dt, train_config.T, action_repeat=train_config.action_repeat)
-    train_initial = model.initial_states(config.train_paths, generator, device=device)
-    train_noise = train_simulator.draw_noise(config.train_paths, generator, device=device)
+    train_initial = model.initial_states(train_config.n_trajectories, generator, device=device)
+    train_noise = train_simulator.draw_noise(train_config.n_trajectories, generator, device=device)
     with torch.no_grad():
         step_by_step_s = _best_time(lambda: _step_by_step_rollout(train_simulator, policy, train_initial, train_noise),
                                     config.repeats, device)
@@ -228,7 +230,7 @@ def main(argv: list[str]) -> int:
         "naive_state_steps_per_s": config.naive_paths * num_steps / naive_s,
         "forward_only_state_steps_per_s": state_steps / forward_s,
         "train_iteration_s": statistics.median(iteration_times),
-        "train_paths": config.train_paths,
+        "train_paths": train_config.n_trajectories,
         "action_repeat": train_config.action_repeat,
         "rollout_step_by_step_s": step_by_step_s,
         "rollout_held_network_s": held_s,
@@ -247,9 +249,9 @@ def main(argv: list[str]) -> int:
     print(f"{'policy forward only (compute bound)':<38} {result['forward_only_state_steps_per_s']:>14,.0f}")
     print(f"batched / naive = {result['speedup_vs_naive']:.0f}x   (target >= 50x)")
     print(f"batched / forward-only bound = {100 * result['fraction_of_forward_bound']:.0f}%   (target >= 50%)")
-    print(f"one training iteration ({config.train_paths} paths x {num_steps} steps, action_repeat "
+    print(f"one training iteration ({train_config.n_trajectories} paths x {num_steps} steps, action_repeat "
           f"{train_config.action_repeat}, rollout + both updates): {result['train_iteration_s']:.3f} s (target <= 1.5 s)")
-    print(f"training rollout ({config.train_paths} paths x {num_steps} steps, action_repeat {train_config.action_repeat}): "
+    print(f"training rollout ({train_config.n_trajectories} paths x {num_steps} steps, action_repeat {train_config.action_repeat}): "
           f"step by step {step_by_step_s:.3f} s, held steps batched {held_s:.3f} s, batched + policy table {table_s:.3f} s")
     for row in load_rows:
         print(f"{row['threads']} thread(s): iteration {row['idle_iteration_s']:.3f} s idle, {row['loaded_iteration_s']:.3f} s beside "

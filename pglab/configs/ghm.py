@@ -115,10 +115,10 @@ class CreditLineParams(GHMParams):
 # have little variance, so they take larger steps, decide every dt and need ~3x fewer
 # iterations, each ~3x dearer (the backward pass runs through the whole rollout).
 SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "mc": dict(n_iterations=1300, lr_policy=3e-4, lr_final_fraction=0.2, baseline_steps=1, score_samples=0, action_repeat=5,
-               control_variate="none"),
-    "pathwise": dict(control_variate="none", n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
-    "actor-critic": dict(control_variate="none", n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
+    "mc": dict(n_iterations=800, n_trajectories=500, lr_policy=3e-4, lr_final_fraction=0.2, baseline_steps=1,
+               score_samples=0, action_repeat=5, control_variate="martingale"),
+    "pathwise": dict(control_variate="none", n_trajectories=1000, n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
+    "actor-critic": dict(control_variate="none", n_trajectories=1000, n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
 }
 
 
@@ -132,10 +132,10 @@ class GHMTrainConfig:
     """solver: Monte Carlo policy gradient (mc), pathwise, or actor-critic"""
     # -- training ----------------------------------------------------------------------
     n_iterations: int | None = None
-    """training iterations (default per solver, see SOLVER_DEFAULTS: mc 1300, pathwise and
+    """training iterations (default per solver, see SOLVER_DEFAULTS: mc 800, pathwise and
     actor-critic 350)"""
-    n_trajectories: int = 1000
-    """simulated paths per iteration"""
+    n_trajectories: int | None = None
+    """simulated paths per iteration (default mc 500, pathwise and actor-critic 1000)"""
     lr_policy: float | None = None
     """policy learning rate (Adam; default mc 3e-4, pathwise/actor-critic 1e-3)"""
     lr_baseline: float = 1e-3
@@ -222,9 +222,12 @@ class GHMTrainConfig:
     """lower clamp of the policy's standard deviation"""
     max_std: float = 2.0
     """upper clamp of the policy's standard deviation"""
-    final_max_std: float | None = None
+    final_max_std: float | None = 0.1
     """if set, the upper clamp of the standard deviation decays geometrically from its
-    initial value exp(log_std_init) to this by the last iteration (an exploration schedule)"""
+    initial value exp(log_std_init) to this by the last iteration (an exploration schedule:
+    the deterministic policy that is evaluated is the limit of the stochastic one that is
+    trained; None: a constant clamp). --algo mc only: the pathwise solvers' policies are
+    deterministic"""
     # -- simulation --------------------------------------------------------------------
     dt: float = 0.01
     """Euler-Maruyama time step"""
