@@ -102,6 +102,14 @@ def test_critic_loss_adds_the_weighted_optimal_residual_at_collocation_points():
     torch.testing.assert_close(out["loss"], expected)
     torch.testing.assert_close(out["loss/hjb_residual"], residual.pow(2).mean().detach())
     assert points.min() >= 0.05 and points.max() <= 2.5
+    # a decayed TD weight scales the regression term only
+    solver.td_weight = 0.25
+    replay.set_state(solver.generator.get_state())
+    out = solver.critic_loss(states, targets)
+    points = 0.05 + 2.45 * torch.rand((64, 1), generator=replay)
+    residual = optimal_hjb_residual(solver.model, solver.critic, points)
+    expected = 0.25 * value_regression_loss(solver.critic(states), targets)["loss"] + 0.7 * residual.pow(2).mean()
+    torch.testing.assert_close(out["loss"], expected)
     with pytest.raises(ValueError, match="hjb_interval"):
         _solver(hjb_weight=1.0, hjb_interval=(1.0, 0.5))
 
@@ -157,3 +165,65 @@ def test_training_residual_needs_exactly_one_of_controls_and_candidates():
     with pytest.raises(ValueError, match="exactly one"):
         hjb_residual_for_training(model, lambda s: s[:, 0] ** 2, states, controls=torch.zeros(4, 2),
                                   candidates=control_candidates(model.control, 2, dtype=torch.float32))
+
+
+def test_boundary_layer_network_is_zero_at_the_boundary_and_scales_the_plain_network():
+    torch.manual_seed(0)
+    layered = ValueNetwork(1, (8,), boundary_layer=0.02).double()
+    plain = ValueNetwork(1, (8,)).double()
+    plain.load_state_dict(layered.state_dict())  # the same parameters: only the factor differs
+    states = torch.tensor([[0.0], [0.01], [0.02], [0.5], [2.0]], dtype=torch.float64)
+    expected = (1.0 - torch.exp(-states[:, 0] / 0.02)) * plain(states)
+    torch.testing.assert_close(layered(states), expected, rtol=1e-12, atol=0.0)
+    assert layered(states)[0].item() == 0.0  # V(0) = 0 exactly, whatever the weights
+    # the layer's slope at 0 is N(0) / l: steep, as the GHM value's (V*'(0) ~ 45)
+    inputs = torch.zeros(1, 1, dtype=torch.float64, requires_grad=True)
+    (slope,) = torch.autograd.grad(layered(inputs).sum(), inputs)
+    assert slope.item() == pytest.approx(plain(torch.zeros(1, 1, dtype=torch.float64)).item() / 0.02, rel=1e-9)
+    with pytest.raises(ValueError, match="boundary_layer"):
+        ValueNetwork(2, (8,), boundary_layer=0.02)
+    with pytest.raises(ValueError, match="boundary_layer"):
+        ValueNetwork(1, (8,), boundary_layer=0.0)
+
+
+def test_boundary_layer_width_is_derived_from_the_model():
+    from pglab.algos.ghm_train import boundary_layer_width, build_model, build_networks
+    from pglab.configs.ghm import GHMTrainConfig
+    from pglab.errors import ConfigError
+
+    # sigma^2 / (2 (mu + a_E_max)): the largest drift at cash 0 issues at the maximal rate
+    assert boundary_layer_width(GHMModel(GHMParams())) == pytest.approx(0.2**2 / (2 * 1.1), rel=1e-12)
+    assert boundary_layer_width(GHMModel(GHMParams(sigma=0.3, mu=0.2, a_E_max=0.5))) == pytest.approx(0.09 / 1.4, rel=1e-12)
+    with pytest.raises(ConfigError, match="critic_boundary"):
+        boundary_layer_width(GHMModel(GHMParams(mu=-0.1, a_E_max=0.0)))
+    # --critic_boundary hard builds the layer into the critic; every solver's default is a plain network
+    config = GHMTrainConfig(algo="actor-critic", critic_boundary="hard", hjb_c_min=0.0)
+    _, critic = build_networks(config, build_model(config), torch.device("cpu"))
+    assert critic.boundary_layer == pytest.approx(0.2**2 / 2.2)
+    assert critic(torch.zeros(1, 1)).item() == 0.0
+    for algo in ("mc", "pathwise", "actor-critic"):
+        config = GHMTrainConfig(algo=algo)
+        assert config.critic_boundary == "none"
+        assert build_networks(config, build_model(config), torch.device("cpu"))[1].boundary_layer is None
+
+
+def test_the_trainer_decays_the_td_weight_to_its_final_fraction(tmp_path):
+    from pglab.algos import ghm_train
+    from pglab.configs.ghm import GHMTrainConfig, budget_schedules
+
+    seen = []
+    original = ActorCritic.train_step
+
+    def spy(self):
+        seen.append(self.td_weight)
+        return original(self)
+
+    config = GHMTrainConfig(algo="actor-critic", n_iterations=3, n_trajectories=8, T=0.05, td_final_fraction=0.2,
+                            eval_interval=1000, final_eval=False, fd_nodes=400, device="cpu", log_dir=tmp_path / "run")
+    ActorCritic.train_step = spy
+    try:
+        ghm_train.train_ghm(config, echo=lambda *a, **k: None)
+    finally:
+        ActorCritic.train_step = original
+    assert seen == pytest.approx([1.0, 0.6, 0.2])  # linear in (i - 1) / (N - 1)
+    assert "td_final_fraction=0.2" in budget_schedules(config)

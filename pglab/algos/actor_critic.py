@@ -98,6 +98,10 @@ class ActorCritic(PathwisePolicyGradient):
         if hjb_interval is not None and not 0.0 <= hjb_interval[0] < hjb_interval[1]:
             raise ValueError(f"ActorCritic: hjb_interval must be (low, high) with 0 <= low < high, got {hjb_interval}")
         self.gae_lambda = gae_lambda
+        # weight of the TD(lambda) regression in the critic loss; the trainer may decay it
+        # (--td_final_fraction): with a hard boundary condition the residual alone pins V*,
+        # and the TD targets, returns of the current policy, sit below it
+        self.td_weight = 1.0
         self.hjb_weight = hjb_weight
         self.hjb_samples = hjb_samples
         self.hjb_residual = hjb_residual
@@ -123,9 +127,11 @@ class ActorCritic(PathwisePolicyGradient):
         return low + (high - low) * unit
 
     def critic_loss(self, states: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
-        """TD(lambda) regression plus ``hjb_weight`` times the mean squared HJB residual
-        (``loss/hjb_residual``: that mean square, before the weight)."""
+        """``td_weight`` times the TD(lambda) regression plus ``hjb_weight`` times the mean
+        squared HJB residual (``loss/value``, ``loss/hjb_residual``: each before its weight)."""
         out = value_regression_loss(self.critic(states), targets)
+        if self.td_weight != 1.0:
+            out = {**out, "loss": self.td_weight * out["loss"]}
         if self.hjb_weight > 0:
             # the double backward pass of the residual costs ~10x a plain value regression per state
             points = self.hjb_states(states)

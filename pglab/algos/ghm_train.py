@@ -90,7 +90,7 @@ SPEC = TrainerSpec(
     # A run made before these fields existed resumes the way it was trained: the policy
     # network in every rollout step, the policy-evaluation HJB residual at visited states.
     stored_defaults={"policy_table_points": 0, "hjb_residual": "policy", "hjb_c_min": None, "model": "ghm",
-                     "control_variate": "none"},
+                     "control_variate": "none", "critic_boundary": "none"},
 )
 
 
@@ -113,8 +113,28 @@ def build_networks(config: GHMTrainConfig, model: GHMModel, device: torch.device
         mean_init=[max(config.initial_rate_fraction * high, 1e-3) for high in model.control.high],
         mean_shift=[config.mean_shift_fraction * high for high in model.control.high],
     ).to(device)
-    baseline = None if config.no_baseline else ValueNetwork(model.state_dim, config.baseline_hidden_dims, activation=config.activation).to(device)
+    layer = boundary_layer_width(model) if config.critic_boundary == "hard" else None
+    baseline = None if config.no_baseline else ValueNetwork(model.state_dim, config.baseline_hidden_dims, activation=config.activation,
+                                                            boundary_layer=layer).to(device)
     return policy, baseline
+
+
+def boundary_layer_width(model: GHMModel) -> float:
+    """Width ``l = s(0)^2 / (2 max_u b(0, u))`` of the value's boundary layer at the
+    liquidation point (state 0), from the model: with the cash pushed up at the largest
+    drift, ``0.5 s^2 V'' + b V' = 0`` has the solution ``1 - exp(-x / l)`` there (GHM:
+    ``sigma^2 / (2 (mu + a_E_max)) = 0.018``). A :class:`ConfigError` naming
+    ``critic_boundary`` when no control moves the cash up at 0 (no such layer)."""
+    import itertools
+
+    zero = torch.zeros(1, 1, dtype=torch.float64)
+    corners = [torch.tensor([corner], dtype=torch.float64) for corner in itertools.product(*zip(model.control.low, model.control.high))]
+    drift = max(float(model.drift(zero, corner)[0, 0]) for corner in corners)
+    volatility = max(float(model.diffusion(zero, corner)[0, 0]) for corner in corners)
+    if not drift > 0 or not volatility > 0:
+        raise ConfigError("critic_boundary", "hard", f"needs a positive drift and volatility at the liquidation point "
+                          f"(largest drift {drift:g}, volatility {volatility:g}); use --critic_boundary none")
+    return volatility**2 / (2.0 * drift)
 
 
 def build_simulator(config: GHMTrainConfig, model: GHMModel):
@@ -461,8 +481,8 @@ def _note_budget_change(run: TrainingRun, echo: Callable[..., None]) -> None:
         return
     echo(f"pglab: note: n_iterations: {before} -> {after} changes the schedules {', '.join(schedules)} from iteration "
          f"{run.start + 1} on (they are functions of n_iterations), so this run will differ from one uninterrupted "
-         f"{after}-iteration run; constant schedules (--lr_final_fraction 1, no final_max_std/final_action_repeat) "
-         "extend exactly", file=sys.stderr)
+         f"{after}-iteration run; constant schedules (--lr_final_fraction 1 --final_max_std None, no "
+         "final_action_repeat/td_final_fraction) extend exactly", file=sys.stderr)
 
 
 def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, echo: Callable[..., None] = print,
@@ -567,6 +587,8 @@ def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, ec
                     start_log = min(config.log_std_init, math.log(config.max_std))
                     policy.log_std_max = start_log + (math.log(config.final_max_std) - start_log) * progress
                 simulator.action_repeat = action_repeat_at(config, progress)
+                if config.algo == "actor-critic":  # TD(lambda)'s weight: 1 -> td_final_fraction
+                    solver.td_weight = 1.0 - (1.0 - config.td_final_fraction) * progress
                 metrics = solver.train_step()
                 metrics["stats/action_repeat"] = float(simulator.action_repeat)
                 elapsed = time.perf_counter() - tick

@@ -116,9 +116,9 @@ class CreditLineParams(GHMParams):
 # iterations, each ~3x dearer (the backward pass runs through the whole rollout).
 SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
     "mc": dict(n_iterations=800, n_trajectories=500, lr_policy=3e-4, lr_final_fraction=0.2, baseline_steps=1,
-               score_samples=0, action_repeat=5, control_variate="martingale"),
-    "pathwise": dict(control_variate="none", n_trajectories=1000, n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
-    "actor-critic": dict(control_variate="none", n_trajectories=1000, n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
+               score_samples=0, action_repeat=5, control_variate="martingale", critic_boundary="none"),
+    "pathwise": dict(control_variate="none", critic_boundary="none", n_trajectories=1000, n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
+    "actor-critic": dict(control_variate="none", critic_boundary="none", n_trajectories=1000, n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
 }
 
 
@@ -186,6 +186,11 @@ class GHMTrainConfig:
     hjb_weight: float = 1.0
     """actor-critic: weight of the mean squared HJB residual in the critic loss (the note's
     "MC + TD + HJB" critic; 0: a TD(lambda) critic alone)"""
+    td_final_fraction: float = 1.0
+    """actor-critic: the TD(lambda) regression's weight in the critic loss decays linearly from 1
+    to this by the last iteration (1: constant). With --critic_boundary hard and the optimal
+    residual, 0 hands the critic to the HJB alone at the end: TD starts it near the value, the
+    residual then removes TD's bias (its targets are returns of the current policy, below V*)"""
     hjb_samples: int = 4096
     """actor-critic: states per critic step at which the HJB residual is evaluated"""
     hjb_residual: Literal["optimal", "policy"] = "optimal"
@@ -194,11 +199,17 @@ class GHMTrainConfig:
     hjb_c_min: float | None = 0.05
     """actor-critic: the HJB residual's states are drawn uniformly on [hjb_c_min, hjb_c_max]
     each critic step (collocation points; above the boundary layer at the liquidation point,
-    which the network does not resolve); None: at the batch's visited states instead. In the
-    model's state: cash for ghm, liquidity = cash + credit_limit for credit-line"""
+    which a plain network does not resolve; with --critic_boundary hard, whose network does,
+    0 collocates from the liquidation point); None: at the batch's visited states instead. In
+    the model's state: cash for ghm, liquidity = cash + credit_limit for credit-line"""
     hjb_c_max: float | None = None
     """actor-critic: upper end of the collocation interval, in the model's state (default
     1.25 x the state of initial_cash_high: 1.25 initial_cash_high for ghm)"""
+    critic_boundary: Literal["hard", "none"] | None = None
+    """the value network: hard, V = (1 - exp(-x / l)) N(x), so V = 0 at the liquidation point
+    exactly and the boundary layer of width l = diffusion^2 / (2 max drift) there (GHM 0.018)
+    is representable; none: a plain MLP (the default; hard did not lower the actor-critic's
+    HJB residual or value error in the solver, docs/ghm-validation.md)"""
     # -- networks ----------------------------------------------------------------------
     policy_hidden_dims: tuple[int, ...] = (64, 64)
     """hidden layer sizes of the policy"""
@@ -325,6 +336,7 @@ class GHMTrainConfig:
         check_choice("advantage", self.advantage, ("trajectory", "reward_to_go"))
         check_choice("terminal_value", self.terminal_value, ("critic", "none"))
         check_choice("control_variate", self.control_variate, ("none", "martingale"))
+        check_choice("critic_boundary", self.critic_boundary, ("hard", "none"))
         if self.control_variate == "martingale":
             if self.algo != "mc":
                 raise ConfigError("control_variate", "martingale", f"is for --algo mc, not --algo {self.algo}")
@@ -342,6 +354,9 @@ class GHMTrainConfig:
         if self.no_baseline and self.algo != "mc":
             raise ConfigError("no_baseline", True, f"--algo {self.algo} needs its critic (no_baseline is for --algo mc)")
         check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
+        check_range("td_final_fraction", self.td_final_fraction, 0.0, 1.0)
+        if self.td_final_fraction != 1.0 and self.algo != "actor-critic":
+            raise ConfigError("td_final_fraction", self.td_final_fraction, f"is for --algo actor-critic, not --algo {self.algo}")
         check_non_negative("hjb_weight", self.hjb_weight)
         check_int("hjb_samples", self.hjb_samples, minimum=1)
         check_choice("hjb_residual", self.hjb_residual, ("optimal", "policy"))
@@ -450,10 +465,12 @@ def budget_schedules(config: GHMTrainConfig) -> list[str]:
     schedules = []
     if config.lr_final_fraction != 1.0:
         schedules.append(f"lr_final_fraction={config.lr_final_fraction:g}")
-    if config.final_max_std is not None:
+    if config.final_max_std is not None and config.algo == "mc":  # the other solvers' policies are deterministic
         schedules.append(f"final_max_std={config.final_max_std:g}")
     if config.final_action_repeat is not None and config.final_action_repeat != config.action_repeat:
         schedules.append(f"final_action_repeat={config.final_action_repeat}")
+    if config.td_final_fraction != 1.0:
+        schedules.append(f"td_final_fraction={config.td_final_fraction:g}")
     return schedules
 
 
