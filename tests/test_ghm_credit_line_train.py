@@ -100,7 +100,7 @@ def test_each_solver_is_evaluated_from_cash_plus_the_line_against_the_credit_lin
         model, lambda states: agent.policy.mean_std(states)[0], (cash + LIMIT).tolist(), num_paths=config.eval_paths,
         dt=config.dt, generator=make_generator(config.seed + 2, torch.device("cpu")),
         value_bound=fd_value_bound(solution), tail_tolerance=config.eval_tail_tolerance,
-        table_points=config.policy_table_points, value_slope=fd_value_slope(solution))
+        table_points=config.policy_table_points, value_slope=fd_value_slope(solution), absorption=config.absorption)
     assert [row["value"] for row in evaluation["rows"]] == redone.mean
 
 

@@ -74,10 +74,11 @@ def _initial(model, num_paths: int = NUM_PATHS, seed: int = 3):
     return model.initial_states(num_paths, generator), generator
 
 
-def _reference(model, policy, action_repeat: int = 1, deterministic: bool = False) -> tuple[Trajectories, torch.Tensor]:
+def _reference(model, policy, action_repeat: int = 1, deterministic: bool = False,
+               absorption: str = "grid") -> tuple[Trajectories, torch.Tensor]:
     initial, generator = _initial(model)
     with torch.no_grad():
-        paths = TrajectorySimulator(model, DT, HORIZON, action_repeat=action_repeat).rollout(
+        paths = TrajectorySimulator(model, DT, HORIZON, action_repeat=action_repeat, absorption=absorption).rollout(
             policy, initial, generator, deterministic=deterministic)
     return paths, generator.get_state()
 
@@ -110,6 +111,17 @@ def test_process_backend_is_bitwise_identical_for_1_2_3_workers_and_to_the_batch
             assert torch.equal(got_rng, want_rng)  # the generator advanced exactly as the batched one
             got_mean, _ = _parallel(simulator, policy, deterministic=True)  # pool reused
             _assert_identical(got_mean, _reference(model, policy, deterministic=True)[0])
+
+
+def test_bridge_absorption_is_bitwise_identical_across_workers():
+    model, policy = GHMModel(), _policy()
+    want, want_rng = _reference(model, policy, absorption="bridge")
+    grid, _ = _reference(model, policy)
+    assert not torch.equal(want.dones, grid.dones)  # the bridge kills paths the grid keeps
+    with ParallelTrajectorySimulator(model, DT, HORIZON, n_workers=2, absorption="bridge") as simulator:
+        got, got_rng = _parallel(simulator, policy)
+    _assert_identical(got, want)
+    assert torch.equal(got_rng, want_rng)
 
 
 def test_action_repeat_is_honoured_and_can_change_between_rollouts():

@@ -101,6 +101,7 @@ def simulate_policy_value(
     progress: str | None = None,
     table_points: int = 0,
     value_slope: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    absorption: str = "grid",
 ) -> PolicyValue:
     """Estimate ``V^pi`` at each of ``initial_states`` (1-D models) with ``num_paths``
     paths each. ``policy_fn`` maps states ``[B, 1]`` to controls ``[B, A]`` (it is
@@ -114,6 +115,8 @@ def simulate_policy_value(
     check_int("num_paths", num_paths, minimum=2)
     check_positive("dt", dt)
     check_positive("tail_tolerance", tail_tolerance)
+    if absorption not in ("grid", "bridge"):
+        raise ValueError(f"simulate_policy_value: absorption must be 'grid' or 'bridge', got {absorption!r}")
     rho = model.discount_rate
     gamma = math.exp(-rho * dt)
     num_points = len(initial_states)
@@ -154,6 +157,10 @@ def simulate_policy_value(
                     shock = model.diffusion(states, controls)[:, 0] * (math.sqrt(dt) * noise[:, 0])
                     payout = reward - gamma * value_slope(states) * shock
                 totals.index_add_(0, owner, (discount * payout * alive).double())
+                if absorption == "bridge":  # killed between the grid times with 1 - survival
+                    survival = model.step_survival(states, next_states, controls, dt)
+                    uniform = torch.rand(survival.shape, generator=generator, device=device, dtype=survival.dtype)
+                    alive = alive & (uniform < survival)
                 states = torch.where(alive.unsqueeze(1), next_states, states)
                 alive = alive & ~model.terminated(states)
                 discount *= gamma

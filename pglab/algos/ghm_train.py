@@ -90,7 +90,8 @@ SPEC = TrainerSpec(
     # A run made before these fields existed resumes the way it was trained: the policy
     # network in every rollout step, the policy-evaluation HJB residual at visited states.
     stored_defaults={"policy_table_points": 0, "hjb_residual": "policy", "hjb_c_min": None, "model": "ghm",
-                     "control_variate": "none", "critic_boundary": "none"},
+                     "control_variate": "none", "critic_boundary": "none",
+                     "absorption": "grid"},
 )
 
 
@@ -140,11 +141,12 @@ def boundary_layer_width(model: GHMModel) -> float:
 def build_simulator(config: GHMTrainConfig, model: GHMModel):
     """The training rollouts' simulator: batched in this process, or spread over workers."""
     if config.simulator == "batched":
-        return TrajectorySimulator(model, config.dt, config.T, action_repeat=config.action_repeat)
+        return TrajectorySimulator(model, config.dt, config.T, action_repeat=config.action_repeat, absorption=config.absorption)
     from pglab.envs.parallel import ParallelTrajectorySimulator
 
     return ParallelTrajectorySimulator(model, config.dt, config.T, action_repeat=config.action_repeat,
-                                       backend=config.simulator, n_workers=config.n_workers, ray_address=config.ray_address)
+                                       backend=config.simulator, n_workers=config.n_workers, ray_address=config.ray_address,
+                                       absorption=config.absorption)
 
 
 def build_solver(config: GHMTrainConfig, policy, baseline, simulator, generator):
@@ -302,6 +304,7 @@ def evaluate_against_reference(
     table_points: int = 0,
     stochastic: bool = False,
     control_variate: bool = True,
+    absorption: str = "grid",
 ) -> tuple[PolicyValue, list[dict[str, float]]]:
     """The policy's simulated value from each of ``cash_levels`` against ``V*``.
 
@@ -324,6 +327,7 @@ def evaluate_against_reference(
             model, policy_fn, states, num_paths=num_paths, dt=dt, generator=generator,
             value_bound=fd_value_bound(solution), tail_tolerance=tail_tolerance, device=device,
             progress=progress, table_points=table_points, value_slope=fd_value_slope(solution) if control_variate else None,
+            absorption=absorption,
         )
     optimum = solution.value_at(states)
     rows = []
@@ -563,6 +567,7 @@ def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, ec
                     _, rows = evaluate_against_reference(
                         policy, model, solution, config.eval_cash, num_paths=config.eval_quick_paths, dt=config.dt,
                         seed=config.seed + 1, tail_tolerance=0.02, device=device, table_points=config.policy_table_points,
+                        absorption=config.absorption,
                     )
                     for row in rows:
                         record[f"eval/pct_optimal_c{row['initial_cash']:g}"] = row["pct_of_optimum"]
@@ -633,7 +638,7 @@ def final_evaluation(config: GHMTrainConfig, policy: GaussianPolicy, baseline: V
         policy, model, solution, config.eval_cash, num_paths=config.eval_paths, dt=config.dt,
         seed=config.seed + 2, tail_tolerance=config.eval_tail_tolerance, device=device,
         progress=f"final evaluation ({config.eval_paths} paths x {len(config.eval_cash)} cash levels)",
-        table_points=config.policy_table_points,
+        table_points=config.policy_table_points, absorption=config.absorption,
     )
     for row, exact in zip(rows, exact_policy_value(policy, model, solution, config.eval_cash)):
         row.update(exact_value=exact["exact_value"], exact_pct_of_optimum=exact["exact_pct_of_optimum"])

@@ -63,7 +63,7 @@ def evaluate(argv: list[str]) -> int:
     result, rows = evaluate_against_reference(
         agent.policy, agent.model, solution, list(config.cash), num_paths=config.episodes,
         dt=config.dt or agent.config.dt, seed=config.seed, tail_tolerance=config.tail_tolerance, device=device,
-        stochastic=config.stochastic, table_points=agent.config.policy_table_points,
+        stochastic=config.stochastic, table_points=agent.config.policy_table_points, absorption=agent.config.absorption,
         progress=f"evaluate {checkpoint['kind']} ({config.episodes} paths x {len(config.cash)} cash levels)",
     )
     if not config.stochastic:  # the deterministic policy's exact value beside the simulated one

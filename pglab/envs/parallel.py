@@ -126,6 +126,8 @@ class _SliceTask:
     initial_states: torch.Tensor  # [b, S]
     state_noise: torch.Tensor  # [b, T, S]
     action_noise: torch.Tensor  # [b, T, A]
+    absorption: str = "grid"
+    survival_noise: torch.Tensor | None = None  # [b, T], bridge absorption
 
 
 def _simulate_slice(payload: bytes, task: _SliceTask) -> dict[str, Any]:
@@ -134,10 +136,10 @@ def _simulate_slice(payload: bytes, task: _SliceTask) -> dict[str, Any]:
     start = time.thread_time()
     torch.set_num_threads(1)
     model, policy = pickle.loads(payload)
-    simulator = TrajectorySimulator(model, task.dt, task.horizon, action_repeat=task.action_repeat)
+    simulator = TrajectorySimulator(model, task.dt, task.horizon, action_repeat=task.action_repeat, absorption=task.absorption)
     with torch.no_grad():
-        paths = simulator.rollout(policy, task.initial_states, noise=RolloutNoise(task.state_noise, task.action_noise),
-                                  deterministic=task.deterministic)
+        noise = RolloutNoise(task.state_noise, task.action_noise, task.survival_noise)
+        paths = simulator.rollout(policy, task.initial_states, noise=noise, deterministic=task.deterministic)
     result: dict[str, Any] = {name: getattr(paths, name) for name in _TRAJECTORY_FIELDS}
     result["cpu_s"] = time.thread_time() - start
     return result
@@ -356,8 +358,10 @@ class ParallelTrajectorySimulator(TrajectorySimulator):
         backend: str = "process",
         n_workers: int | None = None,
         ray_address: str | None = None,
+        absorption: str = "grid",
     ):
-        super().__init__(model, dt, horizon, action_repeat=action_repeat)  # validates dt, T, action_repeat
+        # validates dt, T, action_repeat, absorption
+        super().__init__(model, dt, horizon, action_repeat=action_repeat, absorption=absorption)
         check_choice("backend", backend, BACKENDS)
         if n_workers is not None:
             check_int("n_workers", n_workers, minimum=1)
@@ -424,6 +428,8 @@ class ParallelTrajectorySimulator(TrajectorySimulator):
                 initial_states=initial_states[start:stop].detach().to("cpu").clone(),
                 state_noise=noise.state_noise[start:stop].to("cpu").clone(),
                 action_noise=noise.action_noise[start:stop].to("cpu").clone(),
+                absorption=self.absorption,
+                survival_noise=None if noise.survival_noise is None else noise.survival_noise[start:stop].to("cpu").clone(),
             )
             for start, stop in slices
         ]
