@@ -86,5 +86,28 @@ def test_absorption_config_and_the_resume_default():
 
     with pytest.raises(ConfigError, match="absorption"):
         GHMTrainConfig(absorption="continuous")
-    assert GHMTrainConfig().absorption == "bridge"
+    assert GHMTrainConfig().absorption == "grid" and GHMTrainConfig(absorption="bridge").absorption == "bridge"
     assert SPEC.stored_defaults["absorption"] == "grid"  # a run made before the field resumes as it was trained
+
+
+def test_calibrations_outside_the_checked_range_get_a_warning_naming_the_field(tmp_path, capsys):
+    from pglab.algos.ghm_train import calibration_warnings, train_ghm
+    from pglab.configs.ghm import GHMParams as Params
+    from pglab.configs.ghm import GHMTrainConfig
+
+    def warnings(**params):
+        config = GHMTrainConfig(params=Params(**params))
+        from pglab.algos.ghm_train import build_model
+
+        return calibration_warnings(config, build_model(config))
+
+    assert warnings() == [] and warnings(sigma=0.35, lambda_dilution=0.15) == [] and warnings(sigma=0.4, rho=0.06) == []
+    (line,) = warnings(sigma=0.6)
+    assert "sigma=0.6" in line and "[0.15, 0.4]" in line
+    assert any("initial_cash_high" in line for line in warnings(sigma=0.45, rho=0.06))  # barrier high in [0, 2]
+    # the trainer prints them on stderr before training, and trains anyway
+    config = GHMTrainConfig(params=Params(lambda_dilution=0.6), n_iterations=1, n_trajectories=8, T=0.05, final_eval=False,
+                            eval_interval=1000, fd_nodes=400, device="cpu", log_dir=tmp_path / "run")
+    messages = []
+    train_ghm(config, echo=lambda *a, **k: messages.append(" ".join(map(str, a))))
+    assert any("lambda_dilution=0.6" in m and "warning" in m for m in messages)

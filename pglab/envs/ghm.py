@@ -92,15 +92,13 @@ class GHMModel(ContinuousTimeModel):
         ``a_L - (1 + lambda) a_E`` does not depend on cash, so each step of the interval
         earns ``(a_L - (1 + lambda) a_E) dt`` while alive.
 
-        Why not the endpoint-only Brownian-bridge shortcut (sum the increments to
-        ``c_n``, survive with ``1 - exp(-2 c_0 c_n / (sigma^2 n dt))``)? That kills a path
-        that touches 0 *between* grid points, i.e. it simulates the continuously monitored
-        model, while this simulator, the final evaluation and the score-function
-        gradient all use the Euler chain absorbed at grid points; the two differ by
-        ``O(sigma sqrt(dt))`` in the effective boundary (the Broadie-Glasserman shift),
-        and the within-interval rewards of a killed path would need the bridge's
-        first-passage law. The cumulative sum costs the same few dispatches per interval
-        and changes nothing in the model.
+        Why not the endpoint-only Brownian-bridge shortcut (sum the increments to ``c_n``,
+        survive with ``1 - exp(-2 c_0 c_n / (sigma^2 n dt))``)? A path killed inside the
+        interval would need the bridge's first-passage law for its within-interval rewards.
+        The simulator instead keeps every grid point (this cumulative sum costs the same few
+        dispatches) and, with ``absorption="bridge"`` (``--absorption bridge``), kills a path in
+        each step with the one-step bridge probability (:meth:`step_survival`): the
+        continuously monitored model that the FD reference solves.
 
         A subclass that changes the drift, volatility or payout (the credit-line variant)
         falls back to the step-by-step default."""
