@@ -289,36 +289,36 @@ def deterministic_policy_fn(policy: GaussianPolicy):
     return lambda states: policy.mean_std(states)[0]
 
 
+def _on_grid(solution: FDSolution, values: np.ndarray, *, beyond: str):
+    """``values`` on the FD grid as a torch function of states ``[B, 1]`` -> ``[B]`` (linear
+    interpolation on the CPU tables; beyond the grid's end: the last value, ``"hold"``, or
+    0, ``"zero"``)."""
+    grid_size = len(solution.grid)
+    table = torch.as_tensor(values, dtype=torch.float32)
+    step, top = float(solution.step), float(solution.grid[-1])
+
+    def interpolate(states: torch.Tensor) -> torch.Tensor:
+        cash = states[:, 0].cpu()
+        position = (cash / step).clamp(0, grid_size - 1)
+        low = position.floor().long().clamp(max=grid_size - 2)
+        weight = position - low
+        out = (1 - weight) * table[low] + weight * table[low + 1]
+        if beyond == "zero":
+            out = out * (cash <= top)
+        return out.to(states.device, states.dtype)
+
+    return interpolate
+
+
 def fd_value_bound(solution: FDSolution):
     """``V*`` as a torch function: an upper bound of any policy's value."""
-    grid = torch.as_tensor(solution.grid, dtype=torch.float32)
-    values = torch.as_tensor(solution.value, dtype=torch.float32)
-    step = float(solution.step)
-
-    def bound(states: torch.Tensor) -> torch.Tensor:
-        position = (states[:, 0].cpu() / step).clamp(0, len(grid) - 1)
-        low = position.floor().long().clamp(max=len(grid) - 2)
-        weight = position - low
-        return ((1 - weight) * values[low] + weight * values[low + 1]).to(states.device, states.dtype)
-
-    return bound
+    return _on_grid(solution, solution.value, beyond="hold")
 
 
 def fd_value_slope(solution: FDSolution):
     """``V*'`` as a torch function (central differences on the FD grid, linearly
     interpolated; 0 beyond the grid): the evaluation's control-variate coefficient."""
-    grid = torch.as_tensor(solution.grid, dtype=torch.float32)
-    slopes = torch.as_tensor(np.gradient(solution.value, solution.grid), dtype=torch.float32)
-    step = float(solution.step)
-
-    def slope(states: torch.Tensor) -> torch.Tensor:
-        position = (states[:, 0].cpu() / step).clamp(0, len(grid) - 1)
-        low = position.floor().long().clamp(max=len(grid) - 2)
-        weight = position - low
-        inside = states[:, 0].cpu() <= float(grid[-1])
-        return (((1 - weight) * slopes[low] + weight * slopes[low + 1]) * inside).to(states.device, states.dtype)
-
-    return slope
+    return _on_grid(solution, np.gradient(solution.value, solution.grid), beyond="zero")
 
 
 def evaluate_against_reference(
