@@ -323,6 +323,26 @@ def test_exact_policy_value_agrees_with_the_simulated_one_and_is_logged(tmp_path
     assert exact_logged["exact/pct_optimal_min"] == min(exact_logged["exact/pct_optimal_c0.5"], exact_logged["exact/pct_optimal_c1.5"])
 
 
+def test_unusable_log_dir_and_output_exit_2_naming_the_field(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    for log_dir in (blocker, blocker / "sub"):
+        assert pglab_main(["train", "ghm", "--n_iterations", "1", "--n_trajectories", "8", "--T", "0.05", "--no-final-eval",
+                           "--fd_nodes", "400", "--device", "cpu", "--log_dir", str(log_dir)]) == 2
+        err = capsys.readouterr().err
+        assert "log_dir" in err and "Traceback" not in err
+    assert blocker.read_text() == "not a directory"  # nothing already there is touched
+    run = tmp_path / "run"
+    train_ghm(GHMTrainConfig(n_iterations=1, log_dir=run, **TINY), echo=lambda *a, **k: None)
+    assert pglab_main(["evaluate", str(run), "--episodes", "4", "--cash", "0.5", "--tail_tolerance", "0.5",
+                       "--output", str(blocker / "x.json")]) == 2
+    assert "output" in capsys.readouterr().err
+    assert pglab_main(["evaluate", str(run), "--episodes", "4", "--cash", "100"]) == 2
+    assert "cash" in capsys.readouterr().err
+    assert pglab_main(["validate", str(run), "--output", str(blocker)]) == 2
+    assert "output" in capsys.readouterr().err
+
+
 def test_same_seed_same_config_is_bit_identical(tmp_path):
     for name in ("a", "b"):
         train_ghm(GHMTrainConfig(n_iterations=2, log_dir=tmp_path / name, **TINY), echo=lambda *a, **k: None)
@@ -403,6 +423,8 @@ def test_solve_cli_prints_the_reference(capsys):
     (["--final_action_repeat", "20"], "final_action_repeat"),
     (["--mean_shift_fraction", "-0.5"], "mean_shift_fraction"),
     (["--no-such-flag", "1"], "no-such-flag"),
+    (["--a_L_max", "0"], "a_L_max"),  # no dividends: V* = 0, no % of V*
+    (["--eval_cash", "100"], "eval_cash"),  # beyond the FD grid
 ])
 def test_bad_training_input_exits_2_and_names_the_field(tmp_path, capsys, flags, field):
     code = pglab_main(["train", "ghm", "--log_dir", str(tmp_path / "run"), *flags])

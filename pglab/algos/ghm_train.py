@@ -697,8 +697,12 @@ def final_evaluation(config: GHMTrainConfig, policy: GaussianPolicy, baseline: V
     if result.table_error is not None:
         echo(f"policy read from a {config.policy_table_points}-point table (largest difference to the network: "
              f"{result.table_error:.1e})")
-    echo(f"dividend threshold (cash): learned {payload['learned_thresholds']['dividend_rate']}, FD {fd_thresholds['dividend_rate']:.3f}; "
-         f"issuance below: learned {payload['learned_thresholds']['issuance_rate']}, FD {fd_thresholds['issuance_rate']}")
+    def cash_label(value: float | None) -> str:
+        return "none" if value is None else f"{value:.3f}"
+
+    learned = payload["learned_thresholds"]
+    echo(f"dividend threshold (cash): learned {cash_label(learned['dividend_rate'])}, FD {cash_label(fd_thresholds['dividend_rate'])}; "
+         f"issuance below: learned {cash_label(learned['issuance_rate'])}, FD {cash_label(fd_thresholds['issuance_rate'])}")
     echo(f"run directory: {run_dir}")
     return rows
 

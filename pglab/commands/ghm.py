@@ -55,6 +55,9 @@ def evaluate(argv: list[str]) -> int:
         if cash <= liquidation:
             raise ConfigError("cash", cash, f"must exceed {liquidation:g}, where the firm of this run "
                               f"(--model {agent.config.model}) is liquidated")
+        if float(agent.model.state_from_cash(cash)) > 0.9 * agent.config.fd_x_max:
+            raise ConfigError("cash", cash, f"lies beyond 90% of the run's FD grid (fd_x_max={agent.config.fd_x_max:g}, in the "
+                              "model's state), where V* is not computed")
     try:
         cache = find_run_dir(checkpoint["path"]) / "fd_reference.npz"
     except UsageError:  # a checkpoint outside a run directory: solve the reference afresh
@@ -73,7 +76,10 @@ def evaluate(argv: list[str]) -> int:
               "policy": "stochastic" if config.stochastic else "deterministic",
               "simulated_time": result.simulated_time, "rows": rows}
     if config.output is not None:
-        atomic_write_json(config.output, report)
+        try:
+            atomic_write_json(config.output, report)
+        except OSError as error:
+            raise ConfigError("output", str(config.output), f"cannot be written: {error.strerror or error}") from error
     if config.json:
         print(json.dumps(report, indent=2))
     else:

@@ -86,8 +86,14 @@ def validate(argv: list[str]) -> int:
 
     payload, learned, reference, run_dir = validate_checkpoint(config)
     out_dir = config.output if config.output is not None else run_dir
-    json_path = atomic_write_json(out_dir / "validation.json", payload)
-    png_path = plot_validation(learned, reference, out_dir / "validation.png")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        json_path = atomic_write_json(out_dir / "validation.json", payload)
+        png_path = plot_validation(learned, reference, out_dir / "validation.png")
+    except OSError as error:
+        from pglab.errors import ConfigError
+
+        raise ConfigError("output", str(out_dir), f"cannot be written: {error.strerror or error}") from error
     if config.json:
         print(json.dumps({**payload, "files": [str(json_path), str(png_path)]}, indent=2))
     else:

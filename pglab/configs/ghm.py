@@ -168,7 +168,7 @@ class GHMTrainConfig:
     """baseline / critic gradient steps per iteration (default mc 1, pathwise/actor-critic 4)"""
     score_samples: int | None = None
     """alive (state, action) pairs per iteration scored by the policy loss and regressed by the
-    reward-to-go baseline per gradient step (uniform subsample, unbiased; 0: all ~500k);
+    reward-to-go baseline per gradient step (uniform subsample, unbiased; 0: all, ~45,000 decision pairs for mc at 500 paths);
     pathwise/actor-critic: (state, target) pairs per critic step (default mc 0, others 25,000;
     mc 8,000 with 1,000 iterations is ~1.5x faster but lost 1.5-5 points of V* at c0 = 0.25)"""
     policy_steps: int = 4
@@ -254,7 +254,7 @@ class GHMTrainConfig:
     grid times); bridge, also between grid times with the Brownian-bridge probability
     exp(-2 c c' / (sigma^2 dt)) (the continuously monitored model that the FD reference V*
     solves; the pathwise solvers always weight by it). Measured in docs/ghm.md: bridge fixes
-    the issuance point at high sigma but cost 0.3-0.6 points at the design note's calibration
+    the issuance point at high sigma but cost 0.3-0.8 points at the design note's calibration
     with the other defaults unchanged, so grid stays the default"""
     simulator: Literal["batched", "process", "ray"] = "batched"
     """mc: where training rollouts run: one batched process, a pool of worker processes, or
@@ -316,7 +316,7 @@ class GHMTrainConfig:
     """auto, cpu, cuda or cuda:N"""
     threads: int = 1
     """torch CPU threads (0: torch's default, one per core). 1 by default: an iteration's
-    tensors are small (1,000 paths; matrices of a few thousand rows), so a second thread
+    tensors are small (500 paths; matrices of a few thousand rows), so a second thread
     gains little on an idle machine and, measured, slows an iteration down several-fold as
     soon as another process wants a core (docs/ghm.md, "Threads")"""
     resume: Path | None = None
@@ -421,6 +421,12 @@ class GHMTrainConfig:
             if cash <= params.liquidation_cash:  # liquidated at once: V* = 0, no % of V*
                 raise ConfigError("eval_cash", cash, f"must exceed {params.liquidation_cash:g}, where the firm of "
                                   f"--model {self.model} is liquidated")
+            if cash - params.liquidation_cash > 0.9 * self.fd_x_max:  # the FD reference would be clamped there
+                raise ConfigError("eval_cash", cash, f"lies beyond 90% of the FD grid (fd_x_max={self.fd_x_max:g}, in the "
+                                  "model's state), where V* is not computed; raise fd_x_max")
+        if params.a_L_max <= 0:
+            raise ConfigError("a_L_max", params.a_L_max, "must be > 0 to train: without dividends every policy is worth 0 "
+                              "(V* = 0), so there is nothing to learn and no % of V*")
         check_int("eval_paths", self.eval_paths, minimum=2)
         check_range("eval_tail_tolerance", self.eval_tail_tolerance, 0.0, 1.0, low_inclusive=False)
         check_int("fd_nodes", self.fd_nodes, minimum=100)

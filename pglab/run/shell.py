@@ -260,7 +260,10 @@ class TrainingRun:
                                   "or choose another --log-dir")
             # Remember the outermost directory this run creates, to remove it on a failed start.
             missing = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as error:  # a file in the way, no permission, a read-only file system
+                raise ConfigError("log_dir", str(self.run_dir), f"cannot be created: {error.strerror or error}") from error
             self._created = [missing[-1]] if missing else []
             write_run_config(self.run_dir, config_to_dict(dataclasses.replace(self.config, resume=None)), kind=self.kind)
         seed_everything(self.config.seed)
