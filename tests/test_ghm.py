@@ -20,6 +20,7 @@ from pglab.envs.ghm import GHMModel, GHMParams
 from pglab.envs.simulator import TrajectorySimulator, euler_maruyama_step
 from pglab.hjb.fd import solve_hjb_1d, solve_hjb_1d_extrapolated
 from pglab.nets import GaussianPolicy, ValueNetwork
+from pglab.errors import TensorContractError
 from pglab.run.checkpoint import load_checkpoint_file
 
 # A run small enough for unit tests: 64 paths x 50 steps, tiny FD grid, no plots' heavy eval.
@@ -389,6 +390,9 @@ def test_python_api_load_checkpoint_and_evaluate_cli(tmp_path, capsys):
     rates = agent.policy.act(cash, deterministic=True)
     assert rates.shape == (3, 2) and rates.min() >= 0 and rates.max() <= 1
     assert agent.value(cash).shape == (3,)
+    for method in (agent.act, agent.value):  # NaN cash is refused, not turned into NaN rates
+        with pytest.raises(TensorContractError, match="finite"):
+            method(torch.tensor([[0.5], [float("nan")]]))
     code = pglab_main(["evaluate", str(tmp_path / "run" / "checkpoints" / "checkpoint_latest.pt"),
                        "--n_episodes", "200", "--cash", "0.5", "1.0", "--dt", "0.05",
                        "--tail_tolerance", "0.05", "--json"])

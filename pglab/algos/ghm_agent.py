@@ -22,7 +22,7 @@ from pglab.algos.ghm_train import build_model, build_networks
 from pglab.configs.ghm import GHM_KINDS, GHMTrainConfig
 from pglab.contracts import check_tensor
 from pglab.envs.ghm import GHMModel
-from pglab.errors import CheckpointError
+from pglab.errors import CheckpointError, TensorContractError
 from pglab.nets import GaussianPolicy, ValueNetwork
 from pglab.run.checkpoint import load_state_dict_checked
 from pglab.run.config import config_from_dict
@@ -71,7 +71,11 @@ class GHMAgent(Agent):
 
     def _states(self, cash: torch.Tensor) -> torch.Tensor:
         """The model's states ``[B, 1]`` float32 on the agent's device for cash ``[B, 1]``
-        (converted in float32, as the simulator's states are)."""
+        (converted in float32, as the simulator's states are). Cash must be finite: a NaN
+        would come back as NaN rates, silently."""
+        if not bool(torch.isfinite(cash).all()):
+            bad = cash[~torch.isfinite(cash)][0].item()
+            raise TensorContractError(f"GHMAgent: cash expected finite values, got {bad}")
         return self.model.state_from_cash(cash.to(self.device, torch.float32))
 
 
