@@ -61,7 +61,7 @@ from pglab.algos.pathwise import PathwisePolicyGradient
 from pglab.configs.ghm import GHM_KINDS, RESUMABLE_FIELDS, SOLVER_DEFAULTS, GHMTrainConfig, budget_schedules
 from pglab.envs.ghm import GHMModel, GHMParams
 from pglab.envs.ghm_credit_line import GHMCreditLineModel
-from pglab.envs.simulator import TrajectorySimulator
+from pglab.envs.simulator import TrajectorySimulator, interpolate_uniform
 from pglab.errors import ConfigError
 from pglab.hjb.fd import FDSolution, evaluate_policy_1d, solve_hjb_1d, solve_hjb_1d_extrapolated
 from pglab.nets import GaussianPolicy, ValueNetwork
@@ -294,16 +294,12 @@ def _on_grid(solution: FDSolution, values: np.ndarray, *, beyond: str):
     """``values`` on the FD grid as a torch function of states ``[B, 1]`` -> ``[B]`` (linear
     interpolation on the CPU tables; beyond the grid's end: the last value, ``"hold"``, or
     0, ``"zero"``)."""
-    grid_size = len(solution.grid)
     table = torch.as_tensor(values, dtype=torch.float32)
     step, top = float(solution.step), float(solution.grid[-1])
 
     def interpolate(states: torch.Tensor) -> torch.Tensor:
         cash = states[:, 0].cpu()
-        position = (cash / step).clamp(0, grid_size - 1)
-        low = position.floor().long().clamp(max=grid_size - 2)
-        weight = position - low
-        out = (1 - weight) * table[low] + weight * table[low + 1]
+        out = interpolate_uniform(table, float(solution.grid[0]), step, cash)
         if beyond == "zero":
             out = out * (cash <= top)
         return out.to(states.device, states.dtype)

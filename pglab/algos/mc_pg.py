@@ -58,7 +58,7 @@ import torch
 from torch import nn
 
 from pglab.algos.onpolicy import explained_variance, gradient_step
-from pglab.envs.simulator import TabulatedPolicy, TrajectorySimulator
+from pglab.envs.simulator import TabulatedPolicy, TrajectorySimulator, interpolate_uniform
 from pglab.estimators import normalize_advantages, reward_to_go
 from pglab.losses.reinforce import reinforce_loss, value_regression_loss
 from pglab.nets import GaussianPolicy, ValueNetwork
@@ -184,10 +184,7 @@ class MonteCarloPolicyGradient:
         num_points = self.rollout_table_points
         grid = torch.linspace(low, high, num_points, device=states.device, dtype=states.dtype).unsqueeze(1)
         table = autograd_slope(grid)[:, 0]  # [P]
-        position = ((states[:, 0] - low) / ((high - low) / (num_points - 1))).clamp(0.0, num_points - 1.0)
-        index = position.floor().clamp(max=num_points - 2).long()
-        weight = position - index.to(position.dtype)
-        return (table[index] + weight * (table[index + 1] - table[index])).unsqueeze(1)
+        return interpolate_uniform(table, low, (high - low) / (num_points - 1), states[:, 0]).unsqueeze(1)
 
     def control_variate_terms(self, paths, rollout_policy) -> tuple[torch.Tensor, torch.Tensor]:
         """The martingale control variate of a batch (module docstring): ``(w + v, v)``,

@@ -125,6 +125,17 @@ class Trajectories:
         return discounted_return(self.rewards, self.dones, self.discount, bootstrap_value)
 
 
+def interpolate_uniform(table: torch.Tensor, low: float, step: float, points: torch.Tensor) -> torch.Tensor:
+    """Linear interpolation of ``table [P]``, values on the uniform grid ``low + i step``,
+    at ``points [N]`` -> ``[N]``, clamped to the grid's ends (the control variates' slope
+    tables: any slope keeps them unbiased, so the clamp costs only variance)."""
+    num_points = table.shape[0]
+    position = ((points - low) / step).clamp(0.0, num_points - 1.0)
+    index = position.floor().clamp(max=num_points - 2).long()
+    weight = position - index.to(position.dtype)
+    return table[index] + weight * (table[index + 1] - table[index])
+
+
 class TabulatedPolicy:
     """A policy on a 1-D state, tabulated once and linearly interpolated.
 
