@@ -22,6 +22,7 @@ ranks start fresh episodes (so a resumed DDP run is not bit-identical).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import sys
 from pathlib import Path
@@ -91,6 +92,14 @@ def run_worker(rank: int, world_size: int, config_dict: dict[str, Any], init_met
             trainer = build(run_config, checkpoint)
             result = trainer.train(None, no_sync=trainer.train_model.no_sync)
         result["params"] = [p.detach().cpu().clone() for p in trainer.model.parameters()]
+        # A clean gloo shutdown: no rank tears its pairs down while another is still using them
+        # (rank 0 writes the final checkpoint after its last all-reduce), and the DDP reducer,
+        # which holds gloo work objects, is freed before the group is. Without both, a loaded
+        # machine occasionally saw a rank abort at exit ("terminate called without an active
+        # exception").
+        trainer = None
+        gc.collect()
+        dist.barrier()
         return result
     finally:
         dist.destroy_process_group()
