@@ -57,13 +57,14 @@ import torch
 
 from pglab.agent import Agent
 from pglab.algos.onpolicy import OnPolicyBatch, onpolicy_update
-from pglab.configs.ppo import PPOConfig, schedule_fraction  # PPOConfig re-exported: pglab.algos.ppo.PPOConfig keeps working
+from pglab.configs.ppo import OnPolicyHyperparams, PPOConfig, schedule_fraction  # PPOConfig re-exported: pglab.algos.ppo.PPOConfig keeps working
 from pglab.envs.atari import evaluation_options, reported_episodes
 from pglab.envs.base import ActionSpec, EpisodeTracker
 from pglab.envs.normalize import ObsRewardNormalizer
 from pglab.envs.registry import make_env
 from pglab.errors import CheckpointError, ConfigError
 from pglab.estimators import compute_gae, reward_to_go
+from pglab.losses.ppo_fused import fused_ppo_gradient
 from pglab.nets.actor_critic import ActorCritic, GSDEActorCritic, build_actor_critic
 from pglab.nets.nature_cnn import NatureCNNActorCritic
 from pglab.run.atomic import atomic_write_json
@@ -531,6 +532,8 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
     # fused: one kernel for the whole Adam step instead of a Python loop over parameters
     # (the networks are tiny, so per-op dispatch dominates the update's cost).
     optimizer = torch.optim.Adam(net.parameters(), lr=config.lr, eps=config.adam_eps, fused=device.type in ("cpu", "cuda"))
+    # PPO's gradient in closed form where the network allows it (pglab.losses.ppo_fused)
+    closed_form = fused_ppo_gradient(net) if config.fused_update and config.algo == "ppo" else None
     hp = config.update
     obs = env.reset(seed=config.seed)
     if normalizer is not None:
@@ -667,7 +670,13 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
         def evaluate(index: torch.Tensor):
             return net.evaluate_actions(flat_obs[index], flat_actions[index])
 
-        update_metrics = onpolicy_update(evaluate, batch, net.parameters(), optimizer, iteration_hp, generator=minibatch_generator)
+        def fused_gradient(index: torch.Tensor, advantages: torch.Tensor, hp: OnPolicyHyperparams):
+            return closed_form(flat_obs[index], flat_actions[index], batch.old_log_probs[index], advantages, batch.returns[index],
+                               batch.old_values[index], clip_coef=hp.clip_coef, value_clip_coef=hp.value_clip_coef,
+                               value_coef=hp.value_coef, entropy_coef=hp.entropy_coef)
+
+        update_metrics = onpolicy_update(evaluate, batch, net.parameters(), optimizer, iteration_hp, generator=minibatch_generator,
+                                         fused_gradient=fused_gradient if closed_form is not None else None)
 
         # -- 5. log (the shell saves checkpoints after this body) ----------------------
         elapsed = time.perf_counter() - tick
