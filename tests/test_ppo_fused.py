@@ -4,6 +4,7 @@ activations, 1-3 hidden layers, value clipping and the entropy bonus; where it d
 (gSDE, LayerNorm, other activations); and a short training run with and without it."""
 import dataclasses
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -15,6 +16,7 @@ from pglab.losses.ppo_fused import fused_ppo_gradient
 from pglab.nets.actor_critic import CategoricalActorCritic, GaussianActorCritic, GSDEActorCritic
 from pglab.run.checkpoint import load_checkpoint_file
 from pglab.run.config import make_config
+from pglab.run.logger import read_metrics
 
 
 def _minibatch(net, obs_dim, batch, generator):
@@ -84,7 +86,7 @@ def test_training_with_the_closed_form_follows_autograd(tmp_path, env):
     # Same seed, same random streams: the two runs differ only by float rounding in the
     # gradients, so after 4 iterations (16 Adam steps) the weights still agree closely.
     config = make_config(PPOConfig, env=env, num_envs=2, num_steps=32, total_steps=2 * 32 * 4, num_minibatches=2, ppo_epochs=2,
-                         hidden_dims=(16, 16), entropy_coef=0.01, value_clip_coef=0.2, tensorboard=False, eval_episodes=0,
+                         hidden_dims=(16, 16), entropy_coef=0.01, value_clip_coef=0.2, lr=3e-3, clip_coef=0.05, tensorboard=False, eval_episodes=0,
                          log_dir=tmp_path / "fused")
     fused = train_ppo(config, echo=lambda *a, **k: None)
     plain = train_ppo(dataclasses.replace(config, fused_update=False, log_dir=tmp_path / "autograd"), echo=lambda *a, **k: None)
@@ -93,6 +95,38 @@ def test_training_with_the_closed_form_follows_autograd(tmp_path, env):
         assert torch.allclose(fused_weights[name], weight, atol=2e-5, rtol=1e-4), name
     # ... and they are two different computations (not the autograd path twice)
     assert any(not torch.equal(fused_weights[name], weight) for name, weight in plain_weights.items())
+    # the logged loss metrics: made once per update from the kept terms, the same numbers
+    # as the mean over minibatches of ppo_clip_loss's (equal-size minibatches here)
+    fused_log, plain_log = read_metrics(fused.run_dir), read_metrics(plain.run_dir)
+    for column in ("loss/policy", "loss/value", "loss/entropy", "stats/entropy", "stats/approx_kl", "stats/clipfrac",
+                   "stats/grad_norm"):
+        assert np.allclose(fused_log[column], plain_log[column], rtol=2e-3, atol=1e-6), column
+    if env == "gym:Pendulum-v1":  # (CartPole's policy moves too little in 4 iterations to clip)
+        assert fused_log["stats/clipfrac"].max() > 0
+
+
+def test_summarize_over_minibatches_weights_each_sample_once():
+    # Two minibatches of different sizes: the summary is the sample-weighted mean of the
+    # one-minibatch metrics (what ppo_clip_loss gives on each).
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(3)
+    settings = dict(clip_coef=0.2, value_clip_coef=0.3, value_coef=0.5, entropy_coef=0.01)
+    for net in (CategoricalActorCritic(4, 3, (8,)), GaussianActorCritic(4, 2, (8,))):
+        closed_form = fused_ppo_gradient(net)
+        terms, singles, sizes = [], [], (40, 24)
+        for size in sizes:
+            minibatch = _minibatch(net, 4, size, generator)
+            terms.append(closed_form.gradient(*minibatch, **settings))
+            log_probs, entropy, values = net.evaluate_actions(minibatch[0], minibatch[1])
+            singles.append(ppo_clip_loss(log_probs, minibatch[2], minibatch[3], values, minibatch[4], entropy=entropy,
+                                         old_values=minibatch[5], **settings))
+            with torch.no_grad():  # as an optimiser step would: the next minibatch sees other weights
+                for p in net.parameters():
+                    p.add_(0.05 * torch.randn(p.shape, generator=generator))
+        summary = closed_form.summarize(terms, clip_coef=0.2, value_coef=0.5, entropy_coef=0.01)
+        for key, value in summary.items():
+            expected = sum(single[key].detach() * size for single, size in zip(singles, sizes)) / sum(sizes)
+            assert torch.allclose(value, expected, atol=1e-6, rtol=1e-5), (type(net).__name__, key)
 
 
 @pytest.mark.parametrize("max_norm", [0.05, 1e3])
@@ -110,3 +144,37 @@ def test_clip_grad_norm_is_torchs_clip_grad_norm(max_norm):
     assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours, theirs))
     clipped = float(torch.linalg.vector_norm(torch.stack([a.grad.norm() for a in ours])))
     assert clipped == pytest.approx(min(max_norm, float(expected)), rel=1e-5)  # clipped only when over max_norm
+
+
+@pytest.mark.parametrize("target_kl", [None, 1e-12, 3e-2, 1e-1])
+def test_onpolicy_update_with_the_closed_form_stops_at_the_same_epoch(target_kl):
+    # The KL early stop reads the epoch's KL from the kept terms: the same epoch count as
+    # the autograd path, and the same weights after it.
+    import copy
+
+    from pglab.algos.onpolicy import OnPolicyBatch, onpolicy_update
+    from pglab.configs.ppo import OnPolicyHyperparams
+
+    torch.manual_seed(0)
+    net = CategoricalActorCritic(4, 3, (16,))
+    obs, actions, old_log_probs, advantages, returns, old_values = _minibatch(net, 4, 128, torch.Generator().manual_seed(5))
+    with torch.no_grad():  # on-policy: the first epoch's ratios are 1
+        old_log_probs, _, old_values = net.evaluate_actions(obs, actions)
+    batch = OnPolicyBatch(old_log_probs, advantages, returns, old_values)
+    hp = OnPolicyHyperparams(ppo_epochs=8, num_minibatches=4, target_kl=target_kl, entropy_coef=0.01)
+    results = {}
+    for name in ("autograd", "closed_form"):
+        model = copy.deepcopy(net)
+        optimizer = torch.optim.Adam(model.parameters(), lr=3e-2)
+        evaluate = lambda index, model=model: model.evaluate_actions(obs[index], actions[index])  # noqa: E731
+        fused = fused_ppo_gradient(model).bind(obs, actions, batch) if name == "closed_form" else None
+        metrics = onpolicy_update(evaluate, batch, model.parameters(), optimizer, hp, generator=torch.Generator().manual_seed(1),
+                                  fused_gradient=fused)
+        results[name] = (model, metrics)
+    epochs = {name: int(metrics["stats/epochs"]) for name, (_, metrics) in results.items()}
+    assert epochs["autograd"] == epochs["closed_form"]
+    assert epochs["autograd"] == {None: 8, 1e-12: 1, 3e-2: 2, 1e-1: 8}[target_kl]
+    for (name, a), b in zip(results["autograd"][0].named_parameters(), results["closed_form"][0].parameters()):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), name
+    for key, value in results["autograd"][1].items():
+        assert torch.allclose(results["closed_form"][1][key], value, atol=1e-5, rtol=1e-3), key

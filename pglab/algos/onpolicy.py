@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -36,8 +37,17 @@ __all__ = ["Evaluate", "OnPolicyBatch", "OnPolicyHyperparams", "RLMode", "explai
            "minibatch_indices", "onpolicy_update"]
 
 Evaluate = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-# (minibatch index [m], normalised advantages [m], hyperparameters) -> the loss's metrics, grads set
-FusedGradient = Callable[[torch.Tensor, torch.Tensor, OnPolicyHyperparams], dict[str, torch.Tensor]]
+
+
+class FusedGradient(Protocol):
+    """A closed-form PPO gradient bound to one rollout's samples (:mod:`pglab.losses.ppo_fused`)."""
+
+    def gradient(self, index: torch.Tensor, advantages: torch.Tensor, hp: OnPolicyHyperparams) -> Any:
+        """Set every parameter's ``.grad`` for the minibatch ``index [m]`` (advantages
+        ``[m]`` already normalised); return its per-sample loss terms."""
+
+    def summarize(self, terms: list[Any], hp: OnPolicyHyperparams) -> dict[str, torch.Tensor]:
+        """The loss metrics of :func:`ppo_clip_loss` over the samples of ``terms``."""
 
 
 @dataclass
@@ -108,10 +118,11 @@ def onpolicy_update(
 ) -> dict[str, torch.Tensor]:
     """Improve the policy (and critic) on one batch; return mean diagnostics as tensors.
 
-    ``fused_gradient(index, advantages, hp)`` (PPO only; optional) replaces ``evaluate`` +
-    :func:`ppo_clip_loss` + ``backward``: it sets the parameters' ``.grad`` to the loss's
-    gradient on the minibatch ``index`` in closed form and returns the loss's metrics
-    (:mod:`pglab.losses.ppo_fused`).
+    ``fused_gradient`` (PPO only; optional) replaces ``evaluate`` + :func:`ppo_clip_loss` +
+    ``backward``: its ``gradient(index, advantages, hp)`` sets the parameters' ``.grad`` to
+    the loss's gradient on the minibatch ``index`` in closed form and returns the loss's
+    per-sample terms, and ``summarize(terms, hp)`` makes the loss metrics from the terms of
+    the whole update (sample-weighted means; :mod:`pglab.losses.ppo_fused`).
 
     Metrics (tensors on the batch's device; the trainer syncs when it logs):
     ``loss/policy``, ``loss/value``, ``loss/entropy``, ``stats/entropy``,
@@ -151,7 +162,10 @@ def onpolicy_update(
         epochs_run = 1
     else:
         epochs_run = 0
+        fused_terms: list[Any] = []
+        grad_norms: list[torch.Tensor] = []
         for _ in range(hp.ppo_epochs):
+            epoch_start = len(fused_terms)
             order = torch.randperm(size, generator=generator, device="cpu").to(device)
             epoch_kl = torch.zeros((), device=device)
             epoch_batches = 0
@@ -164,8 +178,9 @@ def onpolicy_update(
                 if hp.normalize_advantages:
                     advantages = normalize_advantages(advantages)
                 if fused_gradient is not None:
-                    out = fused_gradient(index, advantages, hp)
-                    out["stats/grad_norm"] = clip_and_step(params, optimizer, hp.max_grad_norm)
+                    # metrics once per update from the kept terms (summarize), not per step
+                    fused_terms.append(fused_gradient.gradient(index, advantages, hp))
+                    grad_norms.append(clip_and_step(params, optimizer, hp.max_grad_norm))
                 else:
                     log_probs, entropy, values = evaluate(index)
                     out = ppo_clip_loss(
@@ -174,13 +189,17 @@ def onpolicy_update(
                         value_clip_coef=hp.value_clip_coef, value_coef=hp.value_coef, entropy_coef=hp.entropy_coef,
                     )
                     out["stats/grad_norm"] = gradient_step(out["loss"], params, optimizer, hp.max_grad_norm)
-                accumulate(out)
-                epoch_kl = epoch_kl + out["stats/approx_kl"]
+                    accumulate(out)
+                    epoch_kl = epoch_kl + out["stats/approx_kl"]
                 epoch_batches += 1
             epochs_run += 1
+            if fused_gradient is not None and hp.target_kl is not None:
+                epoch_kl = fused_gradient.summarize(fused_terms[epoch_start:], hp)["stats/approx_kl"] * epoch_batches
             # KL early stop: one host sync per epoch, only when the user asked for it.
             if hp.target_kl is not None and float(epoch_kl / max(epoch_batches, 1)) > hp.target_kl:
                 break
+        if fused_gradient is not None:
+            accumulate({**fused_gradient.summarize(fused_terms, hp), "stats/grad_norm": torch.stack(grad_norms).mean()})
     metrics = {key: torch.stack([record[key] for record in records]).float().mean() for key in records[0]}
     metrics["stats/epochs"] = torch.tensor(float(epochs_run), device=device)
     metrics["stats/explained_variance"] = explained_variance(batch.old_values, batch.returns)

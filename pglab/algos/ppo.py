@@ -57,7 +57,7 @@ import torch
 
 from pglab.agent import Agent
 from pglab.algos.onpolicy import OnPolicyBatch, onpolicy_update
-from pglab.configs.ppo import OnPolicyHyperparams, PPOConfig, schedule_fraction  # PPOConfig re-exported: pglab.algos.ppo.PPOConfig keeps working
+from pglab.configs.ppo import PPOConfig, schedule_fraction  # PPOConfig re-exported: pglab.algos.ppo.PPOConfig keeps working
 from pglab.envs.atari import evaluation_options, reported_episodes
 from pglab.envs.base import ActionSpec, EpisodeTracker
 from pglab.envs.normalize import ObsRewardNormalizer
@@ -670,13 +670,9 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
         def evaluate(index: torch.Tensor):
             return net.evaluate_actions(flat_obs[index], flat_actions[index])
 
-        def fused_gradient(index: torch.Tensor, advantages: torch.Tensor, hp: OnPolicyHyperparams):
-            return closed_form(flat_obs[index], flat_actions[index], batch.old_log_probs[index], advantages, batch.returns[index],
-                               batch.old_values[index], clip_coef=hp.clip_coef, value_clip_coef=hp.value_clip_coef,
-                               value_coef=hp.value_coef, entropy_coef=hp.entropy_coef)
-
+        fused_gradient = None if closed_form is None else closed_form.bind(flat_obs, flat_actions, batch)
         update_metrics = onpolicy_update(evaluate, batch, net.parameters(), optimizer, iteration_hp, generator=minibatch_generator,
-                                         fused_gradient=fused_gradient if closed_form is not None else None)
+                                         fused_gradient=fused_gradient)
 
         # -- 5. log (the shell saves checkpoints after this body) ----------------------
         elapsed = time.perf_counter() - tick

@@ -33,7 +33,8 @@ Notation for one minibatch of ``B`` rows (``1/B`` from every mean):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -93,24 +94,44 @@ def _backward(layers: list[Layer], outputs: list[torch.Tensor], grad_output: tor
             grad = grad * (previous > 0)
 
 
-class FusedPPOGradient:
-    """``step(obs, actions, old_log_probs, advantages, returns, old_values, clip_coef=...,
-    value_clip_coef=..., value_coef=..., entropy_coef=...) -> metrics``: sets ``.grad`` of
-    every parameter of the network to the gradient of PPO's loss on this minibatch and
-    returns :func:`~pglab.losses.ppo.ppo_clip_loss`'s metrics (``loss`` included, all
-    detached). ``advantages`` are used as given (normalise them first).
+@dataclass
+class PPOTerms:
+    """Per-sample pieces of one minibatch's loss, from which the logged metrics are made
+    (:meth:`FusedPPOGradient.summarize`) without spending operations on them per step."""
 
-    Shapes: ``obs [B, obs_dim]`` float, ``actions [B]`` int (categorical) or
-    ``[B, action_dim]`` float (Gaussian), the rest float ``[B]``.
+    log_ratio: torch.Tensor
+    """``log r`` ``[B]``"""
+    surrogate: torch.Tensor
+    """``min(r A, clip(r) A)`` ``[B]``"""
+    value_term: torch.Tensor
+    """``(V - R)^2`` or, with value clipping, ``max((V - R)^2, (V_clip - R)^2)`` ``[B]``"""
+    entropy_source: torch.Tensor
+    """categorical: ``log pi`` ``[B, K]``; Gaussian: ``log sigma`` ``[action_dim]`` (a copy)"""
+
+
+class FusedPPOGradient:
+    """The closed-form gradient of PPO's loss for one network.
+
+    ``gradient(obs, actions, old_log_probs, advantages, returns, old_values, clip_coef=...,
+    value_clip_coef=..., value_coef=..., entropy_coef=...) -> PPOTerms`` sets ``.grad`` of
+    every parameter to the gradient of :func:`~pglab.losses.ppo.ppo_clip_loss` on this
+    minibatch; ``summarize(terms, clip_coef=..., entropy_coef=..., value_coef=...)`` makes
+    that function's metrics from the terms of one or more minibatches (sample-weighted
+    means: the mean over minibatches when they are of equal size); calling the object
+    does both for one minibatch. ``advantages`` are used as given (normalise them first).
+
+    Shapes: ``obs [B, obs_dim]`` (any dtype; cast to float32 as the network does),
+    ``actions [B]`` int (categorical) or ``[B, action_dim]`` float (Gaussian), the rest
+    float ``[B]``.
     """
 
     def __init__(self, actor: list[Layer], critic: list[Layer], head: str, log_std: nn.Parameter | None):
         self.actor, self.critic, self.head, self.log_std = actor, critic, head, log_std
 
     @torch.no_grad()
-    def __call__(self, obs: torch.Tensor, actions: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+    def gradient(self, obs: torch.Tensor, actions: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
                  returns: torch.Tensor, old_values: torch.Tensor, *, clip_coef: float, value_clip_coef: float | None,
-                 value_coef: float, entropy_coef: float) -> dict[str, torch.Tensor]:
+                 value_coef: float, entropy_coef: float) -> PPOTerms:
         batch_size = obs.shape[0]
         flat = obs.reshape(batch_size, -1)
         if not flat.is_floating_point():  # as ActorCritic._flat
@@ -124,42 +145,42 @@ class FusedPPOGradient:
             pi = log_pi.exp()
             index = actions.long().unsqueeze(-1)
             log_probs = log_pi.gather(-1, index).squeeze(-1)
-            entropy = -(pi * log_pi).sum(-1)
+            entropy_source = log_pi
         else:
             log_std = self.log_std
             scaled = (actions - head) * torch.exp(-log_std)  # u = (a - mu) / sigma
             log_probs = (-0.5 * scaled.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
-            entropy = (0.5 + _LOG_SQRT_2PI + log_std).sum().expand(batch_size)
+            entropy_source = log_std.detach().clone()
 
-        # -- the loss (ppo_clip_loss's formulas) --------------------------------------------
+        # -- the clipped surrogate and the value error (ppo_clip_loss's formulas) ----------
         log_ratio = log_probs - old_log_probs
         ratio = log_ratio.exp()
         unclipped = ratio * advantages
         clipped = ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef) * advantages
-        policy_loss = -torch.min(unclipped, clipped).mean()
         value_error = values - returns
         if value_clip_coef is None:
-            value_loss = 0.5 * value_error.pow(2).mean()
+            value_term = value_error * value_error
             grad_values = value_error * (value_coef / batch_size)
         else:
             moved = values - old_values
             clipped_error = old_values + moved.clamp(-value_clip_coef, value_clip_coef) - returns
-            value_loss = 0.5 * torch.max(value_error.pow(2), clipped_error.pow(2)).mean()
+            squared, clipped_squared = value_error * value_error, clipped_error * clipped_error
+            value_term = torch.max(squared, clipped_squared)
             # max(u^2, w^2): the larger branch's slope; w moves with V only inside the clip range
             inside = moved.abs() <= value_clip_coef
-            grad_values = torch.where(value_error.pow(2) >= clipped_error.pow(2), value_error, clipped_error * inside)
+            grad_values = torch.where(squared >= clipped_squared, value_error, clipped_error * inside)
             grad_values = grad_values * (value_coef / batch_size)
-        mean_entropy = entropy.mean()
-        entropy_loss = -entropy_coef * mean_entropy
 
         # -- dL/dlog pi(a|s): the surrogate's slope where min() picks the unclipped term ----
-        grad_log_probs = torch.where(unclipped <= clipped, unclipped, torch.zeros_like(unclipped)) * (-1.0 / batch_size)
+        picks_unclipped = unclipped <= clipped
+        grad_log_probs = torch.where(picks_unclipped, unclipped, torch.zeros_like(unclipped)) * (-1.0 / batch_size)
         if self.head == "categorical":
             # (onehot(a) - pi) g + (c_H / B) pi (log pi + H)
             grad_head = pi * (-grad_log_probs).unsqueeze(-1)
             grad_head.scatter_add_(-1, index, grad_log_probs.unsqueeze(-1))
             if entropy_coef != 0.0:
-                grad_head += (entropy_coef / batch_size) * pi * (log_pi + entropy.unsqueeze(-1))
+                entropy = -(pi * log_pi).sum(-1, keepdim=True)
+                grad_head += (entropy_coef / batch_size) * pi * (log_pi + entropy)
         else:
             inverse_std = torch.exp(-self.log_std)
             grad_head = (grad_log_probs.unsqueeze(-1) * scaled) * inverse_std
@@ -167,14 +188,63 @@ class FusedPPOGradient:
             self.log_std.grad = grad_log_probs.unsqueeze(-1).mul(scaled.pow(2) - 1.0).sum(0) - entropy_coef
         _backward(self.actor, actor_out, grad_head)
         _backward(self.critic, critic_out, grad_values.unsqueeze(-1))
+        return PPOTerms(log_ratio, torch.where(picks_unclipped, unclipped, clipped), value_term, entropy_source)
 
-        approx_kl = ((ratio - 1.0) - log_ratio).mean()
-        clipfrac = ((ratio - 1.0).abs() > clip_coef).to(log_probs.dtype).mean()
+    @torch.no_grad()
+    def summarize(self, terms: list[PPOTerms], *, clip_coef: float, value_coef: float, entropy_coef: float) -> dict[str, torch.Tensor]:
+        """:func:`~pglab.losses.ppo.ppo_clip_loss`'s metrics over the samples of ``terms``."""
+        log_ratio = torch.cat([t.log_ratio for t in terms])
+        ratio = log_ratio.exp()
+        policy_loss = -torch.cat([t.surrogate for t in terms]).mean()
+        value_loss = 0.5 * torch.cat([t.value_term for t in terms]).mean()
+        if self.head == "categorical":
+            log_pi = torch.cat([t.entropy_source for t in terms])
+            mean_entropy = -(log_pi.exp() * log_pi).sum(-1).mean()
+        else:  # H = sum_i (1/2 + log sqrt(2 pi) + log sigma_i), one value per minibatch
+            sizes = torch.tensor([float(t.log_ratio.shape[0]) for t in terms], device=log_ratio.device)
+            per_minibatch = torch.stack([t.entropy_source for t in terms]).sum(-1) + (0.5 + _LOG_SQRT_2PI) * terms[0].entropy_source.shape[0]
+            mean_entropy = (per_minibatch * sizes).sum() / sizes.sum()
+        entropy_loss = -entropy_coef * mean_entropy
         return {
             "loss": policy_loss + value_coef * value_loss + entropy_loss,
             "loss/policy": policy_loss, "loss/value": value_loss, "loss/entropy": entropy_loss,
-            "stats/entropy": mean_entropy, "stats/approx_kl": approx_kl, "stats/clipfrac": clipfrac,
+            "stats/entropy": mean_entropy,
+            "stats/approx_kl": ((ratio - 1.0) - log_ratio).mean(),
+            "stats/clipfrac": ((ratio - 1.0).abs() > clip_coef).to(log_ratio.dtype).mean(),
         }
+
+    def bind(self, obs: torch.Tensor, actions: torch.Tensor, samples: Any) -> "BoundPPOGradient":
+        """This gradient over one rollout: ``obs [M, ...]``, ``actions [M, ...]`` and
+        ``samples`` with ``old_log_probs``, ``advantages``, ``returns``, ``old_values``
+        ``[M]`` (an :class:`~pglab.algos.onpolicy.OnPolicyBatch`)."""
+        return BoundPPOGradient(self, obs, actions, samples)
+
+    def __call__(self, obs: torch.Tensor, actions: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                 returns: torch.Tensor, old_values: torch.Tensor, *, clip_coef: float, value_clip_coef: float | None,
+                 value_coef: float, entropy_coef: float) -> dict[str, torch.Tensor]:
+        """:meth:`gradient` and :meth:`summarize` on one minibatch."""
+        terms = self.gradient(obs, actions, old_log_probs, advantages, returns, old_values, clip_coef=clip_coef,
+                              value_clip_coef=value_clip_coef, value_coef=value_coef, entropy_coef=entropy_coef)
+        return self.summarize([terms], clip_coef=clip_coef, value_coef=value_coef, entropy_coef=entropy_coef)
+
+
+class BoundPPOGradient:
+    """:class:`FusedPPOGradient` over one rollout's samples, selected by minibatch index
+    (the ``fused_gradient`` of :func:`pglab.algos.onpolicy.onpolicy_update`)."""
+
+    def __init__(self, closed_form: FusedPPOGradient, obs: torch.Tensor, actions: torch.Tensor, samples: Any):
+        self.closed_form, self.obs, self.actions = closed_form, obs, actions
+        # old log-probs, returns and old values in one [M, 3] table: one gather per minibatch, not three
+        self.table = torch.stack([samples.old_log_probs, samples.returns, samples.old_values], dim=1)
+
+    def gradient(self, index: torch.Tensor, advantages: torch.Tensor, hp: Any) -> PPOTerms:
+        old_log_probs, returns, old_values = self.table[index].unbind(1)
+        return self.closed_form.gradient(self.obs[index], self.actions[index], old_log_probs, advantages, returns, old_values,
+                                         clip_coef=hp.clip_coef, value_clip_coef=hp.value_clip_coef, value_coef=hp.value_coef,
+                                         entropy_coef=hp.entropy_coef)
+
+    def summarize(self, terms: list[PPOTerms], hp: Any) -> dict[str, torch.Tensor]:
+        return self.closed_form.summarize(terms, clip_coef=hp.clip_coef, value_coef=hp.value_coef, entropy_coef=hp.entropy_coef)
 
 
 def fused_ppo_gradient(net: nn.Module) -> FusedPPOGradient | None:
@@ -197,5 +267,3 @@ def fused_ppo_gradient(net: nn.Module) -> FusedPPOGradient | None:
         return None
     return FusedPPOGradient(actor, critic, head, log_std)
 
-
-FusedStep = Callable[..., dict[str, torch.Tensor]]
