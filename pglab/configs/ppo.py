@@ -144,7 +144,7 @@ class PPOConfig:
     """orthogonal initialisation (gain sqrt 2, 0.01 policy head, 1 value head); off: PyTorch's default init (SB3 ortho_init)"""
     fused_update: bool = True
     """PPO's gradient in closed form for plain Linear/Tanh|ReLU actor-critics (same loss and
-    gradient as autograd to float rounding, ~2x faster on small networks); other networks
+    gradient as autograd to float rounding, ~1.6x faster updates on classic-control networks); other networks
     always use autograd. off: autograd everywhere"""
     use_sde: bool = False
     """Box actions: generalized state-dependent exploration (gSDE, SB3's use_sde): noise = latent(s) @ W, W ~ N(0, exp(log_std)^2) resampled per rollout"""

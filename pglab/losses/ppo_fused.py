@@ -5,9 +5,10 @@ module computes the same loss *and* the gradient of every parameter with a handf
 matrix products, without building an autograd graph. Why: with classic-control networks
 (two 64-unit layers, minibatches of 64-256 rows) a PPO gradient step is almost all
 per-operation dispatch, not arithmetic. Autograd records and replays ~100 small
-operations per step; the closed form needs about 40, which makes the update ~2.5x faster
-on one CPU thread (``bench/ppo_vs_sb3.py``; ``tests/test_ppo_fused.py`` checks every
-gradient against autograd).
+operations per step; the closed form needs about 40 and no graph. Measured on one CPU
+thread: a 256-row CartPole step 1.07 -> 0.61 ms, the RL-Zoo CartPole run's whole update
+11.0 -> 6.9 s (``bench/ppo_vs_sb3.py``; ``tests/test_ppo_fused.py`` checks every gradient
+and metric against autograd).
 
 Supported: :class:`~pglab.nets.actor_critic.CategoricalActorCritic` and
 :class:`~pglab.nets.actor_critic.GaussianActorCritic` whose actor and critic are
