@@ -7,7 +7,7 @@ matrix products, without building an autograd graph. Why: with classic-control n
 per-operation dispatch, not arithmetic. Autograd records and replays ~100 small
 operations per step; the closed form needs about 40 and no graph. Measured on one CPU
 thread: a 256-row CartPole step 1.07 -> 0.61 ms, the RL-Zoo CartPole run's whole update
-11.0 -> 6.9 s (``bench/ppo_vs_sb3.py``; ``tests/test_ppo_fused.py`` checks every gradient
+11.6 -> 6.8 s (``bench/ppo_vs_sb3.py``; ``tests/test_ppo_fused.py`` checks every gradient
 and metric against autograd).
 
 Supported: :class:`~pglab.nets.actor_critic.CategoricalActorCritic` and
