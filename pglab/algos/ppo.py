@@ -258,18 +258,28 @@ _SKIP_ATTRIBUTES = {"env", "envs", "env_fns", "spec", "_saved_kwargs", "metadata
 
 def _storable(value: Any) -> Any:
     """A weights_only-loadable copy of one attribute value, or ``_SKIP``."""
+    # NumPy scalars first: np.float64 is also a Python float, but pickles as a NumPy object
+    # that a weights_only load refuses (LunarLander's prev_shaping).
+    if isinstance(value, np.generic) and not isinstance(value, np.object_):
+        return {"ndarray": torch.from_numpy(np.asarray(value).copy()), "dtype": str(value.dtype), "scalar": True}
     if value is None or isinstance(value, (bool, int, float, str)):
         return {"py": value}
     if isinstance(value, np.ndarray) and value.dtype != object:
         return {"ndarray": torch.from_numpy(value.copy()), "dtype": str(value.dtype)}
-    if isinstance(value, np.generic) and not isinstance(value, np.object_):
-        return {"ndarray": torch.from_numpy(np.asarray(value).copy()), "dtype": str(value.dtype), "scalar": True}
     if isinstance(value, np.random.Generator):
         return {"np_generator": value.bit_generator.state}
     return _SKIP
 
 
 _SKIP = object()
+# Physics engines whose state lives in C objects, not in plain attributes: an env holding
+# one cannot be snapshotted, and restoring its other attributes onto a fresh world would
+# mix two states; such runs resume from freshly reset environments (with a warning).
+_OPAQUE_SIMULATORS = ("Box2D", "mujoco", "pybullet")
+
+
+def _is_opaque_simulator(value: Any) -> bool:
+    return type(value).__module__.split(".")[0] in _OPAQUE_SIMULATORS
 
 
 def _restored(stored: dict[str, Any], current: Any) -> Any:
@@ -313,6 +323,8 @@ def capture_env_state(env: Any) -> dict[str, Any] | None:
         for name, value in vars(holder).items():
             if name in _SKIP_ATTRIBUTES:
                 continue
+            if _is_opaque_simulator(value):
+                return None
             stored = _storable(value)
             if stored is not _SKIP:
                 fields[name] = stored
