@@ -86,7 +86,9 @@ def test_absorption_config_and_the_resume_default():
 
     with pytest.raises(ConfigError, match="absorption"):
         GHMTrainConfig(absorption="continuous")
-    assert GHMTrainConfig().absorption == "grid" and GHMTrainConfig(absorption="bridge").absorption == "bridge"
+    # mc defaults to bridge since issue 24 / session 29; pathwise and actor-critic stay on grid
+    assert GHMTrainConfig().absorption == "bridge" and GHMTrainConfig(absorption="grid").absorption == "grid"
+    assert GHMTrainConfig(algo="pathwise").absorption == "grid" and GHMTrainConfig(algo="actor-critic").absorption == "grid"
     assert SPEC.stored_defaults["absorption"] == "grid"  # a run made before the field resumes as it was trained
 
 

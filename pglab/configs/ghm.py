@@ -115,10 +115,13 @@ class CreditLineParams(GHMParams):
 # have little variance, so they take larger steps, decide every dt and need ~3x fewer
 # iterations, each ~3x dearer (the backward pass runs through the whole rollout).
 SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "mc": dict(n_iterations=800, n_trajectories=500, lr_policy=3e-4, lr_final_fraction=0.2, baseline_steps=1,
-               score_samples=0, action_repeat=5, control_variate="martingale", critic_boundary="none"),
-    "pathwise": dict(control_variate="none", critic_boundary="none", n_trajectories=1000, n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
-    "actor-critic": dict(control_variate="none", critic_boundary="none", n_trajectories=1000, n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
+    # mc (issue 24, session 29, docs/ghm.md "Defaults across calibrations"): bridge absorption
+    # (the continuously monitored model that V* solves), 1,000 iterations, rates decaying to 5%.
+    "mc": dict(n_iterations=1000, n_trajectories=500, lr_policy=3e-4, lr_final_fraction=0.05, baseline_steps=1,
+               score_samples=0, action_repeat=5, control_variate="martingale", critic_boundary="none",
+               absorption="bridge"),
+    "pathwise": dict(absorption="grid", control_variate="none", critic_boundary="none", n_trajectories=1000, n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
+    "actor-critic": dict(absorption="grid", control_variate="none", critic_boundary="none", n_trajectories=1000, n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
 }
 
 
@@ -132,7 +135,7 @@ class GHMTrainConfig:
     """solver: Monte Carlo policy gradient (mc), pathwise, or actor-critic"""
     # -- training ----------------------------------------------------------------------
     n_iterations: int | None = None
-    """training iterations (default per solver, see SOLVER_DEFAULTS: mc 800, pathwise and
+    """training iterations (default per solver, see SOLVER_DEFAULTS: mc 1000, pathwise and
     actor-critic 350)"""
     n_trajectories: int | None = None
     """simulated paths per iteration (default mc 500, pathwise and actor-critic 1000)"""
@@ -143,7 +146,8 @@ class GHMTrainConfig:
     lr_final_fraction: float | None = None
     """learning rates decay linearly to this fraction of their initial value by the last
     iteration (1.0: constant); the decay settles the policy, whose quality otherwise
-    wanders by a few percent from one evaluation to the next"""
+    wanders by a few percent from one evaluation to the next (default mc 0.05,
+    pathwise/actor-critic 0.2)"""
     max_grad_norm: float = 0.5
     """gradient-norm clip for both networks"""
     advantage: Literal["trajectory", "reward_to_go"] = "reward_to_go"
@@ -248,14 +252,14 @@ class GHMTrainConfig:
     """training rollouts draw a new action every this many steps and hold it (default mc 5,
     pathwise/actor-critic 1; evaluation
     always applies the policy every dt)"""
-    absorption: Literal["grid", "bridge"] = "grid"
+    absorption: Literal["grid", "bridge"] | None = None
     """liquidation in mc's training rollouts and in every simulated evaluation: grid, when the
     cash is <= 0 at a grid time (the Euler chain, which survives excursions below 0 between
     grid times); bridge, also between grid times with the Brownian-bridge probability
     exp(-2 c c' / (sigma^2 dt)) (the continuously monitored model that the FD reference V*
-    solves; the pathwise solvers always weight by it). Measured in docs/ghm.md: bridge fixes
-    the issuance point at high sigma but cost 0.3-0.8 points at the design note's calibration
-    with the other defaults unchanged, so grid stays the default"""
+    solves; the pathwise solvers always weight by it in training). Default mc bridge
+    (with 1,000 iterations it fixed the issuance point at high sigma without the loss at the
+    design note's calibration that it had at 800; docs/ghm.md), pathwise/actor-critic grid"""
     simulator: Literal["batched", "process", "ray"] = "batched"
     """mc: where training rollouts run: one batched process, a pool of worker processes, or
     Ray tasks (bit-identical results; see docs/ghm-parallel.md for when it pays)"""
@@ -299,9 +303,10 @@ class GHMTrainConfig:
     """paths per initial cash in the final evaluation (the simulation subtracts the Brownian
     noise with V*' as coefficient: unbiased, and with 2,000 paths a standard error of ~0.1-0.2
     points of V* for a near-optimal policy, where 10,000 plain paths gave 0.3-0.4)"""
-    eval_tail_tolerance: float = 0.005
+    eval_tail_tolerance: float = 0.001
     """simulate until the discounted tail is below this fraction of the value (the simulated
-    value leaves the tail out, so it is low by at most this fraction)"""
+    value leaves the tail out, so it is low by at most this fraction; 0.005 cost bridge-trained
+    policies up to ~0.45 points of V* against their exact value)"""
     final_eval: bool = True
     """run the final evaluation after training (--no-final-eval: skip it)"""
     # -- reference ---------------------------------------------------------------------
@@ -506,8 +511,9 @@ class GHMEvaluateConfig:
     cash: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5)
     """initial cash levels (above the run's liquidation point: 0, or -credit_limit for a
     --model credit-line run)"""
-    tail_tolerance: float = 0.005
-    """simulate until the discounted tail is below this fraction of the value"""
+    tail_tolerance: float = 0.001
+    """simulate until the discounted tail is below this fraction of the value (the simulated
+    value is low by at most this fraction)"""
     dt: float | None = None
     """simulation time step (default: the run's dt)"""
     stochastic: bool = False
