@@ -207,10 +207,26 @@ def dispatch(argv: Sequence[str]) -> int:
     raise PglabUsage(f"command: unknown command {command!r}; choose one of {', '.join(commands)}")
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as ``pglab: warning: ...`` lines, not Python's file:line + source excerpt
+    (which reads like a crash to a command-line user)."""
+    print(f"pglab: warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``pglab``; returns (and, as a console script, exits with) the exit code."""
+    import warnings
+
+    previous_showwarning, warnings.showwarning = warnings.showwarning, _one_line_warning
     try:
         code = dispatch(sys.argv[1:] if argv is None else argv)
+    except BrokenPipeError:
+        # `pglab evaluate RUN | head -1`: the reader left; stop quietly (and keep Python's
+        # final flush of stdout from raising again), as the Python docs advise.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_FAILURE
     except PglabError as exc:
         print(f"pglab: error: {exc}", file=sys.stderr)
         code = exc.exit_code
@@ -222,6 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception:  # a bug, not a usage error: keep the traceback
         traceback.print_exc()
         code = EXIT_FAILURE
+    finally:
+        warnings.showwarning = previous_showwarning
     return int(code or 0)
 
 

@@ -271,11 +271,25 @@ def test_deprecated_names_work_in_flags_yaml_and_stored_configs(tmp_path, capsys
     (["--bogus", "1"], "bogus: unknown flag"),
     (["--steps"], "steps: needs a value"),
     (["--steps", "x"], "steps"),
+    (["--steps", "3", "stray"], r"argument: unexpected value \(got stray\)"),
 ])
 def test_flag_errors_are_one_line_config_errors(argv, expected):
     with pytest.raises(ConfigError, match=expected) as info:
         parse_flags(ToyConfig, argv, prog="toy")
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--fused-update", "maybe"], r"fused_update: --fused-update takes no value \(got 'maybe'\)"),
+    (["--no-fused-update=1"], r"fused_update: --no-fused-update takes no value \(got '1'\)"),
+    (["--normalize-obs", "true"], r"normalize_obs: --normalize-obs takes no value \(got 'true'\)"),
+])
+def test_a_value_given_to_a_switch_names_the_switch(argv, expected):
+    # it once said only "argument: unexpected value (got maybe)"
+    from pglab.configs.ppo import PPOConfig
+
+    with pytest.raises(ConfigError, match=expected):
+        parse_flags(PPOConfig, argv, prog="pglab train ppo")
 
 
 def test_config_file_errors_name_the_file(tmp_path):
@@ -352,3 +366,23 @@ def test_a_field_missing_from_an_old_stored_config_takes_the_specs_stored_defaul
     resumed = shell_module.resolve_resume(old_spec, ToyConfig(resume=tmp_path / "old"), frozenset({"resume"}))[0]
     assert resumed.width == 1
     assert shell_module.resolve_resume(SPEC, ToyConfig(resume=tmp_path / "old"), frozenset({"resume"}))[0].width == 3
+
+
+def test_warnings_reach_the_command_line_user_as_one_line(monkeypatch, capsys):
+    # Python's default shows file:line and a source excerpt, which reads like a crash
+    import warnings
+
+    import pglab.cli as cli
+
+    def warns(argv):
+        warnings.warn("the environment could not be checkpointed", UserWarning, stacklevel=1)
+        return 0
+
+    monkeypatch.setattr(cli, "dispatch", warns)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        previous = warnings.showwarning
+        assert cli.main([]) == 0
+        assert warnings.showwarning is previous  # restored for the library user
+    err = capsys.readouterr().err
+    assert err == "pglab: warning: the environment could not be checkpointed\n"

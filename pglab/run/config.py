@@ -384,10 +384,11 @@ class ParsedConfig:
     given: frozenset[str]
 
 
-def _one_line_parse_errors():
+def _one_line_parse_errors(argv: Sequence[str] = ()):
     """tyro reports parse errors in a multi-line box; pglab's rule is one line,
     ``pglab: error: FIELD: what is wrong (got VALUE)``, exit 2. tyro's parse-error hook
-    (private, hence the exact tyro pin) lets us raise a ConfigError instead."""
+    (private, hence the exact tyro pin) lets us raise a ConfigError instead. ``argv``
+    names the flag in front of a stray value (``--fused-update maybe``)."""
     try:
         from tyro import _errors as tyro_errors
     except ImportError:  # pragma: no cover - another tyro: keep its own output
@@ -411,6 +412,16 @@ def _one_line_parse_errors():
         if isinstance(event, tyro_errors.UnrecognizedArgs):
             flags = [t for t in event.tokens if t.startswith("-")]
             if not flags:
+                tokens = list(argv)
+                stray = event.tokens[0] if event.tokens else None
+                position = tokens.index(stray) if stray in tokens else -1
+                attached = [t for t in tokens if t.startswith("--") and t.partition("=")[2] == stray]
+                if attached or (position > 0 and tokens[position - 1].startswith("--")):
+                    # a value given to a switch: booleans are --name / --no-name, with no value
+                    flag = (attached[0] if attached else tokens[position - 1]).split("=", 1)[0]
+                    name = flag[2:].removeprefix("no-").replace("-", "_")
+                    raise UsageErrorLine(f"{name}: {flag} takes no value (got {stray!r}); a true/false option is "
+                                         f"--{name.replace('_', '-')} or --no-{name.replace('_', '-')}")
                 raise UsageErrorLine(f"argument: unexpected value (got {' '.join(event.tokens)}); see {event.prog} --help")
             raise UsageErrorLine(f"{flags[0].lstrip('-').replace('-', '_')}: unknown flag (got {' '.join(event.tokens)}); see {event.prog} --help")
         if isinstance(event, tyro_errors.InvalidChoice):
@@ -451,7 +462,7 @@ def parse_flags(cls: type[ConfigT], argv: Sequence[str], *, prog: str, descripti
     if yaml_path is not None:
         kwargs["default"] = load_yaml_config(cls, yaml_path)
         given.update(dotted_keys(cls, _nest(cls, read_yaml_mapping(yaml_path), warn=False, source="")))
-    with _one_line_parse_errors():
+    with _one_line_parse_errors(argv):
         config = tyro.cli(cls, args=rest, prog=prog, description=description, **kwargs)
     return ParsedConfig(config, frozenset(given))
 
