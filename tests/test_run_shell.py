@@ -128,6 +128,20 @@ def test_given_non_resumable_flag_is_refused_even_when_it_equals_the_default(tmp
     assert run.config.lr == 1e-3 and run.counters["step"] == 5
 
 
+def test_a_log_dir_given_with_resume_must_be_the_resumed_run(tmp_path):
+    # it was ignored without a word: the run continued in its own directory
+    train_toy(_config(tmp_path, steps=4))
+    parsed = parse_flags(ToyConfig, ["--resume", str(tmp_path / "run"), "--log-dir", str(tmp_path / "other"), "--steps", "5"],
+                         prog="toy")
+    with pytest.raises(ConfigError, match=r"log_dir: a resumed run continues in its own directory .*run.*\(got '.*other'\)"):
+        train_toy(parsed.config, given=parsed.given)
+    assert not (tmp_path / "other").exists()
+    parsed = parse_flags(ToyConfig, ["--resume", str(tmp_path / "run"), "--log-dir", str(tmp_path / "run"), "--steps", "5"],
+                         prog="toy")
+    run, _ = train_toy(parsed.config, given=parsed.given)
+    assert run.counters["step"] == 5
+
+
 def test_flags_not_given_keep_the_stored_values_and_budget_checks_use_the_merged_config(tmp_path):
     train_toy(_config(tmp_path, width=1, steps=2))
     # steps=2 < default width 3 would fail a fresh run; on resume the stored width 1 applies.

@@ -123,6 +123,13 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None)
         raise CheckpointError(f"run directory {run_dir}: config.json holds no config mapping")
     stored = config_from_dict(spec.config_class, {**(spec.stored_defaults or {}), **stored_fields,
                                                   "resume": None, "log_dir": None})
+    if given is not None and "log_dir" in given and config.log_dir is not None \
+            and Path(config.log_dir).resolve() != run_dir.resolve():
+        # on the command line a --log-dir beside --resume was silently ignored; the run
+        # continues in its own directory, so say so (the Python API keeps ignoring a
+        # log_dir left in a reused config)
+        raise ConfigError("log_dir", str(config.log_dir), f"a resumed run continues in its own directory {run_dir}; "
+                          "drop --log-dir or give that directory")
     if given is None:
         given = frozenset(_differing_paths(config, spec.config_class()))
     allowed = SHELL_RESUMABLE | spec.resumable
