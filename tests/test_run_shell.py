@@ -297,6 +297,7 @@ def test_flag_errors_are_one_line_config_errors(argv, expected):
     (["--fused-update", "maybe"], r"fused_update: --fused-update takes no value \(got 'maybe'\)"),
     (["--no-fused-update=1"], r"fused_update: --no-fused-update takes no value \(got '1'\)"),
     (["--normalize-obs", "true"], r"normalize_obs: --normalize-obs takes no value \(got 'true'\)"),
+    (["--seed", "2", "--fused-update", "2"], r"fused_update: --fused-update takes no value \(got '2'\)"),
 ])
 def test_a_value_given_to_a_switch_names_the_switch(argv, expected):
     # it once said only "argument: unexpected value (got maybe)"

@@ -193,11 +193,14 @@ def onpolicy_update(
                     epoch_kl = epoch_kl + out["stats/approx_kl"]
                 epoch_batches += 1
             epochs_run += 1
-            if fused_gradient is not None and hp.target_kl is not None:
-                epoch_kl = fused_gradient.summarize(fused_terms[epoch_start:], hp)["stats/approx_kl"] * epoch_batches
             # KL early stop: one host sync per epoch, only when the user asked for it.
-            if hp.target_kl is not None and float(epoch_kl / max(epoch_batches, 1)) > hp.target_kl:
-                break
+            if hp.target_kl is not None:
+                if fused_gradient is not None:
+                    mean_kl = fused_gradient.summarize(fused_terms[epoch_start:], hp)["stats/approx_kl"]
+                else:
+                    mean_kl = epoch_kl / max(epoch_batches, 1)
+                if float(mean_kl) > hp.target_kl:
+                    break
         if fused_gradient is not None:
             accumulate({**fused_gradient.summarize(fused_terms, hp), "stats/grad_norm": torch.stack(grad_norms).mean()})
     metrics = {key: torch.stack([record[key] for record in records]).float().mean() for key in records[0]}

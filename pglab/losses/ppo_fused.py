@@ -33,14 +33,13 @@ Notation for one minibatch of ``B`` rows (``1/B`` from every mean):
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+from pglab.nets.actor_critic import _LOG_SQRT_2PI, CategoricalActorCritic, GaussianActorCritic
 
 # (weight, bias, activation name or None for the output layer)
 Layer = tuple[nn.Parameter, nn.Parameter, str | None]
@@ -250,8 +249,6 @@ class BoundPPOGradient:
 
 def fused_ppo_gradient(net: nn.Module) -> FusedPPOGradient | None:
     """The closed-form PPO gradient of ``net``, or ``None`` where only autograd applies."""
-    from pglab.nets.actor_critic import CategoricalActorCritic, GaussianActorCritic
-
     if type(net) is CategoricalActorCritic:
         head, log_std = "categorical", None
     elif type(net) is GaussianActorCritic:

@@ -414,7 +414,8 @@ def _one_line_parse_errors(argv: Sequence[str] = ()):
             if not flags:
                 tokens = list(argv)
                 stray = event.tokens[0] if event.tokens else None
-                position = tokens.index(stray) if stray in tokens else -1
+                # the last occurrence: an earlier flag may have taken the same text as its value
+                position = len(tokens) - 1 - tokens[::-1].index(stray) if stray in tokens else -1
                 attached = [t for t in tokens if t.startswith("--") and t.partition("=")[2] == stray]
                 if attached or (position > 0 and tokens[position - 1].startswith("--")):
                     # a value given to a switch: booleans are --name / --no-name, with no value
