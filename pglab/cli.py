@@ -220,13 +220,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous_showwarning, warnings.showwarning = warnings.showwarning, _one_line_warning
     try:
         code = dispatch(sys.argv[1:] if argv is None else argv)
-    except BrokenPipeError:
-        # `pglab evaluate RUN | head -1`: the reader left; stop quietly (and keep Python's
-        # final flush of stdout from raising again), as the Python docs advise.
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = EXIT_FAILURE
     except PglabError as exc:
         print(f"pglab: error: {exc}", file=sys.stderr)
         code = exc.exit_code
