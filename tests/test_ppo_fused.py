@@ -178,3 +178,15 @@ def test_onpolicy_update_with_the_closed_form_stops_at_the_same_epoch(target_kl)
         assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), name
     for key, value in results["autograd"][1].items():
         assert torch.allclose(results["closed_form"][1][key], value, atol=1e-5, rtol=1e-3), key
+
+
+def test_blas_threads_caps_numpys_blas_inside_the_block_and_float64_falls_back():
+    from threadpoolctl import threadpool_info
+
+    from pglab.losses.ppo_fused import blas_threads
+
+    with blas_threads(1):
+        blas = [info for info in threadpool_info() if info["user_api"] == "blas"]
+        assert blas and all(info["num_threads"] == 1 for info in blas)
+    # the closed form works on float32 host arrays; anything else takes autograd
+    assert fused_ppo_gradient(CategoricalActorCritic(3, 2, (8,)).double()) is None

@@ -26,6 +26,8 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from pglab.algos.flat_adam import FlatAdam
+
 # The hyperparameters are a torch-free config (``pglab train ppo --help`` reads them
 # without torch); re-exported here, where the update that uses them lives.
 from pglab.configs.ppo import OnPolicyHyperparams, RLMode
@@ -42,9 +44,9 @@ Evaluate = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tens
 class FusedGradient(Protocol):
     """A closed-form PPO gradient bound to one rollout's samples (:mod:`pglab.losses.ppo_fused`)."""
 
-    def gradient(self, index: torch.Tensor, advantages: torch.Tensor, hp: OnPolicyHyperparams) -> Any:
-        """Set every parameter's ``.grad`` for the minibatch ``index [m]`` (advantages
-        ``[m]`` already normalised); return its per-sample loss terms."""
+    def gradient(self, index: torch.Tensor, hp: OnPolicyHyperparams) -> Any:
+        """Set every parameter's ``.grad`` for the minibatch ``index [m]`` (normalising its
+        advantages when ``hp.normalize_advantages``); return its per-sample loss terms."""
 
     def summarize(self, terms: list[Any], hp: OnPolicyHyperparams) -> dict[str, torch.Tensor]:
         """The loss metrics of :func:`ppo_clip_loss` over the samples of ``terms``."""
@@ -76,6 +78,9 @@ class OnPolicyBatch:
 def gradient_step(loss: torch.Tensor, params, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> torch.Tensor:
     """``zero_grad -> backward -> clip the gradient norm to max_grad_norm -> step``; returns
     the pre-clip gradient norm (0-d, detached). The one optimiser step of every trainer."""
+    if isinstance(optimizer, FlatAdam):  # it steps on its flat .grad buffer, which backward() would not fill
+        raise TypeError("gradient_step: a FlatAdam steps only on gradients written into its buffers "
+                        "(the closed-form PPO update), not on loss.backward()'s; pass the torch optimizer")
     params = list(params)
     # optimizer.zero_grad(set_to_none=True) without its profiler bookkeeping, which
     # costs more than the assignments themselves with a dozen small tensors.
@@ -86,9 +91,12 @@ def gradient_step(loss: torch.Tensor, params, optimizer: torch.optim.Optimizer, 
     return clip_and_step(params, optimizer, max_grad_norm)
 
 
-def clip_and_step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer, max_grad_norm: float) -> torch.Tensor:
+def clip_and_step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer | FlatAdam, max_grad_norm: float) -> torch.Tensor:
     """Clip the gradients' global norm to ``max_grad_norm``, take the optimiser step;
-    returns the pre-clip norm (0-d, detached)."""
+    returns the pre-clip norm (0-d, detached). A :class:`~pglab.algos.flat_adam.FlatAdam`
+    does both over its flat buffers."""
+    if isinstance(optimizer, FlatAdam):
+        return optimizer.clip_and_step(max_grad_norm)
     grad_norm = clip_grad_norm(params, max_grad_norm)
     optimizer.step()
     return grad_norm.detach()
@@ -110,7 +118,7 @@ def onpolicy_update(
     evaluate: Evaluate,
     batch: OnPolicyBatch,
     params: Iterable[nn.Parameter],
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | FlatAdam,
     hp: OnPolicyHyperparams,
     *,
     generator: torch.Generator | None = None,
@@ -119,7 +127,7 @@ def onpolicy_update(
     """Improve the policy (and critic) on one batch; return mean diagnostics as tensors.
 
     ``fused_gradient`` (PPO only; optional) replaces ``evaluate`` + :func:`ppo_clip_loss` +
-    ``backward``: its ``gradient(index, advantages, hp)`` sets the parameters' ``.grad`` to
+    ``backward``: its ``gradient(index, hp)`` sets the parameters' ``.grad`` to
     the loss's gradient on the minibatch ``index`` in closed form and returns the loss's
     per-sample terms, and ``summarize(terms, hp)`` makes the loss metrics from the terms of
     the whole update (sample-weighted means; :mod:`pglab.losses.ppo_fused`).
@@ -174,14 +182,14 @@ def onpolicy_update(
             # (equal slices when it divides, as before). Dropping the remainder would leave
             # some samples out of every update.
             for index in minibatch_indices(order, hp.num_minibatches):
-                advantages = batch.advantages[index]
-                if hp.normalize_advantages:
-                    advantages = normalize_advantages(advantages)
                 if fused_gradient is not None:
                     # metrics once per update from the kept terms (summarize), not per step
-                    fused_terms.append(fused_gradient.gradient(index, advantages, hp))
+                    fused_terms.append(fused_gradient.gradient(index, hp))
                     grad_norms.append(clip_and_step(params, optimizer, hp.max_grad_norm))
                 else:
+                    advantages = batch.advantages[index]
+                    if hp.normalize_advantages:
+                        advantages = normalize_advantages(advantages)
                     log_probs, entropy, values = evaluate(index)
                     out = ppo_clip_loss(
                         log_probs, batch.old_log_probs[index], advantages, values, batch.returns[index],

@@ -44,6 +44,7 @@ schedule is a function of the total budget, so extending the budget changes the 
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
@@ -56,6 +57,7 @@ import numpy as np
 import torch
 
 from pglab.agent import Agent
+from pglab.algos.flat_adam import FlatAdam
 from pglab.algos.onpolicy import OnPolicyBatch, onpolicy_update
 from pglab.configs.ppo import PPOConfig, schedule_fraction  # PPOConfig re-exported: pglab.algos.ppo.PPOConfig keeps working
 from pglab.envs.atari import evaluation_options, reported_episodes
@@ -64,7 +66,7 @@ from pglab.envs.normalize import ObsRewardNormalizer
 from pglab.envs.registry import make_env
 from pglab.errors import CheckpointError, ConfigError
 from pglab.estimators import compute_gae, reward_to_go
-from pglab.losses.ppo_fused import fused_ppo_gradient
+from pglab.losses.ppo_fused import blas_threads, fused_ppo_gradient
 from pglab.nets.actor_critic import ActorCritic, GSDEActorCritic, build_actor_critic
 from pglab.nets.nature_cnn import NatureCNNActorCritic
 from pglab.run.atomic import atomic_write_json
@@ -546,6 +548,8 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
     optimizer = torch.optim.Adam(net.parameters(), lr=config.lr, eps=config.adam_eps, fused=device.type in ("cpu", "cuda"))
     # PPO's gradient in closed form where the network allows it (pglab.losses.ppo_fused)
     closed_form = fused_ppo_gradient(net) if config.fused_update and config.algo == "ppo" else None
+    # ... and its Adam step over flat buffers (the same state, checkpointed through `optimizer`)
+    flat_optimizer = FlatAdam(optimizer) if closed_form is not None else None
     hp = config.update
     obs = env.reset(seed=config.seed)
     if normalizer is not None:
@@ -683,8 +687,10 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
             return net.evaluate_actions(flat_obs[index], flat_actions[index])
 
         fused_gradient = None if closed_form is None else closed_form.bind(flat_obs, flat_actions, batch)
-        update_metrics = onpolicy_update(evaluate, batch, net.parameters(), optimizer, iteration_hp, generator=minibatch_generator,
-                                         fused_gradient=fused_gradient)
+        # the closed form's matrix products run on NumPy's BLAS: as many threads as torch's
+        with blas_threads(torch.get_num_threads()) if fused_gradient is not None else contextlib.nullcontext():
+            update_metrics = onpolicy_update(evaluate, batch, net.parameters(), flat_optimizer or optimizer, iteration_hp,
+                                             generator=minibatch_generator, fused_gradient=fused_gradient)
 
         # -- 5. log (the shell saves checkpoints after this body) ----------------------
         elapsed = time.perf_counter() - tick

@@ -28,6 +28,7 @@ import abc
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -107,6 +108,9 @@ class ActorCritic(nn.Module, abc.ABC):
         if layers is None:
             return self.act
         head_size = [m for m in self.actor if isinstance(m, nn.Linear)][-1].out_features
+        if all(weight.device.type == "cpu" and weight.dtype == torch.float32 for weight, _, _ in layers) and all(
+                activation in _NUMPY_ACTIVATIONS for _, _, activation in layers):
+            return self._numpy_step(layers, head_size)
 
         def step(obs: torch.Tensor, generator: torch.Generator | None = None):
             out = self._flat(obs)
@@ -118,6 +122,37 @@ class ActorCritic(nn.Module, abc.ABC):
             return actions, log_probs, out[:, head_size]
 
         return step
+
+
+    def _numpy_step(self, layers, head_size: int):
+        """The rollout step in NumPy on the CPU: the same computation as the torch one,
+        with ~1 us of overhead per operation instead of ~4 (on an 8-copy CartPole step the
+        network and the sampling are a few dozen tiny operations: ~0.1 -> ~0.03 ms). The
+        random numbers still come from ``generator`` through torch, so a seeded run draws
+        the same stream; results agree with :meth:`act` to float rounding."""
+        arrays = [(weight.numpy().T.copy(), bias.numpy(), _NUMPY_ACTIVATIONS[activation]) for weight, bias, activation in layers]
+
+        def step(obs: torch.Tensor, generator: torch.Generator | None = None):
+            out = obs.detach().reshape(obs.shape[0], -1).numpy()
+            if out.dtype != np.float32:
+                out = out.astype(np.float32)
+            for weight, bias, activation in arrays:
+                out = out @ weight
+                out += bias
+                if activation is not None:
+                    activation(out, out)
+            actions, log_probs = self._sample_numpy(out[:, :head_size], generator)
+            return torch.from_numpy(actions), torch.from_numpy(log_probs), torch.from_numpy(out[:, head_size].copy())
+
+        return step
+
+    def _sample_numpy(self, head: np.ndarray, generator: torch.Generator | None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_sample` on a NumPy head ``[B, A]`` (float32)."""
+        raise NotImplementedError
+
+
+# the activations the NumPy rollout step knows (in place: f(x, out))
+_NUMPY_ACTIVATIONS = {None: None, torch.tanh: np.tanh, torch.relu: lambda x, out: np.maximum(x, 0.0, out=out)}
 
 
 def _side_by_side(actor: nn.Sequential, critic: nn.Sequential):
@@ -172,6 +207,14 @@ class CategoricalActorCritic(ActorCritic):
         actions = (log_pi.exp().cumsum(-1) < uniform).sum(-1, keepdim=True).clamp_max(self.num_actions - 1)
         return actions.squeeze(-1), log_pi.gather(-1, actions).squeeze(-1)
 
+    def _sample_numpy(self, head: np.ndarray, generator: torch.Generator | None) -> tuple[np.ndarray, np.ndarray]:
+        shifted = head - np.maximum.reduce(head, axis=-1, keepdims=True)
+        log_pi = shifted - np.log(np.add.reduce(np.exp(shifted), axis=-1, keepdims=True))
+        uniform = torch.rand((head.shape[0], 1), generator=generator, dtype=torch.float32).numpy()
+        actions = np.add.reduce(np.cumsum(np.exp(log_pi), axis=-1) < uniform, axis=-1, dtype=np.int64)
+        np.minimum(actions, self.num_actions - 1, out=actions)
+        return actions, log_pi[np.arange(head.shape[0]), actions]
+
     def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log pi(a|s) [B], H[pi(.|s)] [B], V(s) [B])`` for stored ``actions`` int ``[B]``."""
         flat = self._flat(obs)
@@ -219,6 +262,15 @@ class GaussianActorCritic(ActorCritic):
         noise = torch.randn(head.shape, generator=generator, device=head.device, dtype=head.dtype)
         actions = head + self.log_std.exp() * noise
         return actions, self._log_prob(actions, head)
+
+    def _sample_numpy(self, head: np.ndarray, generator: torch.Generator | None) -> tuple[np.ndarray, np.ndarray]:
+        noise = torch.randn(head.shape, generator=generator, dtype=torch.float32).numpy()
+        log_std = self.log_std.detach().numpy()
+        actions = head + np.exp(log_std) * noise
+        # log N(a; mu, sigma) with (a - mu) / sigma = noise up to rounding, as _log_prob computes it
+        scaled = (actions - head) * np.exp(-log_std)
+        log_probs = np.add.reduce(-0.5 * scaled * scaled - log_std - np.float32(_LOG_SQRT_2PI), axis=-1)
+        return actions, log_probs
 
     def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log pi(a|s) [B], H [B], V(s) [B])``; ``H = sum_i (1/2 + log sqrt(2 pi) + log sigma_i)``."""
