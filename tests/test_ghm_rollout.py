@@ -141,6 +141,12 @@ def test_tabulated_policy_is_within_its_interpolation_bound_and_exact_outside_th
     # the table's nodes are the network's values
     nodes = torch.tensor([[0.0], [2.0], [4.0]])
     torch.testing.assert_close(table.mean_std(nodes)[0], policy.mean_std(nodes)[0], rtol=0, atol=1e-6)
+    # the mean-only lookup of the evaluation: mean_std's mean bit for bit, inside the table
+    # and outside it (the network), and nothing for no states
+    assert torch.equal(table.mean(states), mean)
+    inside = states[:500]
+    assert torch.equal(table.mean(inside), table.mean_std(inside)[0])
+    assert table.mean(states[:0]).shape == (0, mean.shape[1])
 
 
 def test_evaluation_with_the_policy_table_matches_the_network_path_for_path():

@@ -133,7 +133,9 @@ def interpolate_uniform(table: torch.Tensor, low: float, step: float, points: to
     position = ((points - low) / step).clamp(0.0, num_points - 1.0)
     index = position.floor().clamp(max=num_points - 2).long()
     weight = position - index.to(position.dtype)
-    return table[index] + weight * (table[index + 1] - table[index])
+    # index_select, not table[index]: the same values, ~3x faster than advanced indexing on the CPU
+    left, right = table.index_select(0, index), table.index_select(0, index + 1)
+    return left + weight * (right - left)
 
 
 class TabulatedPolicy:
@@ -172,13 +174,17 @@ class TabulatedPolicy:
         # one gather per query instead of four
         table = torch.cat([mean, std], dim=1)
         self._cells = torch.cat([table[:-1], table[1:] - table[:-1]], dim=1)
+        # the mean's cells alone, for the deterministic policy (:meth:`mean`): left values and
+        # differences as two contiguous [num_points - 1, A] tables (arithmetic on the strided
+        # halves of one [B, 2A] gather costs ~4x more)
+        self._mean_left, self._mean_diff = mean[:-1].contiguous(), (mean[1:] - mean[:-1]).contiguous()
 
     def mean_std(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mean [B, A], std [B, A])`` at ``states [B, 1]``."""
         position = (states[:, 0] - self.low) / self.step
         index = position.floor().clamp(0, self.num_points - 2).long()
         weight = (position - index.to(position.dtype)).unsqueeze(1)
-        cells = self._cells[index]  # [B, 4A]
+        cells = self._cells.index_select(0, index)  # [B, 4A]; as _cells[index], ~3x faster on the CPU
         width = 2 * self.action_dim
         values = cells[:, :width] + weight * cells[:, width:]  # (1 - w) f_i + w f_{i+1}
         mean, std = values[:, :self.action_dim], values[:, self.action_dim:]
@@ -188,6 +194,23 @@ class TabulatedPolicy:
                 exact_mean, exact_std = self.policy.mean_std(states[outside])
             mean, std = mean.index_copy(0, outside, exact_mean), std.index_copy(0, outside, exact_std)
         return mean, std
+
+    def mean(self, states: torch.Tensor) -> torch.Tensor:
+        """``mean [B, A]`` at ``states [B, 1]``: :meth:`mean_std`'s mean, bit for bit, at
+        about half the cost (an evaluation of the deterministic policy needs no std)."""
+        position = (states[:, 0] - self.low) / self.step
+        index = position.floor().clamp(0, self.num_points - 2).long()
+        weight = (position - index.to(position.dtype)).unsqueeze(1)
+        mean = self._mean_left.index_select(0, index) + weight * self._mean_diff.index_select(0, index)
+        if states.shape[0] == 0:
+            return mean
+        lowest, highest = torch.aminmax(states[:, 0])
+        if float(lowest) < self.low or float(highest) > self.high:  # rare: one reduction rules it out
+            outside = ((states[:, 0] < self.low) | (states[:, 0] > self.high)).nonzero().squeeze(1)
+            with torch.no_grad():
+                exact_mean, _ = self.policy.mean_std(states[outside])
+            mean = mean.index_copy(0, outside, exact_mean)
+        return mean
 
     def max_error(self) -> float:
         """``max |table mean - network mean|`` over the cell midpoints (the worst case of
