@@ -147,6 +147,8 @@ def test_tabulated_policy_is_within_its_interpolation_bound_and_exact_outside_th
     inside = states[:500]
     assert torch.equal(table.mean(inside), table.mean_std(inside)[0])
     assert table.mean(states[:0]).shape == (0, mean.shape[1])
+    above_only = torch.tensor([[1.0], [9.0]])  # only beyond the top: still the network there
+    assert torch.equal(table.mean(above_only)[1], policy.mean_std(above_only)[0][1])
 
 
 def test_evaluation_with_the_policy_table_matches_the_network_path_for_path():
