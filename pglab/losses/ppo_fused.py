@@ -7,10 +7,11 @@ matrix products, without building an autograd graph. Why: with classic-control n
 per-operation dispatch, not arithmetic. Autograd records and replays ~100 small
 operations per step; the closed form needs about 40 and no graph, and runs them in NumPy
 on views of the parameters (a NumPy operation on these sizes costs ~1 us of overhead,
-a torch one ~4 us). Measured on one CPU thread: a 256-row CartPole step 1.07 ms (autograd)
--> 0.61 ms (the closed form in torch) -> see docs/ppo.md for the NumPy figure
-(``bench/ppo_vs_sb3.py``; ``tests/test_ppo_fused.py`` checks every gradient and metric
-against autograd).
+a torch one ~4 us). Measured on one CPU thread, the RL-Zoo CartPole run's whole update
+(7,820 gradient steps on 256 rows, the clip and Adam included): 11.6 s with autograd,
+6.8 s with this closed form written in torch, 4.4 s in NumPy with
+:class:`~pglab.algos.flat_adam.FlatAdam` (``bench/ppo_vs_sb3.py``, docs/ppo.md;
+``tests/test_ppo_fused.py`` checks every gradient and metric against autograd).
 
 Supported: :class:`~pglab.nets.actor_critic.CategoricalActorCritic` and
 :class:`~pglab.nets.actor_critic.GaussianActorCritic` on the CPU in float32 whose actor and
