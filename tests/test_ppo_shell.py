@@ -168,6 +168,9 @@ def test_agent_api(tmp_path):
     assert sampled.shape == (6,)
     predicted = agent.predict(obs.numpy(), deterministic=True)
     assert isinstance(predicted, np.ndarray) and np.array_equal(predicted, greedy.numpy())
+    # one unbatched observation (SB3's habit): one action, no batch axis
+    single = agent.predict(obs[2].numpy())
+    assert np.ndim(single) == 0 and single == greedy[2].item()
     assert agent.value(obs).shape == (6,)
 
 

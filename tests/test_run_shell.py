@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -68,7 +70,8 @@ SPEC = TrainerSpec(system="toy", config_class=ToyConfig, kinds=("toy",), step_ke
                    resumable=frozenset({"steps", "eval_size"}), total_steps=lambda c: c.steps, budget_field="steps")
 
 
-def train_toy(config: ToyConfig, *, given=None, stop_after=None, fail_at_build=False, echo=lambda *a, **k: None):
+def train_toy(config: ToyConfig, *, given=None, stop_after=None, fail_at_build=False, echo=lambda *a, **k: None,
+              signal_before_finish=False):
     with TrainingRun(SPEC, config, given=given, stop_after=stop_after, echo=echo) as run:
         config = run.config
         if fail_at_build:
@@ -88,6 +91,8 @@ def train_toy(config: ToyConfig, *, given=None, stop_after=None, fail_at_build=F
             total += config.lr * torch.randn(config.width, generator=generator).sum()
             run.log(step, {"total": total, "stats/lr": config.lr, **({"late/column": 1.0} if step >= 4 else {}),
                            "return/mean": float("nan") if step % 2 else 1.0})
+        if signal_before_finish:  # as a SIGTERM during a final evaluation would arrive
+            os.kill(os.getpid(), signal.SIGTERM)
         run.finish({"total": float(total)})
     return run, float(total)
 
@@ -148,8 +153,33 @@ def test_flags_not_given_keep_the_stored_values_and_budget_checks_use_the_merged
     parsed = parse_flags(ToyConfig, ["--resume", str(tmp_path / "run"), "--steps", "2"], prog="toy")
     run, _ = train_toy(parsed.config, given=parsed.given)
     assert run.config.width == 1
-    with pytest.raises(ConfigError, match=r"steps: is below what the resumed run has done.*\(got 1\)"):
+    with pytest.raises(ConfigError, match=r"steps: makes 1 steps in all, fewer than the 2 the resumed run has done.*\(got 1\)"):
         train_toy(ToyConfig(resume=tmp_path / "run", steps=1), given=frozenset({"resume", "steps"}))
+
+
+def test_resume_from_a_named_checkpoint_file_must_be_the_latest(tmp_path):
+    train_toy(_config(tmp_path, steps=6))  # checkpoints at steps 2, 4 and 6
+    checkpoints = tmp_path / "run" / "checkpoints"
+    numbered = sorted(p for p in checkpoints.glob("*.pt") if "latest" not in p.name)
+    assert len(numbered) >= 2
+    # an older file is refused by name (it used to continue silently from the latest)
+    with pytest.raises(ConfigError, match=r"resume: is step 4, not the run's latest checkpoint \(step 6"):
+        train_toy(ToyConfig(resume=numbered[-2], steps=8), given=frozenset({"resume", "steps"}))
+    # the latest, by its own name or as the numbered file of the same step, continues
+    for name in (checkpoints / "checkpoint_latest.pt", numbered[-1]):
+        run, _ = train_toy(ToyConfig(resume=name, steps=6), given=frozenset({"resume", "steps"}))
+        assert run.counters["step"] == 6 and run.exit_code == 0
+
+
+def test_a_stop_signal_after_the_last_step_exits_130(tmp_path):
+    # SIGTERM while a final evaluation runs: the evaluation ends, the run is complete, and
+    # the process still reports the stop (exit 130, status interrupted), as the README says
+    run, _ = train_toy(_config(tmp_path, steps=3), signal_before_finish=True)
+    assert run.counters["step"] == 3
+    assert run.exit_code == 130
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"
+    plain, _ = train_toy(_config(tmp_path, "plain", steps=3))
+    assert plain.exit_code == 0
 
 
 def test_device_given_on_resume_is_applied(tmp_path):

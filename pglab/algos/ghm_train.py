@@ -407,9 +407,10 @@ def plot_high(model: GHMModel) -> float:
     return max(float(model.state_from_cash(model.params.initial_cash_high)), 2.0)
 
 
-def format_table(rows: list[dict[str, float]], simulated_time: float, num_paths: int) -> str:
+def format_table(rows: list[dict[str, float]], simulated_time: float, num_paths: int, *, dt: float | None = None) -> str:
+    step = "" if dt is None else f" in steps of dt={dt:g}"
     lines = [
-        f"Deterministic policy vs finite-difference optimum ({num_paths} paths per row, simulated to t={simulated_time:.1f})",
+        f"Deterministic policy vs finite-difference optimum ({num_paths} paths per row, simulated to t={simulated_time:.1f}{step})",
         f"{'cash':>6} {'value':>9} {'+-SE':>7} {'V* (FD)':>9} {'% of V*':>8} {'tail<=':>8} {'exact %':>8}",
     ]
     for row in rows:
@@ -690,7 +691,7 @@ def final_evaluation(config: GHMTrainConfig, policy: GaussianPolicy, baseline: V
     header = list(rows[0])
     atomic_write_text(run_dir / "evaluation.csv", ",".join(header) + "\n" + "".join(
         ",".join(f"{row[k]:.6g}" for k in header) + "\n" for row in rows))
-    echo(format_table(rows, result.simulated_time, result.num_paths))
+    echo(format_table(rows, result.simulated_time, result.num_paths, dt=config.dt))
     if result.table_error is not None:
         echo(f"policy read from a {config.policy_table_points}-point table (largest difference to the network: "
              f"{result.table_error:.1e})")

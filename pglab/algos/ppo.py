@@ -131,7 +131,8 @@ class PPOAgent(Agent):
 
     - ``act(obs, deterministic=True)``: tensors ``[B, *obs_shape]`` in, environment-ready
       actions out (int64 ``[B]`` for Discrete, float ``[B, *shape]`` clipped to the Box);
-    - ``predict(obs, deterministic=True)``: the same on NumPy arrays;
+    - ``predict(obs, deterministic=True)``: the same on NumPy arrays; one unbatched vector
+      observation ``[obs_dim]`` gives one action (SB3's habit);
     - ``value(obs)``: the critic's ``V(s)``, float ``[B]``.
 
     Observations are the environment's raw ones: with ``--normalize-obs`` the agent
@@ -156,6 +157,12 @@ class PPOAgent(Agent):
             high = action.high if action.high is not None else (math.inf,) * action.size
             self._low = torch.tensor(low, dtype=torch.float32, device=device).reshape(shape)
             self._high = torch.tensor(high, dtype=torch.float32, device=device).reshape(shape)
+
+    def predict(self, obs: Any, deterministic: bool = True) -> Any:
+        array = np.asarray(obs)
+        if self.obs_dim > 1 and array.shape == (self.obs_dim,):  # one vector observation, unbatched
+            return super().predict(array[None], deterministic=deterministic)[0]
+        return super().predict(array, deterministic=deterministic)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """``V(s)`` float ``[B]`` for observations ``[B, *obs_shape]``."""

@@ -63,18 +63,24 @@ def evaluate(argv: list[str]) -> int:
     except UsageError:  # a checkpoint outside a run directory: solve the reference afresh
         cache = None
     solution = reference_solution(agent.config, agent.model, cache if cache is not None and cache.exists() else None)
+    # unset: the run's own final-evaluation settings, so the defaults reproduce its final table
+    episodes = config.episodes if config.episodes is not None else agent.config.eval_paths
+    tail_tolerance = config.tail_tolerance if config.tail_tolerance is not None else agent.config.eval_tail_tolerance
+    seed = config.seed if config.seed is not None else agent.config.seed + 2
+    dt = config.dt or agent.config.dt
     result, rows = evaluate_against_reference(
-        agent.policy, agent.model, solution, list(config.cash), num_paths=config.episodes,
-        dt=config.dt or agent.config.dt, seed=config.seed, tail_tolerance=config.tail_tolerance, device=device,
+        agent.policy, agent.model, solution, list(config.cash), num_paths=episodes,
+        dt=dt, seed=seed, tail_tolerance=tail_tolerance, device=device,
         stochastic=config.stochastic, table_points=agent.config.policy_table_points, absorption=agent.config.absorption,
-        progress=f"evaluate {checkpoint['kind']} ({config.episodes} paths x {len(config.cash)} cash levels)",
+        progress=f"evaluate {checkpoint['kind']} ({episodes} paths x {len(config.cash)} cash levels)",
     )
     if not config.stochastic:  # the deterministic policy's exact value beside the simulated one
         for row, exact in zip(rows, exact_policy_value(agent.policy, agent.model, solution, list(config.cash))):
             row.update(exact_value=exact["exact_value"], exact_pct_of_optimum=exact["exact_pct_of_optimum"])
     report = {"checkpoint": checkpoint["path"], "kind": checkpoint["kind"], "iteration": agent.iteration,
               "policy": "stochastic" if config.stochastic else "deterministic",
-              "simulated_time": result.simulated_time, "rows": rows}
+              "simulated_time": result.simulated_time, "dt": dt, "num_paths": episodes, "seed": seed,
+              "tail_tolerance": tail_tolerance, "rows": rows}
     if config.output is not None:
         try:
             atomic_write_json(config.output, report)
@@ -84,7 +90,7 @@ def evaluate(argv: list[str]) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(f"{checkpoint['path']} ({checkpoint['kind']}, iteration {agent.iteration})")
-        print(format_table(rows, result.simulated_time, result.num_paths))
+        print(format_table(rows, result.simulated_time, result.num_paths, dt=dt))
     if config.output is not None:
         print(f"wrote {config.output}", file=sys.stderr)
     return 0

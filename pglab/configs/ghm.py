@@ -505,15 +505,17 @@ class GHMEvaluateConfig:
 
     checkpoint: Annotated[Path, tyro.conf.Positional]
     """GHM checkpoint file (or a run directory: its latest checkpoint)"""
-    episodes: int = 2_000
-    """simulated paths per initial cash level (--n_episodes: deprecated spelling); the
-    simulation uses V*' as a control variate (unbiased, a several-fold smaller standard error)"""
+    episodes: int | None = None
+    """simulated paths per initial cash level (default: the run's eval_paths, 2,000 unless
+    set; --n_episodes: deprecated spelling); the simulation uses V*' as a control variate
+    (unbiased, a several-fold smaller standard error)"""
     cash: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5)
     """initial cash levels (above the run's liquidation point: 0, or -credit_limit for a
     --model credit-line run)"""
-    tail_tolerance: float = 0.001
+    tail_tolerance: float | None = None
     """simulate until the discounted tail is below this fraction of the value (the simulated
-    value is low by at most this fraction)"""
+    value is low by at most this fraction; default: the run's eval_tail_tolerance, 0.001
+    unless set)"""
     dt: float | None = None
     """simulation time step (default: the run's dt)"""
     stochastic: bool = False
@@ -522,23 +524,28 @@ class GHMEvaluateConfig:
     """print the result as JSON instead of a table"""
     output: Path | None = None
     """also write the result as JSON to this file"""
-    seed: int = 12345
-    """random seed of the evaluation paths"""
+    seed: int | None = None
+    """random seed of the evaluation paths (default: the run's final-evaluation seed, its
+    seed + 2: with the other defaults `pglab evaluate RUN` then reproduces the run's final
+    table, path for path)"""
     device: str = "auto"
     """auto, cpu, cuda or cuda:N"""
     threads: int = 1
     """torch CPU threads (0: torch's default; 1, the default, is steady on a shared machine)"""
 
     def __post_init__(self):
-        check_int("episodes", self.episodes, minimum=2)
+        if self.episodes is not None:
+            check_int("episodes", self.episodes, minimum=2)
         if len(self.cash) == 0:
             raise ConfigError("cash", self.cash, "needs at least one initial cash level")
         for level in self.cash:  # the liquidation point is the checkpoint's model's (pglab evaluate checks it)
             check_finite("cash", level)
-        check_range("tail_tolerance", self.tail_tolerance, 0.0, 1.0, low_inclusive=False)
+        if self.tail_tolerance is not None:
+            check_range("tail_tolerance", self.tail_tolerance, 0.0, 1.0, low_inclusive=False)
         if self.dt is not None:
             check_positive("dt", self.dt)
-        check_int("seed", self.seed, minimum=0)
+        if self.seed is not None:
+            check_int("seed", self.seed, minimum=0)
         check_int("threads", self.threads, minimum=0)
         check_device("device", self.device)
 

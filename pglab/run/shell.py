@@ -118,6 +118,21 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None)
                               f"not one of {', '.join(spec.kinds)} (pglab train {spec.system}) (got {str(config.resume)!r})")
     latest = run_dir / "checkpoints" / LATEST_NAME
     checkpoint = load_checkpoint_file(latest, kinds=spec.kinds) if latest.exists() else None
+    named = Path(config.resume)
+    if named.is_file() and not (latest.exists() and named.resolve() == latest.resolve()):
+        # a checkpoint file given by name: the run continues from its latest checkpoint only
+        # (its metrics and later checkpoints follow the latest); say so rather than
+        # silently continuing from another file
+        chosen = load_checkpoint_file(named, kinds=spec.kinds)
+        done_named = int(chosen["counters"].get(spec.step_key, 0))
+        if checkpoint is None:
+            checkpoint = chosen
+        elif done_named != int(checkpoint["counters"].get(spec.step_key, 0)):
+            raise ConfigError("resume", str(config.resume),
+                              f"is {spec.step_key} {done_named}, not the run's latest checkpoint ({spec.step_key} "
+                              f"{int(checkpoint['counters'].get(spec.step_key, 0))}, {latest}); a run continues from its "
+                              "latest checkpoint: give the run directory, or copy the run and make that file its "
+                              f"checkpoints/{LATEST_NAME} to branch from it")
     stored_fields = checkpoint["config"] if checkpoint is not None else stored_payload.get("config")
     if not isinstance(stored_fields, dict):
         raise CheckpointError(f"run directory {run_dir}: config.json holds no config mapping")
@@ -150,7 +165,8 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None)
     done = int(checkpoint["counters"].get(spec.step_key, 0)) if checkpoint is not None else 0
     if spec.total_steps(merged) < done:
         raise ConfigError(spec.budget_field, getattr(merged, spec.budget_field),
-                          f"is below what the resumed run has done ({spec.step_key} {done})")
+                          f"makes {spec.total_steps(merged)} {spec.step_key}s in all, fewer than the {done} the resumed "
+                          "run has done")
     return dataclasses.replace(merged, resume=run_dir, log_dir=run_dir), checkpoint, run_dir
 
 
@@ -365,6 +381,12 @@ class TrainingRun:
         """Write ``summary.json``: the run's status, counters and ``summary``."""
         from pglab.run.atomic import atomic_write_json
 
+        if self._stop is not None and self._stop.requested and not self.interrupted:
+            # SIGINT/SIGTERM after the loop (during a final evaluation, which runs to its end):
+            # the run is complete, but the process was asked to stop; exit 130 as promised
+            self.interrupted = True
+            self.echo(f"stop requested after the last {self.spec.step_key}: the final checkpoint is in {self.run_dir}",
+                      file=sys.stderr)
         payload = {
             "kind": self.kind,
             "run_dir": str(self.run_dir),
