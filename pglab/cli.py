@@ -25,6 +25,7 @@ stopped by SIGINT/SIGTERM after saving its checkpoint (continue it with --resume
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -209,8 +210,10 @@ def dispatch(argv: Sequence[str]) -> int:
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """Warnings as ``pglab: warning: ...`` lines, not Python's file:line + source excerpt
-    (which reads like a crash to a command-line user)."""
-    print(f"pglab: warning: {message}", file=sys.stderr if file is None else file)
+    (which reads like a crash to a command-line user). Terminal colour codes in the message
+    (Gymnasium colours its own warnings) are dropped: the line may go to a log file."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(message))
+    print(f"pglab: warning: {text}", file=sys.stderr if file is None else file)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

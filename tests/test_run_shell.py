@@ -421,6 +421,7 @@ def test_warnings_reach_the_command_line_user_as_one_line(monkeypatch, capsys):
 
     def warns(argv):
         warnings.warn("the environment could not be checkpointed", UserWarning, stacklevel=1)
+        warnings.warn("\x1b[33mWARN: Taxi-v3 is out of date\x1b[0m", UserWarning, stacklevel=1)  # Gymnasium's colours
         return 0
 
     monkeypatch.setattr(cli, "dispatch", warns)
@@ -430,4 +431,4 @@ def test_warnings_reach_the_command_line_user_as_one_line(monkeypatch, capsys):
         assert cli.main([]) == 0
         assert warnings.showwarning is previous  # restored for the library user
     err = capsys.readouterr().err
-    assert err == "pglab: warning: the environment could not be checkpointed\n"
+    assert err == "pglab: warning: the environment could not be checkpointed\npglab: warning: WARN: Taxi-v3 is out of date\n"
