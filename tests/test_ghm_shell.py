@@ -242,6 +242,9 @@ def test_final_evaluation_and_pglab_evaluate_show_a_progress_bar(tmp_path, monke
     assert (again["num_paths"], again["seed"], again["dt"], again["tail_tolerance"]) == (20, TINY.get("seed", 0) + 2, 0.01, 0.5)
     assert again["rows"][0]["value"] == evaluation["rows"][0]["value"]
     assert again["simulated_time"] == evaluation["simulated_time"]
+    # a step coarser than training's is allowed, with a warning naming both
+    assert pglab_main(["evaluate", str(tmp_path / "run"), "--cash", "0.5", "--dt", "0.05", "--json", "--device", "cpu"]) == 0
+    assert "pglab: warning: dt 0.05 is coarser than the run's training dt 0.01" in capsys.readouterr().err
 
 
 # -- item 7: sizes that cannot fit -------------------------------------------------------------------

@@ -157,6 +157,15 @@ def test_flags_not_given_keep_the_stored_values_and_budget_checks_use_the_merged
         train_toy(ToyConfig(resume=tmp_path / "run", steps=1), given=frozenset({"resume", "steps"}))
 
 
+def test_a_resume_that_changes_stored_values_says_which(tmp_path):
+    # e.g. the same --config file given again raising the budget: one line names the change
+    train_toy(_config(tmp_path, steps=3))
+    lines = []
+    train_toy(ToyConfig(resume=tmp_path / "run", steps=5, eval_size=2), given=frozenset({"resume", "steps", "eval_size"}),
+              echo=lambda *args, **kwargs: lines.append(" ".join(map(str, args))))
+    assert [line for line in lines if line.startswith("resume:")] == [f"resume: continuing {tmp_path / 'run'} with steps 3 -> 5"]
+
+
 def test_resume_from_a_named_checkpoint_file_must_be_the_latest(tmp_path):
     train_toy(_config(tmp_path, steps=6))  # checkpoints at steps 2, 4 and 6
     checkpoints = tmp_path / "run" / "checkpoints"

@@ -68,6 +68,11 @@ def evaluate(argv: list[str]) -> int:
     tail_tolerance = config.tail_tolerance if config.tail_tolerance is not None else agent.config.eval_tail_tolerance
     seed = config.seed if config.seed is not None else agent.config.seed + 2
     dt = config.dt or agent.config.dt
+    if dt > agent.config.dt:
+        import warnings
+
+        warnings.warn(f"dt {dt:g} is coarser than the run's training dt {agent.config.dt:g}: the simulated value's "
+                      "time-step error grows with dt (the exact column does not depend on it)", UserWarning, stacklevel=1)
     result, rows = evaluate_against_reference(
         agent.policy, agent.model, solution, list(config.cash), num_paths=episodes,
         dt=dt, seed=seed, tail_tolerance=tail_tolerance, device=device,

@@ -92,7 +92,8 @@ def _plain(value: Any) -> Any:
     return config_to_dict(value)
 
 
-def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None) -> tuple[Any, dict[str, Any] | None, Path | None]:
+def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None,
+                   echo: Callable[..., None] | None = None) -> tuple[Any, dict[str, Any] | None, Path | None]:
     """Merge ``config`` into the stored config of the run it resumes.
 
     Args:
@@ -100,6 +101,8 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None)
         config: the config built from defaults, ``--config`` and flags (``resume`` set).
         given: the fields the user set. ``None`` (the Python API) counts every field that
             differs from the class default as given.
+        echo: if given, told (one line on stderr) which stored values the resume changes,
+            e.g. a budget raised by a ``--config`` file's ``total_steps``.
 
     Returns:
         ``(config, checkpoint or None, run directory)``; for a fresh run
@@ -162,6 +165,10 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None)
         changes[name] = new
     # resume=None: the merged config passes every check a fresh run would (cross-field ones too).
     merged = _replace_dotted(stored, changes)
+    if echo is not None and changes:
+        described = ", ".join(f"{plain_names.get(name, name)} {_plain(_get_dotted(stored, name))!r} -> {_plain(new)!r}"
+                              for name, new in sorted(changes.items()))
+        echo(f"resume: continuing {run_dir} with {described}", file=sys.stderr)
     done = int(checkpoint["counters"].get(spec.step_key, 0)) if checkpoint is not None else 0
     if spec.total_steps(merged) < done:
         raise ConfigError(spec.budget_field, getattr(merged, spec.budget_field),
@@ -240,7 +247,7 @@ class TrainingRun:
         self.spec = spec
         self.echo = echo
         self.stop_after = stop_after
-        self.config, self.checkpoint, existing = resolve_resume(spec, config, given)
+        self.config, self.checkpoint, existing = resolve_resume(spec, config, given, echo)
         # Device and threads before anything is written: an impossible device fails here.
         self.device = resolve_device(self.config.device)
         self._apply_threads()
