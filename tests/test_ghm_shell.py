@@ -243,7 +243,11 @@ def test_final_evaluation_and_pglab_evaluate_show_a_progress_bar(tmp_path, monke
     assert again["rows"][0]["value"] == evaluation["rows"][0]["value"]
     assert again["simulated_time"] == evaluation["simulated_time"]
     # a step coarser than training's is allowed, with a warning naming both
-    assert pglab_main(["evaluate", str(tmp_path / "run"), "--cash", "0.5", "--dt", "0.05", "--json", "--device", "cpu"]) == 0
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # shown once per process otherwise, and the calls above ran first
+        assert pglab_main(["evaluate", str(tmp_path / "run"), "--cash", "0.5", "--dt", "0.05", "--json", "--device", "cpu"]) == 0
     assert "pglab: warning: dt 0.05 is coarser than the run's training dt 0.01" in capsys.readouterr().err
 
 
