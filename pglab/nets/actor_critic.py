@@ -108,8 +108,9 @@ class ActorCritic(nn.Module, abc.ABC):
         if layers is None:
             return self.act
         head_size = [m for m in self.actor if isinstance(m, nn.Linear)][-1].out_features
-        if all(weight.device.type == "cpu" and weight.dtype == torch.float32 for weight, _, _ in layers) and all(
-                activation in _NUMPY_ACTIVATIONS for _, _, activation in layers):
+        if hasattr(self, "_sample_numpy") and all(
+                weight.device.type == "cpu" and weight.dtype == torch.float32 and activation in _NUMPY_ACTIVATIONS
+                for weight, _, activation in layers):
             return self._numpy_step(layers, head_size)
 
         def step(obs: torch.Tensor, generator: torch.Generator | None = None):
@@ -123,13 +124,13 @@ class ActorCritic(nn.Module, abc.ABC):
 
         return step
 
-
     def _numpy_step(self, layers, head_size: int):
         """The rollout step in NumPy on the CPU: the same computation as the torch one,
         with ~1 us of overhead per operation instead of ~4 (on an 8-copy CartPole step the
         network and the sampling are a few dozen tiny operations: ~0.1 -> ~0.03 ms). The
         random numbers still come from ``generator`` through torch, so a seeded run draws
-        the same stream; results agree with :meth:`act` to float rounding."""
+        the same stream; results agree with :meth:`act` to float rounding. The head's
+        ``_sample_numpy(head [B, A] float32, generator) -> (actions, log_probs [B])`` samples."""
         arrays = [(weight.numpy().T.copy(), bias.numpy(), _NUMPY_ACTIVATIONS[activation]) for weight, bias, activation in layers]
 
         def step(obs: torch.Tensor, generator: torch.Generator | None = None):
@@ -145,10 +146,6 @@ class ActorCritic(nn.Module, abc.ABC):
             return torch.from_numpy(actions), torch.from_numpy(log_probs), torch.from_numpy(out[:, head_size].copy())
 
         return step
-
-    def _sample_numpy(self, head: np.ndarray, generator: torch.Generator | None) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_sample` on a NumPy head ``[B, A]`` (float32)."""
-        raise NotImplementedError
 
 
 # the activations the NumPy rollout step knows (in place: f(x, out))
@@ -208,6 +205,7 @@ class CategoricalActorCritic(ActorCritic):
         return actions.squeeze(-1), log_pi.gather(-1, actions).squeeze(-1)
 
     def _sample_numpy(self, head: np.ndarray, generator: torch.Generator | None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_sample` on a NumPy head ``[B, A]`` (float32), the same inverse-CDF draw."""
         shifted = head - np.maximum.reduce(head, axis=-1, keepdims=True)
         log_pi = shifted - np.log(np.add.reduce(np.exp(shifted), axis=-1, keepdims=True))
         uniform = torch.rand((head.shape[0], 1), generator=generator, dtype=torch.float32).numpy()
@@ -264,6 +262,7 @@ class GaussianActorCritic(ActorCritic):
         return actions, self._log_prob(actions, head)
 
     def _sample_numpy(self, head: np.ndarray, generator: torch.Generator | None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_sample` on a NumPy head ``[B, A]`` (float32)."""
         noise = torch.randn(head.shape, generator=generator, dtype=torch.float32).numpy()
         log_std = self.log_std.detach().numpy()
         actions = head + np.exp(log_std) * noise
