@@ -463,3 +463,16 @@ def test_resume_compares_only_the_given_model_parameters(tmp_path, capsys):
     capsys.readouterr()
     assert pglab_main(["train", "ghm", "--resume", str(run_dir), "--n-iterations", "3", "--mu", "0.2"]) == 2
     assert capsys.readouterr().err.startswith("pglab: error: mu: differs")
+
+
+def test_the_mc_iteration_budget_grows_as_one_over_rho_below_the_reference():
+    # time scales from the model (issue 24): 1,000 iterations at rho >= 0.1, 1000 * 0.1 / rho below
+    from pglab.configs.ghm import GHMParams, mc_iterations
+
+    assert GHMTrainConfig().n_iterations == 1000
+    assert GHMTrainConfig(params=GHMParams(rho=0.12)).n_iterations == 1000
+    assert GHMTrainConfig(params=GHMParams(mu=0.12, rho=0.07)).n_iterations == mc_iterations(0.07) == 1429
+    assert GHMTrainConfig(params=GHMParams(rho=0.06, sigma=0.4)).n_iterations == 1667
+    # a budget given is kept; the other solvers keep theirs
+    assert GHMTrainConfig(n_iterations=50, params=GHMParams(mu=0.12, rho=0.07)).n_iterations == 50
+    assert GHMTrainConfig(algo="pathwise", params=GHMParams(mu=0.12, rho=0.07)).n_iterations == 350

@@ -125,6 +125,15 @@ SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+MC_REFERENCE_RHO = 0.1
+"""the discount rate at which the mc defaults' 1,000 iterations were chosen"""
+
+
+def mc_iterations(rho: float) -> int:
+    """``--algo mc``'s default iteration budget: ``1000 * max(1, 0.1 / rho)`` (rounded)."""
+    return int(round(SOLVER_DEFAULTS["mc"]["n_iterations"] * max(1.0, MC_REFERENCE_RHO / rho)))
+
+
 @dataclass(frozen=True)
 class GHMTrainConfig:
     """Configuration of ``pglab train ghm`` (flags as in the design note).
@@ -135,7 +144,8 @@ class GHMTrainConfig:
     """solver: Monte Carlo policy gradient (mc), pathwise, or actor-critic"""
     # -- training ----------------------------------------------------------------------
     n_iterations: int | None = None
-    """training iterations (default per solver, see SOLVER_DEFAULTS: mc 1000, pathwise and
+    """training iterations (default per solver, see SOLVER_DEFAULTS: mc 1000 x max(1, 0.1 /
+    rho), i.e. 1000 at the design note's rho = 0.1 and more for a patient owner; pathwise and
     actor-critic 350)"""
     n_trajectories: int | None = None
     """simulated paths per iteration (default mc 500, pathwise and actor-critic 1000)"""
@@ -333,6 +343,14 @@ class GHMTrainConfig:
         if self.control_variate is None and (self.no_baseline or self.advantage != "reward_to_go"):
             # the control variate needs the critic's slope and per-step returns
             object.__setattr__(self, "control_variate", "none")
+        if self.algo == "mc" and self.n_iterations is None:
+            # A time scale from the model (issue 24): the gain from paying a dividend sooner,
+            # which is what moves the barrier, is proportional to rho, so at a low discount
+            # rate each iteration's gradient says less and the barrier, which starts far above
+            # the optimum, comes down slowly (rho 0.07: stuck 0.3 above the FD barrier after
+            # 1,000 iterations on one seed of two). The budget grows as 1 / rho below the
+            # calibration the defaults were chosen at; above it, it stays 1,000.
+            object.__setattr__(self, "n_iterations", mc_iterations(self.params.rho))
         # Fields left at None take the solver's default (frozen: set through object.__setattr__).
         for name, value in SOLVER_DEFAULTS[self.algo].items():
             if getattr(self, name) is None:
