@@ -18,6 +18,7 @@ import torch
 from test_ghm import TINY
 
 import pglab
+from pglab.configs.ghm import final_eval_dt
 from pglab.algos.ghm_eval import simulate_policy_value
 from pglab.algos.ghm_sweep import build_trials, fd_lines, trial_row
 from pglab.algos.ghm_train import (
@@ -98,7 +99,7 @@ def test_each_solver_is_evaluated_from_cash_plus_the_line_against_the_credit_lin
     config = agent.config
     redone = simulate_policy_value(
         model, lambda states: agent.policy.mean_std(states)[0], (cash + LIMIT).tolist(), num_paths=config.eval_paths,
-        dt=config.dt, generator=make_generator(config.seed + 2, torch.device("cpu")),
+        dt=final_eval_dt(config), generator=make_generator(config.seed + 2, torch.device("cpu")),
         value_bound=fd_value_bound(solution), tail_tolerance=config.eval_tail_tolerance,
         table_points=config.policy_table_points, value_slope=fd_value_slope(solution), absorption=config.absorption)
     assert [row["value"] for row in evaluation["rows"]] == redone.mean

@@ -220,7 +220,7 @@ def test_final_evaluation_and_pglab_evaluate_show_a_progress_bar(tmp_path, monke
     final = [bar for bar in bars if bar["desc"].startswith("final evaluation")]
     assert len(final) == 1 and final[0]["unit"] == "step" and final[0]["updates"] > 0
     evaluation = json.loads((tmp_path / "run" / "evaluation.json").read_text())
-    assert final[0]["updates"] == round(evaluation["simulated_time"] / 0.01)
+    assert final[0]["updates"] == round(evaluation["simulated_time"] / 0.0025)  # eval_dt: dt / 4 by default
     assert result.final_rows is not None
     bars.clear()
     output = tmp_path / "eval.json"
@@ -240,7 +240,7 @@ def test_final_evaluation_and_pglab_evaluate_show_a_progress_bar(tmp_path, monke
     # run's paths, seed (seed + 2), tail tolerance and dt, path for path
     assert pglab_main(["evaluate", str(tmp_path / "run"), "--cash", "0.5", "--json", "--device", "cpu"]) == 0
     again = json.loads(capsys.readouterr().out)
-    assert (again["num_paths"], again["seed"], again["dt"], again["tail_tolerance"]) == (20, TINY.get("seed", 0) + 2, 0.01, 0.5)
+    assert (again["num_paths"], again["seed"], again["dt"], again["tail_tolerance"]) == (20, TINY.get("seed", 0) + 2, 0.0025, 0.5)
     assert again["rows"][0]["value"] == evaluation["rows"][0]["value"]
     assert again["simulated_time"] == evaluation["simulated_time"]
     # a step coarser than training's is allowed, with a warning naming both
@@ -476,3 +476,14 @@ def test_the_mc_iteration_budget_grows_as_one_over_rho_below_the_reference():
     # a budget given is kept; the other solvers keep theirs
     assert GHMTrainConfig(n_iterations=50, params=GHMParams(mu=0.12, rho=0.07)).n_iterations == 50
     assert GHMTrainConfig(algo="pathwise", params=GHMParams(mu=0.12, rho=0.07)).n_iterations == 350
+
+
+def test_the_final_evaluation_step_is_a_quarter_of_dt_unless_given():
+    from pglab.configs.ghm import final_eval_dt
+    from pglab.errors import ConfigError
+
+    assert final_eval_dt(GHMTrainConfig()) == 0.0025
+    assert final_eval_dt(GHMTrainConfig(dt=0.02)) == 0.005
+    assert final_eval_dt(GHMTrainConfig(eval_dt=0.01)) == 0.01
+    with pytest.raises(ConfigError, match="eval_dt"):
+        GHMTrainConfig(eval_dt=0.0)

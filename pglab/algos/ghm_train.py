@@ -58,7 +58,7 @@ from pglab.algos.actor_critic import ActorCritic
 from pglab.algos.ghm_eval import PolicyValue, simulate_policy_value
 from pglab.algos.mc_pg import MonteCarloPolicyGradient
 from pglab.algos.pathwise import PathwisePolicyGradient
-from pglab.configs.ghm import GHM_KINDS, RESUMABLE_FIELDS, SOLVER_DEFAULTS, GHMTrainConfig, budget_schedules
+from pglab.configs.ghm import GHM_KINDS, RESUMABLE_FIELDS, SOLVER_DEFAULTS, GHMTrainConfig, budget_schedules, final_eval_dt
 from pglab.envs.ghm import GHMModel, GHMParams
 from pglab.envs.ghm_credit_line import GHMCreditLineModel
 from pglab.envs.simulator import TrajectorySimulator, interpolate_uniform
@@ -668,7 +668,7 @@ def final_evaluation(config: GHMTrainConfig, policy: GaussianPolicy, baseline: V
     """The deterministic policy against ``V*`` at ``eval_cash`` (``eval_paths`` paths each,
     with a progress bar): writes ``evaluation.json`` / ``evaluation.csv``, prints the table."""
     result, rows = evaluate_against_reference(
-        policy, model, solution, config.eval_cash, num_paths=config.eval_paths, dt=config.dt,
+        policy, model, solution, config.eval_cash, num_paths=config.eval_paths, dt=final_eval_dt(config),
         seed=config.seed + 2, tail_tolerance=config.eval_tail_tolerance, device=device,
         progress=f"final evaluation ({config.eval_paths} paths x {len(config.eval_cash)} cash levels)",
         table_points=config.policy_table_points, absorption=config.absorption,
@@ -691,7 +691,7 @@ def final_evaluation(config: GHMTrainConfig, policy: GaussianPolicy, baseline: V
     header = list(rows[0])
     atomic_write_text(run_dir / "evaluation.csv", ",".join(header) + "\n" + "".join(
         ",".join(f"{row[k]:.6g}" for k in header) + "\n" for row in rows))
-    echo(format_table(rows, result.simulated_time, result.num_paths, dt=config.dt))
+    echo(format_table(rows, result.simulated_time, result.num_paths, dt=final_eval_dt(config)))
     if result.table_error is not None:
         echo(f"policy read from a {config.policy_table_points}-point table (largest difference to the network: "
              f"{result.table_error:.1e})")

@@ -38,7 +38,7 @@ def evaluate(argv: list[str]) -> int:
 
     from pglab.algos.ghm_agent import agent_from_checkpoint
     from pglab.algos.ghm_train import evaluate_against_reference, exact_policy_value, format_table, reference_solution
-    from pglab.configs.ghm import GHM_KINDS
+    from pglab.configs.ghm import GHM_KINDS, final_eval_dt
     from pglab.errors import ConfigError, UsageError
     from pglab.run.atomic import atomic_write_json
     from pglab.run.checkpoint import load_checkpoint_file
@@ -67,7 +67,7 @@ def evaluate(argv: list[str]) -> int:
     episodes = config.episodes if config.episodes is not None else agent.config.eval_paths
     tail_tolerance = config.tail_tolerance if config.tail_tolerance is not None else agent.config.eval_tail_tolerance
     seed = config.seed if config.seed is not None else agent.config.seed + 2
-    dt = config.dt or agent.config.dt
+    dt = config.dt or final_eval_dt(agent.config)
     if dt > agent.config.dt:
         import warnings
 
