@@ -127,3 +127,20 @@ def test_unsupported_optimisers_and_autograd_steps_are_refused():
     loss = net.value(torch.randn(3, 4)).sum()
     with pytest.raises(TypeError, match="FlatAdam"):
         gradient_step(loss, net.parameters(), flat, 0.5)
+
+
+def test_gradients_reset_by_zero_grad_are_pointed_back_at_the_flat_buffer():
+    # a callback's net.zero_grad() sets .grad to None; the next step must not run on the old
+    # flat gradient while new gradients go elsewhere
+    net = _net()
+    flat = FlatAdam(torch.optim.Adam(net.parameters(), lr=1e-2))
+    generator = torch.Generator().manual_seed(6)
+    _write_gradients(net, generator, 0.5)
+    flat.clip_and_step(1e6)
+    net.zero_grad(set_to_none=True)
+    flat.ensure_grad_views()
+    written = _write_gradients(net, generator, 0.5)
+    offset = 0
+    for param, grad in zip(net.parameters(), written):
+        assert torch.equal(flat.grad[offset:offset + param.numel()], grad.reshape(-1))
+        offset += param.numel()

@@ -238,8 +238,9 @@ def test_final_evaluation_and_pglab_evaluate_show_a_progress_bar(tmp_path, monke
     assert json.loads(captured.out)["rows"][0]["initial_cash"] == 0.5
     # with no settings of its own, pglab evaluate reproduces the run's final table: the
     # run's paths, seed (seed + 2), tail tolerance and dt, path for path
-    assert pglab_main(["evaluate", str(tmp_path / "run"), "--cash", "0.5", "--json", "--device", "cpu"]) == 0
+    assert pglab_main(["evaluate", str(tmp_path / "run"), "--json", "--device", "cpu"]) == 0  # cash: the run's (0.5,)
     again = json.loads(capsys.readouterr().out)
+    assert [row["initial_cash"] for row in again["rows"]] == [0.5]
     assert (again["num_paths"], again["seed"], again["dt"], again["tail_tolerance"]) == (20, TINY.get("seed", 0) + 2, 0.0025, 0.5)
     assert again["rows"][0]["value"] == evaluation["rows"][0]["value"]
     assert again["simulated_time"] == evaluation["simulated_time"]

@@ -174,19 +174,22 @@ def test_resume_from_a_named_checkpoint_file_must_be_the_latest(tmp_path):
     # an older file is refused by name (it used to continue silently from the latest)
     with pytest.raises(ConfigError, match=r"resume: is step 4, not the run's latest checkpoint \(step 6"):
         train_toy(ToyConfig(resume=numbered[-2], steps=8), given=frozenset({"resume", "steps"}))
-    # the latest, by its own name or as the numbered file of the same step, continues
-    for name in (checkpoints / "checkpoint_latest.pt", numbered[-1]):
+    # the latest, by its own name or as the numbered file of the same step, continues; so
+    # does any other file of the run (config.json: the run directory)
+    for name in (checkpoints / "checkpoint_latest.pt", numbered[-1], tmp_path / "run" / "config.json"):
         run, _ = train_toy(ToyConfig(resume=name, steps=6), given=frozenset({"resume", "steps"}))
         assert run.counters["step"] == 6 and run.exit_code == 0
 
 
 def test_a_stop_signal_after_the_last_step_exits_130(tmp_path):
-    # SIGTERM while a final evaluation runs: the evaluation ends, the run is complete, and
-    # the process still reports the stop (exit 130, status interrupted), as the README says
+    # SIGTERM while a final evaluation runs: the evaluation ends, the run is complete (not
+    # marked interrupted: trainers skip their outputs for interrupted runs), and the process
+    # still reports the stop with exit 130, as the README says
     run, _ = train_toy(_config(tmp_path, steps=3), signal_before_finish=True)
-    assert run.counters["step"] == 3
+    assert run.counters["step"] == 3 and not run.interrupted
     assert run.exit_code == 130
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["stop_requested_after_the_loop"] is True
     plain, _ = train_toy(_config(tmp_path, "plain", steps=3))
     assert plain.exit_code == 0
 

@@ -25,9 +25,14 @@ is reproducible either way; it is not bit-identical to one with the per-tensor s
 """
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
 from torch.optim.adam import adam
+
+# torch < 2.7's functional adam has no decoupled_weight_decay argument (pyproject allows >= 2.4)
+_HAS_DECOUPLED = "decoupled_weight_decay" in inspect.signature(adam).parameters
 
 
 class FlatAdam:
@@ -104,6 +109,18 @@ class FlatAdam:
                 moments[key] = moment
             state[param] = {"step": self.step_count.clone(), **moments}
 
+    def ensure_grad_views(self) -> None:
+        """Point every ``.grad`` back at its slice of the flat gradient if something replaced
+        it (``zero_grad()`` sets it to ``None``): the closed form writes into ``.grad`` and
+        the step reads the flat buffer, so they must be the same memory."""
+        offset = 0
+        for param in self.params:
+            size = param.numel()
+            view = self.grad[offset:offset + size].view_as(param)
+            offset += size
+            if param.grad is None or param.grad.data_ptr() != view.data_ptr():
+                param.grad = view
+
     def _sync_steps(self) -> None:
         for param in self.params:
             self.optimizer.state[param]["step"].copy_(self.step_count)
@@ -120,5 +137,6 @@ class FlatAdam:
         adam([self.values], [self.grad], [self.exp_avg], [self.exp_avg_sq], [], [self.step_count],
              foreach=group.get("foreach"), fused=group.get("fused"), amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
              weight_decay=group["weight_decay"], eps=group["eps"], maximize=False, capturable=False, differentiable=False,
-             grad_scale=None, found_inf=None, has_complex=False, decoupled_weight_decay=group.get("decoupled_weight_decay", False))
+             grad_scale=None, found_inf=None, has_complex=False,
+             **({"decoupled_weight_decay": group.get("decoupled_weight_decay", False)} if _HAS_DECOUPLED else {}))
         return norm

@@ -693,6 +693,8 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
         def evaluate(index: torch.Tensor):
             return net.evaluate_actions(flat_obs[index], flat_actions[index])
 
+        if flat_optimizer is not None:  # a callback's zero_grad() must not leave the step on stale gradients
+            flat_optimizer.ensure_grad_views()
         fused_gradient = None if closed_form is None else closed_form.bind(flat_obs, flat_actions, batch)
         # the closed form's matrix products run on NumPy's BLAS: as many threads as torch's
         with blas_threads(torch.get_num_threads()) if fused_gradient is not None else contextlib.nullcontext():

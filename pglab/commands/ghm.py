@@ -51,7 +51,8 @@ def evaluate(argv: list[str]) -> int:
     checkpoint = load_checkpoint_file(config.checkpoint, kinds=GHM_KINDS, map_location=device)
     agent = agent_from_checkpoint(checkpoint, device=device)
     liquidation = agent.model.params.liquidation_cash
-    for cash in config.cash:  # the run's model says where the firm is liquidated
+    cash_levels = list(config.cash) if config.cash is not None else list(agent.config.eval_cash)
+    for cash in cash_levels:  # the run's model says where the firm is liquidated
         if cash <= liquidation:
             raise ConfigError("cash", cash, f"must exceed {liquidation:g}, where the firm of this run "
                               f"(--model {agent.config.model}) is liquidated")
@@ -74,13 +75,13 @@ def evaluate(argv: list[str]) -> int:
         warnings.warn(f"dt {dt:g} is coarser than the run's training dt {agent.config.dt:g}: the simulated value's "
                       "time-step error grows with dt (the exact column does not depend on it)", UserWarning, stacklevel=1)
     result, rows = evaluate_against_reference(
-        agent.policy, agent.model, solution, list(config.cash), num_paths=episodes,
+        agent.policy, agent.model, solution, cash_levels, num_paths=episodes,
         dt=dt, seed=seed, tail_tolerance=tail_tolerance, device=device,
         stochastic=config.stochastic, table_points=agent.config.policy_table_points, absorption=agent.config.absorption,
-        progress=f"evaluate {checkpoint['kind']} ({episodes} paths x {len(config.cash)} cash levels)",
+        progress=f"evaluate {checkpoint['kind']} ({episodes} paths x {len(cash_levels)} cash levels)",
     )
     if not config.stochastic:  # the deterministic policy's exact value beside the simulated one
-        for row, exact in zip(rows, exact_policy_value(agent.policy, agent.model, solution, list(config.cash))):
+        for row, exact in zip(rows, exact_policy_value(agent.policy, agent.model, solution, cash_levels)):
             row.update(exact_value=exact["exact_value"], exact_pct_of_optimum=exact["exact_pct_of_optimum"])
     report = {"checkpoint": checkpoint["path"], "kind": checkpoint["kind"], "iteration": agent.iteration,
               "policy": "stochastic" if config.stochastic else "deterministic",

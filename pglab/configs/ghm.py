@@ -539,9 +539,9 @@ class GHMEvaluateConfig:
     """simulated paths per initial cash level (default: the run's eval_paths, 2,000 unless
     set; --n_episodes: deprecated spelling); the simulation uses V*' as a control variate
     (unbiased, a several-fold smaller standard error)"""
-    cash: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5)
-    """initial cash levels (above the run's liquidation point: 0, or -credit_limit for a
-    --model credit-line run)"""
+    cash: tuple[float, ...] | None = None
+    """initial cash levels (default: the run's eval_cash, 0.25 0.5 1 1.5 unless set; above the
+    run's liquidation point: 0, or -credit_limit for a --model credit-line run)"""
     tail_tolerance: float | None = None
     """simulate until the discounted tail is below this fraction of the value (the simulated
     value is low by at most this fraction; default: the run's eval_tail_tolerance, 0.001
@@ -567,10 +567,11 @@ class GHMEvaluateConfig:
     def __post_init__(self):
         if self.episodes is not None:
             check_int("episodes", self.episodes, minimum=2)
-        if len(self.cash) == 0:
-            raise ConfigError("cash", self.cash, "needs at least one initial cash level")
-        for level in self.cash:  # the liquidation point is the checkpoint's model's (pglab evaluate checks it)
-            check_finite("cash", level)
+        if self.cash is not None:
+            if len(self.cash) == 0:
+                raise ConfigError("cash", self.cash, "needs at least one initial cash level")
+            for level in self.cash:  # the liquidation point is the checkpoint's model's (pglab evaluate checks it)
+                check_finite("cash", level)
         if self.tail_tolerance is not None:
             check_range("tail_tolerance", self.tail_tolerance, 0.0, 1.0, low_inclusive=False)
         if self.dt is not None:

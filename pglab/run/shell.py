@@ -122,7 +122,7 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None,
     latest = run_dir / "checkpoints" / LATEST_NAME
     checkpoint = load_checkpoint_file(latest, kinds=spec.kinds) if latest.exists() else None
     named = Path(config.resume)
-    if named.is_file() and not (latest.exists() and named.resolve() == latest.resolve()):
+    if named.is_file() and named.suffix == ".pt" and not (latest.exists() and named.resolve() == latest.resolve()):
         # a checkpoint file given by name: the run continues from its latest checkpoint only
         # (its metrics and later checkpoints follow the latest); say so rather than
         # silently continuing from another file
@@ -388,16 +388,18 @@ class TrainingRun:
         """Write ``summary.json``: the run's status, counters and ``summary``."""
         from pglab.run.atomic import atomic_write_json
 
-        if self._stop is not None and self._stop.requested and not self.interrupted:
+        late_stop = self._stop is not None and self._stop.requested and not self.interrupted
+        if late_stop:
             # SIGINT/SIGTERM after the loop (during a final evaluation, which runs to its end):
-            # the run is complete, but the process was asked to stop; exit 130 as promised
-            self.interrupted = True
-            self.echo(f"stop requested after the last {self.spec.step_key}: the final checkpoint is in {self.run_dir}",
-                      file=sys.stderr)
+            # the run is complete (status "completed"), but the process was asked to stop, so
+            # it exits 130 as promised (exit_code)
+            self.echo(f"stop requested after the last {self.spec.step_key}: the run is complete, its final checkpoint "
+                      f"is in {self.run_dir}", file=sys.stderr)
         payload = {
             "kind": self.kind,
             "run_dir": str(self.run_dir),
             "status": "interrupted" if self.interrupted else "completed",
+            **({"stop_requested_after_the_loop": True} if late_stop else {}),
             "counters": dict(self.counters),
             "session_seconds": time.perf_counter() - self._clock,
             **dict(summary or {}),
@@ -406,5 +408,7 @@ class TrainingRun:
 
     @property
     def exit_code(self) -> int:
-        """0 for a finished run, :data:`EXIT_INTERRUPTED` after a stop request."""
-        return EXIT_INTERRUPTED if self.interrupted else EXIT_OK
+        """0 for a finished run, :data:`EXIT_INTERRUPTED` after a stop request (also one that
+        arrived after the last step, during a final evaluation)."""
+        late_stop = self._stop is not None and self._stop.requested
+        return EXIT_INTERRUPTED if self.interrupted or late_stop else EXIT_OK
