@@ -85,6 +85,7 @@ class FlatAdam:
         if len(steps) > 1:
             raise ValueError(f"FlatAdam: the parameters' Adam step counts differ ({sorted(steps)}); one step count is needed")
         self.step_count.fill_(steps.pop() if steps else 0.0)
+        grad_views: list[torch.Tensor] = []
         offset = 0
         for param in self.params:
             size = param.numel()
@@ -93,6 +94,7 @@ class FlatAdam:
             self.values[part].copy_(param.detach().reshape(-1))
             param.data = self.values[part].view_as(param)
             grad = self.grad[part].view_as(param)
+            grad_views.append(grad)
             if param.grad is None:
                 grad.zero_()
             else:
@@ -108,16 +110,13 @@ class FlatAdam:
                     moment.zero_()
                 moments[key] = moment
             state[param] = {"step": self.step_count.clone(), **moments}
+        self._grad_views = grad_views
 
     def ensure_grad_views(self) -> None:
         """Point every ``.grad`` back at its slice of the flat gradient if something replaced
         it (``zero_grad()`` sets it to ``None``): the closed form writes into ``.grad`` and
         the step reads the flat buffer, so they must be the same memory."""
-        offset = 0
-        for param in self.params:
-            size = param.numel()
-            view = self.grad[offset:offset + size].view_as(param)
-            offset += size
+        for param, view in zip(self.params, self._grad_views):
             if param.grad is None or param.grad.data_ptr() != view.data_ptr():
                 param.grad = view
 

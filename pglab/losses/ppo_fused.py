@@ -47,7 +47,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from pglab.nets.actor_critic import _LOG_SQRT_2PI, CategoricalActorCritic, GaussianActorCritic
+from pglab.nets.actor_critic import (_LOG_SQRT_2PI, CategoricalActorCritic, GaussianActorCritic, numpy_gaussian_log_prob,
+                                     numpy_log_softmax)
 
 # (weight, bias, activation name or None for the output layer)
 Layer = tuple[nn.Parameter, nn.Parameter, str | None]
@@ -215,9 +216,7 @@ class FusedPPOGradient:
         rows = np.arange(batch_size)
 
         if self.head == "categorical":
-            # (ufunc reductions: NumPy's .max()/.sum() methods add microseconds of Python each)
-            shifted = head - np.maximum.reduce(head, axis=-1, keepdims=True)
-            log_pi = shifted - np.log(np.add.reduce(np.exp(shifted), axis=-1, keepdims=True))
+            log_pi = numpy_log_softmax(head)
             pi = np.exp(log_pi)
             index = actions.astype(np.int64, copy=False)
             log_probs = log_pi[rows, index]
@@ -226,7 +225,7 @@ class FusedPPOGradient:
             log_std = views.log_std
             inverse_std = np.exp(-log_std)
             scaled = (actions - head) * inverse_std  # u = (a - mu) / sigma
-            log_probs = np.add.reduce(-0.5 * scaled * scaled - log_std - np.float32(_LOG_SQRT_2PI), axis=-1)
+            log_probs = numpy_gaussian_log_prob(scaled, log_std)
             entropy_source = log_std.copy()
 
         # -- the clipped surrogate and the value error (ppo_clip_loss's formulas) ----------

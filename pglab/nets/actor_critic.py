@@ -148,6 +148,17 @@ class ActorCritic(nn.Module, abc.ABC):
         return step
 
 
+def numpy_log_softmax(logits: np.ndarray) -> np.ndarray:
+    """``log softmax`` over the last axis of a NumPy array (max-shifted, as torch's)."""
+    shifted = logits - np.maximum.reduce(logits, axis=-1, keepdims=True)
+    return shifted - np.log(np.add.reduce(np.exp(shifted), axis=-1, keepdims=True))
+
+
+def numpy_gaussian_log_prob(scaled: np.ndarray, log_std: np.ndarray) -> np.ndarray:
+    """``sum_i -u_i^2 / 2 - log sigma_i - log sqrt(2 pi)`` for ``u = (a - mu) / sigma`` ``[B, A]``."""
+    return np.add.reduce(-0.5 * scaled * scaled - log_std - np.float32(_LOG_SQRT_2PI), axis=-1)
+
+
 # the activations the NumPy rollout step knows (in place: f(x, out))
 _NUMPY_ACTIVATIONS = {None: None, torch.tanh: np.tanh, torch.relu: lambda x, out: np.maximum(x, 0.0, out=out)}
 
@@ -206,8 +217,7 @@ class CategoricalActorCritic(ActorCritic):
 
     def _sample_numpy(self, head: np.ndarray, generator: torch.Generator | None) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`_sample` on a NumPy head ``[B, A]`` (float32), the same inverse-CDF draw."""
-        shifted = head - np.maximum.reduce(head, axis=-1, keepdims=True)
-        log_pi = shifted - np.log(np.add.reduce(np.exp(shifted), axis=-1, keepdims=True))
+        log_pi = numpy_log_softmax(head)
         uniform = torch.rand((head.shape[0], 1), generator=generator, dtype=torch.float32).numpy()
         actions = np.add.reduce(np.cumsum(np.exp(log_pi), axis=-1) < uniform, axis=-1, dtype=np.int64)
         np.minimum(actions, self.num_actions - 1, out=actions)
@@ -268,8 +278,7 @@ class GaussianActorCritic(ActorCritic):
         actions = head + np.exp(log_std) * noise
         # log N(a; mu, sigma) with (a - mu) / sigma = noise up to rounding, as _log_prob computes it
         scaled = (actions - head) * np.exp(-log_std)
-        log_probs = np.add.reduce(-0.5 * scaled * scaled - log_std - np.float32(_LOG_SQRT_2PI), axis=-1)
-        return actions, log_probs
+        return actions, numpy_gaussian_log_prob(scaled, log_std)
 
     def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log pi(a|s) [B], H [B], V(s) [B])``; ``H = sum_i (1/2 + log sqrt(2 pi) + log sigma_i)``."""
