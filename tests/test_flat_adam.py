@@ -29,10 +29,15 @@ def _write_gradients(net: nn.Module, generator: torch.Generator, scale: float) -
     return grads
 
 
-def test_flat_step_is_torch_adam_without_clipping():
+@pytest.mark.parametrize("options", [
+    {"fused": True},  # torch's fused kernel, called directly
+    {"fused": True, "weight_decay": 0.01},  # through torch.optim.adam.adam
+    {"fused": False},  # torch's foreach step, through torch.optim.adam.adam
+], ids=["fused-kernel", "fused-weight-decay", "foreach"])
+def test_flat_step_is_torch_adam_without_clipping(options):
     reference, flat_net = _net(), _net()
-    torch_adam = torch.optim.Adam(reference.parameters(), lr=3e-3, eps=1e-5, fused=True)
-    flat = FlatAdam(torch.optim.Adam(flat_net.parameters(), lr=3e-3, eps=1e-5, fused=True))
+    torch_adam = torch.optim.Adam(reference.parameters(), lr=3e-3, eps=1e-5, **options)
+    flat = FlatAdam(torch.optim.Adam(flat_net.parameters(), lr=3e-3, eps=1e-5, **options))
     generator = torch.Generator().manual_seed(1)
     for step in range(6):
         grads = _write_gradients(flat_net, generator, 0.3)

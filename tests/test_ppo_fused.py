@@ -190,3 +190,35 @@ def test_blas_threads_caps_numpys_blas_inside_the_block_and_float64_falls_back()
         assert blas and all(info["num_threads"] == 1 for info in blas)
     # the closed form works on float32 host arrays; anything else takes autograd
     assert fused_ppo_gradient(CategoricalActorCritic(3, 2, (8,)).double()) is None
+
+
+@pytest.mark.parametrize("num_minibatches", [1, 3])
+@pytest.mark.parametrize("normalize_advantages", [True, False])
+def test_onpolicy_update_with_the_closed_form_follows_autograd_whole_batch_or_not(num_minibatches, normalize_advantages):
+    # One minibatch per epoch takes the rollout's arrays as they are (no gather, the
+    # normalised advantages made once); three take gathered, separately normalised rows.
+    # Either way: autograd's weights and metrics after several epochs.
+    import copy
+
+    from pglab.algos.onpolicy import OnPolicyBatch, onpolicy_update
+    from pglab.configs.ppo import OnPolicyHyperparams
+
+    torch.manual_seed(2)
+    net = GaussianActorCritic(3, 2, (16, 16))
+    obs, actions, old_log_probs, advantages, returns, old_values = _minibatch(net, 3, 96, torch.Generator().manual_seed(6))
+    advantages = 3.0 * advantages + 1.5  # far from normalised, so skipping the normalisation would show
+    batch = OnPolicyBatch(old_log_probs, advantages, returns, old_values)
+    hp = OnPolicyHyperparams(ppo_epochs=5, num_minibatches=num_minibatches, entropy_coef=0.01,
+                             normalize_advantages=normalize_advantages)
+    results = {}
+    for name in ("autograd", "closed_form"):
+        model = copy.deepcopy(net)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+        evaluate = lambda index, model=model: model.evaluate_actions(obs[index], actions[index])  # noqa: E731
+        fused = fused_ppo_gradient(model).bind(obs, actions, batch) if name == "closed_form" else None
+        results[name] = (model, onpolicy_update(evaluate, batch, model.parameters(), optimizer, hp,
+                                                generator=torch.Generator().manual_seed(1), fused_gradient=fused))
+    for (name, a), b in zip(results["autograd"][0].named_parameters(), results["closed_form"][0].parameters()):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), name
+    for key, value in results["autograd"][1].items():
+        assert torch.allclose(results["closed_form"][1][key], value, atol=1e-5, rtol=1e-3), key

@@ -335,21 +335,39 @@ class BoundPPOGradient:
         # the weights, and where the gradients go: the parameters' .grad as they are now (a
         # FlatAdam's flat buffer, when the trainer uses one); made once per rollout
         self.views = closed_form.views()
+        self._whole: dict[bool, tuple[np.ndarray, ...]] = {}  # the whole-rollout minibatch's arrays, made once
 
     def gradient(self, index: torch.Tensor, hp: Any) -> PPOTerms:
-        rows = _array(index)
-        old_log_probs, returns, old_values = self.table[rows].T
-        advantages = self.advantages[rows]
-        if hp.normalize_advantages:
-            count = advantages.shape[0]
-            centred = advantages - np.add.reduce(advantages) / count
-            if count >= 2:
-                advantages = centred / (np.sqrt(np.dot(centred, centred) / (count - 1)) + np.float32(1e-8))
-            else:
-                advantages = centred
-        return self.closed_form.gradient(self.obs[rows], self.actions[rows], old_log_probs, advantages, returns, old_values,
+        """The gradient on the minibatch ``index`` ``[B]``: distinct rows (a slice of a
+        permutation of the rollout, as :func:`~pglab.algos.onpolicy.minibatch_indices` makes)."""
+        if index.shape[0] == self.advantages.shape[0]:
+            # One minibatch per epoch: the rows are the whole rollout, and the loss is a mean
+            # over them, so their order changes nothing but float rounding. The rollout's
+            # own arrays (and its normalised advantages, made once) stand in for the
+            # gathered copies: five gathers and the normalisation fewer per epoch.
+            normalize = bool(hp.normalize_advantages)
+            if normalize not in self._whole:
+                advantages = self._normalized(self.advantages) if normalize else self.advantages
+                self._whole[normalize] = (self.obs, self.actions, *self.table.T, advantages)
+            obs, actions, old_log_probs, returns, old_values, advantages = self._whole[normalize]
+        else:
+            rows = _array(index)
+            obs, actions = self.obs[rows], self.actions[rows]
+            old_log_probs, returns, old_values = self.table[rows].T
+            advantages = self._normalized(self.advantages[rows]) if hp.normalize_advantages else self.advantages[rows]
+        return self.closed_form.gradient(obs, actions, old_log_probs, advantages, returns, old_values,
                                          clip_coef=hp.clip_coef, value_clip_coef=hp.value_clip_coef, value_coef=hp.value_coef,
                                          entropy_coef=hp.entropy_coef, views=self.views)
+
+    @staticmethod
+    def _normalized(advantages: np.ndarray) -> np.ndarray:
+        """``(A - mean) / (std + 1e-8)`` with Bessel's std, as
+        :func:`~pglab.estimators.normalize_advantages` (centred only for one sample)."""
+        count = advantages.shape[0]
+        centred = advantages - np.add.reduce(advantages) / count
+        if count < 2:
+            return centred
+        return centred / (np.sqrt(np.dot(centred, centred) / (count - 1)) + np.float32(1e-8))
 
     def summarize(self, terms: list[PPOTerms], hp: Any) -> dict[str, torch.Tensor]:
         return self.closed_form.summarize(terms, clip_coef=hp.clip_coef, value_coef=hp.value_coef, entropy_coef=hp.entropy_coef)
