@@ -3,6 +3,7 @@
     python bench/ppo_vs_sb3.py                                   # cartpole + acrobot, 3 seeds
     python bench/ppo_vs_sb3.py --configs pendulum mountaincar_continuous --seeds 3
     python bench/ppo_vs_sb3.py --configs acrobot --steps 200000 --output acrobot.json
+    python bench/ppo_vs_sb3.py --configs atari_breakout --steps 98304 --episodes 30 --libraries sb3
     pglab bench ppo-vs-sb3 --configs cartpole --output results.json
 
 Each ``configs/ppo/*.yaml`` file is loaded into a :class:`~pglab.configs.ppo.PPOConfig`
@@ -26,6 +27,13 @@ are paid before any timing. It reports:
   episodes (one per environment copy, seeds ``10_000 + i``), measured by one evaluator
   for both libraries (observations normalised with each run's frozen statistics); mean
   +- standard error over seeds;
+* Atari (``atari_breakout``): SB3 trains on RL-Zoo's pipeline (``make_atari_env`` of
+  ``<Game>NoFrameskip-v4``: ``AtariWrapper`` + ``VecFrameStack(4)``, ``CnnPolicy``), pglab
+  on its own (:mod:`pglab.envs.atari`: ALE's C++ preprocessing, the Nature CNN). Each
+  policy is scored on its own library's preprocessing, since each was trained on it:
+  the game score of ``--episodes`` whole games (no life loss ends an episode, raw
+  rewards), sampling actions (RL-Zoo evaluates Atari stochastically: a deterministic
+  Breakout policy that never presses FIRE stalls), from seed 10,000;
 * env-steps/s: training env steps divided by the wall time of model construction plus
   training (logging and checkpointing included for pglab, which writes its CSV/JSONL
   logs and checkpoints; TensorBoard is off for both); also per CPU-second of this process,
@@ -50,6 +58,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from pglab.envs.atari import is_atari_spec
 from pglab.envs.gym_adapter import _VECTOR_IMPLEMENTATIONS
 
 
@@ -103,6 +112,46 @@ def sb3_kwargs(config: Any) -> dict[str, Any]:
     )
 
 
+def sb3_atari_id(env_spec: str) -> str:
+    """RL-Zoo's id for an Atari game: ``gym:ALE/Breakout-v5`` -> ``BreakoutNoFrameskip-v4``
+    (no sticky actions, frames skipped by SB3's wrapper, as pglab's Atari env does)."""
+    from pglab.envs.atari import ale_game
+
+    rom = ale_game(env_spec.removeprefix("gym:"))
+    return "".join(part.capitalize() for part in rom.split("_")) + "NoFrameskip-v4"
+
+
+def sb3_atari_env(env_spec: str, num_envs: int, seed: int, *, evaluation: bool = False) -> Any:
+    """RL-Zoo's Atari env for SB3: ``make_atari_env`` (``AtariWrapper``: noop reset, frame
+    skip 4 with max-pooling, fire reset, 84x84 greyscale, episodic life and reward
+    clipping while training) and a 4-frame ``VecFrameStack``. ``evaluation``: whole games
+    with raw rewards, so an episode's summed reward is the game score."""
+    import ale_py
+    import gymnasium as gym
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    gym.register_envs(ale_py)
+    wrapper_kwargs = {"terminal_on_life_loss": False, "clip_reward": False} if evaluation else None
+    return VecFrameStack(make_atari_env(sb3_atari_id(env_spec), n_envs=num_envs, seed=seed, wrapper_kwargs=wrapper_kwargs), n_stack=4)
+
+
+def evaluate_sb3_atari(model: Any, env_spec: str, episodes: int, seed: int = 10_000, max_steps: int = 30_000) -> float:
+    """Mean game score of ``episodes`` whole games, one per env copy, actions sampled."""
+    env = sb3_atari_env(env_spec, episodes, seed, evaluation=True)
+    obs = env.reset()
+    scores, running = np.zeros(episodes), np.ones(episodes, dtype=bool)
+    for _ in range(max_steps):  # games are cut at 108,000 frames (27,000 steps) anyway
+        actions, _ = model.predict(obs, deterministic=False)
+        obs, rewards, dones, _ = env.step(actions)
+        scores += np.where(running, rewards, 0.0)
+        running &= ~dones
+        if not running.any():
+            break
+    env.close()
+    return float(scores.mean())
+
+
 def evaluate_policy(env_id: str, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int = 10_000) -> float:
     """Mean undiscounted return of ``episodes`` episodes, one per vector-env copy."""
     import gymnasium as gym
@@ -126,6 +175,8 @@ def run_sb3(config: Any, seed: int, episodes: int) -> dict[str, float]:
     from stable_baselines3.common.vec_env import VecNormalize
 
     env_id = config.env.removeprefix("gym:")
+    if is_atari_spec(config.env):
+        return _run_sb3_atari(config, seed, episodes)
     wall, cpu = time.perf_counter(), time.process_time()
     env = make_vec_env(env_id, n_envs=config.num_envs, seed=seed)
     if config.normalizes:  # RL-Zoo: VecNormalize with the algorithm's gamma
@@ -146,6 +197,26 @@ def run_sb3(config: Any, seed: int, episodes: int) -> dict[str, float]:
     return {"return": final, "env_steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "steps_per_cpu_s": steps / cpu}
 
 
+def _run_sb3_atari(config: Any, seed: int, episodes: int) -> dict[str, float]:
+    from stable_baselines3 import PPO
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    env = sb3_atari_env(config.env, config.num_envs, seed)
+    kwargs = sb3_kwargs(config)
+    # CnnPolicy's own architecture (the Nature CNN shared by both heads, as pglab's); only
+    # Adam's eps carries over from the MLP settings
+    kwargs["policy_kwargs"] = {"optimizer_kwargs": {"eps": config.adam_eps}}
+    for key in ("use_sde", "sde_sample_freq"):
+        kwargs.pop(key)
+    model = PPO("CnnPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+    model.learn(total_timesteps=config.total_steps)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    steps = int(model.num_timesteps)
+    env.close()
+    final = evaluate_sb3_atari(model, config.env, episodes)
+    return {"return": final, "env_steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "steps_per_cpu_s": steps / cpu}
+
+
 def run_pglab(config: Any, seed: int, episodes: int, work_dir: Path, vectorization: str = "auto") -> dict[str, float]:
     from pglab.algos.ppo import train_ppo
 
@@ -158,7 +229,12 @@ def run_pglab(config: Any, seed: int, episodes: int, work_dir: Path, vectorizati
     import pglab
 
     agent = pglab.load_checkpoint(result.run_dir, device="cpu")  # applies the stored normalisation itself
-    final = evaluate_policy(env_id, lambda obs: agent.predict(obs, deterministic=True), episodes)
+    if is_atari_spec(config.env):  # whole games, raw score, actions sampled (see the module docstring)
+        from pglab.algos.ppo import evaluate_agent
+
+        final = evaluate_agent(agent, config.env, episodes=episodes, seed=10_000, deterministic=False)["return/mean"]
+    else:
+        final = evaluate_policy(env_id, lambda obs: agent.predict(obs, deterministic=True), episodes)
     steps = result.env_steps
     return {"return": final, "env_steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "steps_per_cpu_s": steps / cpu}
 
@@ -205,7 +281,8 @@ def format_table(results: dict[str, dict[str, list[dict[str, float]]]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/ppo_vs_sb3.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS),
-                        help="configs/ppo file names (cartpole, acrobot, pendulum, mountaincar_continuous, lunarlander) or YAML paths")
+                        help="configs/ppo file names (cartpole, acrobot, pendulum, mountaincar_continuous, lunarlander, "
+                             "atari_breakout) or YAML paths")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per config and library")
     parser.add_argument("--first-seed", type=int, default=0, help="first seed")
     parser.add_argument("--steps", type=int, default=None, help="override total env steps (default: the file's)")

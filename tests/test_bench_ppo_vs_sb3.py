@@ -1,0 +1,52 @@
+"""bench/ppo_vs_sb3.py's translation of configs/ppo files into SB3's settings, and its
+SB3 Atari pipeline (RL-Zoo's: AtariWrapper + 4-frame stack), which the Atari comparison
+in docs/ppo.md depends on."""
+import numpy as np
+import pytest
+
+pytest.importorskip("stable_baselines3")
+pytest.importorskip("cv2")  # SB3's AtariWrapper resizes frames with OpenCV
+pytest.importorskip("ale_py")
+
+from pglab.bench.ppo_vs_sb3 import load_config, sb3_atari_env, sb3_atari_id, sb3_kwargs  # noqa: E402
+
+
+def test_sb3_kwargs_translate_the_zoo_cartpole_file():
+    config = load_config("cartpole", None)
+    kwargs = sb3_kwargs(config)
+    assert kwargs["n_steps"] == 32 and kwargs["batch_size"] == 256 and kwargs["n_epochs"] == 20
+    # pglab's critic loss is 0.5 * MSE, SB3's MSE: the same loss needs half the coefficient
+    assert kwargs["vf_coef"] == pytest.approx(config.update.value_coef / 2)
+    # RL-Zoo's lin_0.001 and lin_0.2: SB3 calls schedules with the remaining progress
+    assert kwargs["learning_rate"](0.5) == pytest.approx(5e-4)
+    assert kwargs["clip_range"](0.25) == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize(("spec", "expected"), [("gym:ALE/Breakout-v5", "BreakoutNoFrameskip-v4"),
+                                                ("gym:ALE/SpaceInvaders-v5", "SpaceInvadersNoFrameskip-v4"),
+                                                ("ale:pong", "PongNoFrameskip-v4")])
+def test_sb3_atari_id_is_rl_zoos_noframeskip_id(spec, expected):
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+    assert sb3_atari_id(spec) == expected
+    assert expected in gym.registry
+
+
+@pytest.mark.parametrize("evaluation", [False, True])
+def test_sb3_atari_env_ends_episodes_at_a_lost_life_only_while_training(evaluation):
+    # Training (RL-Zoo): a lost life ends the learner's episode, rewards clipped. Evaluation:
+    # an episode is a whole game (all 5 Breakout lives), so its summed reward is the score.
+    env = sb3_atari_env("gym:ALE/Breakout-v5", 1, seed=3, evaluation=evaluation)
+    obs = env.reset()
+    assert obs.shape == (1, 84, 84, 4) and obs.dtype == np.uint8  # channels last; SB3 transposes for its CNN
+    rng = np.random.default_rng(0)
+    for _ in range(5_000):
+        obs, _, dones, infos = env.step(rng.integers(0, 4, size=1))
+        if dones[0]:
+            break
+    assert dones[0], "no episode ended in 5,000 random steps"
+    lives_left = infos[0]["lives"]
+    assert lives_left == (0 if evaluation else 4)
+    env.close()
