@@ -32,6 +32,10 @@ _TORCH_DTYPES = {
     np.dtype(np.int32): torch.int32,
 }
 
+# the NumPy dtype of a torch dtype the adapter returns (for the zero-copy fast path)
+_NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.bool: np.dtype(np.bool_), torch.uint8: np.dtype(np.uint8),
+                 torch.int64: np.dtype(np.int64)}
+
 
 def _to_tensor(array: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """NumPy (or a list) -> torch tensor of ``dtype`` on ``device``, sharing memory where
@@ -39,6 +43,12 @@ def _to_tensor(array: Any, dtype: torch.dtype, device: torch.device) -> torch.Te
     for ``torch.as_tensor(..., dtype=, device=)``; with four conversions per step that is
     a sixth of a 4-copy CartPole step. Read-only or non-native-byte-order arrays, which
     torch cannot wrap, are copied first."""
+    target = _NUMPY_DTYPES.get(dtype)
+    if type(array) is np.ndarray and array.dtype == target and array.flags.writeable and device.type == "cpu":
+        return torch.from_numpy(array)  # the usual case on the CPU: ~0.5 us
+    if target is not None and type(array) is np.ndarray and array.dtype.kind in "fb" and device.type == "cpu":
+        # float64 rewards -> float32: NumPy's cast and a wrap (~1 us) beat a torch .to() (~2 us)
+        return torch.from_numpy(array.astype(target))
     array = np.asarray(array)
     if not (array.dtype.isnative and array.flags.writeable):
         array = array.astype(array.dtype.newbyteorder("="), copy=True)

@@ -97,14 +97,17 @@ def _forward(layers: list[ArrayLayer], inputs: np.ndarray) -> list[np.ndarray]:
 
 
 def _backward(layers: list[ArrayLayer], outputs: list[np.ndarray], grad_output: np.ndarray,
-              targets: list[tuple[np.ndarray, np.ndarray]]) -> None:
+              targets: list[tuple[np.ndarray, np.ndarray]], ones: np.ndarray) -> None:
     """Write every layer's weight and bias gradient from ``dL/d(output)`` ``[B, out]`` into
-    ``targets`` (per layer, arrays shaped like the weight and the bias: views of ``.grad``)."""
+    ``targets`` (per layer, arrays shaped like the weight and the bias: views of ``.grad``).
+    ``ones``: float32 ``[B]`` of ones."""
     grad = grad_output
     for index in range(len(layers) - 1, -1, -1):
         weight_grad, bias_grad = targets[index]
         np.matmul(grad.T, outputs[index], out=weight_grad)
-        np.add.reduce(grad, axis=0, out=bias_grad)
+        # the column sums as a BLAS product 1^T G: ~3x faster than np.add.reduce(axis=0)
+        # on [256, 64] (which walks the rows one at a time)
+        np.matmul(ones, grad, out=bias_grad)
         if index == 0:
             break
         grad = grad @ layers[index][0]  # dL/da_{index}
@@ -195,6 +198,7 @@ class FusedPPOGradient:
 
     def __init__(self, actor: list[Layer], critic: list[Layer], head: str, log_std: nn.Parameter | None):
         self.actor, self.critic, self.head, self.log_std = actor, critic, head, log_std
+        self._ones: dict[int, np.ndarray] = {}  # float32 ones [B] per minibatch size (bias gradients)
 
     def gradient(self, obs, actions, old_log_probs, advantages, returns, old_values, *, clip_coef: float,
                  value_clip_coef: float | None, value_coef: float, entropy_coef: float,
@@ -262,8 +266,11 @@ class FusedPPOGradient:
             # sum_b g_b (u_b^2 - 1) - c_H
             np.subtract(np.add.reduce(grad_log_probs[:, None] * (scaled * scaled - 1.0), axis=0), np.float32(entropy_coef),
                         out=views.log_std_grad)
-        _backward(views.actor, actor_out, grad_head, views.actor_grads)
-        _backward(views.critic, critic_out, grad_values[:, None], views.critic_grads)
+        ones = self._ones.get(batch_size)
+        if ones is None:
+            ones = self._ones[batch_size] = np.ones(batch_size, dtype=np.float32)
+        _backward(views.actor, actor_out, grad_head, views.actor_grads, ones)
+        _backward(views.critic, critic_out, grad_values[:, None], views.critic_grads, ones)
         return PPOTerms(log_ratio, np.where(picks_unclipped, unclipped, clipped), value_term, entropy_source)
 
     def views(self) -> "NetViews":
