@@ -22,6 +22,27 @@ def test_sb3_kwargs_translate_the_zoo_cartpole_file():
     assert kwargs["clip_range"](0.25) == pytest.approx(0.05)
 
 
+# RL-Zoo's hyperparams/ppo.yml entries (SB3 defaults where the zoo sets nothing), as SB3
+# receives them from each file: (n_envs, n_steps, batch_size, n_epochs, gamma, gae_lambda,
+# ent_coef, vf_coef, max_grad_norm)
+ZOO = {
+    "cartpole": (8, 32, 256, 20, 0.98, 0.8, 0.0, 0.5, 0.5),
+    "acrobot": (16, 256, 64, 4, 0.99, 0.94, 0.0, 0.5, 0.5),
+    "lunarlander": (16, 1024, 64, 4, 0.999, 0.98, 0.01, 0.5, 0.5),
+    "pendulum": (4, 1024, 64, 10, 0.9, 0.95, 0.0, 0.5, 0.5),
+    "atari_breakout": (8, 128, 256, 4, 0.99, 0.95, 0.01, 0.5, 0.5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_the_zoo_files_give_sb3_rl_zoos_settings(name):
+    config = load_config(name, None)
+    kwargs = sb3_kwargs(config)
+    got = (config.num_envs, kwargs["n_steps"], kwargs["batch_size"], kwargs["n_epochs"], kwargs["gamma"], kwargs["gae_lambda"],
+           kwargs["ent_coef"], kwargs["vf_coef"], kwargs["max_grad_norm"])
+    assert got == pytest.approx(ZOO[name]), name
+
+
 @pytest.mark.parametrize(("spec", "expected"), [("gym:ALE/Breakout-v5", "BreakoutNoFrameskip-v4"),
                                                 ("gym:ALE/SpaceInvaders-v5", "SpaceInvadersNoFrameskip-v4"),
                                                 ("ale:pong", "PongNoFrameskip-v4")])
