@@ -146,13 +146,29 @@ def test_clip_grad_norm_is_torchs_clip_grad_norm(max_norm):
     assert clipped == pytest.approx(min(max_norm, float(expected)), rel=1e-5)  # clipped only when over max_norm
 
 
+def _update_both_ways(net, obs, actions, batch, hp, *, lr):
+    """``onpolicy_update`` on copies of ``net``, by autograd and by the closed form, from the
+    same minibatch stream: ``{"autograd" | "closed_form": (model, metrics)}``."""
+    import copy
+
+    from pglab.algos.onpolicy import onpolicy_update
+
+    results = {}
+    for name in ("autograd", "closed_form"):
+        model = copy.deepcopy(net)
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        evaluate = lambda index, model=model: model.evaluate_actions(obs[index], actions[index])  # noqa: E731
+        fused = fused_ppo_gradient(model).bind(obs, actions, batch) if name == "closed_form" else None
+        results[name] = (model, onpolicy_update(evaluate, batch, model.parameters(), optimizer, hp,
+                                                generator=torch.Generator().manual_seed(1), fused_gradient=fused))
+    return results
+
+
 @pytest.mark.parametrize("target_kl", [None, 1e-12, 3e-2, 1e-1])
 def test_onpolicy_update_with_the_closed_form_stops_at_the_same_epoch(target_kl):
     # The KL early stop reads the epoch's KL from the kept terms: the same epoch count as
     # the autograd path, and the same weights after it.
-    import copy
-
-    from pglab.algos.onpolicy import OnPolicyBatch, onpolicy_update
+    from pglab.algos.onpolicy import OnPolicyBatch
     from pglab.configs.ppo import OnPolicyHyperparams
 
     torch.manual_seed(0)
@@ -162,15 +178,7 @@ def test_onpolicy_update_with_the_closed_form_stops_at_the_same_epoch(target_kl)
         old_log_probs, _, old_values = net.evaluate_actions(obs, actions)
     batch = OnPolicyBatch(old_log_probs, advantages, returns, old_values)
     hp = OnPolicyHyperparams(ppo_epochs=8, num_minibatches=4, target_kl=target_kl, entropy_coef=0.01)
-    results = {}
-    for name in ("autograd", "closed_form"):
-        model = copy.deepcopy(net)
-        optimizer = torch.optim.Adam(model.parameters(), lr=3e-2)
-        evaluate = lambda index, model=model: model.evaluate_actions(obs[index], actions[index])  # noqa: E731
-        fused = fused_ppo_gradient(model).bind(obs, actions, batch) if name == "closed_form" else None
-        metrics = onpolicy_update(evaluate, batch, model.parameters(), optimizer, hp, generator=torch.Generator().manual_seed(1),
-                                  fused_gradient=fused)
-        results[name] = (model, metrics)
+    results = _update_both_ways(net, obs, actions, batch, hp, lr=3e-2)
     epochs = {name: int(metrics["stats/epochs"]) for name, (_, metrics) in results.items()}
     assert epochs["autograd"] == epochs["closed_form"]
     assert epochs["autograd"] == {None: 8, 1e-12: 1, 3e-2: 2, 1e-1: 8}[target_kl]
@@ -198,9 +206,7 @@ def test_onpolicy_update_with_the_closed_form_follows_autograd_whole_batch_or_no
     # One minibatch per epoch takes the rollout's arrays as they are (no gather, the
     # normalised advantages made once); three take gathered, separately normalised rows.
     # Either way: autograd's weights and metrics after several epochs.
-    import copy
-
-    from pglab.algos.onpolicy import OnPolicyBatch, onpolicy_update
+    from pglab.algos.onpolicy import OnPolicyBatch
     from pglab.configs.ppo import OnPolicyHyperparams
 
     torch.manual_seed(2)
@@ -210,14 +216,7 @@ def test_onpolicy_update_with_the_closed_form_follows_autograd_whole_batch_or_no
     batch = OnPolicyBatch(old_log_probs, advantages, returns, old_values)
     hp = OnPolicyHyperparams(ppo_epochs=5, num_minibatches=num_minibatches, entropy_coef=0.01,
                              normalize_advantages=normalize_advantages)
-    results = {}
-    for name in ("autograd", "closed_form"):
-        model = copy.deepcopy(net)
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-        evaluate = lambda index, model=model: model.evaluate_actions(obs[index], actions[index])  # noqa: E731
-        fused = fused_ppo_gradient(model).bind(obs, actions, batch) if name == "closed_form" else None
-        results[name] = (model, onpolicy_update(evaluate, batch, model.parameters(), optimizer, hp,
-                                                generator=torch.Generator().manual_seed(1), fused_gradient=fused))
+    results = _update_both_ways(net, obs, actions, batch, hp, lr=1e-2)
     for (name, a), b in zip(results["autograd"][0].named_parameters(), results["closed_form"][0].parameters()):
         assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), name
     for key, value in results["autograd"][1].items():
