@@ -8,7 +8,7 @@ pytest.importorskip("stable_baselines3")
 pytest.importorskip("cv2")  # SB3's AtariWrapper resizes frames with OpenCV
 pytest.importorskip("ale_py")
 
-from pglab.bench.ppo_vs_sb3 import load_config, sb3_atari_env, sb3_atari_id, sb3_kwargs  # noqa: E402
+from pglab.bench.ppo_vs_sb3 import load_config, sb3_atari_env, sb3_atari_id, sb3_game_scores, sb3_kwargs  # noqa: E402
 
 
 def test_sb3_kwargs_translate_the_zoo_cartpole_file():
@@ -55,11 +55,8 @@ def test_sb3_atari_id_is_rl_zoos_noframeskip_id(spec, expected):
     assert expected in gym.registry
 
 
-@pytest.mark.parametrize("evaluation", [False, True])
-def test_sb3_atari_env_ends_episodes_at_a_lost_life_only_while_training(evaluation):
-    # Training (RL-Zoo): a lost life ends the learner's episode, rewards clipped. Evaluation:
-    # an episode is a whole game (all 5 Breakout lives), so its summed reward is the score.
-    env = sb3_atari_env("gym:ALE/Breakout-v5", 1, seed=3, evaluation=evaluation)
+def test_sb3_atari_training_env_ends_an_episode_at_each_lost_life():
+    env = sb3_atari_env("gym:ALE/Breakout-v5", 1, seed=3)
     obs = env.reset()
     assert obs.shape == (1, 84, 84, 4) and obs.dtype == np.uint8  # channels last; SB3 transposes for its CNN
     rng = np.random.default_rng(0)
@@ -68,6 +65,31 @@ def test_sb3_atari_env_ends_episodes_at_a_lost_life_only_while_training(evaluati
         if dones[0]:
             break
     assert dones[0], "no episode ended in 5,000 random steps"
-    lives_left = infos[0]["lives"]
-    assert lives_left == (0 if evaluation else 4)
+    assert infos[0]["lives"] == 4  # RL-Zoo's EpisodicLifeEnv: the first lost life ends it
+    env.close()
+
+
+def test_sb3_atari_evaluation_scores_whole_games_on_the_training_pipeline():
+    # Evaluation keeps the training pipeline (a lost life still ends an episode, so SB3's
+    # FireResetEnv serves the ball as in training) with raw rewards; the score of a game is
+    # Monitor's, over all 5 Breakout lives, and equals the sum of the raw rewards.
+    env = sb3_atari_env("gym:ALE/Breakout-v5", 1, seed=5, evaluation=True)
+    env.reset()
+    rng = np.random.default_rng(1)
+    actions = rng.integers(0, 4, size=(20_000, 1))
+    total, lives_lost = 0.0, 0
+    for step, action in enumerate(actions):
+        _, rewards, dones, infos = env.step(action)
+        total += float(rewards[0])
+        lives_lost += int(dones[0])
+        if "episode" in infos[0]:
+            break
+    assert "episode" in infos[0], "no game ended"
+    assert lives_lost == 5 and infos[0]["lives"] == 0
+    assert infos[0]["episode"]["r"] == pytest.approx(total)
+    env.close()
+    # sb3_game_scores reads the same number off the same game
+    replay = iter(actions)
+    env = sb3_atari_env("gym:ALE/Breakout-v5", 1, seed=5, evaluation=True)
+    assert sb3_game_scores(env, lambda obs: next(replay))[0] == pytest.approx(total)
     env.close()

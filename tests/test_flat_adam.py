@@ -72,6 +72,26 @@ def test_flat_clip_matches_clip_grad_norm():
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
+def test_a_nan_gradient_spreads_as_with_clip_grad_norm():
+    # One NaN element makes the global norm NaN; clip_grad_norm_ then multiplies every
+    # gradient by NaN, so the whole step is NaN. FlatAdam must not step the rest unclipped.
+    reference, flat_net = _net(), _net()
+    torch_adam = torch.optim.Adam(reference.parameters(), lr=1e-2, fused=True)
+    flat = FlatAdam(torch.optim.Adam(flat_net.parameters(), lr=1e-2, fused=True))
+    grads = _write_gradients(flat_net, torch.Generator().manual_seed(4), 1.0)
+    grads[0].view(-1)[0] = float("nan")
+    next(iter(flat_net.parameters())).grad.view(-1)[0] = float("nan")
+    for param, grad in zip(reference.parameters(), grads):
+        param.grad = grad.clone()
+    norm = flat.clip_and_step(0.5)
+    nn.utils.clip_grad_norm_(list(reference.parameters()), 0.5)
+    torch_adam.step()
+    assert torch.isnan(norm)
+    for a, b in zip(reference.parameters(), flat_net.parameters()):
+        assert torch.equal(torch.isnan(a), torch.isnan(b))
+    assert all(torch.isnan(p).all() for p in flat_net.parameters())
+
+
 def test_state_dict_round_trip_resumes_exactly_and_loads_into_plain_adam():
     net = _net()
     flat = FlatAdam(torch.optim.Adam(net.parameters(), lr=3e-3, fused=True))

@@ -142,7 +142,7 @@ class FlatAdam:
             grad = self._numpy_grad
             norm = np.sqrt(np.dot(grad, grad))  # float32, as torch's vector_norm
             scale = np.float32(max_grad_norm) / (norm + np.float32(1e-6))
-            if scale < 1.0:  # multiplying by min(scale, 1) = 1 would change nothing
+            if not scale >= 1.0:  # min(scale, 1) = 1 changes nothing; a NaN scale spreads, as in torch
                 grad *= scale
             norm = torch.tensor(norm)
         else:

@@ -30,10 +30,11 @@ are paid before any timing. It reports:
 * Atari (``atari_breakout``): SB3 trains on RL-Zoo's pipeline (``make_atari_env`` of
   ``<Game>NoFrameskip-v4``: ``AtariWrapper`` + ``VecFrameStack(4)``, ``CnnPolicy``), pglab
   on its own (:mod:`pglab.envs.atari`: ALE's C++ preprocessing, the Nature CNN). Each
-  policy is scored on its own library's preprocessing, since each was trained on it:
-  the game score of ``--episodes`` whole games (no life loss ends an episode, raw
-  rewards), sampling actions (RL-Zoo evaluates Atari stochastically: a deterministic
-  Breakout policy that never presses FIRE stalls), from seed 10,000;
+  policy is scored on the pipeline it trained on (SB3's keeps the FIRE its
+  ``FireResetEnv`` presses after a lost life; see :func:`sb3_atari_env`): the game score
+  of ``--episodes`` whole games with raw rewards, sampling actions (RL-Zoo evaluates
+  Atari stochastically: a deterministic Breakout policy that never presses FIRE
+  stalls), from seed 10,000;
 * env-steps/s: training env steps divided by the wall time of model construction plus
   training (logging and checkpointing included for pglab, which writes its CSV/JSONL
   logs and checkpoints; TensorBoard is off for both); also per CPU-second of this process,
@@ -115,41 +116,53 @@ def sb3_kwargs(config: Any) -> dict[str, Any]:
 def sb3_atari_id(env_spec: str) -> str:
     """RL-Zoo's id for an Atari game: ``gym:ALE/Breakout-v5`` -> ``BreakoutNoFrameskip-v4``
     (no sticky actions, frames skipped by SB3's wrapper, as pglab's Atari env does)."""
+    from ale_py.registration import rom_id_to_name
+
     from pglab.envs.atari import ale_game
 
-    rom = ale_game(env_spec.removeprefix("gym:"))
-    return "".join(part.capitalize() for part in rom.split("_")) + "NoFrameskip-v4"
+    return rom_id_to_name(ale_game(env_spec.removeprefix("gym:"))) + "NoFrameskip-v4"
 
 
 def sb3_atari_env(env_spec: str, num_envs: int, seed: int, *, evaluation: bool = False) -> Any:
-    """RL-Zoo's Atari env for SB3: ``make_atari_env`` (``AtariWrapper``: noop reset, frame
-    skip 4 with max-pooling, fire reset, 84x84 greyscale, episodic life and reward
-    clipping while training) and a 4-frame ``VecFrameStack``. ``evaluation``: whole games
-    with raw rewards, so an episode's summed reward is the game score."""
+    """RL-Zoo's Atari env for SB3: ``make_atari_env`` (``Monitor``, then ``AtariWrapper``:
+    noop reset, frame skip 4 with max-pooling, episodic life, fire reset, 84x84 greyscale,
+    reward clipping) and a 4-frame ``VecFrameStack``. ``evaluation``: raw rewards, and
+    nothing else changed. A lost life still ends an episode there, because SB3's
+    ``FireResetEnv`` presses FIRE at that reset: the policy was trained never to serve the
+    ball itself. The game score comes from ``Monitor``, which sits below the wrappers and
+    sees whole games (RL-Zoo reports Atari scores the same way)."""
     import ale_py
     import gymnasium as gym
     from stable_baselines3.common.env_util import make_atari_env
     from stable_baselines3.common.vec_env import VecFrameStack
 
     gym.register_envs(ale_py)
-    wrapper_kwargs = {"terminal_on_life_loss": False, "clip_reward": False} if evaluation else None
+    wrapper_kwargs = {"clip_reward": False} if evaluation else None
     return VecFrameStack(make_atari_env(sb3_atari_id(env_spec), n_envs=num_envs, seed=seed, wrapper_kwargs=wrapper_kwargs), n_stack=4)
 
 
-def evaluate_sb3_atari(model: Any, env_spec: str, episodes: int, seed: int = 10_000, max_steps: int = 30_000) -> float:
+def sb3_game_scores(env: Any, act: Callable[[np.ndarray], np.ndarray], max_steps: int = 30_000) -> np.ndarray:
+    """The score of each env copy's first whole game (``Monitor``'s ``info["episode"]["r"]``)
+    under ``act(obs) -> actions``; NaN where no game ended within ``max_steps`` steps
+    (games are cut at 108,000 frames, 27,000 steps, anyway)."""
+    obs = env.reset()
+    scores = np.full(env.num_envs, np.nan)
+    for _ in range(max_steps):
+        obs, _, _, infos = env.step(act(obs))
+        for index, info in enumerate(infos):
+            if "episode" in info and np.isnan(scores[index]):
+                scores[index] = info["episode"]["r"]
+        if not np.isnan(scores).any():
+            break
+    return scores
+
+
+def evaluate_sb3_atari(model: Any, env_spec: str, episodes: int, seed: int = 10_000) -> float:
     """Mean game score of ``episodes`` whole games, one per env copy, actions sampled."""
     env = sb3_atari_env(env_spec, episodes, seed, evaluation=True)
-    obs = env.reset()
-    scores, running = np.zeros(episodes), np.ones(episodes, dtype=bool)
-    for _ in range(max_steps):  # games are cut at 108,000 frames (27,000 steps) anyway
-        actions, _ = model.predict(obs, deterministic=False)
-        obs, rewards, dones, _ = env.step(actions)
-        scores += np.where(running, rewards, 0.0)
-        running &= ~dones
-        if not running.any():
-            break
+    scores = sb3_game_scores(env, lambda obs: model.predict(obs, deterministic=False)[0])
     env.close()
-    return float(scores.mean())
+    return float(np.nanmean(scores))
 
 
 def evaluate_policy(env_id: str, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int = 10_000) -> float:
