@@ -200,9 +200,10 @@ def test_blas_threads_caps_numpys_blas_inside_the_block_and_float64_falls_back()
     assert fused_ppo_gradient(CategoricalActorCritic(3, 2, (8,)).double()) is None
 
 
+@pytest.mark.parametrize("head", ["categorical", "gaussian"])
 @pytest.mark.parametrize("num_minibatches", [1, 3])
 @pytest.mark.parametrize("normalize_advantages", [True, False])
-def test_onpolicy_update_with_the_closed_form_follows_autograd_whole_batch_or_not(num_minibatches, normalize_advantages):
+def test_onpolicy_update_with_the_closed_form_follows_autograd_whole_batch_or_not(head, num_minibatches, normalize_advantages):
     # One minibatch per epoch takes the rollout's arrays as they are (no gather, the
     # normalised advantages made once); three take gathered, separately normalised rows.
     # Either way: autograd's weights and metrics after several epochs.
@@ -210,7 +211,7 @@ def test_onpolicy_update_with_the_closed_form_follows_autograd_whole_batch_or_no
     from pglab.configs.ppo import OnPolicyHyperparams
 
     torch.manual_seed(2)
-    net = GaussianActorCritic(3, 2, (16, 16))
+    net = CategoricalActorCritic(3, 4, (16, 16)) if head == "categorical" else GaussianActorCritic(3, 2, (16, 16))
     obs, actions, old_log_probs, advantages, returns, old_values = _minibatch(net, 3, 96, torch.Generator().manual_seed(6))
     advantages = 3.0 * advantages + 1.5  # far from normalised, so skipping the normalisation would show
     batch = OnPolicyBatch(old_log_probs, advantages, returns, old_values)
