@@ -6,7 +6,9 @@ arrived and what was expected, e.g. ``sigma=-0.2: must be >= 0``.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pglab.errors import ConfigError
@@ -81,3 +83,21 @@ def check_int_sequence(field: str, values: Sequence[int], minimum: int = 1) -> N
 def check_device(field: str, value: str) -> None:
     if value not in ("auto", "cpu") and not value.startswith("cuda"):
         raise ConfigError(field, value, "must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
+
+
+def check_output_file(field: str, path: str | os.PathLike | None) -> None:
+    """An output file that can be written when the work is done: not a folder, and its
+    folder exists (created here if missing). Called before minutes of evaluation, so a
+    bad ``--output`` fails at once, not after."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise ConfigError(field, str(path), "is a folder; give a file name for the JSON results")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(field, str(path), f"cannot be written: its folder {target.parent} cannot be created "
+                          f"({error.strerror or error})") from error
+    if not os.access(target.parent, os.W_OK):
+        raise ConfigError(field, str(path), f"cannot be written: its folder {target.parent} is not writable")

@@ -199,3 +199,53 @@ def test_extending_the_budget_without_annealing_is_exact(tmp_path):
     metrics_a, metrics_b = read_metrics(straight.run_dir), read_metrics(extended.run_dir)
     columns = [c for c in metrics_a.columns if not c.startswith("perf/")]
     assert metrics_a[columns].equals(metrics_b[columns])
+
+
+@pytest.mark.parametrize("env", ["gym:FrozenLake-v1", "gym:CliffWalking-v1"])
+def test_discrete_observation_spaces_are_refused_before_training(tmp_path, capsys, env):
+    # FrozenLake's and CliffWalking's states are Discrete, not vectors of numbers: refused
+    # at once (exit 2, naming env), instead of a traceback at the first checkpoint.
+    assert train("--env", env, "--total-steps", "128", *TINY, "--log-dir", str(tmp_path / "run")) == 2
+    assert "env: unsupported observation space" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_evaluate_output_is_checked_before_the_evaluation(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert train("--total-steps", "64", *TINY, "--eval-episodes", "0", "--log-dir", str(run)) == 0
+    capsys.readouterr()
+    folder = tmp_path / "results"
+    folder.mkdir()
+    assert cli_main(["evaluate", str(run), "--episodes", "1", "--output", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "output: is a folder" in err and "episodes" not in capsys.readouterr().out
+    blocked = tmp_path / "a_file"
+    blocked.write_text("not a folder")
+    assert cli_main(["evaluate", str(run), "--episodes", "1", "--output", str(blocked / "x.json")]) == 2
+    assert "output: cannot be written" in capsys.readouterr().err
+    # a missing folder is made, and the result lands there
+    target = tmp_path / "new" / "eval.json"
+    assert cli_main(["evaluate", str(run), "--episodes", "1", "--output", str(target)]) == 0
+    assert json.loads(target.read_text())["episodes"] == 1
+    # without --output, stdout is the JSON report alone (the summary line goes to stderr)
+    capsys.readouterr()
+    assert cli_main(["evaluate", str(run), "--episodes", "2"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["episodes"] == 2 and "2 episodes  return" in captured.err
+
+
+def test_extending_a_linear_schedule_warns_that_the_rates_rise(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert train("--total-steps", "256", *TINY, "--eval-episodes", "0", "--log-dir", str(run)) == 0  # 4 iterations
+    capsys.readouterr()
+    assert train("--resume", str(run), "--total-steps", "512", "--eval-episodes", "0") == 0
+    err = capsys.readouterr().err
+    assert ("pglab: warning: total_steps: the linear lr/clip schedule now spans 8 iterations, not 4: from iteration 5 "
+            "the rates follow the longer run's schedule and rise from 0.25 to 0.5") in err
+    lrs = read_metrics(run)["stats/lr"]
+    assert lrs[4] > lrs[3]  # the jump the warning announces
+    # a constant schedule extends silently
+    constant = tmp_path / "constant"
+    assert train("--total-steps", "256", *TINY, "--no-anneal-lr", "--eval-episodes", "0", "--log-dir", str(constant)) == 0
+    assert train("--resume", str(constant), "--total-steps", "512", "--eval-episodes", "0") == 0
+    assert "schedule now spans" not in capsys.readouterr().err

@@ -586,6 +586,15 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
             # Running episode returns belong to the restored episodes only.
             tracker.load_state_dict(extra["tracker"])
         window.load_state_dict(extra["window"])
+        stored_iterations = replace(config, total_steps=int(checkpoint["config"]["total_steps"])).num_iterations
+        linear = config.lr_schedule == "linear" or hp.clip_schedule == "linear"
+        if linear and stored_iterations != config.num_iterations and run.start < config.num_iterations:
+            # fraction 1 - (k-1)/K with the new K from here on: the rates jump to the new run's schedule
+            before = schedule_fraction("linear", run.start, stored_iterations)
+            after = schedule_fraction("linear", run.start + 1, config.num_iterations)
+            warnings.warn(f"total_steps: the linear lr/clip schedule now spans {config.num_iterations} iterations, not "
+                          f"{stored_iterations}: from iteration {run.start + 1} the rates follow the longer run's schedule "
+                          f"and rise from {before:.3g} to {after:.3g} of their initial values", stacklevel=2)
     run.logger.write_meta({"kind": KIND, "env": config.env, "algo": config.algo})
 
     def make_checkpoint() -> dict[str, Any]:

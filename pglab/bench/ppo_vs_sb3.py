@@ -50,6 +50,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -74,8 +75,9 @@ def resolve_config(name: str) -> Path:
         return path
     candidate = CONFIG_DIR / f"{name}.yaml"
     if not candidate.exists():
-        raise SystemExit(f"bench: no config {name!r} (files in {CONFIG_DIR}: "
-                         f"{', '.join(sorted(p.stem for p in CONFIG_DIR.glob('*.yaml')))})")
+        print(f"bench: --configs: no config {name!r} (files in {CONFIG_DIR}: "
+              f"{', '.join(sorted(p.stem for p in CONFIG_DIR.glob('*.yaml')))})", file=sys.stderr)
+        raise SystemExit(2)
     return candidate
 
 
@@ -273,8 +275,13 @@ def _mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.1f} +- {statistics.stdev(values) / math.sqrt(len(values)):.1f}"
 
 
+def _ratio(speed: float, baseline: float) -> str:
+    """``3.17x``, or ``-`` where SB3 did not run in this process (``--libraries pglab``)."""
+    return "-" if math.isnan(baseline) else f"{speed / baseline:.2f}x"
+
+
 def format_table(results: dict[str, dict[str, list[dict[str, float]]]]) -> str:
-    header = f"{'env':<12} {'library':<10} {'seeds':>5} {'env steps':>9} {'return (+- s.e.)':>18}  {'per seed':<34} {'steps/s':>8} {'steps/cpu-s':>11} {'speed-up (cpu)':>14}"
+    header = f"{'env':<16} {'library':<10} {'seeds':>5} {'env steps':>9} {'return (+- s.e.)':>18}  {'per seed':<34} {'steps/s':>8} {'steps/cpu-s':>11} {'speed-up (cpu)':>14}"
     lines = [header, "-" * len(header)]
     for env_id, by_lib in results.items():
         sb3_sps = statistics.mean(r["steps_per_cpu_s"] for r in by_lib.get("sb3", [])) if by_lib.get("sb3") else math.nan
@@ -285,9 +292,9 @@ def format_table(results: dict[str, dict[str, list[dict[str, float]]]]) -> str:
             returns = [r["return"] for r in runs]
             sps = statistics.mean(r["steps_per_s"] for r in runs)
             cpu_sps = statistics.mean(r["steps_per_cpu_s"] for r in runs)
-            per_seed = " ".join(f"{v:.0f}" for v in returns)
-            lines.append(f"{env_id:<12} {lib:<10} {len(runs):>5} {runs[0]['env_steps']:>9} {_mean_std(returns):>18}  {per_seed:<34} "
-                         f"{sps:>8.0f} {cpu_sps:>11.0f} {cpu_sps / sb3_sps:>7.2f}x")
+            per_seed = " ".join(f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" for v in returns)
+            lines.append(f"{env_id:<16} {lib:<10} {len(runs):>5} {runs[0]['env_steps']:>9} {_mean_std(returns):>18}  {per_seed:<34} "
+                         f"{sps:>8.0f} {cpu_sps:>11.0f} {_ratio(cpu_sps, sb3_sps):>8}")
     return "\n".join(lines)
 
 
@@ -317,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
             env_id = config.env.removeprefix("gym:")
             from pglab.run.config import config_to_dict
 
-            settings[env_id] = {"file": str(resolve_config(name)), **config_to_dict(config)}
+            settings[env_id] = {"file": str(resolve_config(name)), **config_to_dict(config),
+                                "seed": list(range(args.first_seed, args.first_seed + args.seeds))}  # the seeds run
             results[env_id] = {lib: [] for lib in args.libraries}
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 for lib in args.libraries:  # alternately, so both see the same machine load

@@ -21,6 +21,7 @@ import sys
 
 from pglab.configs.a2c import KIND, STREAM_AC_KIND, A2CEvaluateConfig, A2CTrainConfig
 from pglab.run.config import parse_flags
+from pglab.validation import check_output_file
 
 # The one place that chooses the trainer: checkpoint kind -> "module:function".
 TRAINERS: dict[str, str] = {
@@ -57,6 +58,7 @@ def train(argv: list[str]) -> int:
 
 def evaluate(argv: list[str]) -> int:
     config = parse_flags(A2CEvaluateConfig, argv, prog="pglab evaluate").config
+    check_output_file("output", config.output)
 
     import torch
 
@@ -86,7 +88,6 @@ def evaluate(argv: list[str]) -> int:
                    "env": agent.config.env})
     print(json.dumps(result))
     if config.output is not None:
-        config.output.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(config.output, result)
     else:
         try:

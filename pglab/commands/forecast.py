@@ -19,6 +19,7 @@ from pglab.configs.forecast import (  # noqa: F401  (re-exported: the names thes
     ForecastTrainConfig,
     TrainForecastConfig,
 )
+from pglab.validation import check_output_file
 
 
 def __getattr__(name: str) -> Any:
@@ -55,6 +56,7 @@ def evaluate(argv: list[str]) -> int:
 
     config = parse_config(ForecastModelEvaluateConfig, argv, prog="pglab evaluate forecast",
                           description="Evaluate a saved forecaster (optionally against a saved adversary).")
+    check_output_file("output", config.output)
     from pglab.algos.forecast import evaluate_model
     from pglab.run.atomic import atomic_write_json
     from pglab.run.device import resolve_device
@@ -73,6 +75,7 @@ def evaluate_checkpoint(argv: list[str]) -> int:
 
     config = parse_config(ForecastEvaluateConfig, argv, prog="pglab evaluate CHECKPOINT",
                           description="Evaluate a forecast training checkpoint on its run's data (out of sample by default).")
+    check_output_file("output", config.output)
     from pglab.algos.forecast import KINDS, agent_from_checkpoint, evaluate_agent
     from pglab.run.atomic import atomic_write_json
     from pglab.run.checkpoint import load_checkpoint_file

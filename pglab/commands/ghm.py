@@ -11,6 +11,7 @@ import sys
 
 from pglab.configs.ghm import GHMEvaluateConfig, GHMSolveConfig, GHMTrainConfig
 from pglab.run.config import parse_flags
+from pglab.validation import check_output_file
 
 __all__ = ["GHMEvaluateConfig", "GHMSolveConfig", "GHMTrainConfig", "evaluate", "solve", "train"]
 
@@ -34,6 +35,7 @@ def evaluate(argv: list[str]) -> int:
     simulated steps."""
     config = parse_flags(GHMEvaluateConfig, argv, prog="pglab evaluate",
                          description="Value of a GHM checkpoint's policy against the finite-difference optimum.").config
+    check_output_file("output", config.output)
     import torch
 
     from pglab.algos.ghm_agent import agent_from_checkpoint

@@ -11,8 +11,9 @@ import importlib.util
 from typing import Any
 
 from pglab.configs.maxk import MaxKEvalConfig, MaxKPOMOTrainConfig
-from pglab.errors import ConfigError, UsageError
+from pglab.errors import UsageError
 from pglab.run.config import parse_flags
+from pglab.validation import check_output_file
 
 
 def _require_co() -> None:
@@ -65,9 +66,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 def evaluate(argv: list[str]) -> int:
     """``pglab evaluate maxk-pomo --checkpoints RUN [RUN ...] [FLAGS]``."""
     config = parse_flags(MaxKEvalConfig, argv, prog="pglab evaluate maxk-pomo", description=MaxKEvalConfig.__doc__).config
-    if config.output is not None and config.output.is_dir():
-        # Checked before minutes of evaluation, not after.
-        raise ConfigError("output", str(config.output), "is a directory; give a file name for the JSON results")
+    check_output_file("output", config.output)  # before minutes of evaluation, not after
     _require_co()
     from pglab.algos.maxk_pomo import evaluate_models
 

@@ -11,6 +11,7 @@ import sys
 from pglab.configs.ppo import PPOConfig, PPOEvaluateConfig  # noqa: F401  (PPOEvaluateConfig: re-exported)
 from pglab.errors import EXIT_OK, UsageError
 from pglab.run.config import parse_flags
+from pglab.validation import check_output_file
 
 
 def anneal_lr_as_schedule(argv: list[str]) -> list[str]:
@@ -45,6 +46,7 @@ def evaluate(argv: list[str]) -> int:
         raise UsageError("usage: pglab evaluate CHECKPOINT [--episodes N] [--seed N] [--stochastic] [--output FILE.json]")
     path, flags = argv[0], argv[1:]
     config = parse_flags(PPOEvaluateConfig, flags, prog=f"pglab evaluate {path}").config
+    check_output_file("output", config.output)
 
     import torch
 
@@ -62,8 +64,9 @@ def evaluate(argv: list[str]) -> int:
                             deterministic=not config.stochastic, device=device)
     report = {"checkpoint": checkpoint["path"], "env": env_spec, "algo": agent.config.algo,
               "env_steps": checkpoint["counters"].get("env_steps"), "deterministic": not config.stochastic, **result}
+    # the summary for people on stderr, so stdout is the JSON report alone (pipe it to jq)
     print(f"{env_spec}  {report['episodes']:.0f} episodes  return {result['return/mean']:.2f} +- {result['return/std']:.2f} "
-          f"(min {result['return/min']:.2f}, max {result['return/max']:.2f})  length {result['length/mean']:.1f}")
+          f"(min {result['return/min']:.2f}, max {result['return/max']:.2f})  length {result['length/mean']:.1f}", file=sys.stderr)
     if config.output is not None:
         from pglab.run.atomic import atomic_write_json
 
