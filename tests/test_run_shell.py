@@ -235,9 +235,13 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_step_zero(tmp_pat
     run_dir.mkdir()
     write_run_config(run_dir, dataclasses.asdict(ToyConfig()) | {"log_dir": None, "resume": None}, kind="toy")
     (run_dir / "metrics.csv").write_text("step,total\n1,0.5\n")  # a row from the killed attempt
-    run, resumed = train_toy(ToyConfig(resume=run_dir), given=frozenset({"resume"}))
+    lines = []
+    run, resumed = train_toy(ToyConfig(resume=run_dir), given=frozenset({"resume"}),
+                             echo=lambda *args, **kwargs: lines.append(" ".join(map(str, args))))
     _, fresh = train_toy(_config(tmp_path, "fresh"))
     assert resumed == fresh and run.counters["step"] == 6
+    # said, not silent: the user may have expected a checkpoint there
+    assert f"resume: {run_dir} holds no checkpoint; training starts again from step 0" in lines
     assert [r["step"] for r in csv.DictReader(open(run_dir / "metrics.csv"))] == ["1", "2", "3", "4", "5", "6"]
 
 

@@ -254,6 +254,8 @@ class TrainingRun:
         self.kind = spec.kind(self.config)
         self.resumed = existing is not None
         self.run_dir = existing if existing is not None else Path(self.config.log_dir or default_run_dir(spec.system))
+        if self.resumed and self.checkpoint is None:  # killed before its first checkpoint, or its checkpoints removed
+            echo(f"resume: {self.run_dir} holds no checkpoint; training starts again from step 0", file=sys.stderr)
         self.counters: dict[str, Any] = {spec.step_key: 0, "wall_time": 0.0}
         if self.checkpoint is not None:
             self.counters.update(self.checkpoint["counters"])
