@@ -241,7 +241,7 @@ def test_extending_a_linear_schedule_warns_that_the_rates_rise(tmp_path, capsys)
     assert train("--resume", str(run), "--total-steps", "512", "--eval-episodes", "0") == 0
     err = capsys.readouterr().err
     assert ("pglab: warning: total_steps: the linear lr/clip schedule now spans 8 iterations, not 4: from iteration 5 "
-            "the rates follow the longer run's schedule and rise from 0.25 to 0.5") in err
+            "the rates follow the new budget's schedule and rise from 0.25 to 0.5") in err
     lrs = read_metrics(run)["stats/lr"]
     assert lrs[4] > lrs[3]  # the jump the warning announces
     # a constant schedule extends silently

@@ -593,8 +593,9 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
             before = schedule_fraction("linear", run.start, stored_iterations)
             after = schedule_fraction("linear", run.start + 1, config.num_iterations)
             warnings.warn(f"total_steps: the linear lr/clip schedule now spans {config.num_iterations} iterations, not "
-                          f"{stored_iterations}: from iteration {run.start + 1} the rates follow the longer run's schedule "
-                          f"and rise from {before:.3g} to {after:.3g} of their initial values", stacklevel=2)
+                          f"{stored_iterations}: from iteration {run.start + 1} the rates follow the new budget's schedule "
+                          f"and {'rise' if after > before else 'fall'} from {before:.3g} to {after:.3g} of their initial "
+                          "values", stacklevel=2)
     run.logger.write_meta({"kind": KIND, "env": config.env, "algo": config.algo})
 
     def make_checkpoint() -> dict[str, Any]:
