@@ -184,6 +184,11 @@ def evaluate_policy(env_id: str, act: Callable[[np.ndarray], np.ndarray], episod
     return float(returns.mean())
 
 
+def _run_result(final: float, steps: int, wall: float, cpu: float) -> dict[str, float]:
+    """One run's row: the final return, the env steps and their rate per wall- and CPU-second."""
+    return {"return": final, "env_steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "steps_per_cpu_s": steps / cpu}
+
+
 def run_sb3(config: Any, seed: int, episodes: int) -> dict[str, float]:
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
@@ -209,7 +214,7 @@ def run_sb3(config: Any, seed: int, episodes: int) -> dict[str, float]:
 
     final = evaluate_policy(env_id, act, episodes)
     env.close()
-    return {"return": final, "env_steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "steps_per_cpu_s": steps / cpu}
+    return _run_result(final, steps, wall, cpu)
 
 
 def _run_sb3_atari(config: Any, seed: int, episodes: int) -> dict[str, float]:
@@ -229,7 +234,7 @@ def _run_sb3_atari(config: Any, seed: int, episodes: int) -> dict[str, float]:
     steps = int(model.num_timesteps)
     env.close()
     final = evaluate_sb3_atari(model, config.env, episodes)
-    return {"return": final, "env_steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "steps_per_cpu_s": steps / cpu}
+    return _run_result(final, steps, wall, cpu)
 
 
 def run_pglab(config: Any, seed: int, episodes: int, work_dir: Path, vectorization: str = "auto") -> dict[str, float]:
@@ -251,7 +256,7 @@ def run_pglab(config: Any, seed: int, episodes: int, work_dir: Path, vectorizati
     else:
         final = evaluate_policy(env_id, lambda obs: agent.predict(obs, deterministic=True), episodes)
     steps = result.env_steps
-    return {"return": final, "env_steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "steps_per_cpu_s": steps / cpu}
+    return _run_result(final, steps, wall, cpu)
 
 
 LIBRARIES = ("sb3", "pglab", "pglab-sync")

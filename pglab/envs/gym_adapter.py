@@ -93,9 +93,8 @@ class GymVectorAdapter:
         obs_space = env.single_observation_space
         from gymnasium import spaces
 
-        if not isinstance(obs_space, spaces.Box):  # e.g. FrozenLake's Discrete states: not vectors of numbers
-            raise ConfigError("env", str(obs_space), "unsupported observation space: need a Box of numbers")
-        if obs_space.shape is None or np.dtype(obs_space.dtype) not in _TORCH_DTYPES:
+        # a Box of a dtype the nets take (not, e.g., FrozenLake's Discrete states)
+        if not isinstance(obs_space, spaces.Box) or np.dtype(obs_space.dtype) not in _TORCH_DTYPES:
             raise ConfigError("env", str(obs_space), "unsupported observation space: need a Box of numbers")
         self.observation_shape = tuple(int(s) for s in obs_space.shape)
         self.observation_dtype = _TORCH_DTYPES[np.dtype(obs_space.dtype)]

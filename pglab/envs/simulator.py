@@ -179,16 +179,25 @@ class TabulatedPolicy:
         # halves of one [B, 2A] gather costs ~4x more)
         self._mean_left, self._mean_diff = mean[:-1].contiguous(), (mean[1:] - mean[:-1]).contiguous()
 
-    def mean_std(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(mean [B, A], std [B, A])`` at ``states [B, 1]``."""
+    def _cell(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(index [B], weight [B, 1])``: the table cell holding each of ``states [B, 1]``
+        and the position within it (clamped to the end cells outside the table)."""
         position = (states[:, 0] - self.low) / self.step
         index = position.floor().clamp(0, self.num_points - 2).long()
-        weight = (position - index.to(position.dtype)).unsqueeze(1)
+        return index, (position - index.to(position.dtype)).unsqueeze(1)
+
+    def _outside(self, states: torch.Tensor) -> torch.Tensor:
+        """Indices of the ``states [B, 1]`` beyond the table, where the network answers."""
+        return ((states[:, 0] < self.low) | (states[:, 0] > self.high)).nonzero().squeeze(1)
+
+    def mean_std(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean [B, A], std [B, A])`` at ``states [B, 1]``."""
+        index, weight = self._cell(states)
         cells = self._cells.index_select(0, index)  # [B, 4A]; as _cells[index], ~3x faster on the CPU
         width = 2 * self.action_dim
         values = cells[:, :width] + weight * cells[:, width:]  # (1 - w) f_i + w f_{i+1}
         mean, std = values[:, :self.action_dim], values[:, self.action_dim:]
-        outside = ((states[:, 0] < self.low) | (states[:, 0] > self.high)).nonzero().squeeze(1)
+        outside = self._outside(states)
         if outside.numel() > 0:
             with torch.no_grad():
                 exact_mean, exact_std = self.policy.mean_std(states[outside])
@@ -198,15 +207,13 @@ class TabulatedPolicy:
     def mean(self, states: torch.Tensor) -> torch.Tensor:
         """``mean [B, A]`` at ``states [B, 1]``: :meth:`mean_std`'s mean, bit for bit, at
         about half the cost (an evaluation of the deterministic policy needs no std)."""
-        position = (states[:, 0] - self.low) / self.step
-        index = position.floor().clamp(0, self.num_points - 2).long()
-        weight = (position - index.to(position.dtype)).unsqueeze(1)
+        index, weight = self._cell(states)
         mean = self._mean_left.index_select(0, index) + weight * self._mean_diff.index_select(0, index)
         if states.shape[0] == 0:
             return mean
         lowest, highest = torch.aminmax(states[:, 0])
         if float(lowest) < self.low or float(highest) > self.high:  # rare: one reduction rules it out
-            outside = ((states[:, 0] < self.low) | (states[:, 0] > self.high)).nonzero().squeeze(1)
+            outside = self._outside(states)
             with torch.no_grad():
                 exact_mean, _ = self.policy.mean_std(states[outside])
             mean = mean.index_copy(0, outside, exact_mean)
