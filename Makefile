@@ -10,7 +10,7 @@ TORCH_PIN := torch==2.13.0
 export MPLBACKEND := Agg
 export MPLCONFIGDIR := $(CURDIR)/.venv/mplconfig
 
-.PHONY: install run test bench clean mutants
+.PHONY: install run test lint bench clean mutants
 
 install: $(STAMP)
 
@@ -32,6 +32,14 @@ run: install
 # one process, so a module's fixtures run once. A single file: `.venv/bin/pytest tests/X.py`.
 test: install
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+# The lint and type gate: ruff's rules and format, mypy, and no function in pglab/ longer
+# than a screen (80 lines). Configuration in pyproject.toml.
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(PY) tools/function_length.py pglab
 
 bench: install
 	set -e; for script in bench/*.py; do echo "== $$script"; $(PY) $$script; done

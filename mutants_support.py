@@ -20,13 +20,14 @@ position bits) arrive filled with values computed by the unmutated code, and a m
 the functions that fill them would never run. Clearing them at session start gives each
 mutant the empty caches a fresh ``pytest`` process has.
 """
+
 import fnmatch
 import glob
 import json
 import sys
 
 M = "__mutmut_*"  # every mutant of the function named before it
-SEP = "ǁ"         # mutmut's separator between class and method in a mutant's name
+SEP = "ǁ"  # mutmut's separator between class and method in a mutant's name
 
 
 def _methods(module: str, cls: str, *names: str) -> list[str]:
@@ -44,21 +45,23 @@ SELECTION: dict[str, list[str]] = {
     "estimators/": ["pglab.estimators.*"],
     "losses/": ["pglab.losses.*"],
     "algos/onpolicy (REINFORCE, VPG+GAE, PPO)": _functions(
-        "pglab.algos.onpolicy", "gradient_step", "onpolicy_update", "minibatch_indices", "explained_variance"),
+        "pglab.algos.onpolicy", "gradient_step", "onpolicy_update", "minibatch_indices", "explained_variance"
+    ),
     "algos/a2c (A2C TD(0))": _methods("pglab.algos.a2c", "A2CTrainer", "env_step", "optimizer_step", "window")
     + _functions("pglab.algos.a2c_common", "sample_actions"),
     "algos/stream_ac (stream-AC(lambda))": _methods("pglab.algos.stream_ac", "RewardScaler", "__call__"),
     "algos/tabular (Q-learning, WoLF-PHC, RARL)": _methods(
-        "pglab.algos.tabular.agents", "QTableAgent", "update", "_greedy", "policy")
+        "pglab.algos.tabular.agents", "QTableAgent", "update", "_greedy", "policy"
+    )
     + _methods("pglab.algos.tabular.agents", "WoLFPHCAgent", "update", "policy", "average_policy")
     + _methods("pglab.algos.tabular.loops", "RADversarialTrainer", "phase"),
     "algos/maxk_pomo (MaxKPOMO)": _methods("pglab.algos.maxk_pomo", "MaxKPOMO", "calculate_loss"),
     "algos/pso_tsp (Deep-PSO)": _functions("pglab.algos.pso_tsp", "shaped_reward", "advantages_and_returns"),
-    "algos/GHM (MC-PG, pathwise, actor-critic)": _methods(
-        "pglab.algos.mc_pg", "MonteCarloPolicyGradient", "train_step")
+    "algos/GHM (MC-PG, pathwise, actor-critic)": _methods("pglab.algos.mc_pg", "MonteCarloPolicyGradient", "train_step")
     + _functions("pglab.algos.pathwise", "soft_clip")
-    + _methods("pglab.algos.pathwise", "PathwisePolicyGradient", "rollout", "critic_targets", "critic_loss",
-               "train_step")
+    + _methods(
+        "pglab.algos.pathwise", "PathwisePolicyGradient", "rollout", "critic_targets", "critic_loss", "train_step"
+    )
     + _functions("pglab.algos.actor_critic", "policy_hjb_residual")
     + _methods("pglab.algos.actor_critic", "ActorCritic", "critic_targets", "critic_loss"),
 }
@@ -94,8 +97,19 @@ def pytest_sessionstart(session):
 
 
 # mutmut's exit codes of a mutant's test run (mutmut/stats.py); a timeout counts as killed.
-STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 36: "timeout",
-          24: "timeout", -24: "timeout", 152: "timeout", 255: "timeout", None: "not checked"}
+STATUS = {
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    5: "no tests",
+    33: "no tests",
+    36: "timeout",
+    24: "timeout",
+    -24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    None: "not checked",
+}
 
 
 def score(root: str = "mutants") -> int:
@@ -116,7 +130,9 @@ def score(root: str = "mutants") -> int:
             counts[status] = counts.get(status, 0) + 1
         killed = counts.get("killed", 0) + counts.get("timeout", 0)
         detail = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-        print(f"{indent}{label:{60 - len(indent)}s} {killed:4d} / {len(names):4d} = {100 * killed / max(len(names), 1):5.1f}%  ({detail})")
+        print(
+            f"{indent}{label:{60 - len(indent)}s} {killed:4d} / {len(names):4d} = {100 * killed / max(len(names), 1):5.1f}%  ({detail})"
+        )
         return killed
 
     for group, group_patterns in SELECTION.items():

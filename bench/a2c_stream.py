@@ -1,4 +1,5 @@
 """Speed of the streaming A2C trainer: env-only, model-only and full training steps/s."""
+
 import sys
 
 from pglab.bench.a2c_stream import main

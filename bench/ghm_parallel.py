@@ -1,4 +1,5 @@
 """GHM parallel-rollout benchmark (see pglab/bench/ghm_parallel.py): ``python bench/ghm_parallel.py [--help]``."""
+
 import sys
 
 from pglab.bench.ghm_parallel import main

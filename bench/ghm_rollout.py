@@ -1,4 +1,5 @@
 """GHM batched-rollout benchmark (see pglab/bench/ghm_rollout.py): ``python bench/ghm_rollout.py [--help]``."""
+
 import sys
 
 from pglab.bench.ghm_rollout import main

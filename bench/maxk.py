@@ -1,4 +1,5 @@
 """Max@K estimator benchmark (see pglab/bench/maxk.py)."""
+
 import sys
 
 from pglab.bench.maxk import main

@@ -1,4 +1,5 @@
 """Tabular learner speed and WoLF-PHC convergence: ``python bench/tabular.py [--help]``."""
+
 import sys
 
 from pglab.bench.tabular import main

@@ -11,6 +11,7 @@ the same interface (:class:`pglab.agent.Agent`)::
     rates = agent.predict(cash_array)                 # the same on NumPy arrays
     value = agent.value(cash)                         # [B]; NoCritic where none was trained
 """
+
 from __future__ import annotations
 
 __version__ = "0.1.0"

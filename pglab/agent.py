@@ -12,6 +12,7 @@ Every agent has
 A subclass implements :meth:`Agent.act` (and :meth:`Agent.value` when it has a critic);
 :meth:`Agent.predict` is the NumPy wrapper around it, shared by all.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -22,9 +22,9 @@ stopped by SIGINT/SIGTERM after saving its checkpoint (continue it with --resume
 ``pglab --help``, ``pglab train --help``, ``pglab evaluate --help`` and every
 ``pglab ... NAME --help`` list what exists without importing torch.
 """
+
 from __future__ import annotations
 
-import importlib
 import re
 import sys
 import traceback
@@ -41,7 +41,10 @@ def _system_table(attribute: str) -> dict[str, Handler]:
     return {name: getattr(system, attribute) for name, system in SYSTEMS.items() if getattr(system, attribute)}
 
 
-SOLVERS: dict[str, Handler] = {"ghm": "pglab.commands.ghm:solve", "ghm-credit-line": "pglab.commands.ghm_credit_line:solve"}
+SOLVERS: dict[str, Handler] = {
+    "ghm": "pglab.commands.ghm:solve",
+    "ghm-credit-line": "pglab.commands.ghm_credit_line:solve",
+}
 
 SWEEPS: dict[str, Handler] = {"ghm": "pglab.commands.sweep:ghm"}
 
@@ -63,14 +66,18 @@ BENCHMARKS: dict[str, Handler] = {
 
 SUMMARIES = {
     "sweep": {"ghm": "train GHM solvers on a grid of calibrations; thresholds against the FD optimum"},
-    "solve": {"ghm": "finite-difference HJB solution of the GHM model",
-              "ghm-credit-line": "finite-difference HJB solution of the GHM model with a credit line"},
-    "bench": {"ghm-rollout": "GHM rollout iteration time (idle and beside a CPU-bound process)",
-              "ghm-parallel": "GHM rollouts in parallel workers",
-              "a2c-stream": "streaming A2C environment steps per second",
-              "maxk": "Max@K estimator time per call, MaxKPOMO step overhead",
-              "tabular": "tabular learners' episodes per second",
-              "ppo-vs-sb3": "pglab PPO against Stable-Baselines3, side by side"},
+    "solve": {
+        "ghm": "finite-difference HJB solution of the GHM model",
+        "ghm-credit-line": "finite-difference HJB solution of the GHM model with a credit line",
+    },
+    "bench": {
+        "ghm-rollout": "GHM rollout iteration time (idle and beside a CPU-bound process)",
+        "ghm-parallel": "GHM rollouts in parallel workers",
+        "a2c-stream": "streaming A2C environment steps per second",
+        "maxk": "Max@K estimator time per call, MaxKPOMO step overhead",
+        "tabular": "tabular learners' episodes per second",
+        "ppo-vs-sb3": "pglab PPO against Stable-Baselines3, side by side",
+    },
 }
 
 SHARED_TRAIN_FLAGS = """shared flags of every trainer:
@@ -108,8 +115,13 @@ def _print_help(command: str, table: dict[str, Handler]) -> int:
     from pglab.systems import SYSTEMS
 
     summaries = SUMMARIES.get(command) or {name: system.summary for name, system in SYSTEMS.items()}
-    print(_listing(f"usage: pglab {command} NAME [FLAGS]   (pglab {command} NAME --help lists NAME's flags)\n\nNAME is one of:",
-                   table, summaries))
+    print(
+        _listing(
+            f"usage: pglab {command} NAME [FLAGS]   (pglab {command} NAME --help lists NAME's flags)\n\nNAME is one of:",
+            table,
+            summaries,
+        )
+    )
     if command == "train":
         print("\n" + SHARED_TRAIN_FLAGS)
         print("\nexit codes: 0 done; 1 failure; 2 usage/config error; 130 stopped by SIGINT/SIGTERM (checkpoint saved)")
@@ -185,8 +197,12 @@ def dispatch(argv: Sequence[str]) -> int:
         return EXIT_OK
     command, rest = args[0], args[1:]
     help_asked = bool(rest) and rest[0] in ("-h", "--help")
-    tables = {"train": lambda: _system_table("train"), "solve": lambda: SOLVERS, "sweep": lambda: SWEEPS,
-              "bench": lambda: BENCHMARKS}
+    tables = {
+        "train": lambda: _system_table("train"),
+        "solve": lambda: SOLVERS,
+        "sweep": lambda: SWEEPS,
+        "bench": lambda: BENCHMARKS,
+    }
     if command in tables:
         table = tables[command]()
         if help_asked:
@@ -196,8 +212,11 @@ def dispatch(argv: Sequence[str]) -> int:
         if help_asked:
             return _evaluate_help()
         if not rest:
-            raise PglabUsage("evaluate: give a CHECKPOINT (file, checkpoints/ folder or run directory) or one of "
-                             + ", ".join(_system_table("evaluate_named")) + " (got nothing)")
+            raise PglabUsage(
+                "evaluate: give a CHECKPOINT (file, checkpoints/ folder or run directory) or one of "
+                + ", ".join(_system_table("evaluate_named"))
+                + " (got nothing)"
+            )
         named = _system_table("evaluate_named")
         if rest[0] in named:
             return _load(named[rest[0]])(rest[1:])

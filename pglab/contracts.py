@@ -10,6 +10,7 @@ Symbolic dimensions (strings) are bound on first use through a shared ``dims`` d
 several tensors can be checked for consistent sizes (``B`` must mean the same thing in
 ``rewards[B, T]`` and ``values[B, T]``). ``None`` accepts any size.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -54,6 +55,7 @@ def check_tensor(
         dims: bindings of symbolic sizes shared between calls (mutated).
         where: prefix naming the boundary (``"a2c_td0_losses"``).
     """
+
     # The messages are built only on failure: this runs on hot paths (every env step).
     def fail(template: str) -> TensorContractError:
         prefix = f"{where}: " if where else ""
@@ -63,7 +65,9 @@ def check_tensor(
 
     if not isinstance(tensor, torch.Tensor):
         prefix = f"{where}: " if where else ""
-        raise TensorContractError(f"{prefix}{name} expected a torch.Tensor {_describe(shape or (), dtype)}, got {type(tensor).__name__}")
+        raise TensorContractError(
+            f"{prefix}{name} expected a torch.Tensor {_describe(shape or (), dtype)}, got {type(tensor).__name__}"
+        )
     if dtype is not None:
         allowed = (dtype,) if isinstance(dtype, torch.dtype) else tuple(dtype)
         if tensor.dtype not in allowed:
@@ -72,13 +76,15 @@ def check_tensor(
         if tensor.dim() != len(shape):
             raise fail("{name} expected {expected}, got {got}")
         bindings = dims if dims is not None else {}
-        for axis, (want, have) in enumerate(zip(shape, tensor.shape)):
+        for axis, (want, have) in enumerate(zip(shape, tensor.shape, strict=False)):
             if want is None:
                 continue
             if isinstance(want, str):
                 bound = bindings.setdefault(want, int(have))
                 if bound != have:
-                    raise fail(f"{{name}} expected {{expected}} with {want}={bound} (from an earlier argument), got {{got}}")
+                    raise fail(
+                        f"{{name}} expected {{expected}} with {want}={bound} (from an earlier argument), got {{got}}"
+                    )
             elif want != have:
                 raise fail(f"{{name}} expected {{expected}}, got {{got}} (axis {axis})")
     if device is not None:

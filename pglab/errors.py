@@ -4,6 +4,7 @@ Every error a user can cause (a bad flag, a malformed YAML file, a corrupt check
 an unusable data file) is a subclass of :class:`UsageError` and makes ``pglab`` exit
 with code 2. Failures of the program itself exit with code 1.
 """
+
 from __future__ import annotations
 
 from typing import Any

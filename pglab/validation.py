@@ -3,6 +3,7 @@
 Each check raises :class:`pglab.errors.ConfigError` naming the field, the value that
 arrived and what was expected, e.g. ``sigma=-0.2: must be >= 0``.
 """
+
 from __future__ import annotations
 
 import math
@@ -97,7 +98,10 @@ def check_output_file(field: str, path: str | os.PathLike | None) -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise ConfigError(field, str(path), f"cannot be written: its folder {target.parent} cannot be created "
-                          f"({error.strerror or error})") from error
+        raise ConfigError(
+            field,
+            str(path),
+            f"cannot be written: its folder {target.parent} cannot be created ({error.strerror or error})",
+        ) from error
     if not os.access(target.parent, os.W_OK):
         raise ConfigError(field, str(path), f"cannot be written: its folder {target.parent} is not writable")

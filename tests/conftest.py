@@ -6,7 +6,6 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-
 # One intra-op thread: the suite's tensors are tiny, and with two threads on a busy 2-core
 # machine small ops were measured ~20x slower (thread wake-ups). Tests that need another
 # count set it themselves; the fixture below restores one thread after each test.

@@ -1,5 +1,6 @@
 """pglab train a2c / stream-ac inside the training shell (issue 18): one regression test per
 failure that issue lists for this system. Each fails on the code before the migration."""
+
 import ast
 import csv
 import json
@@ -25,7 +26,18 @@ from pglab.run.checkpoint import load_checkpoint_file
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = lambda *a, **k: None  # noqa: E731
 # tiny a2c runs: 4 envs on a 4x4 board, a 16-unit dense layer
-TINY_FLAGS = ["--num-envs", "4", "--update-every", "1", "--pixel-goal.grid-size", "4", "--hidden", "16", "--device", "cpu"]
+TINY_FLAGS = [
+    "--num-envs",
+    "4",
+    "--update-every",
+    "1",
+    "--pixel-goal.grid-size",
+    "4",
+    "--hidden",
+    "16",
+    "--device",
+    "cpu",
+]
 TINY = dict(num_envs=4, update_every=1, pixel_goal=PixelGoalConfig(grid_size=4), hidden=16, device="cpu")
 
 
@@ -65,27 +77,39 @@ def test_a2c_and_stream_ac_do_not_import_each_other():
 def _run_with_blocked(blocked: str, code: str) -> None:
     # sys.modules[name] = None makes any import of `name`, even inside a function, raise ImportError
     script = f"import sys\nsys.modules[{blocked!r}] = None\n{code}"
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env={**os.environ, "PGLAB_NO_PROGRESS": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PGLAB_NO_PROGRESS": "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_each_trainer_works_with_the_other_blocked(tmp_path):
     run = tmp_path / "stream"
     # stream-ac trains without pglab.algos.a2c...
-    _run_with_blocked("pglab.algos.a2c", f"""
+    _run_with_blocked(
+        "pglab.algos.a2c",
+        f"""
 from pglab.algos.stream_ac import train_stream_ac
 from pglab.configs.a2c import A2CTrainConfig, PixelGoalConfig
 train_stream_ac(A2CTrainConfig(algo="stream-ac", num_envs=1, total_env_steps=6, pixel_goal=PixelGoalConfig(grid_size=4), hidden=8, device="cpu",
                                log_dir={str(run)!r}), echo=lambda *a, **k: None)
-""")
+""",
+    )
     # ...and the a2c module loads that stream-ac agent without pglab.algos.stream_ac
-    _run_with_blocked("pglab.algos.stream_ac", f"""
+    _run_with_blocked(
+        "pglab.algos.stream_ac",
+        f"""
 from pglab.algos.a2c import agent_from_checkpoint
 from pglab.run.checkpoint import load_checkpoint_file
 agent = agent_from_checkpoint(load_checkpoint_file({str(run)!r}), device="cpu")
 assert agent.kind == "a2c-stream-ac"
-""")
+""",
+    )
 
 
 # -- logs: metrics.csv + metrics.jsonl + TensorBoard, no stale values ---------------------
@@ -127,14 +151,27 @@ def test_sigterm_exits_130_with_a_checkpoint(tmp_path, monkeypatch, capsys, algo
 # -- item 3: a resume applies the given budget without fresh-run cross-field checks -------
 def test_resume_with_a_budget_below_the_default_num_envs(tmp_path, capsys):
     run = tmp_path / "run"
-    flags = ["--num-envs", "64", "--update-every", "1", "--pixel-goal.grid-size", "4", "--hidden", "8", "--device", "cpu"]
+    flags = [
+        "--num-envs",
+        "64",
+        "--update-every",
+        "1",
+        "--pixel-goal.grid-size",
+        "4",
+        "--hidden",
+        "8",
+        "--device",
+        "cpu",
+    ]
     assert cli_main(["train", "a2c", *flags, "--total-env-steps", "64", "--log-dir", str(run)]) == 0
     # 100 < 256 (the default num_envs), but the run has 64 envs: 2 optimiser steps of 64
     assert cli_main(["train", "a2c", "--resume", str(run), "--total-env-steps", "100"]) == 0, capsys.readouterr().err
     assert load_checkpoint_file(run)["counters"]["opt_steps"] == 2
     assert [r["opt_steps"] for r in records(run)] == [1, 2]
     # a fresh run is still checked
-    assert cli_main(["train", "a2c", "--num-envs", "64", "--total-env-steps", "10", "--log-dir", str(tmp_path / "b")]) == 2
+    assert (
+        cli_main(["train", "a2c", "--num-envs", "64", "--total-env-steps", "10", "--log-dir", str(tmp_path / "b")]) == 2
+    )
     assert "total_env_steps" in capsys.readouterr().err and not (tmp_path / "b").exists()
 
 
@@ -157,8 +194,9 @@ PixelGoalEnv.step = dying_step
 from pglab.cli import main
 main(["train", "a2c", *{flags!r}, "--log-dir", {str(run)!r}])
 """
-    proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PGLAB_NO_PROGRESS": "1"},
-                          capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, "PGLAB_NO_PROGRESS": "1"}, capture_output=True, timeout=120
+    )
     assert proc.returncode == -signal.SIGKILL
     assert (run / "config.json").exists() and not list((run / "checkpoints").glob("*.pt"))
     assert cli_main(["train", "a2c", "--resume", str(run)]) == 0, capsys.readouterr().err
@@ -170,8 +208,12 @@ main(["train", "a2c", *{flags!r}, "--log-dir", {str(run)!r}])
 
 def test_unknown_env_leaves_no_run_directory(tmp_path, capsys):
     run = tmp_path / "deep" / "run"
-    assert cli_main(["train", "a2c", *TINY_FLAGS, "--env", "pglab:no-such-env", "--total-env-steps", "8",
-                     "--log-dir", str(run)]) == 2
+    assert (
+        cli_main(
+            ["train", "a2c", *TINY_FLAGS, "--env", "pglab:no-such-env", "--total-env-steps", "8", "--log-dir", str(run)]
+        )
+        == 2
+    )
     assert "env" in capsys.readouterr().err
     assert not (tmp_path / "deep").exists()
     # and the same directory then starts cleanly
@@ -189,8 +231,10 @@ def test_device_cuda_without_a_gpu_leaves_no_run_directory(tmp_path, capsys):
 # -- item 12: --help without torch ----------------------------------------------------------
 @pytest.mark.parametrize("argv", [["train", "a2c", "--help"], ["train", "a2c", "--algo", "stream-ac", "--help"]])
 def test_help_does_not_import_torch(argv):
-    code = (f"import sys\nfrom pglab.cli import main\ncode = main({argv!r})\n"
-            "assert code == 0, code\nprint('torch' in sys.modules)")
+    code = (
+        f"import sys\nfrom pglab.cli import main\ncode = main({argv!r})\n"
+        "assert code == 0, code\nprint('torch' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "--save-interval" in proc.stdout and "--total-env-steps" in proc.stdout
@@ -199,7 +243,11 @@ def test_help_does_not_import_torch(argv):
 
 # -- the CLI vocabulary ------------------------------------------------------------------------
 def test_save_interval_and_its_old_names(tmp_path, capsys):
-    for name, flag in (("new", "--save-interval"), ("old", "--checkpoint-every-opt-steps"), ("older", "--checkpoint-every")):
+    for name, flag in (
+        ("new", "--save-interval"),
+        ("old", "--checkpoint-every-opt-steps"),
+        ("older", "--checkpoint-every"),
+    ):
         run = tmp_path / name
         assert cli_main(["train", "a2c", *TINY_FLAGS, "--total-env-steps", "12", flag, "2", "--log-dir", str(run)]) == 0
         saved = sorted(p.name for p in (run / "checkpoints").glob("checkpoint_iter_*.pt"))
@@ -211,7 +259,13 @@ def test_save_interval_and_its_old_names(tmp_path, capsys):
 
 def test_defaults_follow_the_shared_vocabulary():
     config = A2CTrainConfig()
-    assert (config.device, config.threads, config.seed, config.save_interval, config.log_dir) == ("auto", 0, 0, 500, None)
+    assert (config.device, config.threads, config.seed, config.save_interval, config.log_dir) == (
+        "auto",
+        0,
+        0,
+        500,
+        None,
+    )
     evaluate = A2CEvaluateConfig(checkpoint=Path("x"))
     assert (evaluate.device, evaluate.output, evaluate.episodes) == ("auto", None, 2000)
 
@@ -228,7 +282,10 @@ def test_evaluate_output_and_episodes_alias(tmp_path, capsys):
 
 def test_a_run_written_with_the_old_field_names_loads_and_resumes(tmp_path, capsys):
     run = tmp_path / "run"
-    assert cli_main(["train", "a2c", *TINY_FLAGS, "--total-env-steps", "8", "--save-interval", "7", "--log-dir", str(run)]) == 0
+    assert (
+        cli_main(["train", "a2c", *TINY_FLAGS, "--total-env-steps", "8", "--save-interval", "7", "--log-dir", str(run)])
+        == 0
+    )
     # rewrite config.json and the checkpoint as the old code wrote them: format 1, old names
     payload = json.loads((run / "config.json").read_text())
     payload["config"]["checkpoint_every_opt_steps"] = payload["config"].pop("save_interval")
@@ -248,14 +305,29 @@ def test_a_run_written_with_the_old_field_names_loads_and_resumes(tmp_path, caps
 
 def test_pixel_goal_is_a_nested_config_and_the_flat_flags_still_work(tmp_path, capsys):
     run = tmp_path / "run"
-    flat = ["--num-envs", "4", "--update-every", "1", "--grid-size", "4", "--tau", "0.6", "--hidden", "16", "--device", "cpu"]
+    flat = [
+        "--num-envs",
+        "4",
+        "--update-every",
+        "1",
+        "--grid-size",
+        "4",
+        "--tau",
+        "0.6",
+        "--hidden",
+        "16",
+        "--device",
+        "cpu",
+    ]
     assert cli_main(["train", "a2c", *flat, "--total-env-steps", "8", "--log-dir", str(run)]) == 0
     assert "--grid-size is deprecated" in capsys.readouterr().err
     stored = json.loads((run / "config.json").read_text())["config"]
     assert stored["pixel_goal"]["grid_size"] == 4 and stored["pixel_goal"]["tau"] == 0.6 and "grid_size" not in stored
     assert pglab.load_checkpoint(run).config.pixel_goal == PixelGoalConfig(grid_size=4, tau=0.6)
     # the environment is part of the trajectory: a resume may not change it
-    assert cli_main(["train", "a2c", "--resume", str(run), "--pixel-goal.grid-size", "5", "--total-env-steps", "12"]) == 2
+    assert (
+        cli_main(["train", "a2c", "--resume", str(run), "--pixel-goal.grid-size", "5", "--total-env-steps", "12"]) == 2
+    )
     assert "pixel_goal" in capsys.readouterr().err
 
 

@@ -1,6 +1,7 @@
 """Streaming A2C trainer: schema golden test, exact resume, reuse-forward exactness,
 gradient accumulation, SIGTERM, error records, CLI exit codes, network contracts.
 (The training shell's own guarantees for a2c: tests/test_a2c_shell.py.)"""
+
 import json
 import os
 import signal
@@ -19,15 +20,37 @@ from pglab.losses.a2c import a2c_td0_losses
 from pglab.nets.pixel_cnn import PixelActorCriticCNN
 from pglab.run.checkpoint import load_checkpoint_file
 
-TINY = dict(num_envs=8, update_every=2, device="cpu", pixel_goal=PixelGoalConfig(grid_size=4), hidden=32, save_interval=3)
+TINY = dict(
+    num_envs=8, update_every=2, device="cpu", pixel_goal=PixelGoalConfig(grid_size=4), hidden=32, save_interval=3
+)
 
 # The record schema (docs/a2c.md). Changing it is a breaking change for every consumer of
 # metrics.csv / metrics.jsonl: update this list, the module docstring and the docs together.
 GOLDEN_KEYS = {
-    "opt_steps", "env_steps", "loss", "loss/policy", "loss/value", "loss/entropy", "stats/entropy",
-    "stats/advantage_mean", "stats/value_mean", "stats/grad_norm", "stats/reward_mean", "stats/done_rate",
-    "stats/trunc_rate", "stats/reset_rate", "episode/count", "return/mean", "episode/success_rate", "episode/length",
-    "perf/steps_per_s", "perf/iter_s", "stats/lr", "stats/dist_p10", "stats/dist_p50", "stats/dist_p90",
+    "opt_steps",
+    "env_steps",
+    "loss",
+    "loss/policy",
+    "loss/value",
+    "loss/entropy",
+    "stats/entropy",
+    "stats/advantage_mean",
+    "stats/value_mean",
+    "stats/grad_norm",
+    "stats/reward_mean",
+    "stats/done_rate",
+    "stats/trunc_rate",
+    "stats/reset_rate",
+    "episode/count",
+    "return/mean",
+    "episode/success_rate",
+    "episode/length",
+    "perf/steps_per_s",
+    "perf/iter_s",
+    "stats/lr",
+    "stats/dist_p10",
+    "stats/dist_p50",
+    "stats/dist_p90",
 }
 QUIET = lambda *a, **k: None  # noqa: E731
 
@@ -122,10 +145,23 @@ def test_gradient_accumulation_equals_the_mean_of_per_step_gradients(tmp_path):
         logits, values = reference(obs)
         with torch.no_grad():
             _, v_next = reference(next_obs)
-        total = total + a2c_td0_losses(logits, actions.long(), values, reward, done, trunc, v_next, gamma=cfg.gamma,
-                                       value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef)["loss"]
+        total = (
+            total
+            + a2c_td0_losses(
+                logits,
+                actions.long(),
+                values,
+                reward,
+                done,
+                trunc,
+                v_next,
+                gamma=cfg.gamma,
+                value_coef=cfg.value_coef,
+                entropy_coef=cfg.entropy_coef,
+            )["loss"]
+        )
     (total / 2).backward()
-    for got, ref in zip(accumulated, reference.parameters()):
+    for got, ref in zip(accumulated, reference.parameters(), strict=False):
         assert torch.allclose(got, ref.grad, atol=1e-7, rtol=1e-5)
 
 
@@ -179,15 +215,18 @@ def test_cnn_contracts_and_shapes():
     assert torch.allclose(probs, torch.full_like(probs, 0.2), atol=0.02)
 
 
-@pytest.mark.parametrize("argv, field", [
-    (["--num-envs", "0"], "num_envs"),
-    (["--gamma", "1.5"], "gamma"),
-    (["--update-every", "0"], "update_every"),
-    (["--num-envs", "64", "--total-env-steps", "10"], "total_env_steps"),
-    (["--tau", "0"], "tau"),
-    (["--algo", "stream-ac", "--num-envs", "4"], "num_envs"),
-    (["--env", "nonsense"], "env"),
-])
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["--num-envs", "0"], "num_envs"),
+        (["--gamma", "1.5"], "gamma"),
+        (["--update-every", "0"], "update_every"),
+        (["--num-envs", "64", "--total-env-steps", "10"], "total_env_steps"),
+        (["--tau", "0"], "tau"),
+        (["--algo", "stream-ac", "--num-envs", "4"], "num_envs"),
+        (["--env", "nonsense"], "env"),
+    ],
+)
 def test_bad_input_exits_2_naming_the_field(argv, field, capsys):
     assert cli_main(["train", "a2c", *argv]) == 2
     assert field in capsys.readouterr().err
@@ -239,11 +278,15 @@ from pglab.configs.a2c import PixelGoalConfig
 train_a2c(A2CTrainConfig(num_envs=8, update_every=2, device="cpu", pixel_goal=PixelGoalConfig(grid_size=4), hidden=32,
                          save_interval=2, total_env_steps=8 * 2 * 10, log_dir=Path({str(run)!r})))
 """
-    proc = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PGLAB_NO_PROGRESS": "1"}, capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, "PGLAB_NO_PROGRESS": "1"}, capture_output=True, timeout=120
+    )
     assert proc.returncode == -signal.SIGKILL
     assert list((run / "checkpoints").glob(".*tmp-*"))  # the torn temporary is there...
     assert load_checkpoint_file(run)["counters"]["opt_steps"] == 2  # ...but the previous checkpoint loads
-    result = train_a2c(A2CTrainConfig(num_envs=8, total_env_steps=8 * 2 * 6, resume=run, device="cpu"), echo=lambda *a, **k: None)
+    result = train_a2c(
+        A2CTrainConfig(num_envs=8, total_env_steps=8 * 2 * 6, resume=run, device="cpu"), echo=lambda *a, **k: None
+    )
     assert result["opt_steps"] == 6 and not list((run / "checkpoints").glob(".*tmp-*"))
     steps = [r["opt_steps"] for r in read_log(run)[1:]]
     assert steps == [1, 2, 3, 4, 5, 6]  # records of the lost work were dropped, then redone

@@ -6,6 +6,7 @@ same actions (ALE is deterministic given the seed when sticky actions are off): 
 the training wrappers (episodic life, clipped rewards), one plain (whole games, raw
 rewards). What the plain copy sees is the ground truth the wrapped one must report.
 """
+
 from __future__ import annotations
 
 import math
@@ -115,7 +116,9 @@ def test_nature_cnn_layout_init_and_policy():
     torch.manual_seed(0)
     net = NatureCNNActorCritic((4, 84, 84), 6)
     # conv 4->32 8x8, 32->64 4x4, 64->64 3x3, 64*7*7 -> 512, heads 512 -> 6 and 512 -> 1
-    expected = (4 * 32 * 64 + 32) + (32 * 64 * 16 + 64) + (64 * 64 * 9 + 64) + (3136 * 512 + 512) + (512 * 6 + 6) + (512 + 1)
+    expected = (
+        (4 * 32 * 64 + 32) + (32 * 64 * 16 + 64) + (64 * 64 * 9 + 64) + (3136 * 512 + 512) + (512 * 6 + 6) + (512 + 1)
+    )
     assert sum(p.numel() for p in net.parameters()) == expected == 1_687_719
     weight = net.policy_head.weight.detach()
     assert torch.allclose(weight @ weight.T, 1e-4 * torch.eye(6), atol=1e-8)  # orthogonal rows, gain 0.01
@@ -163,7 +166,7 @@ def test_stream_ac_network_for_atari_is_the_nature_stack_and_rebuilds_from_its_a
     obs = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
     model.observe(obs)
     rebuilt.observe(obs)
-    assert all(torch.equal(a, b) for a, b in zip(model(obs), rebuilt(obs)))
+    assert all(torch.equal(a, b) for a, b in zip(model(obs), rebuilt(obs), strict=False))
     # PixelGoalEnv's boards keep the original network (its results stay bit-identical)
     assert type(build_stream_actor_critic(1, 16, 16, 5)).__name__ == "StreamActorCritic"
 
@@ -178,14 +181,25 @@ def test_ppo_on_breakout_trains_checkpoints_and_evaluates(tmp_path):
     from pglab.cli import main
     from pglab.configs.ppo import OnPolicyHyperparams, PPOConfig
 
-    config = PPOConfig(env="gym:ALE/Breakout-v5", num_envs=4, num_steps=100, total_steps=800, eval_episodes=0,
-                       device="cpu", log_dir=tmp_path / "run", update=OnPolicyHyperparams(num_minibatches=2, ppo_epochs=1))
+    config = PPOConfig(
+        env="gym:ALE/Breakout-v5",
+        num_envs=4,
+        num_steps=100,
+        total_steps=800,
+        eval_episodes=0,
+        device="cpu",
+        log_dir=tmp_path / "run",
+        update=OnPolicyHyperparams(num_minibatches=2, ppo_epochs=1),
+    )
     result = train_ppo(config, echo=lambda *a, **k: None)
     assert result.iterations == 2 and result.env_steps == 800
     # The logged episodes are whole games with their score (5 lives: 120+ steps), not the
     # lives the learner's `done` marks (~20-40 steps each, dozens of them in 800 steps).
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-            if '"iteration"' in line]
+    rows = [
+        json.loads(line)
+        for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+        if '"iteration"' in line
+    ]
     games = sum(row.get("episode/count", 0) for row in rows)
     assert 1 <= games <= 8 and all(row["episode/length"] > 80 for row in rows if row.get("episode/count", 0) > 0)
     agent = pglab.load_checkpoint(tmp_path / "run", device="cpu")
@@ -196,8 +210,22 @@ def test_ppo_on_breakout_trains_checkpoints_and_evaluates(tmp_path):
     evaluation = evaluate_agent(agent, "gym:ALE/Breakout-v5", episodes=2, deterministic=False, seed=5)
     # whole games (5 lives: a random one lasts 120+ steps), not single lives (~20-40 steps)
     assert evaluation["length/mean"] > 80 and evaluation["episodes"] == 2
-    assert main(["evaluate", str(tmp_path / "run"), "--episodes", "1", "--stochastic", "--device", "cpu",
-                 "--output", str(tmp_path / "eval.json")]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(tmp_path / "run"),
+                "--episodes",
+                "1",
+                "--stochastic",
+                "--device",
+                "cpu",
+                "--output",
+                str(tmp_path / "eval.json"),
+            ]
+        )
+        == 0
+    )
 
 
 @pytest.mark.slow
@@ -207,8 +235,18 @@ def test_stream_ac_on_breakout_runs_and_loads(tmp_path):
     from pglab.configs.a2c import A2CTrainConfig
 
     # ~0.1-0.2 s per transition on one CPU thread: a handful of them
-    config = A2CTrainConfig(algo="stream-ac", env="gym:ALE/Breakout-v5", num_envs=1, total_env_steps=12, lr=1.0,
-                            gamma=0.99, device="cpu", threads=1, save_interval=12, log_dir=tmp_path / "run")
+    config = A2CTrainConfig(
+        algo="stream-ac",
+        env="gym:ALE/Breakout-v5",
+        num_envs=1,
+        total_env_steps=12,
+        lr=1.0,
+        gamma=0.99,
+        device="cpu",
+        threads=1,
+        save_interval=12,
+        log_dir=tmp_path / "run",
+    )
     assert train_stream_ac(config, echo=lambda *a, **k: None)["env_steps"] == 12
     agent = pglab.load_checkpoint(tmp_path / "run", device="cpu")
     assert isinstance(agent.policy, StreamNatureActorCritic)
@@ -224,9 +262,11 @@ def test_a2c_trainers_count_the_games_an_atari_env_reports_not_its_lives():
     reward = torch.tensor([1.0, 1.0])
     done = torch.tensor([True, True])  # both lost a life...
     trunc = torch.tensor([False, False])
-    info = {"episode_end": torch.tensor([False, True]),  # ...and copy 1's game ended with it
-            "episode_return": torch.tensor([0.0, 42.0], dtype=torch.float64),
-            "episode_length": torch.tensor([0, 300])}
+    info = {
+        "episode_end": torch.tensor([False, True]),  # ...and copy 1's game ended with it
+        "episode_return": torch.tensor([0.0, 42.0], dtype=torch.float64),
+        "episode_length": torch.tensor([0, 300]),
+    }
     returns, lengths, finished, succeeded = finished_episodes(tracker, reward, done, trunc, info)
     assert finished.tolist() == [False, True] and returns.tolist() == [0.0, 42.0] and lengths.tolist() == [0, 300]
     stats.add({}, reward, done, trunc, returns, lengths.double(), None, finished, succeeded)

@@ -1,6 +1,7 @@
 """bench/ppo_vs_sb3.py's translation of configs/ppo files into SB3's settings, and its
 SB3 Atari pipeline (RL-Zoo's: AtariWrapper + 4-frame stack), which the Atari comparison
 in docs/ppo.md depends on."""
+
 import numpy as np
 import pytest
 
@@ -38,14 +39,28 @@ ZOO = {
 def test_the_zoo_files_give_sb3_rl_zoos_settings(name):
     config = load_config(name, None)
     kwargs = sb3_kwargs(config)
-    got = (config.num_envs, kwargs["n_steps"], kwargs["batch_size"], kwargs["n_epochs"], kwargs["gamma"], kwargs["gae_lambda"],
-           kwargs["ent_coef"], kwargs["vf_coef"], kwargs["max_grad_norm"])
+    got = (
+        config.num_envs,
+        kwargs["n_steps"],
+        kwargs["batch_size"],
+        kwargs["n_epochs"],
+        kwargs["gamma"],
+        kwargs["gae_lambda"],
+        kwargs["ent_coef"],
+        kwargs["vf_coef"],
+        kwargs["max_grad_norm"],
+    )
     assert got == pytest.approx(ZOO[name]), name
 
 
-@pytest.mark.parametrize(("spec", "expected"), [("gym:ALE/Breakout-v5", "BreakoutNoFrameskip-v4"),
-                                                ("gym:ALE/SpaceInvaders-v5", "SpaceInvadersNoFrameskip-v4"),
-                                                ("ale:pong", "PongNoFrameskip-v4")])
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("gym:ALE/Breakout-v5", "BreakoutNoFrameskip-v4"),
+        ("gym:ALE/SpaceInvaders-v5", "SpaceInvadersNoFrameskip-v4"),
+        ("ale:pong", "PongNoFrameskip-v4"),
+    ],
+)
 def test_sb3_atari_id_is_rl_zoos_noframeskip_id(spec, expected):
     import ale_py
     import gymnasium as gym

@@ -1,4 +1,5 @@
 """Estimators against slow, obviously-correct reference loops and closed forms."""
+
 import math
 
 import pytest
@@ -81,7 +82,9 @@ def test_discounted_return_equals_first_reward_to_go_and_per_step_discount():
     torch.testing.assert_close(powers, torch.exp(-rho * dt * torch.arange(300, dtype=torch.float64)))
     # A surviving path: sum_t e^{-rho t dt} r_t + e^{-rho T} V(c_T).
     b = int((~dones[:, -1]).nonzero()[0])
-    manual = sum(math.exp(-rho * t * dt) * float(rewards[b, t]) for t in range(300)) + math.exp(-rho * 3.0) * float(bootstrap[b])
+    manual = sum(math.exp(-rho * t * dt) * float(rewards[b, t]) for t in range(300)) + math.exp(-rho * 3.0) * float(
+        bootstrap[b]
+    )
     assert abs(float(total[b]) - manual) < 1e-9
 
 
@@ -148,4 +151,6 @@ def test_estimator_contracts_name_the_argument():
     with pytest.raises(ValueError, match="discount must lie in"):
         reward_to_go(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.bool), 1.5)
     with pytest.raises(TensorContractError, match="rewards expected"):
-        compute_gae(torch.zeros(2, 3, dtype=torch.int64), torch.zeros(2, 3), torch.zeros(2, 3), None, torch.zeros(2), 0.9, 0.9)
+        compute_gae(
+            torch.zeros(2, 3, dtype=torch.int64), torch.zeros(2, 3), torch.zeros(2, 3), None, torch.zeros(2), 0.9, 0.9
+        )

@@ -1,5 +1,6 @@
 """FlatAdam (pglab.algos.flat_adam): torch's Adam step over one flat buffer (equal to
 rounding), with its state checkpointed through the wrapped torch optimiser."""
+
 import copy
 
 import pytest
@@ -29,11 +30,15 @@ def _write_gradients(net: nn.Module, generator: torch.Generator, scale: float) -
     return grads
 
 
-@pytest.mark.parametrize("options", [
-    {"fused": True},  # torch's fused kernel, called directly
-    {"fused": True, "weight_decay": 0.01},  # through torch.optim.adam.adam
-    {"fused": False},  # torch's foreach step, through torch.optim.adam.adam
-], ids=["fused-kernel", "fused-weight-decay", "foreach"])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"fused": True},  # torch's fused kernel, called directly
+        {"fused": True, "weight_decay": 0.01},  # through torch.optim.adam.adam
+        {"fused": False},  # torch's foreach step, through torch.optim.adam.adam
+    ],
+    ids=["fused-kernel", "fused-weight-decay", "foreach"],
+)
 def test_flat_step_is_torch_adam_without_clipping(options):
     reference, flat_net = _net(), _net()
     torch_adam = torch.optim.Adam(reference.parameters(), lr=3e-3, eps=1e-5, **options)
@@ -41,14 +46,14 @@ def test_flat_step_is_torch_adam_without_clipping(options):
     generator = torch.Generator().manual_seed(1)
     for step in range(6):
         grads = _write_gradients(flat_net, generator, 0.3)
-        for param, grad in zip(reference.parameters(), grads):
+        for param, grad in zip(reference.parameters(), grads, strict=False):
             param.grad = grad.clone()
         if step == 3:  # a learning-rate schedule writes the torch optimiser's group
             torch_adam.param_groups[0]["lr"] = flat.optimizer.param_groups[0]["lr"] = 1e-3
         norm = clip_and_step(list(flat_net.parameters()), flat, max_grad_norm=1e6)
         expected = clip_and_step(list(reference.parameters()), torch_adam, max_grad_norm=1e6)
         assert float(norm) == pytest.approx(float(expected), rel=1e-6)
-        for (name, a), b in zip(reference.named_parameters(), flat_net.parameters()):
+        for (name, a), b in zip(reference.named_parameters(), flat_net.parameters(), strict=False):
             # the kernel's vector body and scalar tail may round differently (FMA), so a
             # tensor's elements can differ in the last bit once they sit in one buffer
             torch.testing.assert_close(a, b, atol=1e-7, rtol=1e-6, msg=f"step {step}, {name}")
@@ -61,14 +66,14 @@ def test_flat_clip_matches_clip_grad_norm():
     generator = torch.Generator().manual_seed(2)
     for _ in range(4):
         grads = _write_gradients(flat_net, generator, 2.0)
-        for param, grad in zip(reference.parameters(), grads):
+        for param, grad in zip(reference.parameters(), grads, strict=False):
             param.grad = grad.clone()
         norm = flat.clip_and_step(0.5)
         expected = nn.utils.clip_grad_norm_(list(reference.parameters()), 0.5)
         torch_adam.step()
         assert float(norm) == pytest.approx(float(expected), rel=1e-5)
         assert float(norm) > 0.5  # the clip was active
-        for a, b in zip(reference.parameters(), flat_net.parameters()):
+        for a, b in zip(reference.parameters(), flat_net.parameters(), strict=False):
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
@@ -81,13 +86,13 @@ def test_a_nan_gradient_spreads_as_with_clip_grad_norm():
     grads = _write_gradients(flat_net, torch.Generator().manual_seed(4), 1.0)
     grads[0].view(-1)[0] = float("nan")
     next(iter(flat_net.parameters())).grad.view(-1)[0] = float("nan")
-    for param, grad in zip(reference.parameters(), grads):
+    for param, grad in zip(reference.parameters(), grads, strict=False):
         param.grad = grad.clone()
     norm = flat.clip_and_step(0.5)
     nn.utils.clip_grad_norm_(list(reference.parameters()), 0.5)
     torch_adam.step()
     assert torch.isnan(norm)
-    for a, b in zip(reference.parameters(), flat_net.parameters()):
+    for a, b in zip(reference.parameters(), flat_net.parameters(), strict=False):
         assert torch.equal(torch.isnan(a), torch.isnan(b))
     assert all(torch.isnan(p).all() for p in flat_net.parameters())
 
@@ -113,7 +118,7 @@ def test_state_dict_round_trip_resumes_exactly_and_loads_into_plain_adam():
     for _ in range(3):
         grads = _write_gradients(net, continuation, 0.5)
         for model in (resumed_net, plain_net):
-            for param, grad in zip(model.parameters(), grads):
+            for param, grad in zip(model.parameters(), grads, strict=False):
                 if param.grad is None:
                     param.grad = grad.clone()
                 else:
@@ -121,7 +126,7 @@ def test_state_dict_round_trip_resumes_exactly_and_loads_into_plain_adam():
         flat.clip_and_step(1e6)
         resumed.clip_and_step(1e6)
         plain.step()
-    for a, b, c in zip(net.parameters(), resumed_net.parameters(), plain_net.parameters()):
+    for a, b, c in zip(net.parameters(), resumed_net.parameters(), plain_net.parameters(), strict=False):
         assert torch.equal(a, b)  # the same flat arithmetic: exact
         torch.testing.assert_close(a, c, atol=1e-7, rtol=1e-6)  # per-tensor kernel: to rounding
 
@@ -166,6 +171,6 @@ def test_gradients_reset_by_zero_grad_are_pointed_back_at_the_flat_buffer():
     flat.ensure_grad_views()
     written = _write_gradients(net, generator, 0.5)
     offset = 0
-    for param, grad in zip(net.parameters(), written):
-        assert torch.equal(flat.grad[offset:offset + param.numel()], grad.reshape(-1))
+    for param, grad in zip(net.parameters(), written, strict=False):
+        assert torch.equal(flat.grad[offset : offset + param.numel()], grad.reshape(-1))
         offset += param.numel()

@@ -1,4 +1,5 @@
 """``pglab train forecast``, ``pglab evaluate forecast`` and ``pglab backtest`` end to end."""
+
 import json
 import signal
 
@@ -6,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pglab.cli import main as cli_main
 from pglab.algos.forecast import baseline_forecasts, window_bounds
+from pglab.cli import main as cli_main
 
 SMALL = ["--horizon", "10", "--save_interval", "3", "--source", "synthetic"]
 
@@ -85,8 +86,25 @@ def test_sigint_writes_a_final_checkpoint_and_resume_finishes_identically(tmp_pa
 @pytest.mark.slow
 def test_backtest_reports_against_baselines_computed_independently(tmp_path):
     out = tmp_path / "bt"
-    code = cli_main(["backtest", "--source", "synthetic", "--window_size", "40", "--step_size", "5", "--windows", "3",
-                     "--episodes", "5", "--horizon", "20", "--output", str(out)])
+    code = cli_main(
+        [
+            "backtest",
+            "--source",
+            "synthetic",
+            "--window_size",
+            "40",
+            "--step_size",
+            "5",
+            "--windows",
+            "3",
+            "--episodes",
+            "5",
+            "--horizon",
+            "20",
+            "--output",
+            str(out),
+        ]
+    )
     assert code == 0
     predictions = pd.read_csv(out / "predictions.csv")
     windows = pd.read_csv(out / "windows.csv")
@@ -117,7 +135,9 @@ def test_ar_baselines_equal_least_squares_fits():
     coef_d = np.linalg.lstsq(np.column_stack([np.ones(48), d[:-1]]), d[1:], rcond=None)[0]
     np.testing.assert_allclose(forecasts["ar1_diff"], prev + coef_d[0] + coef_d[1] * (prev - prev2), rtol=1e-10)
     coef_x = np.linalg.lstsq(np.column_stack([np.ones(48), d[:-1], x[1:49]]), d[1:], rcond=None)[0]
-    np.testing.assert_allclose(forecasts["arx_diff"], prev + coef_x[0] + coef_x[1] * (prev - prev2) + coef_x[2] * x[49:59], rtol=1e-10)
+    np.testing.assert_allclose(
+        forecasts["arx_diff"], prev + coef_x[0] + coef_x[1] * (prev - prev2) + coef_x[2] * x[49:59], rtol=1e-10
+    )
     np.testing.assert_array_equal(forecasts["random_walk"], prev)
 
 
@@ -129,13 +149,30 @@ def test_window_bounds_enumeration():
 
 @pytest.mark.slow
 def test_evaluate_against_an_adversary_is_like_for_like(tmp_path):
-    code, run_dir = train(tmp_path, "rarl", "--episodes", "8", "--algo", "rarl", "--train_rows", "150",
-                          "--alternation_schedule", "2")
+    code, run_dir = train(
+        tmp_path, "rarl", "--episodes", "8", "--algo", "rarl", "--train_rows", "150", "--alternation_schedule", "2"
+    )
     assert code == 0
     out = tmp_path / "eval.json"
-    assert cli_main(["evaluate", "forecast", "--model", str(run_dir / "forecaster.json"), "--adversary",
-                     str(run_dir / "forecaster.adversary.json"), "--source", "synthetic", "--start_row", "150",
-                     "--output", str(out)]) == 0
+    assert (
+        cli_main(
+            [
+                "evaluate",
+                "forecast",
+                "--model",
+                str(run_dir / "forecaster.json"),
+                "--adversary",
+                str(run_dir / "forecaster.adversary.json"),
+                "--source",
+                "synthetic",
+                "--start_row",
+                "150",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     from pglab.algos.tabular.serialization import load_q_table_with_metadata
     from pglab.data import load_series
@@ -144,30 +181,41 @@ def test_evaluate_against_an_adversary_is_like_for_like(tmp_path):
     series = load_series("synthetic", seed=0)
     adversary, meta = load_q_table_with_metadata(run_dir / "forecaster.adversary.json")
     encoder = encoder_from_dict(meta["state_encoder"])
-    realised = [series.target[t] + adversary.action_space.action_to_delta(adversary.act(encoder(state_at(series, t - 1)), explore=False))
-                for t in range(150, len(series))]
+    realised = [
+        series.target[t]
+        + adversary.action_space.action_to_delta(adversary.act(encoder(state_at(series, t - 1)), explore=False))
+        for t in range(150, len(series))
+    ]
     expected = np.mean(np.abs(np.asarray(realised) - series.target[149:-1]))
     assert result["attacked"]["mae_random_walk"] == pytest.approx(expected)
     assert result["clean"]["mae_random_walk"] == pytest.approx(np.mean(np.abs(np.diff(series.target[149:]))))
     assert result["attacked"]["mae_random_walk"] != result["clean"]["mae_random_walk"]  # the adversary did act
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["train", "forecast", "--algo", "sarsa"], "(got 'sarsa')"),
-    (["train", "forecast", "--source", "csv:{empty}"], "empty"),
-    (["backtest", "--source", "csv:{text}"], "not a number"),
-    (["backtest", "--source", "synthetic", "--window_size", "400"], "(got 400)"),
-    (["backtest", "--window_size", "30"], "horizon: must be <= window_size - 2 = 28"),
-    (["train", "forecast", "--source", "yahoo"], "(got 'yahoo')"),
-    (["evaluate", "forecast", "--model", "{bad_table}"], "not valid JSON"),
-    (["train", "forecast", "--resume", "{tmp}"], "no config.json"),
-    (["train", "forecast", "--episodes", "0"], "episodes: must be >= 1 (got 0)"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "forecast", "--algo", "sarsa"], "(got 'sarsa')"),
+        (["train", "forecast", "--source", "csv:{empty}"], "empty"),
+        (["backtest", "--source", "csv:{text}"], "not a number"),
+        (["backtest", "--source", "synthetic", "--window_size", "400"], "(got 400)"),
+        (["backtest", "--window_size", "30"], "horizon: must be <= window_size - 2 = 28"),
+        (["train", "forecast", "--source", "yahoo"], "(got 'yahoo')"),
+        (["evaluate", "forecast", "--model", "{bad_table}"], "not valid JSON"),
+        (["train", "forecast", "--resume", "{tmp}"], "no config.json"),
+        (["train", "forecast", "--episodes", "0"], "episodes: must be >= 1 (got 0)"),
+    ],
+)
 def test_bad_inputs_exit_2_with_a_clear_message(tmp_path, capsys, argv, message):
     (tmp_path / "empty.csv").write_text("")
     (tmp_path / "text.csv").write_text("DATE,UNRATE\n2020-01-01,3.5\n2020-02-01,high\n")
     (tmp_path / "bad.json").write_text('{"format": "pglab-qtable", ')
-    paths = {"empty": tmp_path / "empty.csv", "text": tmp_path / "text.csv", "bad_table": tmp_path / "bad.json", "tmp": tmp_path}
+    paths = {
+        "empty": tmp_path / "empty.csv",
+        "text": tmp_path / "text.csv",
+        "bad_table": tmp_path / "bad.json",
+        "tmp": tmp_path,
+    }
     argv = [a.format(**paths) for a in argv]
     if argv[0] == "train" and "--resume" not in argv:
         argv += ["--log_dir", str(tmp_path / "run")]

@@ -1,4 +1,5 @@
 """The forecasting game, its state keys, its loops and its data sources."""
+
 import io
 import sys
 from pathlib import Path
@@ -6,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pglab.run.config import make_config
 from pglab.algos.tabular import IterativeFeedbackLoop, QTableAgent, RADversarialTrainer, TrainingLoop, WoLFPHCAgent
 from pglab.data import ForecastSeries, load_series, read_fred_csv
 from pglab.envs.forecast_game import (
@@ -20,6 +20,7 @@ from pglab.envs.forecast_game import (
     state_at,
 )
 from pglab.errors import ConfigError, DataError
+from pglab.run.config import make_config
 
 DATA = Path(__file__).parent / "data"
 
@@ -101,7 +102,13 @@ def test_q_learning_on_a_deterministic_ramp_learns_the_exact_delta():
     summary = TrainingLoop(config, n_episodes=300, seed=1).run(agent, series=ramp(40))
     keys = {tr.state_key for tr in ForecastGame(config, 0, ramp(40)).run(Constant(0))}
     assert all(agent.act(k, explore=False) == 15 for k in keys)
-    assert set(summary) >= {"n_episodes", "final_epsilon", "mean_reward_last_50", "mean_td_error_last_100", "rewards_history"}
+    assert set(summary) >= {
+        "n_episodes",
+        "final_epsilon",
+        "mean_reward_last_50",
+        "mean_td_error_last_100",
+        "rewards_history",
+    }
     assert summary["n_episodes"] == 300 and len(summary["rewards_history"]) == 300
     # Episode 0 plays uniformly (epsilon 1; learning follows the episode): E|0.5 - delta| over the
     # 21 deltas is 13.5 / 21 = 0.643. Over the last 50 episodes epsilon falls from 0.08 to 0.05
@@ -143,7 +150,9 @@ def test_rarl_alternates_and_freezes_the_other_player():
     result = trainer.run(forecaster, adversary, series=series)
     assert snapshots == [(18, 0), (18, 18)]
     assert (forecaster.n_updates, adversary.n_updates) == (36, 36)
-    assert [r["training"] for r in result["epoch_results"]] == ["forecaster"] * 3 + ["adversary"] * 3 + ["forecaster"] * 3 + ["adversary"] * 3
+    assert [r["training"] for r in result["epoch_results"]] == ["forecaster"] * 3 + ["adversary"] * 3 + [
+        "forecaster"
+    ] * 3 + ["adversary"] * 3
     assert result["total_epochs"] == 12 and result["alternation_schedule"] == 3
 
 
@@ -154,8 +163,21 @@ def test_make_agents_builds_the_configured_learners(algo):
     from pglab.algos.forecast import make_agents
     from pglab.configs.forecast import ForecastTrainConfig
 
-    config = make_config(ForecastTrainConfig, algo=algo, source="synthetic", alpha=0.3, gamma=0.2, epsilon=0.9, epsilon_decay=0.98,
-                                 epsilon_min=0.1, delta_win=0.02, delta_lose=0.07, seed=5, n_bins=11, adversary_bins=7)
+    config = make_config(
+        ForecastTrainConfig,
+        algo=algo,
+        source="synthetic",
+        alpha=0.3,
+        gamma=0.2,
+        epsilon=0.9,
+        epsilon_decay=0.98,
+        epsilon_min=0.1,
+        delta_win=0.02,
+        delta_lose=0.07,
+        seed=5,
+        n_bins=11,
+        adversary_bins=7,
+    )
     forecaster, adversary = make_agents(config)
     learner = {"alpha": 0.3, "gamma": 0.2, "epsilon_decay": 0.98, "epsilon_min": 0.1}
     expected = {**learner, "seed": 5, "default_action": 5}  # bin 5 of 11 is delta 0: the random walk
@@ -208,13 +230,16 @@ def test_fred_csv_with_missing_values_and_explicit_columns():
     assert own.exogenous[0] == pytest.approx(0.4)
 
 
-@pytest.mark.parametrize("content, message", [
-    ("", "empty"),
-    ("DATE,UNRATE\n", "no data rows"),
-    ("DATE,UNRATE\n2020-01-01,3.5\n2020-02-01,n/a\n", "row 3 holds 'n/a', not a number"),
-    ("DATE\n2020-01-01\n", "needs a date column and at least one value column"),
-    ("DATE,UNRATE\n2020-01-01,3.5\n2020-02-01,.\n", "only 0 rows"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("", "empty"),
+        ("DATE,UNRATE\n", "no data rows"),
+        ("DATE,UNRATE\n2020-01-01,3.5\n2020-02-01,n/a\n", "row 3 holds 'n/a', not a number"),
+        ("DATE\n2020-01-01\n", "needs a date column and at least one value column"),
+        ("DATE,UNRATE\n2020-01-01,3.5\n2020-02-01,.\n", "only 0 rows"),
+    ],
+)
 def test_bad_csv_files_raise_data_errors(tmp_path, content, message):
     path = tmp_path / "bad.csv"
     path.write_text(content)

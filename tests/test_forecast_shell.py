@@ -1,5 +1,6 @@
 """The forecast system on the shared training shell (issue 18): layering, resume, logs,
 stops, the agent API, the CLI vocabulary, CSV errors and the backtest figure."""
+
 import copy
 import json
 import subprocess
@@ -10,8 +11,8 @@ import pandas as pd
 import pytest
 import torch
 
-from pglab.run.config import make_config
 from pglab.cli import main as cli_main
+from pglab.run.config import make_config
 
 TINY = ["--source", "synthetic", "--horizon", "5", "--save_interval", "2"]
 
@@ -23,7 +24,10 @@ def train_cli(run_dir, *extra):
 def tiny_config(run_dir, **fields):
     from pglab.configs.forecast import ForecastTrainConfig
 
-    return make_config(ForecastTrainConfig, **{"source": "synthetic", "horizon": 5, "save_interval": 2, "episodes": 4, "log_dir": run_dir, **fields})
+    return make_config(
+        ForecastTrainConfig,
+        **{"source": "synthetic", "horizon": 5, "save_interval": 2, "episodes": 4, "log_dir": run_dir, **fields},
+    )
 
 
 def latest_episode(run_dir):
@@ -34,8 +38,10 @@ def latest_episode(run_dir):
 
 # --- layering ---------------------------------------------------------------------------------
 def test_the_game_imports_no_algos():
-    code = ("import sys, pglab.envs.forecast_game, pglab.envs.matrix_games; "
-            "print([m for m in sys.modules if m.startswith('pglab.algos')])")
+    code = (
+        "import sys, pglab.envs.forecast_game, pglab.envs.matrix_games; "
+        "print([m for m in sys.modules if m.startswith('pglab.algos')])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -155,8 +161,13 @@ def test_every_backtest_panel_has_a_y_label():
     from pglab.algos.forecast import BASELINES, backtest_figure, target_label
     from pglab.data import ForecastSeries
 
-    predictions = pd.DataFrame({"date": [f"t{i}" for i in range(6)], "actual": np.linspace(4, 5, 6),
-                                **{name: np.linspace(4, 5, 6) + 0.1 for name in ("learned",) + BASELINES}})
+    predictions = pd.DataFrame(
+        {
+            "date": [f"t{i}" for i in range(6)],
+            "actual": np.linspace(4, 5, 6),
+            **{name: np.linspace(4, 5, 6) + 0.1 for name in ("learned",) + BASELINES},
+        }
+    )
     windows = pd.DataFrame({"window": [0, 1], **{f"mae_{name}": [0.1, 0.2] for name in ("learned",) + BASELINES}})
     series = ForecastSeries(np.ones(3), np.zeros(3), ("a", "b", "c"), "macrodata:unemp~realgdp_growth (1 rows dropped)")
     fig = backtest_figure(predictions, windows, title="test", target_label=target_label(series))
@@ -204,8 +215,13 @@ def test_a_forecast_checkpoint_loads_as_an_agent_with_a_value(tmp_path, algo):
     assert actions.tolist() == same[1].act(torch.tensor([agent.encoder(s) for s in states])).tolist()
     assert same[2].predict(obs).tolist() == actions.tolist()
     deltas = table.action_space.deltas[actions.numpy()]
-    np.testing.assert_allclose([same[3].forecast(s) for s in states], [s.value for s in states] + deltas, rtol=0, atol=1e-12)
-    assert agent.value(torch.as_tensor(obs)).tolist() == agent.value(torch.tensor([agent.encoder(s) for s in states])).tolist()
+    np.testing.assert_allclose(
+        [same[3].forecast(s) for s in states], [s.value for s in states] + deltas, rtol=0, atol=1e-12
+    )
+    assert (
+        agent.value(torch.as_tensor(obs)).tolist()
+        == agent.value(torch.tensor([agent.encoder(s) for s in states])).tolist()
+    )
 
 
 # --- the CLI vocabulary (item 6, 10) -------------------------------------------------------------
@@ -213,8 +229,24 @@ def test_shared_flag_names_and_deprecated_spellings(capsys):
     from pglab.configs.forecast import BacktestConfig, ForecastTrainConfig
     from pglab.run.config import config_from_dict, parse_flags
 
-    parsed = parse_flags(ForecastTrainConfig, ["--algorithm", "wolf", "--checkpoint_every", "5", "--threads", "1",
-                                               "--seed", "3", "--log-dir", "runs/x", "--device", "cpu"], prog="pglab train forecast")
+    parsed = parse_flags(
+        ForecastTrainConfig,
+        [
+            "--algorithm",
+            "wolf",
+            "--checkpoint_every",
+            "5",
+            "--threads",
+            "1",
+            "--seed",
+            "3",
+            "--log-dir",
+            "runs/x",
+            "--device",
+            "cpu",
+        ],
+        prog="pglab train forecast",
+    )
     config = parsed.config
     assert (config.algo, config.save_interval, config.threads, config.seed, config.device) == ("wolf", 5, 1, 3, "cpu")
     assert {"algo", "save_interval", "threads", "seed", "log_dir", "device"} <= parsed.given
@@ -227,15 +259,28 @@ def test_shared_flag_names_and_deprecated_spellings(capsys):
     assert (old.algo, old.save_interval) == ("rarl", 7)
 
 
-@pytest.mark.parametrize("argv, flags", [
-    (["train", "forecast", "--help"], ["--algo", "--save-interval", "--device", "--threads", "--seed", "--log-dir"]),
-    (["backtest", "--help"], ["--algo", "--output", "--device", "--seed"]),
-])
+@pytest.mark.parametrize(
+    "argv, flags",
+    [
+        (
+            ["train", "forecast", "--help"],
+            ["--algo", "--save-interval", "--device", "--threads", "--seed", "--log-dir"],
+        ),
+        (["backtest", "--help"], ["--algo", "--output", "--device", "--seed"]),
+    ],
+)
 def test_help_lists_the_shared_flags_without_importing_torch(argv, flags):
-    code = ("import sys\nfrom pglab.cli import main\ncode = main(sys.argv[1:])\n"
-            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', code)")
-    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True,
-                         env={**__import__("os").environ, "COLUMNS": "200"}).stdout
+    code = (
+        "import sys\nfrom pglab.cli import main\ncode = main(sys.argv[1:])\n"
+        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', code)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**__import__("os").environ, "COLUMNS": "200"},
+    ).stdout
     assert out.strip().splitlines()[-1] == "NO-TORCH 0"
     for flag in flags:
         assert f"{flag} " in out, flag

@@ -1,4 +1,5 @@
 """GHM cash model: dynamics, FD reference, Monte Carlo policy gradient, run machinery, CLI."""
+
 from __future__ import annotations
 
 import json
@@ -18,20 +19,33 @@ from pglab.algos.mc_pg import MonteCarloPolicyGradient
 from pglab.cli import main as pglab_main
 from pglab.envs.ghm import GHMModel, GHMParams
 from pglab.envs.simulator import TrajectorySimulator, euler_maruyama_step
+from pglab.errors import TensorContractError
 from pglab.hjb.fd import solve_hjb_1d, solve_hjb_1d_extrapolated
 from pglab.nets import GaussianPolicy, ValueNetwork
-from pglab.errors import TensorContractError
 from pglab.run.checkpoint import load_checkpoint_file
 
 # A run small enough for unit tests: 64 paths x 50 steps, tiny FD grid, no plots' heavy eval.
 # constant learning rates and std clamp: the resume tests extend n_iterations (2 + 2 == 4), and a decaying
 # schedule is a function of (iteration, n_iterations), so extending a run stretches its rest
-TINY = dict(n_trajectories=64, T=0.5, dt=0.01, log_interval=1, eval_interval=1000, save_interval=2,
-            eval_quick_paths=0, final_eval=False, fd_nodes=400, device="cpu", seed=3, lr_final_fraction=1.0,
-            final_max_std=None)
+TINY = dict(
+    n_trajectories=64,
+    T=0.5,
+    dt=0.01,
+    log_interval=1,
+    eval_interval=1000,
+    save_interval=2,
+    eval_quick_paths=0,
+    final_eval=False,
+    fd_nodes=400,
+    device="cpu",
+    seed=3,
+    lr_final_fraction=1.0,
+    final_max_std=None,
+)
 
 
 # -- dynamics ---------------------------------------------------------------------------------------
+
 
 def test_euler_maruyama_step_matches_the_formula():
     params = GHMParams(mu=0.1, sigma=0.2, r=0.05, lambda_dilution=0.1, rho=0.1)
@@ -81,8 +95,8 @@ def test_rollout_clips_controls_absorbs_at_zero_and_matches_a_reference_loop():
     assert paths.dones[0].any()  # the path that starts at 0.05 paying 1.0 is liquidated
     # after absorption the state is frozen and nothing is earned
     first = int(paths.dones[0].float().argmax())
-    assert torch.all(paths.rewards[0, first + 1:] == 0)
-    assert torch.all(paths.states[0, first + 1:] == paths.states[0, first + 1])
+    assert torch.all(paths.rewards[0, first + 1 :] == 0)
+    assert torch.all(paths.states[0, first + 1 :] == paths.states[0, first + 1])
 
 
 def test_action_repeat_holds_the_action_between_decisions():
@@ -96,6 +110,7 @@ def test_action_repeat_holds_the_action_between_decisions():
 
 
 # -- finite-difference reference ---------------------------------------------------------------------
+
 
 def _barrier_closed_form(mu, sigma, rho, cash):
     """Dividend-barrier solution for dX = mu dt + sigma dW - dL, V(0) = 0, r = 0, no issuance:
@@ -138,7 +153,9 @@ def test_fd_policy_evaluation_matches_closed_forms_and_the_optimum():
     # issuance) evaluated at its own barrier: V = A (e^{b1 x} - e^{b2 x}) below, slope 1 above
     model = GHMModel(GHMParams(mu=0.1, sigma=0.2, r=0.0, rho=0.1, a_L_max=200.0, a_E_max=0.0))
     barrier, exact = _barrier_closed_form(0.1, 0.2, 0.1, np.array([0.1, 0.25, 0.5, 1.0]))
-    solution = evaluate_policy_1d(model, lambda x: np.stack([200.0 * (x >= barrier), 0.0 * x], 1), x_max=3.0, num_nodes=6000)
+    solution = evaluate_policy_1d(
+        model, lambda x: np.stack([200.0 * (x >= barrier), 0.0 * x], 1), x_max=3.0, num_nodes=6000
+    )
     np.testing.assert_allclose(solution.value_at([0.1, 0.25, 0.5, 1.0]), exact, rtol=3e-3)
     # (2) deterministic: pay at rate a (< the maximum) until the cash runs out
     rho, rate = 0.5, 0.6
@@ -153,8 +170,9 @@ def test_fd_policy_evaluation_matches_closed_forms_and_the_optimum():
     cash = np.array([0.25, 0.5, 1.0, 1.5])
     np.testing.assert_allclose(optimal.value_at(cash), optimum.value_at(cash), rtol=1e-3)
     # the same issuance with the dividend barrier at 0.5 instead of 0.34 pays too late
-    late = evaluate_policy_1d(model, lambda x: np.stack([(x >= 0.5) * 1.0, optimum.control_at(x)[:, 1]], 1),
-                              x_max=6.0, num_nodes=6000)
+    late = evaluate_policy_1d(
+        model, lambda x: np.stack([(x >= 0.5) * 1.0, optimum.control_at(x)[:, 1]], 1), x_max=6.0, num_nodes=6000
+    )
     assert np.all(late.value_at(cash) < optimum.value_at(cash) - 0.01)
 
 
@@ -168,8 +186,12 @@ def test_fd_default_model_has_a_dividend_barrier_and_issues_only_near_zero():
     # the HJB holds in the interior (upwind scheme: first order in h)
     rho, mu, r, sigma = 0.1, 0.1, 0.05, 0.2
     x, v = solution.grid, solution.value
-    hamiltonian = (0.5 * sigma**2 * second + (mu + r * x) * first
-                   + np.maximum(0, 1 - first) * 1.0 + np.maximum(0, first - 1.1) * 1.0)
+    hamiltonian = (
+        0.5 * sigma**2 * second
+        + (mu + r * x) * first
+        + np.maximum(0, 1 - first) * 1.0
+        + np.maximum(0, first - 1.1) * 1.0
+    )
     # away from the boundary layer at 0 (issuance at the maximal rate pushes cash off zero:
     # V rises from 0 to ~0.9 within ~sigma^2 / (2 a_E_max) of the origin, where central
     # differences on this grid are too coarse) and from the artificial right end
@@ -188,10 +210,11 @@ def test_simulated_value_of_the_fd_policy_matches_the_fd_value():
     def fd_policy(states):
         return torch.as_tensor(solution.control_at(states[:, 0].numpy()), dtype=states.dtype)
 
-    result = simulate_policy_value(model, fd_policy, [0.25, 1.0], num_paths=1500,
-                                   generator=torch.Generator().manual_seed(0))
+    result = simulate_policy_value(
+        model, fd_policy, [0.25, 1.0], num_paths=1500, generator=torch.Generator().manual_seed(0)
+    )
     assert max(result.tail_bound) <= 0.005 * min(result.mean)
-    for cash, mean, stderr in zip(result.initial_states, result.mean, result.stderr):
+    for cash, mean, stderr in zip(result.initial_states, result.mean, result.stderr, strict=False):
         # Euler steps of 0.01 and first-order FD: agree within 4 stderr + 1%
         assert abs(mean - solution.value_at([cash])[0]) < 4 * stderr + 0.01 * mean
 
@@ -210,31 +233,49 @@ def test_evaluation_control_variate_keeps_the_value_and_cuts_its_standard_error(
 
     common = dict(num_paths=1500, value_bound=fd_value_bound(solution), tail_tolerance=0.01)
     plain = simulate_policy_value(model, fd_policy, [0.25, 1.0], generator=torch.Generator().manual_seed(0), **common)
-    reduced = simulate_policy_value(model, fd_policy, [0.25, 1.0], generator=torch.Generator().manual_seed(1),
-                                    value_slope=fd_value_slope(solution), **common)
+    reduced = simulate_policy_value(
+        model,
+        fd_policy,
+        [0.25, 1.0],
+        generator=torch.Generator().manual_seed(1),
+        value_slope=fd_value_slope(solution),
+        **common,
+    )
     for index, cash in enumerate((0.25, 1.0)):
         assert reduced.stderr[index] < plain.stderr[index] / 4, (reduced.stderr, plain.stderr)
         combined = math.hypot(plain.stderr[index], reduced.stderr[index])
         assert abs(plain.mean[index] - reduced.mean[index]) < 4 * combined
         # with the smaller error the simulated value meets the FD value (dt 0.01: within 1%)
-        assert abs(reduced.mean[index] - solution.value_at([cash])[0]) < 4 * reduced.stderr[index] + 0.01 * reduced.mean[index]
+        assert (
+            abs(reduced.mean[index] - solution.value_at([cash])[0])
+            < 4 * reduced.stderr[index] + 0.01 * reduced.mean[index]
+        )
 
 
 # -- Monte Carlo policy gradient ---------------------------------------------------------------------
+
 
 def test_mc_policy_gradient_learns_the_deterministic_toy_optimum():
     """sigma = 0, mu = r = 0: the optimum pays the maximal dividend and never issues;
     the trained deterministic policy must get within 3% of the closed-form value."""
     torch.manual_seed(0)
     rho = 1.0
-    params = GHMParams(mu=0.0, sigma=0.0, r=0.0, rho=rho, a_L_max=1.0, a_E_max=1.0,
-                       initial_cash_low=0.2, initial_cash_high=1.5)
+    params = GHMParams(
+        mu=0.0, sigma=0.0, r=0.0, rho=rho, a_L_max=1.0, a_E_max=1.0, initial_cash_low=0.2, initial_cash_high=1.5
+    )
     model = GHMModel(params)
     simulator = TrajectorySimulator(model, dt=0.05, horizon=3.0, action_repeat=2)
     policy = GaussianPolicy(1, 2, (32, 32), log_std_init=-1.0, action_high=(1.0, 1.0))
     baseline = ValueNetwork(1, (32, 32))
-    solver = MonteCarloPolicyGradient(policy, simulator, baseline, n_trajectories=256, lr_policy=3e-3,
-                                      lr_baseline=3e-3, generator=torch.Generator().manual_seed(0))
+    solver = MonteCarloPolicyGradient(
+        policy,
+        simulator,
+        baseline,
+        n_trajectories=256,
+        lr_policy=3e-3,
+        lr_baseline=3e-3,
+        generator=torch.Generator().manual_seed(0),
+    )
     returns = [float(solver.train_step()["return/mean"]) for _ in range(150)]
     assert np.mean(returns[-10:]) > np.mean(returns[:10]) + 0.05  # training improves returns
     cash = torch.tensor([[0.5], [1.0]])
@@ -253,15 +294,17 @@ def test_reward_to_go_and_trajectory_advantages_both_run_without_baseline():
     simulator = TrajectorySimulator(model, dt=0.01, horizon=0.2)
     for advantage in ("trajectory", "reward_to_go"):
         policy = GaussianPolicy(1, 2, (8,), action_high=(1.0, 1.0))
-        solver = MonteCarloPolicyGradient(policy, simulator, None, n_trajectories=32, advantage=advantage,
-                                          generator=torch.Generator().manual_seed(0))
+        solver = MonteCarloPolicyGradient(
+            policy, simulator, None, n_trajectories=32, advantage=advantage, generator=torch.Generator().manual_seed(0)
+        )
         before = [p.detach().clone() for p in policy.parameters()]
         metrics = solver.train_step()
         assert "loss/baseline" not in metrics and torch.isfinite(metrics["loss/policy"])
-        assert any(not torch.equal(b, p) for b, p in zip(before, policy.parameters()))
+        assert any(not torch.equal(b, p) for b, p in zip(before, policy.parameters(), strict=False))
 
 
 # -- trainer: run directory, resume, checkpoints ---------------------------------------------------
+
 
 def _state(run_dir: Path):
     checkpoint = load_checkpoint_file(run_dir / "checkpoints")
@@ -271,12 +314,20 @@ def _state(run_dir: Path):
 def test_train_writes_the_run_directory_and_resume_is_bit_identical(tmp_path):
     full = train_ghm(GHMTrainConfig(n_iterations=4, log_dir=tmp_path / "full", **TINY), echo=lambda *a, **k: None)
     assert full.iterations == 4
-    for name in ("config.json", "metrics.csv", "fd_reference.npz", "checkpoints/checkpoint_latest.pt",
-                 "checkpoints/checkpoint_iter_000002.pt", "checkpoints/checkpoint_iter_000004.pt"):
+    for name in (
+        "config.json",
+        "metrics.csv",
+        "fd_reference.npz",
+        "checkpoints/checkpoint_latest.pt",
+        "checkpoints/checkpoint_iter_000002.pt",
+        "checkpoints/checkpoint_iter_000004.pt",
+    ):
         assert (tmp_path / "full" / name).exists(), name
     assert list((tmp_path / "full" / "tensorboard").iterdir())
     train_ghm(GHMTrainConfig(n_iterations=2, log_dir=tmp_path / "half", **TINY), echo=lambda *a, **k: None)
-    train_ghm(GHMTrainConfig(n_iterations=4, resume=tmp_path / "half", **{**TINY, "seed": 3}), echo=lambda *a, **k: None)
+    train_ghm(
+        GHMTrainConfig(n_iterations=4, resume=tmp_path / "half", **{**TINY, "seed": 3}), echo=lambda *a, **k: None
+    )
     a, b = _state(tmp_path / "full"), _state(tmp_path / "half")
     assert a["counters"]["iteration"] == b["counters"]["iteration"] == 4
     for net in ("policy", "baseline"):
@@ -309,34 +360,88 @@ def test_exact_policy_value_agrees_with_the_simulated_one_and_is_logged(tmp_path
             return mean, torch.ones_like(mean)
 
     policy = RampPolicy()
-    _, rows = evaluate_against_reference(policy, model, solution, [0.25, 1.0], num_paths=2000, dt=0.01, seed=0,
-                                         tail_tolerance=0.01, device=torch.device("cpu"), table_points=2001)
+    _, rows = evaluate_against_reference(
+        policy,
+        model,
+        solution,
+        [0.25, 1.0],
+        num_paths=2000,
+        dt=0.01,
+        seed=0,
+        tail_tolerance=0.01,
+        device=torch.device("cpu"),
+        table_points=2001,
+    )
     exact = exact_policy_value(policy, model, solution, [0.25, 1.0])
-    for row, exact_row in zip(rows, exact):
+    for row, exact_row in zip(rows, exact, strict=False):
         assert 50.0 < exact_row["exact_pct_of_optimum"] < 99.0
-        assert abs(exact_row["exact_value"] - row["value"]) < 4 * row["stderr"] + 0.01 * row["fd_optimum"], (row, exact_row)
+        assert abs(exact_row["exact_value"] - row["value"]) < 4 * row["stderr"] + 0.01 * row["fd_optimum"], (
+            row,
+            exact_row,
+        )
     # training logs the exact value at every quick check
-    train_ghm(GHMTrainConfig(n_iterations=1, log_dir=tmp_path / "run", **{**TINY, "eval_interval": 1, "eval_cash": (0.5, 1.5)}),
-              echo=lambda *a, **k: None)
+    train_ghm(
+        GHMTrainConfig(
+            n_iterations=1, log_dir=tmp_path / "run", **{**TINY, "eval_interval": 1, "eval_cash": (0.5, 1.5)}
+        ),
+        echo=lambda *a, **k: None,
+    )
     header, last = (line.split(",") for line in (tmp_path / "run" / "eval.csv").read_text().splitlines()[:2])
-    exact_logged = {name: float(value) for name, value in zip(header, last) if name.startswith("exact/")}
+    exact_logged = {name: float(value) for name, value in zip(header, last, strict=False) if name.startswith("exact/")}
     assert set(exact_logged) == {"exact/pct_optimal_c0.5", "exact/pct_optimal_c1.5", "exact/pct_optimal_min"}
-    assert exact_logged["exact/pct_optimal_min"] == min(exact_logged["exact/pct_optimal_c0.5"], exact_logged["exact/pct_optimal_c1.5"])
+    assert exact_logged["exact/pct_optimal_min"] == min(
+        exact_logged["exact/pct_optimal_c0.5"], exact_logged["exact/pct_optimal_c1.5"]
+    )
 
 
 def test_unusable_log_dir_and_output_exit_2_naming_the_field(tmp_path, capsys):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     for log_dir in (blocker, blocker / "sub"):
-        assert pglab_main(["train", "ghm", "--n_iterations", "1", "--n_trajectories", "8", "--T", "0.05", "--no-final-eval",
-                           "--fd_nodes", "400", "--device", "cpu", "--log_dir", str(log_dir)]) == 2
+        assert (
+            pglab_main(
+                [
+                    "train",
+                    "ghm",
+                    "--n_iterations",
+                    "1",
+                    "--n_trajectories",
+                    "8",
+                    "--T",
+                    "0.05",
+                    "--no-final-eval",
+                    "--fd_nodes",
+                    "400",
+                    "--device",
+                    "cpu",
+                    "--log_dir",
+                    str(log_dir),
+                ]
+            )
+            == 2
+        )
         err = capsys.readouterr().err
         assert "log_dir" in err and "Traceback" not in err
     assert blocker.read_text() == "not a directory"  # nothing already there is touched
     run = tmp_path / "run"
     train_ghm(GHMTrainConfig(n_iterations=1, log_dir=run, **TINY), echo=lambda *a, **k: None)
-    assert pglab_main(["evaluate", str(run), "--episodes", "4", "--cash", "0.5", "--tail_tolerance", "0.5",
-                       "--output", str(blocker / "x.json")]) == 2
+    assert (
+        pglab_main(
+            [
+                "evaluate",
+                str(run),
+                "--episodes",
+                "4",
+                "--cash",
+                "0.5",
+                "--tail_tolerance",
+                "0.5",
+                "--output",
+                str(blocker / "x.json"),
+            ]
+        )
+        == 2
+    )
     assert "output" in capsys.readouterr().err
     assert pglab_main(["evaluate", str(run), "--episodes", "4", "--cash", "100"]) == 2
     assert "cash" in capsys.readouterr().err
@@ -393,15 +498,31 @@ def test_python_api_load_checkpoint_and_evaluate_cli(tmp_path, capsys):
     for method in (agent.act, agent.value):  # NaN cash is refused, not turned into NaN rates
         with pytest.raises(TensorContractError, match="finite"):
             method(torch.tensor([[0.5], [float("nan")]]))
-    code = pglab_main(["evaluate", str(tmp_path / "run" / "checkpoints" / "checkpoint_latest.pt"),
-                       "--n_episodes", "200", "--cash", "0.5", "1.0", "--dt", "0.05",
-                       "--tail_tolerance", "0.05", "--json"])
+    code = pglab_main(
+        [
+            "evaluate",
+            str(tmp_path / "run" / "checkpoints" / "checkpoint_latest.pt"),
+            "--n_episodes",
+            "200",
+            "--cash",
+            "0.5",
+            "1.0",
+            "--dt",
+            "0.05",
+            "--tail_tolerance",
+            "0.05",
+            "--json",
+        ]
+    )
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     assert [row["initial_cash"] for row in report["rows"]] == [0.5, 1.0]
-    fd = np.interp([0.5, 1.0], np.load(tmp_path / "run" / "fd_reference.npz")["grid"],
-                   np.load(tmp_path / "run" / "fd_reference.npz")["value"])
-    for row, best in zip(report["rows"], fd):
+    fd = np.interp(
+        [0.5, 1.0],
+        np.load(tmp_path / "run" / "fd_reference.npz")["grid"],
+        np.load(tmp_path / "run" / "fd_reference.npz")["value"],
+    )
+    for row, best in zip(report["rows"], fd, strict=False):
         assert row["fd_optimum"] == pytest.approx(best)
         assert row["pct_of_optimum"] == pytest.approx(100 * row["value"] / best)
         assert row["value"] <= best + 4 * row["stderr"] + 1e-3  # no policy beats the optimum
@@ -416,20 +537,23 @@ def test_solve_cli_prints_the_reference(capsys):
     assert report["thresholds"]["dividend_rate"] == pytest.approx(0.342, abs=0.03)
 
 
-@pytest.mark.parametrize("flags, field", [
-    (["--sigma", "-0.1"], "sigma"),
-    (["--dt", "-0.01"], "dt"),
-    (["--dt", "1.0", "--T", "0.5"], "dt"),
-    (["--rho", "0.04"], "rho"),
-    (["--mu", "nan"], "mu"),
-    (["--lr_policy", "inf"], "lr_policy"),
-    (["--n_trajectories", "0"], "n_trajectories"),
-    (["--final_action_repeat", "20"], "final_action_repeat"),
-    (["--mean_shift_fraction", "-0.5"], "mean_shift_fraction"),
-    (["--no-such-flag", "1"], "no-such-flag"),
-    (["--a_L_max", "0"], "a_L_max"),  # no dividends: V* = 0, no % of V*
-    (["--eval_cash", "100"], "eval_cash"),  # beyond the FD grid
-])
+@pytest.mark.parametrize(
+    "flags, field",
+    [
+        (["--sigma", "-0.1"], "sigma"),
+        (["--dt", "-0.01"], "dt"),
+        (["--dt", "1.0", "--T", "0.5"], "dt"),
+        (["--rho", "0.04"], "rho"),
+        (["--mu", "nan"], "mu"),
+        (["--lr_policy", "inf"], "lr_policy"),
+        (["--n_trajectories", "0"], "n_trajectories"),
+        (["--final_action_repeat", "20"], "final_action_repeat"),
+        (["--mean_shift_fraction", "-0.5"], "mean_shift_fraction"),
+        (["--no-such-flag", "1"], "no-such-flag"),
+        (["--a_L_max", "0"], "a_L_max"),  # no dividends: V* = 0, no % of V*
+        (["--eval_cash", "100"], "eval_cash"),  # beyond the FD grid
+    ],
+)
 def test_bad_training_input_exits_2_and_names_the_field(tmp_path, capsys, flags, field):
     code = pglab_main(["train", "ghm", "--log_dir", str(tmp_path / "run"), *flags])
     assert code == 2
@@ -447,7 +571,7 @@ def test_decision_interval_schedule_is_geometric_and_ends_where_asked():
     # round(16 * (1/16) ** p): 16 at the start, 4 halfway, 1 at the end, never increasing
     assert [action_repeat_at(schedule, p) for p in (0.0, 0.5, 1.0)] == [16, 4, 1]
     values = [action_repeat_at(schedule, i / 100) for i in range(101)]
-    assert all(a >= b for a, b in zip(values, values[1:]))
+    assert all(a >= b for a, b in zip(values, values[1:], strict=False))
 
 
 def test_malformed_yaml_corrupt_and_mismatched_checkpoints_exit_2(tmp_path, capsys):
@@ -472,15 +596,21 @@ def test_malformed_yaml_corrupt_and_mismatched_checkpoints_exit_2(tmp_path, caps
     # a checkpoint of another kind is refused by the GHM loader
     from pglab.run.checkpoint import build_checkpoint, save_checkpoint
 
-    foreign = save_checkpoint(tmp_path / "foreign.pt", build_checkpoint(kind="ghm-unknown", config={}, counters={"iteration": 0}, models={}))
+    foreign = save_checkpoint(
+        tmp_path / "foreign.pt", build_checkpoint(kind="ghm-unknown", config={}, counters={"iteration": 0}, models={})
+    )
     assert pglab_main(["train", "ghm", "--resume", str(foreign)]) == 2
 
 
 def test_learning_rate_and_exploration_schedules_reach_their_final_values(tmp_path):
     import csv
 
-    train_ghm(GHMTrainConfig(**{**TINY, "n_iterations": 3, "log_dir": tmp_path / "run", "lr_final_fraction": 0.25,
-                                "final_max_std": 0.1}), echo=lambda *a, **k: None)
+    train_ghm(
+        GHMTrainConfig(
+            **{**TINY, "n_iterations": 3, "log_dir": tmp_path / "run", "lr_final_fraction": 0.25, "final_max_std": 0.1}
+        ),
+        echo=lambda *a, **k: None,
+    )
     rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
     lrs = [float(row["stats/lr/policy"]) for row in rows]
     assert lrs == pytest.approx([3e-4, 3e-4 * 0.625, 3e-4 * 0.25])  # linear in the iteration

@@ -9,6 +9,7 @@ solves.
   (continuous time), which the grid-monitored simulation overstates;
 * the noise, the config and the resume default.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,9 @@ class _NoControl:
 def _survival(absorption: str, num_paths: int = 20_000) -> float:
     model = GHMModel(GHMParams(mu=0.0, r=0.0, sigma=0.3))
     simulator = TrajectorySimulator(model, 0.01, 1.0, absorption=absorption)
-    paths = simulator.rollout(_NoControl(), torch.full((num_paths, 1), 0.2), torch.Generator().manual_seed(0),
-                              deterministic=True)
+    paths = simulator.rollout(
+        _NoControl(), torch.full((num_paths, 1), 0.2), torch.Generator().manual_seed(0), deterministic=True
+    )
     return float((~paths.dones[:, -1]).float().mean())
 
 
@@ -56,13 +58,17 @@ def test_bridge_evaluation_matches_the_exact_continuous_value_of_a_policy():
     exact = evaluate_policy_1d(model, lambda x: np.stack([rate + 0 * x, 0 * x], 1), x_max=6.0, num_nodes=6000)
     # the policy's own value slope as control variate: standard errors of ~0.001
     common = dict(num_paths=3000, dt=0.01, tail_tolerance=0.01, value_slope=fd_value_slope(exact))
-    bridge = simulate_policy_value(model, policy, [0.1, 0.3], generator=torch.Generator().manual_seed(1),
-                                   absorption="bridge", **common)
+    bridge = simulate_policy_value(
+        model, policy, [0.1, 0.3], generator=torch.Generator().manual_seed(1), absorption="bridge", **common
+    )
     grid = simulate_policy_value(model, policy, [0.1, 0.3], generator=torch.Generator().manual_seed(1), **common)
     for index, cash in enumerate((0.1, 0.3)):
         truth = exact.value_at([cash])[0]
         # the simulation leaves out a tail of at most tail_bound: compare within it and 4 SE
-        assert abs(bridge.mean[index] - truth) < 4 * bridge.stderr[index] + bridge.tail_bound[index], (bridge.mean, truth)
+        assert abs(bridge.mean[index] - truth) < 4 * bridge.stderr[index] + bridge.tail_bound[index], (
+            bridge.mean,
+            truth,
+        )
         assert grid.mean[index] - truth > 4 * grid.stderr[index] + grid.tail_bound[index]  # the grid chain lives longer
 
 
@@ -74,7 +80,9 @@ def test_rollout_noise_carries_the_survival_draws_and_slices_them():
     part = noise.slice(2, 4)
     assert torch.equal(part.survival_noise, noise.survival_noise[2:4])
     with pytest.raises(ValueError, match="survival_noise"):
-        simulator.rollout(_NoControl(), torch.full((6, 1), 0.5), noise=RolloutNoise(noise.state_noise, noise.action_noise))
+        simulator.rollout(
+            _NoControl(), torch.full((6, 1), 0.5), noise=RolloutNoise(noise.state_noise, noise.action_noise)
+        )
     with pytest.raises(ValueError, match="absorption"):
         TrajectorySimulator(GHMModel(GHMParams()), 0.01, 0.1, absorption="continuous")
 
@@ -88,7 +96,10 @@ def test_absorption_config_and_the_resume_default():
         GHMTrainConfig(absorption="continuous")
     # mc defaults to bridge since issue 24 / session 29; pathwise and actor-critic stay on grid
     assert GHMTrainConfig().absorption == "bridge" and GHMTrainConfig(absorption="grid").absorption == "grid"
-    assert GHMTrainConfig(algo="pathwise").absorption == "grid" and GHMTrainConfig(algo="actor-critic").absorption == "grid"
+    assert (
+        GHMTrainConfig(algo="pathwise").absorption == "grid"
+        and GHMTrainConfig(algo="actor-critic").absorption == "grid"
+    )
     assert SPEC.stored_defaults["absorption"] == "grid"  # a run made before the field resumes as it was trained
 
 
@@ -108,8 +119,17 @@ def test_calibrations_outside_the_checked_range_get_a_warning_naming_the_field(t
     assert "sigma=0.6" in line and "[0.15, 0.4]" in line
     assert any("initial_cash_high" in line for line in warnings(sigma=0.45, rho=0.06))  # barrier high in [0, 2]
     # the trainer prints them on stderr before training, and trains anyway
-    config = GHMTrainConfig(params=Params(lambda_dilution=0.6), n_iterations=1, n_trajectories=8, T=0.05, final_eval=False,
-                            eval_interval=1000, fd_nodes=400, device="cpu", log_dir=tmp_path / "run")
+    config = GHMTrainConfig(
+        params=Params(lambda_dilution=0.6),
+        n_iterations=1,
+        n_trajectories=8,
+        T=0.05,
+        final_eval=False,
+        eval_interval=1000,
+        fd_nodes=400,
+        device="cpu",
+        log_dir=tmp_path / "run",
+    )
     messages = []
     train_ghm(config, echo=lambda *a, **k: messages.append(" ".join(map(str, a))))
     assert any("lambda_dilution=0.6" in m and "warning" in m for m in messages)

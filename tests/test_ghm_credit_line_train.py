@@ -6,6 +6,7 @@ test pins one side of that mapping against an independent computation: the FD op
 :class:`GHMCreditLineModel` at ``cash + L``, the policy network at ``cash + L``, and (at
 ``L = 0``) the plain GHM run bit for bit.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -18,7 +19,6 @@ import torch
 from test_ghm import TINY
 
 import pglab
-from pglab.configs.ghm import final_eval_dt
 from pglab.algos.ghm_eval import simulate_policy_value
 from pglab.algos.ghm_sweep import build_trials, fd_lines, trial_row
 from pglab.algos.ghm_train import (
@@ -33,6 +33,7 @@ from pglab.algos.ghm_train import (
     train_ghm,
 )
 from pglab.cli import main as pglab_main
+from pglab.configs.ghm import final_eval_dt
 from pglab.configs.sweep import GHMSweepConfig
 from pglab.envs.ghm_credit_line import CreditLineParams, GHMCreditLineModel
 from pglab.errors import ConfigError
@@ -45,8 +46,17 @@ QUIET = dict(echo=lambda *args, **kwargs: None)
 LIMIT = 0.25
 # One iteration of small networks, then a coarse final evaluation: what is tested is where the
 # evaluation starts and what it is compared with, not how good the policy is.
-EVALUATED = {**TINY, "n_iterations": 1, "dt": 0.1, "policy_hidden_dims": (8,), "baseline_hidden_dims": (8,),
-             "final_eval": True, "eval_paths": 64, "eval_tail_tolerance": 0.5, "eval_cash": (-0.1, 0.5, 1.0)}
+EVALUATED = {
+    **TINY,
+    "n_iterations": 1,
+    "dt": 0.1,
+    "policy_hidden_dims": (8,),
+    "baseline_hidden_dims": (8,),
+    "final_eval": True,
+    "eval_paths": 64,
+    "eval_tail_tolerance": 0.5,
+    "eval_cash": (-0.1, 0.5, 1.0),
+}
 LINE = dict(model="credit-line", credit_limit=LIMIT, credit_spread=0.05)
 
 
@@ -59,8 +69,10 @@ def independent_fd(limit: float = LIMIT, nodes: int = TINY["fd_nodes"]):
 @pytest.fixture(scope="module")
 def credit_line_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("credit-line")
-    return {algo: train_ghm(GHMTrainConfig(algo=algo, log_dir=root / algo, **LINE, **EVALUATED), **QUIET).run_dir
-            for algo in SOLVERS}
+    return {
+        algo: train_ghm(GHMTrainConfig(algo=algo, log_dir=root / algo, **LINE, **EVALUATED), **QUIET).run_dir
+        for algo in SOLVERS
+    }
 
 
 def test_a_credit_line_of_zero_trains_bit_for_bit_as_plain_ghm(tmp_path):
@@ -70,10 +82,15 @@ def test_a_credit_line_of_zero_trains_bit_for_bit_as_plain_ghm(tmp_path):
     mc's held-action rollout takes GHM's closed form, equal only to rounding.)"""
     runs = {}
     for name, extra in (("ghm", {}), ("line", dict(model="credit-line", credit_limit=0.0, credit_spread=0.05))):
-        config = GHMTrainConfig(algo="pathwise", log_dir=tmp_path / name, **{**EVALUATED, "final_eval": False, "eval_cash": (0.5,)}, **extra)
+        config = GHMTrainConfig(
+            algo="pathwise", log_dir=tmp_path / name, **{**EVALUATED, "final_eval": False, "eval_cash": (0.5,)}, **extra
+        )
         run_dir = train_ghm(config, **QUIET).run_dir
-        runs[name] = (load_checkpoint_file(run_dir)["models"], (run_dir / "metrics.csv").read_text().splitlines(),
-                      np.load(run_dir / "fd_reference.npz"))
+        runs[name] = (
+            load_checkpoint_file(run_dir)["models"],
+            (run_dir / "metrics.csv").read_text().splitlines(),
+            np.load(run_dir / "fd_reference.npz"),
+        )
     (ghm_models, ghm_metrics, ghm_fd), (line_models, line_metrics, line_fd) = runs["ghm"], runs["line"]
     for network in ghm_models:
         for key, tensor in ghm_models[network].items():
@@ -90,18 +107,29 @@ def test_each_solver_is_evaluated_from_cash_plus_the_line_against_the_credit_lin
     model, solution = independent_fd()
     cash = np.array([row["initial_cash"] for row in evaluation["rows"]])
     assert cash.tolist() == [-0.1, 0.5, 1.0]  # rows report cash (negative: the line is drawn)
-    np.testing.assert_allclose([row["fd_optimum"] for row in evaluation["rows"]], solution.value_at(cash + LIMIT), rtol=1e-12)
+    np.testing.assert_allclose(
+        [row["fd_optimum"] for row in evaluation["rows"]], solution.value_at(cash + LIMIT), rtol=1e-12
+    )
     assert evaluation["fd_thresholds"] == pytest.approx(
-        {name: state - LIMIT for name, state in solution.thresholds().items()}, abs=1e-12)
+        {name: state - LIMIT for name, state in solution.thresholds().items()}, abs=1e-12
+    )
     assert evaluation["fd_thresholds"]["issuance_rate"] < 0  # issue only once the line is partly drawn
     # the simulated values start at liquidity cash + L: the same simulation, redone by hand
     agent = pglab.load_checkpoint(run_dir, device="cpu")
     config = agent.config
     redone = simulate_policy_value(
-        model, lambda states: agent.policy.mean_std(states)[0], (cash + LIMIT).tolist(), num_paths=config.eval_paths,
-        dt=final_eval_dt(config), generator=make_generator(config.seed + 2, torch.device("cpu")),
-        value_bound=fd_value_bound(solution), tail_tolerance=config.eval_tail_tolerance,
-        table_points=config.policy_table_points, value_slope=fd_value_slope(solution), absorption=config.absorption)
+        model,
+        lambda states: agent.policy.mean_std(states)[0],
+        (cash + LIMIT).tolist(),
+        num_paths=config.eval_paths,
+        dt=final_eval_dt(config),
+        generator=make_generator(config.seed + 2, torch.device("cpu")),
+        value_bound=fd_value_bound(solution),
+        tail_tolerance=config.eval_tail_tolerance,
+        table_points=config.policy_table_points,
+        value_slope=fd_value_slope(solution),
+        absorption=config.absorption,
+    )
     assert [row["value"] for row in evaluation["rows"]] == redone.mean
 
 
@@ -165,29 +193,40 @@ def test_pglab_evaluate_a_credit_line_run(credit_line_runs, capsys):
     report = json.loads(capsys.readouterr().out)
     _, solution = independent_fd()
     assert [row["initial_cash"] for row in report["rows"]] == [-0.2, 0.5]
-    np.testing.assert_allclose([row["fd_optimum"] for row in report["rows"]], solution.value_at([0.05, 0.75]), rtol=1e-12)
+    np.testing.assert_allclose(
+        [row["fd_optimum"] for row in report["rows"]], solution.value_at([0.05, 0.75]), rtol=1e-12
+    )
     assert pglab_main([*argv, "--cash", "-0.25"]) == 2  # where this firm is liquidated
     assert "cash" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags, field", [
-    (["--credit-limit", "-0.1"], "credit_limit"),
-    (["--credit_spread", "-0.01"], "credit_spread"),
-    (["--eval-cash", "-0.3", "0.5"], "eval_cash"),
-    (["--model", "overdraft"], "model"),
-])
+@pytest.mark.parametrize(
+    "flags, field",
+    [
+        (["--credit-limit", "-0.1"], "credit_limit"),
+        (["--credit_spread", "-0.01"], "credit_spread"),
+        (["--eval-cash", "-0.3", "0.5"], "eval_cash"),
+        (["--model", "overdraft"], "model"),
+    ],
+)
 def test_bad_credit_line_flags_exit_2_naming_the_field(tmp_path, capsys, flags, field):
     log_dir = tmp_path / "run"
-    assert pglab_main(["train", "ghm", "--model", "credit-line", *flags, "--device", "cpu", "--log-dir", str(log_dir)]) == 2
+    assert (
+        pglab_main(["train", "ghm", "--model", "credit-line", *flags, "--device", "cpu", "--log-dir", str(log_dir)])
+        == 2
+    )
     assert field in capsys.readouterr().err
     assert not log_dir.exists()
 
 
-@pytest.mark.parametrize("flags", [
-    ["--fd_x_max", "0.3"],  # the default calibration's barrier (0.37) lies beyond the grid
-    ["--sigma", "3", "--rho", "0.051", "--a_E_max", "0"],  # a reflecting end at 6 changes V by ~30%
-    ["--model", "credit-line", "--fd_x_max", "0.5"],  # the line's barrier: liquidity 0.37
-])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--fd_x_max", "0.3"],  # the default calibration's barrier (0.37) lies beyond the grid
+        ["--sigma", "3", "--rho", "0.051", "--a_E_max", "0"],  # a reflecting end at 6 changes V by ~30%
+        ["--model", "credit-line", "--fd_x_max", "0.5"],  # the line's barrier: liquidity 0.37
+    ],
+)
 def test_a_calibration_whose_fd_reference_depends_on_the_grid_end_exits_2_naming_fd_x_max(tmp_path, capsys, flags):
     log_dir = tmp_path / "run"
     tiny = ["--n_iterations", "1", "--n_trajectories", "8", "--T", "0.1", "--no-final-eval", "--fd_nodes", "400"]
@@ -197,10 +236,20 @@ def test_a_calibration_whose_fd_reference_depends_on_the_grid_end_exits_2_naming
 
 
 def test_a_credit_line_sweep_passes_the_model_to_every_run_and_draws_its_fd_lines_in_cash(credit_line_runs, tmp_path):
-    sweep = GHMSweepConfig(model="credit-line", credit_limit=(0.1, LIMIT), credit_spread=(0.05,), fd_line_points=0,
-                           fd_line_nodes=200, backend="serial", log_dir=tmp_path)
+    sweep = GHMSweepConfig(
+        model="credit-line",
+        credit_limit=(0.1, LIMIT),
+        credit_spread=(0.05,),
+        fd_line_points=0,
+        fd_line_nodes=200,
+        backend="serial",
+        log_dir=tmp_path,
+    )
     trials = build_trials(sweep, tmp_path)
-    assert [(t.config["model"], t.config["credit_limit"]) for t in trials] == [("credit-line", 0.1), ("credit-line", LIMIT)]
+    assert [(t.config["model"], t.config["credit_limit"]) for t in trials] == [
+        ("credit-line", 0.1),
+        ("credit-line", LIMIT),
+    ]
     # the FD lines along credit_limit, in cash, against an independent solve
     lines = fd_lines(sweep, trials, tmp_path, print)
     assert [point["value"] for point in lines["credit_limit"]] == [0.1, LIMIT]

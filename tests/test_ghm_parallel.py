@@ -6,6 +6,7 @@ instead of a hang.
 The failing models below are module-level classes so that the worker processes (and
 Ray workers, given this directory on their PYTHONPATH) can unpickle them.
 """
+
 import os
 import signal
 import time
@@ -65,8 +66,9 @@ class HangingGHMModel(GHMModel):
 def _policy() -> GaussianPolicy:
     torch.manual_seed(1)
     # mean_shift, action_high: non-persistent buffers must reach the workers too
-    return GaussianPolicy(1, 2, (16, 16), log_std_init=-1.0, action_high=(1.0, 1.0), mean_shift=(0.5, 0.5),
-                          mean_init=(0.1, 0.1))
+    return GaussianPolicy(
+        1, 2, (16, 16), log_std_init=-1.0, action_high=(1.0, 1.0), mean_shift=(0.5, 0.5), mean_init=(0.1, 0.1)
+    )
 
 
 def _initial(model, num_paths: int = NUM_PATHS, seed: int = 3):
@@ -74,12 +76,14 @@ def _initial(model, num_paths: int = NUM_PATHS, seed: int = 3):
     return model.initial_states(num_paths, generator), generator
 
 
-def _reference(model, policy, action_repeat: int = 1, deterministic: bool = False,
-               absorption: str = "grid") -> tuple[Trajectories, torch.Tensor]:
+def _reference(
+    model, policy, action_repeat: int = 1, deterministic: bool = False, absorption: str = "grid"
+) -> tuple[Trajectories, torch.Tensor]:
     initial, generator = _initial(model)
     with torch.no_grad():
         paths = TrajectorySimulator(model, DT, HORIZON, action_repeat=action_repeat, absorption=absorption).rollout(
-            policy, initial, generator, deterministic=deterministic)
+            policy, initial, generator, deterministic=deterministic
+        )
     return paths, generator.get_state()
 
 
@@ -144,7 +148,7 @@ def test_slices_are_aligned_contiguous_and_default_worker_count():
     for num_paths in (1, 63, 64, 200, 1000, 1003):
         slices = ParallelTrajectorySimulator(GHMModel(), DT, HORIZON, n_workers=3).slices(num_paths)
         assert slices[0][0] == 0 and slices[-1][1] == num_paths
-        assert all(a[1] == b[0] for a, b in zip(slices, slices[1:]))
+        assert all(a[1] == b[0] for a, b in zip(slices, slices[1:], strict=False))
         assert all(start % SLICE_ALIGN == 0 for start, _ in slices)
     assert ParallelTrajectorySimulator(GHMModel(), DT, HORIZON, n_workers=2).slices(1000) == [(0, 512), (512, 1000)]
 
@@ -152,14 +156,17 @@ def test_slices_are_aligned_contiguous_and_default_worker_count():
 # -- configuration and misuse ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"backend": "threads"}, "backend"),
-    ({"n_workers": 0}, "n_workers"),
-    ({"n_workers": 2.5}, "n_workers"),
-    ({"ray_address": "auto"}, "ray_address"),  # with backend="process"
-    ({"backend": "ray", "ray_address": ""}, "ray_address"),
-    ({"action_repeat": 0}, "action_repeat"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"backend": "threads"}, "backend"),
+        ({"n_workers": 0}, "n_workers"),
+        ({"n_workers": 2.5}, "n_workers"),
+        ({"ray_address": "auto"}, "ray_address"),  # with backend="process"
+        ({"backend": "ray", "ray_address": ""}, "ray_address"),
+        ({"action_repeat": 0}, "action_repeat"),
+    ],
+)
 def test_bad_config_raises_config_error_naming_the_field(kwargs, field):
     with pytest.raises(ConfigError) as info:
         ParallelTrajectorySimulator(GHMModel(), DT, HORIZON, **kwargs)
@@ -242,8 +249,13 @@ def local_ray():
         # Ray workers do not inherit pytest's sys.path; they need it to unpickle the
         # models defined in this file.
         path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": path}})
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONPATH": path}},
+        )
     yield ray
     if started:
         ray.shutdown()
@@ -275,6 +287,7 @@ def test_ray_backend_on_local_2_cpu_instance(local_ray, tmp_path):
 
 # -- the trainer on parallel rollouts ----------------------------------------------------------
 
+
 class WorkerKillingGHMModel(GHMModel):
     """GHM whose drift SIGKILLs any *worker* process while ``marker`` exists (the main
     process, which solves the FD reference with the same model, is spared)."""
@@ -290,16 +303,21 @@ class WorkerKillingGHMModel(GHMModel):
 
 
 @pytest.mark.timeout(180)
-def test_trainer_on_process_workers_matches_batched_and_a_killed_worker_leaves_the_checkpoint_intact(tmp_path, monkeypatch):
+def test_trainer_on_process_workers_matches_batched_and_a_killed_worker_leaves_the_checkpoint_intact(
+    tmp_path, monkeypatch
+):
+    from test_ghm import TINY
+
     import pglab.algos.ghm_train as ghm_train
     from pglab.algos.ghm_train import GHMTrainConfig, train_ghm
     from pglab.run.checkpoint import load_checkpoint_file
-    from test_ghm import TINY
 
     quiet = dict(echo=lambda *a, **k: None)
     base = {**TINY, "n_trajectories": 130, "save_interval": 1}
     marker = tmp_path / "kill-workers"
-    monkeypatch.setattr(ghm_train, "GHMModel", lambda params: WorkerKillingGHMModel(params, marker=str(marker), main_pid=os.getpid()))
+    monkeypatch.setattr(
+        ghm_train, "GHMModel", lambda params: WorkerKillingGHMModel(params, marker=str(marker), main_pid=os.getpid())
+    )
     train_ghm(GHMTrainConfig(n_iterations=2, log_dir=tmp_path / "batched", **base), **quiet)
     run_dir = tmp_path / "process"
     train_ghm(GHMTrainConfig(n_iterations=2, log_dir=run_dir, simulator="process", n_workers=2, **base), **quiet)

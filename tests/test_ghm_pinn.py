@@ -9,6 +9,7 @@
   true HJB, measured independently by the validator's finite differences and 21-point
   control grid; a loss with the maximum replaced by the policy's fixed action does not.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,7 +31,9 @@ def _hand_optimal_residual(params: GHMParams, cash: torch.Tensor, value, first, 
     coefficient's sign picks."""
     dividend = params.a_L_max * torch.clamp(1.0 - first, min=0.0)
     issuance = params.a_E_max * torch.clamp(first - (1.0 + params.lambda_dilution), min=0.0)
-    return params.rho * value - ((params.mu + params.r * cash) * first + 0.5 * params.sigma**2 * second + dividend + issuance)
+    return params.rho * value - (
+        (params.mu + params.r * cash) * first + 0.5 * params.sigma**2 * second + dividend + issuance
+    )
 
 
 def test_optimal_residual_matches_the_hand_written_hjb_in_all_three_regimes():
@@ -45,8 +48,12 @@ def test_optimal_residual_matches_the_hand_written_hjb_in_all_three_regimes():
     torch.testing.assert_close(residual, expected, rtol=1e-12, atol=1e-12)
     # the policy residual with the maximising controls is the same number
     first = 2 - 2 * c
-    controls = torch.stack([params.a_L_max * (first < 1), params.a_E_max * (first > 1 + params.lambda_dilution)], 1).double()
-    torch.testing.assert_close(policy_hjb_residual(model, lambda s: 2 * s[:, 0] - s[:, 0] ** 2, cash, controls), expected)
+    controls = torch.stack(
+        [params.a_L_max * (first < 1), params.a_E_max * (first > 1 + params.lambda_dilution)], 1
+    ).double()
+    torch.testing.assert_close(
+        policy_hjb_residual(model, lambda s: 2 * s[:, 0] - s[:, 0] ** 2, cash, controls), expected
+    )
 
 
 def test_optimal_residual_loss_gradient_matches_a_central_difference():
@@ -85,8 +92,16 @@ def _solver(**kwargs) -> ActorCritic:
     policy = GaussianPolicy(1, 2, (8,), action_high=model.control.high)
     critic = ValueNetwork(1, (8,))
     simulator = TrajectorySimulator(model, 0.01, 0.1)
-    return ActorCritic(policy, simulator, critic, n_trajectories=16, critic_steps=1, generator=torch.Generator().manual_seed(5),
-                       gae_lambda=0.9, **kwargs)
+    return ActorCritic(
+        policy,
+        simulator,
+        critic,
+        n_trajectories=16,
+        critic_steps=1,
+        generator=torch.Generator().manual_seed(5),
+        gae_lambda=0.9,
+        **kwargs,
+    )
 
 
 def test_critic_loss_adds_the_weighted_optimal_residual_at_collocation_points():
@@ -163,8 +178,13 @@ def test_training_residual_needs_exactly_one_of_controls_and_candidates():
     with pytest.raises(ValueError, match="exactly one"):
         hjb_residual_for_training(model, lambda s: s[:, 0] ** 2, states)
     with pytest.raises(ValueError, match="exactly one"):
-        hjb_residual_for_training(model, lambda s: s[:, 0] ** 2, states, controls=torch.zeros(4, 2),
-                                  candidates=control_candidates(model.control, 2, dtype=torch.float32))
+        hjb_residual_for_training(
+            model,
+            lambda s: s[:, 0] ** 2,
+            states,
+            controls=torch.zeros(4, 2),
+            candidates=control_candidates(model.control, 2, dtype=torch.float32),
+        )
 
 
 def test_boundary_layer_network_is_zero_at_the_boundary_and_scales_the_plain_network():
@@ -193,7 +213,9 @@ def test_boundary_layer_width_is_derived_from_the_model():
 
     # sigma^2 / (2 (mu + a_E_max)): the largest drift at cash 0 issues at the maximal rate
     assert boundary_layer_width(GHMModel(GHMParams())) == pytest.approx(0.2**2 / (2 * 1.1), rel=1e-12)
-    assert boundary_layer_width(GHMModel(GHMParams(sigma=0.3, mu=0.2, a_E_max=0.5))) == pytest.approx(0.09 / 1.4, rel=1e-12)
+    assert boundary_layer_width(GHMModel(GHMParams(sigma=0.3, mu=0.2, a_E_max=0.5))) == pytest.approx(
+        0.09 / 1.4, rel=1e-12
+    )
     with pytest.raises(ConfigError, match="critic_boundary"):
         boundary_layer_width(GHMModel(GHMParams(mu=-0.1, a_E_max=0.0)))
     # --critic_boundary hard builds the layer into the critic; every solver's default is a plain network
@@ -218,8 +240,18 @@ def test_the_trainer_decays_the_td_weight_to_its_final_fraction(tmp_path):
         seen.append(self.td_weight)
         return original(self)
 
-    config = GHMTrainConfig(algo="actor-critic", n_iterations=3, n_trajectories=8, T=0.05, td_final_fraction=0.2,
-                            eval_interval=1000, final_eval=False, fd_nodes=400, device="cpu", log_dir=tmp_path / "run")
+    config = GHMTrainConfig(
+        algo="actor-critic",
+        n_iterations=3,
+        n_trajectories=8,
+        T=0.05,
+        td_final_fraction=0.2,
+        eval_interval=1000,
+        final_eval=False,
+        fd_nodes=400,
+        device="cpu",
+        log_dir=tmp_path / "run",
+    )
     ActorCritic.train_step = spy
     try:
         ghm_train.train_ghm(config, echo=lambda *a, **k: None)

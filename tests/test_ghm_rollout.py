@@ -5,6 +5,7 @@
 applies absorption once to the whole path. The reference below is the textbook loop: one
 Euler step at a time, absorption checked after each step, the state frozen afterwards.
 """
+
 from __future__ import annotations
 
 import math
@@ -96,13 +97,21 @@ def test_held_rollout_statistics_match_independent_step_by_step_paths():
     num_paths = 20_000
     initial = torch.full((num_paths, 1), 0.3)
     first = simulator.rollout(policy, initial, torch.Generator().manual_seed(1))
-    states, rewards, masks = _step_by_step(model, policy, initial, simulator.draw_noise(num_paths, torch.Generator().manual_seed(2), device="cpu"),
-                                           0.01, 5)
+    states, rewards, masks = _step_by_step(
+        model, policy, initial, simulator.draw_noise(num_paths, torch.Generator().manual_seed(2), device="cpu"), 0.01, 5
+    )
     gamma = simulator.discount
     discounts = gamma ** torch.arange(simulator.num_steps, dtype=torch.float32)
-    batched = {"end cash": first.states[:, -1, 0], "alive": (~first.dones[:, -1]).float(), "payout": (first.rewards * discounts).sum(1)}
-    reference = {"end cash": states[:, -1], "alive": ((states[:, -1] > 0) & (masks[:, -1] > 0)).float(),
-                 "payout": (rewards * discounts).sum(1)}
+    batched = {
+        "end cash": first.states[:, -1, 0],
+        "alive": (~first.dones[:, -1]).float(),
+        "payout": (first.rewards * discounts).sum(1),
+    }
+    reference = {
+        "end cash": states[:, -1],
+        "alive": ((states[:, -1] > 0) & (masks[:, -1] > 0)).float(),
+        "payout": (rewards * discounts).sum(1),
+    }
     for name in batched:
         a, b = batched[name].double(), reference[name].double()
         se = math.sqrt(a.var() / num_paths + b.var() / num_paths)
@@ -162,10 +171,11 @@ def test_evaluation_with_the_policy_table_matches_the_network_path_for_path():
     policy_fn = lambda states: policy.mean_std(states)[0]  # noqa: E731
     common = dict(num_paths=200, dt=0.01, tail_tolerance=0.5, max_time=3.0, chunk_steps=50)
     exact = simulate_policy_value(model, policy_fn, [0.3, 1.0], generator=torch.Generator().manual_seed(5), **common)
-    tabulated = simulate_policy_value(model, policy_fn, [0.3, 1.0], generator=torch.Generator().manual_seed(5),
-                                      table_points=2001, **common)
+    tabulated = simulate_policy_value(
+        model, policy_fn, [0.3, 1.0], generator=torch.Generator().manual_seed(5), table_points=2001, **common
+    )
     assert exact.table_error is None and 0 < tabulated.table_error < 1e-5
     assert tabulated.simulated_time == exact.simulated_time
-    for a, b in zip(tabulated.mean, exact.mean):
+    for a, b in zip(tabulated.mean, exact.mean, strict=False):
         assert a == pytest.approx(b, abs=1e-5)
     assert min(abs(m) for m in exact.mean) > 0.05  # the policy pays or issues: the comparison is not 0 == 0

@@ -1,5 +1,6 @@
 """GHM on the shared training shell (issue 18): exit codes, resume guarantees, logs,
 progress bars, torch-free help, the agent API, memory checks and the plotted data."""
+
 from __future__ import annotations
 
 import csv
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_ghm import TINY
 
 from pglab.algos import ghm_train
 from pglab.algos.ghm_train import GHMTrainConfig, train_ghm
@@ -23,14 +25,34 @@ from pglab.configs.ghm import budget_schedules
 from pglab.errors import EXIT_INTERRUPTED
 from pglab.run.checkpoint import load_checkpoint_file
 
-from test_ghm import TINY
-
 QUIET = dict(echo=lambda *a, **k: None)
 REPO = Path(__file__).resolve().parents[1]
 # the flags of TINY for the command line
-TINY_FLAGS = ["--n_trajectories", "64", "--T", "0.5", "--dt", "0.01", "--log_interval", "1", "--eval_interval", "1000",
-              "--save_interval", "2", "--eval_quick_paths", "0", "--no-final-eval", "--fd_nodes", "400",
-              "--device", "cpu", "--seed", "3", "--lr_final_fraction", "1.0"]
+TINY_FLAGS = [
+    "--n_trajectories",
+    "64",
+    "--T",
+    "0.5",
+    "--dt",
+    "0.01",
+    "--log_interval",
+    "1",
+    "--eval_interval",
+    "1000",
+    "--save_interval",
+    "2",
+    "--eval_quick_paths",
+    "0",
+    "--no-final-eval",
+    "--fd_nodes",
+    "400",
+    "--device",
+    "cpu",
+    "--seed",
+    "3",
+    "--lr_final_fraction",
+    "1.0",
+]
 
 
 def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -48,16 +70,22 @@ def _assert_same_weights(a: Path, b: Path) -> None:
 def _numeric_rows(path: Path, skip=("perf/",)) -> list[dict[str, str]]:
     """A CSV's rows without the timing columns (which differ from run to run)."""
     with open(path, newline="") as handle:
-        return [{k: v for k, v in row.items() if not k.startswith(skip) and k != "wall_time"} for row in csv.DictReader(handle)]
+        return [
+            {k: v for k, v in row.items() if not k.startswith(skip) and k != "wall_time"}
+            for row in csv.DictReader(handle)
+        ]
 
 
 # -- item 9: exit codes -------------------------------------------------------------------------
+
 
 def test_a_stopped_run_exits_130_and_resumes_to_the_same_weights(tmp_path, monkeypatch):
     stopping = functools.partial(train_ghm, stop_after=1)
     monkeypatch.setattr(ghm_train, "train_ghm", stopping)
     run_dir = tmp_path / "run"
-    assert pglab_main(["train", "ghm", "--n_iterations", "3", "--log_dir", str(run_dir), *TINY_FLAGS]) == EXIT_INTERRUPTED
+    assert (
+        pglab_main(["train", "ghm", "--n_iterations", "3", "--log_dir", str(run_dir), *TINY_FLAGS]) == EXIT_INTERRUPTED
+    )
     assert load_checkpoint_file(run_dir / "checkpoints")["counters"]["iteration"] == 1
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted"
@@ -67,9 +95,24 @@ def test_a_stopped_run_exits_130_and_resumes_to_the_same_weights(tmp_path, monke
 def test_sigterm_saves_and_exits_130(tmp_path):
     run_dir = tmp_path / "run"
     flags = [f for f in TINY_FLAGS]
-    proc = subprocess.Popen([sys.executable, "-m", "pglab.cli", "train", "ghm", "--n_iterations", "100000",
-                             "--log_dir", str(run_dir), *flags], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pglab.cli",
+            "train",
+            "ghm",
+            "--n_iterations",
+            "100000",
+            "--log_dir",
+            str(run_dir),
+            *flags,
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not (run_dir / "metrics.csv").exists() or len((run_dir / "metrics.csv").read_text().splitlines()) < 3:
         assert proc.poll() is None, proc.communicate()
@@ -83,6 +126,7 @@ def test_sigterm_saves_and_exits_130(tmp_path):
 
 
 # -- item 13: resume reads final_eval from the stored run ---------------------------------------
+
 
 def test_resume_of_a_no_final_eval_run_exits_0_without_evaluating(tmp_path, capsys):
     run_dir = tmp_path / "run"
@@ -106,6 +150,7 @@ def test_resume_applies_a_given_flag_equal_to_its_default_and_refuses_a_model_ch
 
 # -- item 14: what a resume guarantees -----------------------------------------------------------
 
+
 def test_same_budget_resume_is_bit_identical_even_with_budget_dependent_schedules(tmp_path):
     config = dict(TINY, lr_final_fraction=0.2, final_max_std=0.2, action_repeat=4, final_action_repeat=1)
     assert budget_schedules(GHMTrainConfig(**config)) != []
@@ -113,8 +158,10 @@ def test_same_budget_resume_is_bit_identical_even_with_budget_dependent_schedule
     stopped = train_ghm(GHMTrainConfig(n_iterations=4, log_dir=tmp_path / "split", **config), stop_after=2, **QUIET)
     assert stopped.interrupted and stopped.exit_code == EXIT_INTERRUPTED and stopped.iterations == 2
     messages = []
-    resumed = train_ghm(GHMTrainConfig(n_iterations=4, resume=tmp_path / "split", **config),
-                        echo=lambda *a, **k: messages.append(" ".join(map(str, a))))
+    resumed = train_ghm(
+        GHMTrainConfig(n_iterations=4, resume=tmp_path / "split", **config),
+        echo=lambda *a, **k: messages.append(" ".join(map(str, a))),
+    )
     assert resumed.exit_code == 0 and resumed.iterations == 4
     assert not any("n_iterations" in m for m in messages)  # nothing to warn about
     _assert_same_weights(tmp_path / "full", tmp_path / "split")
@@ -128,10 +175,14 @@ def test_extending_the_budget_with_constant_schedules_is_bit_identical(tmp_path)
     train_ghm(GHMTrainConfig(n_iterations=4, log_dir=tmp_path / "full", **config), **QUIET)
     train_ghm(GHMTrainConfig(n_iterations=2, log_dir=tmp_path / "short", **config), **QUIET)
     messages = []
-    train_ghm(GHMTrainConfig(n_iterations=4, resume=tmp_path / "short", **config),
-              echo=lambda *a, **k: messages.append(" ".join(map(str, a))))
+    train_ghm(
+        GHMTrainConfig(n_iterations=4, resume=tmp_path / "short", **config),
+        echo=lambda *a, **k: messages.append(" ".join(map(str, a))),
+    )
     # the shell's one line naming the change, and no schedule warning
-    assert [m for m in messages if "n_iterations" in m] == [f"resume: continuing {tmp_path / 'short'} with n_iterations 2 -> 4"]
+    assert [m for m in messages if "n_iterations" in m] == [
+        f"resume: continuing {tmp_path / 'short'} with n_iterations 2 -> 4"
+    ]
     _assert_same_weights(tmp_path / "full", tmp_path / "short")
     assert _numeric_rows(tmp_path / "full" / "metrics.csv") == _numeric_rows(tmp_path / "short" / "metrics.csv")
 
@@ -142,8 +193,10 @@ def test_extending_the_budget_with_a_decaying_schedule_warns_and_differs(tmp_pat
     train_ghm(GHMTrainConfig(n_iterations=4, log_dir=tmp_path / "full", **config), **QUIET)
     train_ghm(GHMTrainConfig(n_iterations=2, log_dir=tmp_path / "short", **config), **QUIET)
     messages = []
-    result = train_ghm(GHMTrainConfig(n_iterations=4, resume=tmp_path / "short", **config),
-                       echo=lambda *a, **k: messages.append(" ".join(map(str, a))))
+    result = train_ghm(
+        GHMTrainConfig(n_iterations=4, resume=tmp_path / "short", **config),
+        echo=lambda *a, **k: messages.append(" ".join(map(str, a))),
+    )
     assert result.exit_code == 0 and result.iterations == 4
     notes = [m for m in messages if "n_iterations" in m and not m.startswith("resume: continuing")]
     assert len(notes) == 1 and "lr_final_fraction=0.2" in notes[0] and "2 -> 4" in notes[0]
@@ -154,6 +207,7 @@ def test_extending_the_budget_with_a_decaying_schedule_warns_and_differs(tmp_pat
 
 
 # -- item 15: a resumed run's eval.csv keeps every column ------------------------------------------
+
 
 def test_resumed_eval_csv_keeps_the_dividend_threshold_column(tmp_path, monkeypatch):
     calls = []
@@ -176,14 +230,25 @@ def test_resumed_eval_csv_keeps_the_dividend_threshold_column(tmp_path, monkeypa
 
 # -- item 8: logs and progress bars --------------------------------------------------------------
 
+
 def test_metrics_jsonl_and_the_metric_names(tmp_path):
     train_ghm(GHMTrainConfig(n_iterations=2, log_dir=tmp_path / "run", **TINY), **QUIET)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in records] == [1, 2]
     with open(tmp_path / "run" / "metrics.csv", newline="") as handle:
         header = next(csv.reader(handle))
-    for name in ("return/mean", "return/std", "loss/policy", "loss/baseline", "stats/lr/policy", "stats/lr/baseline",
-                 "episode/length", "perf/iter_s", "perf/steps_per_s", "value/explained_variance"):
+    for name in (
+        "return/mean",
+        "return/std",
+        "loss/policy",
+        "loss/baseline",
+        "stats/lr/policy",
+        "stats/lr/baseline",
+        "episode/length",
+        "perf/iter_s",
+        "perf/steps_per_s",
+        "value/explained_variance",
+    ):
         assert name in header and name in records[0], name
     assert not [name for name in header if name.startswith(("learning_rate/", "grad_norm/", "advantage/"))]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
@@ -224,15 +289,50 @@ def test_final_evaluation_and_pglab_evaluate_show_a_progress_bar(tmp_path, monke
     assert result.final_rows is not None
     bars.clear()
     output = tmp_path / "eval.json"
-    assert pglab_main(["evaluate", str(tmp_path / "run"), "--episodes", "20", "--cash", "0.5", "--dt", "0.05",
-                       "--tail_tolerance", "0.5", "--device", "cpu", "--output", str(output)]) == 0
+    assert (
+        pglab_main(
+            [
+                "evaluate",
+                str(tmp_path / "run"),
+                "--episodes",
+                "20",
+                "--cash",
+                "0.5",
+                "--dt",
+                "0.05",
+                "--tail_tolerance",
+                "0.5",
+                "--device",
+                "cpu",
+                "--output",
+                str(output),
+            ]
+        )
+        == 0
+    )
     shown = [bar for bar in bars if bar["desc"].startswith("evaluate ghm-mc")]
     assert len(shown) == 1 and shown[0]["updates"] > 0
     assert json.loads(output.read_text())["rows"][0]["initial_cash"] == 0.5
     # the old spelling still works, with a one-line note
     capsys.readouterr()
-    assert pglab_main(["evaluate", str(tmp_path / "run"), "--n_episodes", "20", "--cash", "0.5", "--dt", "0.05",
-                       "--tail_tolerance", "0.5", "--json"]) == 0
+    assert (
+        pglab_main(
+            [
+                "evaluate",
+                str(tmp_path / "run"),
+                "--n_episodes",
+                "20",
+                "--cash",
+                "0.5",
+                "--dt",
+                "0.05",
+                "--tail_tolerance",
+                "0.5",
+                "--json",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert "--n-episodes is deprecated; use --episodes" in captured.err
     assert json.loads(captured.out)["rows"][0]["initial_cash"] == 0.5
@@ -241,7 +341,12 @@ def test_final_evaluation_and_pglab_evaluate_show_a_progress_bar(tmp_path, monke
     assert pglab_main(["evaluate", str(tmp_path / "run"), "--json", "--device", "cpu"]) == 0  # cash: the run's (0.5,)
     again = json.loads(capsys.readouterr().out)
     assert [row["initial_cash"] for row in again["rows"]] == [0.5]
-    assert (again["num_paths"], again["seed"], again["dt"], again["tail_tolerance"]) == (20, TINY.get("seed", 0) + 2, 0.0025, 0.5)
+    assert (again["num_paths"], again["seed"], again["dt"], again["tail_tolerance"]) == (
+        20,
+        TINY.get("seed", 0) + 2,
+        0.0025,
+        0.5,
+    )
     assert again["rows"][0]["value"] == evaluation["rows"][0]["value"]
     assert again["simulated_time"] == evaluation["simulated_time"]
     # a step coarser than training's is allowed, with a warning naming both
@@ -249,11 +354,17 @@ def test_final_evaluation_and_pglab_evaluate_show_a_progress_bar(tmp_path, monke
 
     with warnings.catch_warnings():
         warnings.simplefilter("always")  # shown once per process otherwise, and the calls above ran first
-        assert pglab_main(["evaluate", str(tmp_path / "run"), "--cash", "0.5", "--dt", "0.05", "--json", "--device", "cpu"]) == 0
+        assert (
+            pglab_main(
+                ["evaluate", str(tmp_path / "run"), "--cash", "0.5", "--dt", "0.05", "--json", "--device", "cpu"]
+            )
+            == 0
+        )
     assert "pglab: warning: dt 0.05 is coarser than the run's training dt 0.01" in capsys.readouterr().err
 
 
 # -- item 7: sizes that cannot fit -------------------------------------------------------------------
+
 
 def test_a_rollout_that_cannot_fit_is_a_one_line_config_error_and_leaves_nothing(tmp_path, capsys):
     run_dir = tmp_path / "runs" / "huge"
@@ -280,6 +391,7 @@ def test_a_start_that_fails_after_the_directory_exists_leaves_nothing(tmp_path, 
 
 
 # -- items 5 and 8 (agent API) -------------------------------------------------------------------------
+
 
 def test_load_checkpoint_auto_gives_an_agent_with_the_common_api(tmp_path):
     import pglab
@@ -313,16 +425,27 @@ print("TORCH_IMPORTED" if "torch" in sys.modules else "TORCH_FREE")
 """
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["train", "ghm", "--help"], ["--no-final-eval", "--no-baseline", "--threads", "--device", "--save-interval", "--resume"]),
-    (["solve", "ghm", "--help"], ["--output", "--nodes"]),
-    (["solve", "ghm-credit-line", "--help"], ["--credit-limit"]),
-    (["validate", "--help"], ["--output"]),
-    (["compare", "--help"], ["--output"]),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (
+            ["train", "ghm", "--help"],
+            ["--no-final-eval", "--no-baseline", "--threads", "--device", "--save-interval", "--resume"],
+        ),
+        (["solve", "ghm", "--help"], ["--output", "--nodes"]),
+        (["solve", "ghm-credit-line", "--help"], ["--credit-limit"]),
+        (["validate", "--help"], ["--output"]),
+        (["compare", "--help"], ["--output"]),
+    ],
+)
 def test_help_imports_no_torch_and_uses_the_one_vocabulary(argv, expected):
-    proc = subprocess.run([sys.executable, "-c", HELP_SCRIPT, *argv], capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [sys.executable, "-c", HELP_SCRIPT, *argv],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     out = proc.stdout + proc.stderr
     assert "TORCH_FREE" in out, out[-2000:]
     for flag in expected:
@@ -332,17 +455,23 @@ def test_help_imports_no_torch_and_uses_the_one_vocabulary(argv, expected):
 
 
 def test_evaluate_help_imports_no_torch_and_lists_episodes_and_output():
-    script = ("import sys\nfrom pglab.commands.ghm import evaluate\ntry:\n    evaluate(['--help'])\nexcept SystemExit:\n    pass\n"
-              "print('TORCH_IMPORTED' if 'torch' in sys.modules else 'TORCH_FREE')\n")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, "COLUMNS": "200"})
+    script = (
+        "import sys\nfrom pglab.commands.ghm import evaluate\ntry:\n    evaluate(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print('TORCH_IMPORTED' if 'torch' in sys.modules else 'TORCH_FREE')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, env={**os.environ, "COLUMNS": "200"}
+    )
     out = proc.stdout + proc.stderr
     assert "TORCH_FREE" in out and "--episodes" in out and "--output" in out and "--device" in out and "auto" in out
 
 
 def test_no_baseline_flag_has_one_spelling_and_trains_without_a_critic(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    assert pglab_main(["train", "ghm", "--n_iterations", "1", "--no-baseline", "--log_dir", str(run_dir), *TINY_FLAGS]) == 0
+    assert (
+        pglab_main(["train", "ghm", "--n_iterations", "1", "--no-baseline", "--log_dir", str(run_dir), *TINY_FLAGS])
+        == 0
+    )
     assert "baseline" not in load_checkpoint_file(run_dir / "checkpoints")["models"]
     assert pglab_main(["train", "ghm", "--no-no-baseline", "--log_dir", str(tmp_path / "x")]) == 2
     assert not (tmp_path / "x").exists()
@@ -358,6 +487,7 @@ def test_compare_message_and_docs_spell_no_final_eval_with_dashes(tmp_path, caps
 
 
 # -- item 16: what the plots show -------------------------------------------------------------------------
+
 
 class _RampPolicy:
     """Gaussian means from (-0.5, 1.5) at c = 0 to (1.5, -0.5) at c = 2: outside the box on both sides."""
@@ -391,16 +521,23 @@ def _fake_run(run_dir: Path, algo: str, seed: int, quick: list[float], final: li
         writer.writerow(["iteration", "wall_time", "sim_steps", "eval/pct_optimal_min"])
         for i, pct in enumerate(quick):
             writer.writerow([100 * (i + 1), 10.0 * (i + 1), 1e6 * (i + 1), pct])
-    return {"run": str(run_dir), "solver": algo, "seed": seed, "eval_cash": [0.5, 1.0],
-            **{f"pct_c{c:g}": v for c, v in zip((0.5, 1.0), final)}}
+    return {
+        "run": str(run_dir),
+        "solver": algo,
+        "seed": seed,
+        "eval_cash": [0.5, 1.0],
+        **{f"pct_c{c:g}": v for c, v in zip((0.5, 1.0), final, strict=False)},
+    }
 
 
 def test_comparison_plot_data_has_a_title_a_labelled_target_and_a_sensible_axis(tmp_path):
     from pglab.commands.compare import comparison_plot_data, plot_comparison
 
-    rows = [_fake_run(tmp_path / "2024-01-01-run-a", "mc", 42, [96.0, 98.5], [98.2, 98.9]),
-            _fake_run(tmp_path / "2024-01-01-run-b", "pathwise", 42, [97.5, 99.0], [99.1, 99.4]),
-            _fake_run(tmp_path / "2024-01-01-run-c", "mc", 42, [95.5, 97.0], [97.7, 98.0])]
+    rows = [
+        _fake_run(tmp_path / "2024-01-01-run-a", "mc", 42, [96.0, 98.5], [98.2, 98.9]),
+        _fake_run(tmp_path / "2024-01-01-run-b", "pathwise", 42, [97.5, 99.0], [99.1, 99.4]),
+        _fake_run(tmp_path / "2024-01-01-run-c", "mc", 42, [95.5, 97.0], [97.7, 98.0]),
+    ]
     data = comparison_plot_data(rows)
     assert data["title"]
     assert data["target"] == 97.0 and "97" in data["target_label"]
@@ -415,6 +552,7 @@ def test_comparison_plot_data_has_a_title_a_labelled_target_and_a_sensible_axis(
 
 
 # -- the model as a nested config (issue 18: GHMParams is a field of GHMTrainConfig) -------------
+
 
 def test_model_parameters_are_a_nested_config_with_the_documented_flat_flags_and_keys(tmp_path):
     """--sigma sets config.params.sigma; YAML takes the flat key and the nested mapping; a
@@ -433,7 +571,9 @@ def test_model_parameters_are_a_nested_config_with_the_documented_flat_flags_and
     assert from_flat == parse_flags(GHMTrainConfig, ["--config", str(nested)], prog="t").config
     assert from_flat.params == GHMParams(sigma=0.3, rho=0.2) and from_flat.n_iterations == 7
     # a flag overrides one key of the file and keeps the others
-    assert parse_flags(GHMTrainConfig, ["--config", str(flat), "--sigma", "0.1"], prog="t").config.params == GHMParams(sigma=0.1, rho=0.2)
+    assert parse_flags(GHMTrainConfig, ["--config", str(flat), "--sigma", "0.1"], prog="t").config.params == GHMParams(
+        sigma=0.1, rho=0.2
+    )
     old_style = {key: value for key, value in config_to_dict(GHMTrainConfig()).items() if key != "params"}
     old_style.update(mu=0.05, sigma=0.15)
     restored = config_from_dict(GHMTrainConfig, old_style)
@@ -457,7 +597,10 @@ def test_resume_compares_only_the_given_model_parameters(tmp_path, capsys):
     the given leaf is compared, not the rest of the nested config's defaults (which would
     wrongly name sigma); a differing leaf is refused under its own name."""
     run_dir = tmp_path / "run"
-    assert pglab_main(["train", "ghm", *TINY_FLAGS, "--n-iterations", "1", "--sigma", "0.3", "--log-dir", str(run_dir)]) == 0
+    assert (
+        pglab_main(["train", "ghm", *TINY_FLAGS, "--n-iterations", "1", "--sigma", "0.3", "--log-dir", str(run_dir)])
+        == 0
+    )
     assert pglab_main(["train", "ghm", "--resume", str(run_dir), "--n-iterations", "2", "--rho", "0.1"]) == 0
     stored = json.loads((run_dir / "config.json").read_text())["config"]["params"]
     assert stored["sigma"] == 0.3 and stored["rho"] == 0.1

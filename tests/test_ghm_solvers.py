@@ -1,11 +1,12 @@
 """GHM pathwise and actor-critic solvers: smoothing, bridge survival, gradients, training, resume."""
+
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
+from test_ghm import TINY
 
 from pglab.algos.actor_critic import ActorCritic, policy_hjb_residual
 from pglab.algos.ghm_train import GHMTrainConfig, train_ghm
@@ -15,8 +16,6 @@ from pglab.envs.simulator import TrajectorySimulator
 from pglab.estimators import compute_gae, discounted_return, reward_to_go
 from pglab.nets import GaussianPolicy, ValueNetwork
 from pglab.run.checkpoint import load_checkpoint_file
-
-from test_ghm import TINY
 
 QUIET = dict(echo=lambda *a, **k: None)
 
@@ -52,7 +51,9 @@ def test_bridge_survival_matches_fine_simulation_and_vanishes_continuously_at_ze
     assert formula == pytest.approx(1 - math.exp(-2 * start * end / (params.sigma**2 * dt)))
     # the discretised bridge misses crossings between substeps, so it survives slightly more often
     assert survived == pytest.approx(formula, abs=0.02)
-    near_zero = model.step_survival(torch.tensor([[0.3]] * 3), torch.tensor([[1e-3], [1e-6], [-1e-3]]), torch.zeros(3, 2), 0.01)
+    near_zero = model.step_survival(
+        torch.tensor([[0.3]] * 3), torch.tensor([[1e-3], [1e-6], [-1e-3]]), torch.zeros(3, 2), 0.01
+    )
     assert near_zero[0] > near_zero[1] > near_zero[2] and near_zero[1] < 1e-3 and near_zero[2] == 0
 
 
@@ -108,18 +109,20 @@ def test_pathwise_gradient_equals_the_derivative_of_the_smoothed_payout():
 
     def payout() -> torch.Tensor:
         states, rewards, survival = solver.rollout(initial, noise)
-        return discounted_return(rewards, 1.0 - survival, solver.simulator.discount, solver.critic(states[:, -1])).mean()
+        return discounted_return(
+            rewards, 1.0 - survival, solver.simulator.discount, solver.critic(states[:, -1])
+        ).mean()
 
     parameters = [p for p in policy.parameters() if p.requires_grad]
     grads = torch.autograd.grad(payout(), parameters, allow_unused=True)
     direction = [torch.randn(p.shape, generator=generator, dtype=torch.float64) for p in parameters]
-    analytic = sum(float((g * d).sum()) for g, d in zip(grads, direction) if g is not None)
+    analytic = sum(float((g * d).sum()) for g, d in zip(grads, direction, strict=False) if g is not None)
     eps = 1e-5
     with torch.no_grad():
-        for p, d in zip(parameters, direction):
+        for p, d in zip(parameters, direction, strict=False):
             p.add_(eps * d)
         plus = float(payout())
-        for p, d in zip(parameters, direction):
+        for p, d in zip(parameters, direction, strict=False):
             p.sub_(2 * eps * d)
         minus = float(payout())
     assert analytic == pytest.approx((plus - minus) / (2 * eps), rel=1e-4, abs=1e-9)
@@ -136,29 +139,52 @@ def test_policy_hjb_residual_matches_a_hand_computed_case():
     controls = torch.tensor([[0.3, 0.1]]).expand(7, 2)
     residual = policy_hjb_residual(model, lambda s: 2 * s[:, 0] - s[:, 0] ** 2, cash, controls)
     c = cash[:, 0]
-    expected = (params.rho * (2 * c - c**2) - (0.3 - 1.1 * 0.1) - (params.mu + params.r * c - 0.3 + 0.1) * (2 - 2 * c)
-                + params.sigma**2)
+    expected = (
+        params.rho * (2 * c - c**2)
+        - (0.3 - 1.1 * 0.1)
+        - (params.mu + params.r * c - 0.3 + 0.1) * (2 - 2 * c)
+        + params.sigma**2
+    )
     assert torch.allclose(residual, expected, atol=1e-5)
 
 
 @pytest.mark.parametrize("hjb_weight", [0.0, 0.5])
 def test_actor_critic_step_updates_both_networks(hjb_weight):
     solver = _pathwise_solver(ActorCritic, gae_lambda=0.9, hjb_weight=hjb_weight, critic_steps=2)
-    before = {name: [p.detach().clone() for p in net.parameters()] for name, net in (("policy", solver.policy), ("critic", solver.critic))}
+    before = {
+        name: [p.detach().clone() for p in net.parameters()]
+        for name, net in (("policy", solver.policy), ("critic", solver.critic))
+    }
     metrics = solver.train_step()
     assert all(torch.isfinite(v).all() for v in metrics.values())
     assert ("loss/hjb_residual" in metrics) == (hjb_weight > 0)
     for name, net in (("policy", solver.policy), ("critic", solver.critic)):
-        assert any(not torch.equal(b, p) for b, p in zip(before[name], net.parameters())), name
+        assert any(not torch.equal(b, p) for b, p in zip(before[name], net.parameters(), strict=False)), name
 
 
 @pytest.mark.parametrize("algo", ["pathwise", "actor-critic"])
 def test_new_solvers_learn_the_deterministic_toy_optimum(tmp_path, algo):
     """sigma = 0, mu = r = 0: pay the maximal dividend, never issue (value (1 - e^{-rho c}) / rho)."""
-    config = GHMTrainConfig(**{**TINY, **dict(
-        algo=algo, params=GHMParams(sigma=0.0, mu=0.0, r=0.0, rho=1.0, initial_cash_low=0.2, initial_cash_high=1.5),
-        n_trajectories=128, T=2.0, dt=0.05, action_repeat=1, lr_policy=3e-3, lr_baseline=3e-3, n_iterations=40,
-        policy_hidden_dims=(16,), baseline_hidden_dims=(16,), save_interval=1000, log_dir=tmp_path / "run")})
+    config = GHMTrainConfig(
+        **{
+            **TINY,
+            **dict(
+                algo=algo,
+                params=GHMParams(sigma=0.0, mu=0.0, r=0.0, rho=1.0, initial_cash_low=0.2, initial_cash_high=1.5),
+                n_trajectories=128,
+                T=2.0,
+                dt=0.05,
+                action_repeat=1,
+                lr_policy=3e-3,
+                lr_baseline=3e-3,
+                n_iterations=40,
+                policy_hidden_dims=(16,),
+                baseline_hidden_dims=(16,),
+                save_interval=1000,
+                log_dir=tmp_path / "run",
+            ),
+        }
+    )
     result = train_ghm(config, **QUIET)
     import pglab
 
@@ -183,8 +209,21 @@ def test_new_solvers_resume_bit_identically(tmp_path, algo):
 def test_pathwise_without_a_critic_is_a_config_error(tmp_path):
     from pglab.cli import main as pglab_main
 
-    code = pglab_main(["train", "ghm", "--algo", "pathwise", "--no_baseline", "--log_dir", str(tmp_path / "x"),
-                       "--n_iterations", "1", "--device", "cpu"])
+    code = pglab_main(
+        [
+            "train",
+            "ghm",
+            "--algo",
+            "pathwise",
+            "--no_baseline",
+            "--log_dir",
+            str(tmp_path / "x"),
+            "--n_iterations",
+            "1",
+            "--device",
+            "cpu",
+        ]
+    )
     assert code == 2
     assert not (tmp_path / "x").exists()
 
@@ -197,8 +236,16 @@ def test_compare_writes_one_table_csv_and_figure_consistent_with_the_runs(tmp_pa
 
     # coarse steps and no quick checks: the evaluation simulates until the discounted tail is
     # small, thousands of steps at dt = 0.01, and that is what this test would spend its time on
-    evaluated = {**TINY, "final_eval": True, "eval_paths": 200, "eval_quick_paths": 0, "eval_cash": (0.5, 1.0),
-                 "eval_tail_tolerance": 0.5, "n_iterations": 2, "dt": 0.05}
+    evaluated = {
+        **TINY,
+        "final_eval": True,
+        "eval_paths": 200,
+        "eval_quick_paths": 0,
+        "eval_cash": (0.5, 1.0),
+        "eval_tail_tolerance": 0.5,
+        "n_iterations": 2,
+        "dt": 0.05,
+    }
     for algo in ("mc", "pathwise"):
         train_ghm(GHMTrainConfig(algo=algo, log_dir=tmp_path / algo, **evaluated), **QUIET)
     out = tmp_path / "cmp"
@@ -208,7 +255,7 @@ def test_compare_writes_one_table_csv_and_figure_consistent_with_the_runs(tmp_pa
     assert (out / "comparison.png").stat().st_size > 10_000
     rows = list(csv.DictReader((out / "comparison.csv").open()))
     assert [row["solver"] for row in rows] == ["mc", "pathwise", "FD optimum"]
-    for row, algo in zip(rows, ("mc", "pathwise")):
+    for row, algo in zip(rows, ("mc", "pathwise"), strict=False):
         evaluation = json.loads((tmp_path / algo / "evaluation.json").read_text())
         for point in evaluation["rows"]:
             assert float(row[f"% V* c={point['initial_cash']:g}"]) == pytest.approx(point["pct_of_optimum"], abs=0.006)
@@ -221,18 +268,21 @@ def test_compare_writes_one_table_csv_and_figure_consistent_with_the_runs(tmp_pa
     assert not (tmp_path / "cmp2").exists()
 
 
-@pytest.mark.parametrize("flags, field", [
-    (["--algo", "pathwise", "--simulator", "process"], "simulator"),
-    (["--simulator", "batched", "--ray_address", "auto"], "ray_address"),
-    (["--simulator", "process", "--n_workers", "0"], "n_workers"),
-    (["--algo", "actor-critic", "--gae_lambda", "1.5"], "gae_lambda"),
-    (["--algo", "actor-critic", "--hjb_weight", "-1"], "hjb_weight"),
-    (["--algo", "actor-critic", "--hjb_residual", "best"], "hjb_residual"),
-    (["--algo", "actor-critic", "--hjb_c_min", "-0.1"], "hjb_c_min"),
-    (["--algo", "actor-critic", "--hjb_c_min", "1.0", "--hjb_c_max", "0.5"], "hjb_c_max"),
-    (["--algo", "actor-critic", "--hjb_c_min", "3.0"], "hjb_c_min"),
-    (["--clip_sharpness", "0"], "clip_sharpness"),
-])
+@pytest.mark.parametrize(
+    "flags, field",
+    [
+        (["--algo", "pathwise", "--simulator", "process"], "simulator"),
+        (["--simulator", "batched", "--ray_address", "auto"], "ray_address"),
+        (["--simulator", "process", "--n_workers", "0"], "n_workers"),
+        (["--algo", "actor-critic", "--gae_lambda", "1.5"], "gae_lambda"),
+        (["--algo", "actor-critic", "--hjb_weight", "-1"], "hjb_weight"),
+        (["--algo", "actor-critic", "--hjb_residual", "best"], "hjb_residual"),
+        (["--algo", "actor-critic", "--hjb_c_min", "-0.1"], "hjb_c_min"),
+        (["--algo", "actor-critic", "--hjb_c_min", "1.0", "--hjb_c_max", "0.5"], "hjb_c_max"),
+        (["--algo", "actor-critic", "--hjb_c_min", "3.0"], "hjb_c_min"),
+        (["--clip_sharpness", "0"], "clip_sharpness"),
+    ],
+)
 def test_bad_solver_flags_exit_2_naming_the_field(tmp_path, capsys, flags, field):
     from pglab.cli import main as pglab_main
 

@@ -1,5 +1,6 @@
 """``pglab sweep ghm`` (issue 24): the grid, the table against an independent FD solve, the
 runs as ordinary run directories, resume after SIGKILL, and Ray == serial."""
+
 from __future__ import annotations
 
 import csv
@@ -40,8 +41,26 @@ baseline_hidden_dims: [8]
 def sweep_argv(tmp_path: Path, out: Path, *extra: str) -> list[str]:
     train = tmp_path / "tiny.yaml"
     train.write_text(TINY_TRAIN)
-    return ["sweep", "ghm", "--sigma", "0.15", "0.25", "--n-iterations", "4", "--train-config", str(train),
-            "--fd-line-points", "3", "--fd-line-nodes", "200", "--device", "cpu", "--log-dir", str(out), *extra]
+    return [
+        "sweep",
+        "ghm",
+        "--sigma",
+        "0.15",
+        "0.25",
+        "--n-iterations",
+        "4",
+        "--train-config",
+        str(train),
+        "--fd-line-points",
+        "3",
+        "--fd-line-nodes",
+        "200",
+        "--device",
+        "cpu",
+        "--log-dir",
+        str(out),
+        *extra,
+    ]
 
 
 def table(sweep_dir: Path) -> list[dict[str, str]]:
@@ -60,14 +79,17 @@ def serial_sweep(tmp_path_factory):
 
 # -- the grid -----------------------------------------------------------------------------------
 
+
 def test_the_grid_is_the_product_of_the_flags_then_the_yaml_grid(tmp_path):
     config = GHMSweepConfig(sigma=(0.1, 0.3), rho=(0.08, 0.1, 0.12), backend="serial")
     grid = calibrations(config)
     assert grid == [{"sigma": s, "rho": r} for s in (0.1, 0.3) for r in (0.08, 0.1, 0.12)]
     product = tmp_path / "grid.yaml"
     product.write_text("lambda_dilution: [0.1, 0.3]\nsigma: 0.2\n")
-    assert calibrations(GHMSweepConfig(grid=product)) == [{"lambda_dilution": 0.1, "sigma": 0.2},
-                                                          {"lambda_dilution": 0.3, "sigma": 0.2}]
+    assert calibrations(GHMSweepConfig(grid=product)) == [
+        {"lambda_dilution": 0.1, "sigma": 0.2},
+        {"lambda_dilution": 0.3, "sigma": 0.2},
+    ]
     listed = tmp_path / "listed.yaml"
     listed.write_text("calibrations:\n  - {sigma: 0.3}\n  - {rho: 0.08, r: 0.06}\n")
     assert calibrations(GHMSweepConfig(sigma=(0.3,), grid=listed)) == [{"sigma": 0.3}, {"rho": 0.08, "r": 0.06}]
@@ -76,7 +98,8 @@ def test_the_grid_is_the_product_of_the_flags_then_the_yaml_grid(tmp_path):
     trials = build_trials(GHMSweepConfig(sigma=(0.1, 0.3), algo=("mc", "pathwise"), seeds=(1, 2)), tmp_path)
     assert len(trials) == 2 * 2 * 2 and len({trial.name for trial in trials}) == 8
     assert {(t.calibration["sigma"], t.algo, t.seed) for t in trials} == {
-        (s, a, seed) for s in (0.1, 0.3) for a in ("mc", "pathwise") for seed in (1, 2)}
+        (s, a, seed) for s in (0.1, 0.3) for a in ("mc", "pathwise") for seed in (1, 2)
+    }
     assert all(t.config["params"]["sigma"] == t.calibration["sigma"] and t.config["threads"] == 1 for t in trials)
 
 
@@ -96,6 +119,7 @@ def test_ill_posed_calibrations_and_bad_grids_name_the_field(tmp_path):
 
 
 # -- the table ----------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_table_rows_match_an_independent_fd_solve_and_runs_are_ordinary(serial_sweep):
@@ -143,8 +167,13 @@ def test_a_sweep_killed_with_sigkill_resumes_on_ray_to_the_same_table_as_serial(
     pytest.importorskip("ray")
     out = tmp_path / "killed"
     env = {**os.environ, "PGLAB_NO_PROGRESS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "pglab.cli", *sweep_argv(tmp_path, out, "--backend", "serial")],
-                               cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pglab.cli", *sweep_argv(tmp_path, out, "--backend", "serial")],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     # kill it once the first run has a checkpoint (midway through the sweep)
     deadline = time.time() + 240
     while time.time() < deadline and not list(out.glob("runs/*/checkpoints/checkpoint_latest.pt")):

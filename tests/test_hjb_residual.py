@@ -1,4 +1,5 @@
 """HJB residual validator, `pglab validate`, and the second model (GHM with a credit line)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -43,7 +44,10 @@ def _modified(solution: FDSolution, value: np.ndarray) -> FDSolution:
 
 # -- the FD solution against its own HJB ---------------------------------------------------------------
 
-def test_fd_reference_meets_the_criterion_on_the_interior_and_the_boundary_layer_is_reported(ghm_validator, ghm_reference):
+
+def test_fd_reference_meets_the_criterion_on_the_interior_and_the_boundary_layer_is_reported(
+    ghm_validator, ghm_reference
+):
     report = ghm_validator.validate_solution(ghm_reference)
     stats = report.residual_optimal
     # measured 5.8e-4, at the issuance switch c = 0.139 (a first-order kink: 2.0e-3 at 6k
@@ -86,6 +90,7 @@ def test_a_wrong_value_function_has_a_large_residual(ghm_validator, ghm_referenc
 
 
 # -- derivatives: autograd and finite differences against closed forms ----------------------------------
+
 
 def _smooth_value(states):
     cash = states[:, 0]
@@ -131,7 +136,7 @@ def test_autograd_and_fd_derivatives_agree_on_a_value_network():
     states = torch.linspace(0.1, 2.0, 50, dtype=torch.float64).unsqueeze(1)
     exact = value_derivatives(net, states, method="autograd")
     approx = value_derivatives(net, states, method="fd")
-    for a, b in zip(exact, approx):
+    for a, b in zip(exact, approx, strict=False):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
 
 
@@ -164,7 +169,9 @@ def _checkpoint(run_dir: Path, **overrides) -> Path:
     models = {"policy": policy.state_dict()}
     if baseline is not None:
         models["baseline"] = baseline.state_dict()
-    checkpoint = build_checkpoint(kind=config.kind, config=config_to_dict(config), counters={"iteration": 0}, models=models)
+    checkpoint = build_checkpoint(
+        kind=config.kind, config=config_to_dict(config), counters={"iteration": 0}, models=models
+    )
     write_run_config(run_dir, config_to_dict(config), kind=config.kind)  # a run directory, as pglab train writes it
     return save_checkpoint(run_dir / "checkpoints" / "checkpoint_latest.pt", checkpoint)
 
@@ -185,7 +192,12 @@ def test_validate_cli_writes_json_and_plot_into_the_run_directory(tmp_path, caps
     assert after - before == {"validation.json", "validation.png"}  # nothing else written
     assert json.loads((tmp_path / "run" / "validation.json").read_text())["iteration"] == 0
     # the table form, finite differences, into --out
-    assert pglab_main(["validate", str(tmp_path / "run"), "--method", "fd", "--n_points", "101", "--out", str(tmp_path / "v")]) == 0
+    assert (
+        pglab_main(
+            ["validate", str(tmp_path / "run"), "--method", "fd", "--n_points", "101", "--out", str(tmp_path / "v")]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "|rho V - max_u H| max" in out and "V(0)" in out and "NOT met" in out
     assert {p.name for p in (tmp_path / "v").iterdir()} == {"validation.json", "validation.png"}
@@ -201,16 +213,19 @@ def test_validate_cli_without_a_value_network_compares_the_policy_only(tmp_path,
     assert "no value network" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("flags, field", [
-    (["--c_min", "-1"], "c_min"),
-    (["--c_min", "0.5", "--c_max", "0.2"], "c_max"),
-    (["--c_max", "10"], "c_max"),  # beyond the FD grid (x_max = 6)
-    (["--c_min", "2.5"], "c_min"),  # above the run's initial_cash_high = 2
-    (["--n_points", "3"], "n_points"),
-    (["--method", "spline"], "method"),
-    (["--fd_step", "0"], "fd_step"),
-    (["--no-such-flag"], "no-such-flag"),
-])
+@pytest.mark.parametrize(
+    "flags, field",
+    [
+        (["--c_min", "-1"], "c_min"),
+        (["--c_min", "0.5", "--c_max", "0.2"], "c_max"),
+        (["--c_max", "10"], "c_max"),  # beyond the FD grid (x_max = 6)
+        (["--c_min", "2.5"], "c_min"),  # above the run's initial_cash_high = 2
+        (["--n_points", "3"], "n_points"),
+        (["--method", "spline"], "method"),
+        (["--fd_step", "0"], "fd_step"),
+        (["--no-such-flag"], "no-such-flag"),
+    ],
+)
 def test_bad_validate_flags_exit_2_and_name_the_field(tmp_path, capsys, flags, field):
     path = _checkpoint(tmp_path / "run")
     assert pglab_main(["validate", str(path), *flags]) == 2
@@ -226,6 +241,7 @@ def test_validate_cli_missing_checkpoint_exits_2(tmp_path, capsys):
 
 # -- the second model: GHM with a credit line ----------------------------------------------------------
 
+
 def test_credit_line_of_zero_is_ghm_bitwise():
     spread = CreditLineParams(credit_limit=0.0, credit_spread=0.08)
     with_line = solve_hjb_1d(GHMCreditLineModel(spread), x_max=6.0, num_nodes=2000)
@@ -237,7 +253,9 @@ def test_credit_line_without_interest_is_worth_exactly_its_size_in_cash():
     # r = spread = 0: the drift does not depend on the state, so in liquidity x = c + L the
     # model is GHM(r = 0): V_line(c) = V_GHM(c + L), thresholds shifted by -L
     limit = 0.25
-    with_line = solve_hjb_1d(GHMCreditLineModel(CreditLineParams(r=0.0, credit_spread=0.0, credit_limit=limit)), x_max=6.0, num_nodes=2000)
+    with_line = solve_hjb_1d(
+        GHMCreditLineModel(CreditLineParams(r=0.0, credit_spread=0.0, credit_limit=limit)), x_max=6.0, num_nodes=2000
+    )
     plain = solve_hjb_1d(GHMModel(GHMParams(r=0.0)), x_max=6.0, num_nodes=2000)
     assert np.array_equal(with_line.value, plain.value)
     cash = np.array([0.0, 0.25, 1.0])

@@ -1,4 +1,5 @@
 """Loss functions against hand-computed values."""
+
 import math
 
 import pytest
@@ -35,7 +36,9 @@ def test_ppo_clip_loss_hand_computed():
     values = torch.tensor([0.0, 1.0], requires_grad=True)
     returns = torch.tensor([1.0, 1.0])
     entropy = torch.tensor([0.6, 0.6])
-    out = ppo_clip_loss(new, old, adv, values, returns, entropy=entropy, clip_coef=0.2, value_coef=0.5, entropy_coef=0.01)
+    out = ppo_clip_loss(
+        new, old, adv, values, returns, entropy=entropy, clip_coef=0.2, value_coef=0.5, entropy_coef=0.01
+    )
     # ratios 1.5 and 0.5; clipped to 1.2 and 0.8; min(r*A, clip*A) = 1.2 and 0.5
     assert math.isclose(out["loss/policy"].item(), -(1.2 + 0.5) / 2, rel_tol=1e-6)
     assert math.isclose(out["loss/value"].item(), 0.5 * (1.0 + 0.0) / 2, rel_tol=1e-6)
@@ -51,8 +54,15 @@ def test_ppo_clip_loss_hand_computed():
 
 def test_ppo_value_clipping():
     new_values = torch.tensor([2.0])
-    out = ppo_clip_loss(torch.zeros(1), torch.zeros(1), torch.zeros(1), new_values, torch.tensor([0.0]),
-                        old_values=torch.tensor([0.0]), value_clip_coef=0.5)
+    out = ppo_clip_loss(
+        torch.zeros(1),
+        torch.zeros(1),
+        torch.zeros(1),
+        new_values,
+        torch.tensor([0.0]),
+        old_values=torch.tensor([0.0]),
+        value_clip_coef=0.5,
+    )
     # unclipped error 4, clipped prediction 0.5 -> error 0.25; max is 4 -> 0.5 * 4
     assert math.isclose(out["loss/value"].item(), 2.0)
 
@@ -65,7 +75,9 @@ def test_a2c_td0_losses_hand_computed():
     done = torch.tensor([False, False])
     trunc = torch.tensor([False, True])
     v_next = torch.tensor([3.0, 100.0])
-    out = a2c_td0_losses(logits, actions, values, rewards, done, trunc, v_next, gamma=0.5, value_coef=0.5, entropy_coef=0.1)
+    out = a2c_td0_losses(
+        logits, actions, values, rewards, done, trunc, v_next, gamma=0.5, value_coef=0.5, entropy_coef=0.1
+    )
     # targets: 1 + 0.5*3 = 2.5 ; 0.5 (truncated -> no bootstrap). adv: 1.5, -1.5
     lp = [math.log(0.75), math.log(0.5)]
     policy = -(lp[0] * 1.5 + lp[1] * -1.5) / 2
@@ -79,8 +91,15 @@ def test_a2c_td0_losses_hand_computed():
 
 def test_a2c_contracts_reject_wrong_dtypes_and_grad_targets():
     args = dict(gamma=0.9, value_coef=0.5, entropy_coef=0.0)
-    good = [torch.zeros(3, 4), torch.zeros(3, dtype=torch.int32), torch.zeros(3), torch.zeros(3),
-            torch.zeros(3, dtype=torch.bool), torch.zeros(3, dtype=torch.bool), torch.zeros(3)]
+    good = [
+        torch.zeros(3, 4),
+        torch.zeros(3, dtype=torch.int32),
+        torch.zeros(3),
+        torch.zeros(3),
+        torch.zeros(3, dtype=torch.bool),
+        torch.zeros(3, dtype=torch.bool),
+        torch.zeros(3),
+    ]
     bad_done = list(good)
     bad_done[4] = torch.zeros(3)
     with pytest.raises(TensorContractError, match="done expected bool"):
@@ -119,15 +138,18 @@ def _subset_weights(row: list[float], k: int, mode: str) -> list[float]:
         elif mode == "sample_loo":
             out.append(s_i - (k / n) * rho([row[j] for j in range(n) if j != i]))
         else:  # subloo
-            out.append(sum(max(row[j] for j in s) - max(row[j] for j in s if j != i) for s in containing) / len(subsets))
+            out.append(
+                sum(max(row[j] for j in s) - max(row[j] for j in s if j != i) for s in containing) / len(subsets)
+            )
     return out
 
 
 @pytest.mark.parametrize("mode", [None, "none", "sample_loo", "subloo"])
 def test_maxk_policy_loss_value_gradient_and_stats_against_subset_enumeration(mode):
     rewards = torch.tensor([[0.3, -1.0, 2.0, 0.7], [5.0, 4.0, 1.5, 4.5]], dtype=torch.float64)
-    log_likelihood = torch.tensor([[-1.0, -2.0, -0.5, -3.0], [-0.2, -0.4, -0.8, -1.6]],
-                                  dtype=torch.float64, requires_grad=True)
+    log_likelihood = torch.tensor(
+        [[-1.0, -2.0, -0.5, -3.0], [-0.2, -0.4, -0.8, -1.6]], dtype=torch.float64, requires_grad=True
+    )
     k = 2
     kwargs = {} if mode is None else {"variance_reduction": mode}  # None: the default, "none"
     out = maxk_policy_loss(log_likelihood, rewards, k, **kwargs)

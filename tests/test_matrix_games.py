@@ -4,6 +4,7 @@ In self-play on matching pennies and rock-paper-scissors the *current* policies 
 WoLF-PHC approach the unique mixed Nash equilibrium, while plain policy hill climbing
 (delta_win == delta_lose) keeps cycling around it.
 """
+
 import numpy as np
 import pytest
 
@@ -23,9 +24,17 @@ def play(name, delta_win_ratio, delta_lose_ratio, seed=1):
     game, cfg = make_game(name), SETTINGS[name]
     agents = []
     for k, start in enumerate(cfg["start"]):
-        agent = WoLFPHCAgent(len(start), alpha=cfg["alpha"], gamma=0.0, epsilon=0.05, epsilon_decay=1.0, epsilon_min=0.05,
-                             delta_win=delta_win_ratio * cfg["delta_win"], delta_lose=delta_lose_ratio * cfg["delta_win"],
-                             seed=seed + k)
+        agent = WoLFPHCAgent(
+            len(start),
+            alpha=cfg["alpha"],
+            gamma=0.0,
+            epsilon=0.05,
+            epsilon_decay=1.0,
+            epsilon_min=0.05,
+            delta_win=delta_win_ratio * cfg["delta_win"],
+            delta_lose=delta_lose_ratio * cfg["delta_win"],
+            seed=seed + k,
+        )
         agent.set_policy(0, start)
         agents.append(agent)
     return self_play(game, *agents, n_steps=cfg["steps"], record_every=50)
@@ -34,7 +43,7 @@ def play(name, delta_win_ratio, delta_lose_ratio, seed=1):
 def tail_distance(out):
     """Mean distance of the current joint policy to the equilibrium over the last quarter of play."""
     distance = out["nash_distance"]
-    return distance[3 * len(distance) // 4:].mean()
+    return distance[3 * len(distance) // 4 :].mean()
 
 
 @pytest.mark.slow
@@ -77,7 +86,9 @@ def test_equilibria_make_every_action_indifferent():
 
 def test_coordination_learners_settle_on_the_same_pure_equilibrium():
     game = coordination()
-    kwargs = dict(alpha=0.2, gamma=0.0, epsilon=0.05, epsilon_decay=1.0, epsilon_min=0.05, delta_win=0.01, delta_lose=0.04)
+    kwargs = dict(
+        alpha=0.2, gamma=0.0, epsilon=0.05, epsilon_decay=1.0, epsilon_min=0.05, delta_win=0.01, delta_lose=0.04
+    )
     row, col = WoLFPHCAgent(2, seed=3, **kwargs), WoLFPHCAgent(2, seed=4, **kwargs)
     out = self_play(game, row, col, n_steps=3000, record_every=100)
     assert "nash_distance" not in out

@@ -1,4 +1,5 @@
 """``pglab train maxk-pomo`` / ``pglab evaluate``: configs, exact resume, evaluation, references."""
+
 import csv
 import json
 
@@ -10,8 +11,26 @@ from pglab.configs.maxk import MaxKPOMOTrainConfig
 from pglab.errors import ConfigError
 from pglab.run.checkpoint import load_checkpoint_file
 
-TINY = ["--num-loc", "6", "--k", "3", "--batch-size", "4", "--embed-dim", "16", "--num-encoder-layers", "1",
-        "--num-heads", "2", "--device", "cpu", "--log-every", "2", "--save-interval", "2"]
+TINY = [
+    "--num-loc",
+    "6",
+    "--k",
+    "3",
+    "--batch-size",
+    "4",
+    "--embed-dim",
+    "16",
+    "--num-encoder-layers",
+    "1",
+    "--num-heads",
+    "2",
+    "--device",
+    "cpu",
+    "--log-every",
+    "2",
+    "--save-interval",
+    "2",
+]
 
 
 @pytest.mark.parametrize(
@@ -90,8 +109,7 @@ def test_train_resume_is_bit_identical_and_evaluate_reports_gaps(tmp_path):
     assert main(["train", "maxk-pomo", *TINY, "--n-steps", "2", "--log-dir", str(full)]) == 2
 
     out = tmp_path / "eval.json"
-    assert main(["evaluate", str(full), "--episodes", "12", "--k", "3", "--device", "cpu",
-                 "--output", str(out)]) == 0
+    assert main(["evaluate", str(full), "--episodes", "12", "--k", "3", "--device", "cpu", "--output", str(out)]) == 0
     row = json.loads(out.read_text())["rows"][0]
     assert row["label"] == "maxk-pomo/subloo" and row["step"] == 6
     # Tours of the policy are never shorter than the (optimal) reference tours.
@@ -125,8 +143,18 @@ def test_sigterm_writes_a_final_checkpoint_and_resume_completes_the_run(tmp_path
 
     import pglab.algos.maxk_train as maxk_train
 
-    base = dict(num_loc=6, k=3, batch_size=4, embed_dim=16, num_encoder_layers=1, num_heads=2, device="cpu",
-                log_every=1, save_interval=100, n_steps=5)
+    base = dict(
+        num_loc=6,
+        k=3,
+        batch_size=4,
+        embed_dim=16,
+        num_encoder_layers=1,
+        num_heads=2,
+        device="cpu",
+        log_every=1,
+        save_interval=100,
+        n_steps=5,
+    )
     full = maxk_train.train_maxk_pomo(MaxKPOMOTrainConfig(**base, log_dir=tmp_path / "full"), echo=lambda *a, **k: None)
     assert not full["interrupted"]
 
@@ -161,8 +189,19 @@ def test_lightning_trainer_trains_and_leaves_a_pglab_checkpoint(tmp_path):
     run = tmp_path / "lightning"
     precision = torch.get_float32_matmul_precision()
     assert TINY[-4:] == ["--log-every", "2", "--save-interval", "2"]
-    args = ["train", "maxk-pomo", *TINY[:-4], "--log-every", "1", "--trainer", "lightning", "--n-steps", "3",
-            "--log-dir", str(run)]
+    args = [
+        "train",
+        "maxk-pomo",
+        *TINY[:-4],
+        "--log-every",
+        "1",
+        "--trainer",
+        "lightning",
+        "--n-steps",
+        "3",
+        "--log-dir",
+        str(run),
+    ]
     assert main(args) == 0
     assert torch.get_float32_matmul_precision() == precision
     rows = list(csv.DictReader((run / "lightning" / "metrics.csv").open()))
@@ -173,7 +212,7 @@ def test_lightning_trainer_trains_and_leaves_a_pglab_checkpoint(tmp_path):
     # The shell's logs hold the same numbers under pglab's names, one row per step.
     ours = list(csv.DictReader((run / "metrics.csv").open()))
     assert [int(row["step"]) for row in ours] == [1, 2, 3]
-    for theirs, row in zip(logged, ours):
+    for theirs, row in zip(logged, ours, strict=False):
         assert float(row["stats/max@3_tour_length"]) == pytest.approx(-float(theirs["train/rho_hat"]), rel=1e-6)
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     agent = pglab.load_checkpoint(run, device="cpu")
@@ -181,6 +220,23 @@ def test_lightning_trainer_trains_and_leaves_a_pglab_checkpoint(tmp_path):
     saved = load_checkpoint_file(run / "checkpoints" / "checkpoint_latest.pt")
     assert saved["counters"]["step"] == 3
     # The rows evaluate like any run, and a Lightning run cannot be resumed.
-    assert main(["evaluate", "maxk-pomo", "--checkpoints", str(run), "--optimal", "none", "--episodes", "4",
-                 "--k", "3", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "maxk-pomo",
+                "--checkpoints",
+                str(run),
+                "--optimal",
+                "none",
+                "--episodes",
+                "4",
+                "--k",
+                "3",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     assert main(["train", "maxk-pomo", "--resume", str(run)]) == 2

@@ -6,6 +6,7 @@ References used here:
   enumerated with its probability, so expectations are exact sums, not Monte Carlo;
 * the exact objective ``E[max of k]`` is differentiated by autograd.
 """
+
 import itertools
 import math
 
@@ -41,9 +42,7 @@ def brute_weights(row: list[float], k: int, mode: str) -> list[float]:
             others = [row[j] for j in range(n) if j != i]
             out.append(s_i - (k / n) * brute_rho(others, k))
         else:  # subloo: each subset baselined by the best of its other k-1 members
-            out.append(
-                sum(max(row[j] for j in s) - max(row[j] for j in s if j != i) for s in containing) / total
-            )
+            out.append(sum(max(row[j] for j in s) - max(row[j] for j in s if j != i) for s in containing) / total)
     return out
 
 
@@ -93,7 +92,9 @@ def test_all_equal_rewards_give_zero_baselined_weights():
     assert torch.all(maxk_gradient_weights(rewards, 3, variance_reduction="sample_loo") == 0)
     assert torch.all(maxk_gradient_weights(rewards, 3, variance_reduction="subloo") == 0)
     # Without a baseline every sample is pushed with the common value times k/n.
-    torch.testing.assert_close(maxk_gradient_weights(rewards, 3), torch.full((2, 6), -4.25 * 3 / 6, dtype=torch.float64))
+    torch.testing.assert_close(
+        maxk_gradient_weights(rewards, 3), torch.full((2, 6), -4.25 * 3 / 6, dtype=torch.float64)
+    )
 
 
 def test_k_equal_one_reduces_to_mean_and_rloo():
@@ -103,7 +104,9 @@ def test_k_equal_one_reduces_to_mean_and_rloo():
     torch.testing.assert_close(maxk_reward_estimate(rewards, 1), rewards.mean(-1))
     torch.testing.assert_close(maxk_gradient_weights(rewards, 1), rewards / n)
     loo_mean = (rewards.sum(-1, keepdim=True) - rewards) / (n - 1)
-    torch.testing.assert_close(maxk_gradient_weights(rewards, 1, variance_reduction="sample_loo"), (rewards - loo_mean) / n)
+    torch.testing.assert_close(
+        maxk_gradient_weights(rewards, 1, variance_reduction="sample_loo"), (rewards - loo_mean) / n
+    )
     # k = n: the estimate is the row maximum.
     torch.testing.assert_close(maxk_reward_estimate(rewards, n), rewards.max(-1).values)
 
@@ -254,7 +257,9 @@ def test_cuda_matches_cpu():
 def test_share_within_ties_copies_the_first_weight_of_each_run():
     from pglab.estimators.maxk import _share_within_ties
 
-    ordered = torch.tensor([[1.0, 1.0, 2.0, 3.0, 3.0, 3.0], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [5.0, 5.0, 5.0, 5.0, 2.0, 2.0]])
+    ordered = torch.tensor(
+        [[1.0, 1.0, 2.0, 3.0, 3.0, 3.0], [0.0, 1.0, 2.0, 3.0, 4.0, 5.0], [5.0, 5.0, 5.0, 5.0, 2.0, 2.0]]
+    )
     weights = torch.arange(18, dtype=torch.float32).reshape(3, 6) + 0.5
     want = weights.clone()
     for row in range(3):
@@ -441,7 +446,9 @@ def test_weights_are_differentiable_through_the_rewards():
     for mode in MODES:
         leaf = rewards.clone().requires_grad_(True)
         assert torch.autograd.gradcheck(lambda x: maxk_gradient_weights(x, 3, variance_reduction=mode), (leaf,))
-        (grad64,) = torch.autograd.grad((maxk_gradient_weights(leaf, 3, variance_reduction=mode) * cotangent).sum(), leaf)
+        (grad64,) = torch.autograd.grad(
+            (maxk_gradient_weights(leaf, 3, variance_reduction=mode) * cotangent).sum(), leaf
+        )
         leaf32 = rewards.float().requires_grad_(True)
         weights32 = maxk_gradient_weights(leaf32, 3, variance_reduction=mode)
         (grad32,) = torch.autograd.grad((weights32 * cotangent.float()).sum(), leaf32)

@@ -1,4 +1,5 @@
 """MaxKPOMO (RL4CO POMO subclass) and the Max@K loss."""
+
 import itertools
 import warnings
 
@@ -29,7 +30,9 @@ def reference_weights(row: list[float], k: int, mode: str) -> list[float]:
         elif mode == "sample_loo":
             out.append(s_i - (k / n) * rho([row[j] for j in range(n) if j != i]))
         else:
-            out.append(sum(max(row[j] for j in s) - max(row[j] for j in s if j != i) for s in containing) / len(subsets))
+            out.append(
+                sum(max(row[j] for j in s) - max(row[j] for j in s if j != i) for s in containing) / len(subsets)
+            )
     return out
 
 
@@ -142,7 +145,7 @@ def test_real_tsp_training_step_changes_parameters_and_saves_hyperparameters():
     # the loss reaches the encoder and the decoder, and the step descends it.
     lr = optimizer.param_groups[0]["lr"]
     moved = 0
-    for old, param in zip(before, model.parameters()):
+    for old, param in zip(before, model.parameters(), strict=False):
         if param.grad is None:
             continue
         grad, step = param.grad, param.detach() - old
@@ -216,8 +219,14 @@ def test_rl4co_lightning_trainer_fits_maxk_pomo_and_logs_rho_hat(tmp_path):
     model = tiny_model(num_loc=6, k=3, train_data_size=8, val_data_size=4, test_data_size=4)
     before = [p.detach().clone() for p in model.parameters()]
     trainer = RL4COTrainer(
-        max_epochs=1, accelerator="cpu", precision="32", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1,
+        max_epochs=1,
+        accelerator="cpu",
+        precision="32",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
         matmul_precision=None,  # keep float32 matmuls float32 (RL4CO's default "medium" is process-wide)
     )
     with warnings.catch_warnings():
@@ -226,7 +235,7 @@ def test_rl4co_lightning_trainer_fits_maxk_pomo_and_logs_rho_hat(tmp_path):
     assert torch.isfinite(trainer.logged_metrics["train/rho_hat"])
     # rho_hat (max@3 of the rewards) is at least the mean reward of the same batch.
     assert trainer.logged_metrics["train/rho_hat"] >= trainer.logged_metrics["train/reward"]
-    assert sum(float((a - b.detach()).abs().sum()) for a, b in zip(before, model.parameters())) > 0
+    assert sum(float((a - b.detach()).abs().sum()) for a, b in zip(before, model.parameters(), strict=False)) > 0
     # A Lightning checkpoint loads without env=, as RL4CO's POMO.load_from_checkpoint does.
     trainer.save_checkpoint(tmp_path / "model.ckpt")
     with warnings.catch_warnings():

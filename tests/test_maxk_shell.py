@@ -1,5 +1,6 @@
 """maxk-pomo inside the training shell: CLI vocabulary, --help without torch, stop -> 130,
 resume semantics, failed starts, and the agent API of ``pglab.load_checkpoint``."""
+
 import csv
 import json
 import os
@@ -18,8 +19,26 @@ from pglab.errors import UsageError
 from pglab.run.checkpoint import load_checkpoint_file
 from pglab.run.config import config_from_dict, parse_flags
 
-TINY = ["--num-loc", "6", "--k", "3", "--batch-size", "4", "--embed-dim", "16", "--num-encoder-layers", "1",
-        "--num-heads", "2", "--device", "cpu", "--log-every", "1", "--save-interval", "1"]
+TINY = [
+    "--num-loc",
+    "6",
+    "--k",
+    "3",
+    "--batch-size",
+    "4",
+    "--embed-dim",
+    "16",
+    "--num-encoder-layers",
+    "1",
+    "--num-heads",
+    "2",
+    "--device",
+    "cpu",
+    "--log-every",
+    "1",
+    "--save-interval",
+    "1",
+]
 
 
 def steps_logged(run_dir):
@@ -32,8 +51,10 @@ def steps_logged(run_dir):
 
 @pytest.mark.parametrize("command", [["train", "maxk-pomo", "--help"], ["evaluate", "maxk-pomo", "--help"]])
 def test_help_imports_neither_torch_nor_rl4co(command):
-    code = ("import sys\nfrom pglab.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('torch', 'rl4co', 'lightning') if m in sys.modules))" % command)
+    code = (
+        "import sys\nfrom pglab.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'rl4co', 'lightning') if m in sys.modules))" % command
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "--save-interval" in done.stdout or "--episodes" in done.stdout
@@ -56,7 +77,7 @@ def test_old_flag_and_key_names_still_work(capsys):
 def test_config_modes_are_the_estimators_modes():
     from pglab.estimators.maxk import VARIANCE_REDUCTIONS as estimator_modes
 
-    assert VARIANCE_REDUCTIONS == estimator_modes
+    assert estimator_modes == VARIANCE_REDUCTIONS
 
 
 def test_defaults_are_the_documented_runs():
@@ -166,9 +187,20 @@ def test_a_crash_before_the_first_checkpoint_leaves_nothing_behind(tmp_path, mon
     monkeypatch.setattr(maxk_train, "random_locs", no_instances)
     run = tmp_path / "run"
     with pytest.raises(RuntimeError):
-        maxk_train.train_maxk_pomo(MaxKPOMOTrainConfig(num_loc=6, k=3, batch_size=4, embed_dim=16, num_encoder_layers=1,
-                                                       num_heads=2, device="cpu", n_steps=2, log_dir=run),
-                                   echo=lambda *a, **k: None)
+        maxk_train.train_maxk_pomo(
+            MaxKPOMOTrainConfig(
+                num_loc=6,
+                k=3,
+                batch_size=4,
+                embed_dim=16,
+                num_encoder_layers=1,
+                num_heads=2,
+                device="cpu",
+                n_steps=2,
+                log_dir=run,
+            ),
+            echo=lambda *a, **k: None,
+        )
     assert not run.exists()
 
 

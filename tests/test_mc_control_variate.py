@@ -13,6 +13,7 @@ gradient of ``log pi`` with respect to the mean):
 The exact per-step formula is pinned against slow loops in
 ``tests/test_update_rules_ghm.py``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -57,7 +58,9 @@ class _BarrierPolicy(torch.nn.Module):
 
     def mean_std(self, states):
         cash = states[:, 0]
-        mean = torch.stack([torch.where(cash > self.barrier, 0.95, 0.05), torch.where(cash < self.issuance_point, 0.95, 0.05)], 1)
+        mean = torch.stack(
+            [torch.where(cash > self.barrier, 0.95, 0.05), torch.where(cash < self.issuance_point, 0.95, 0.05)], 1
+        )
         return mean, torch.full_like(mean, 0.1)
 
 
@@ -140,17 +143,21 @@ def test_control_variate_needs_a_baseline_and_per_step_returns():
     with pytest.raises(ValueError, match="needs a baseline"):
         MonteCarloPolicyGradient(_policy(), simulator, None, control_variate="martingale")
     with pytest.raises(ValueError, match="reward_to_go"):
-        MonteCarloPolicyGradient(_policy(), simulator, ValueNetwork(1, (4,)), advantage="trajectory",
-                                 control_variate="martingale")
+        MonteCarloPolicyGradient(
+            _policy(), simulator, ValueNetwork(1, (4,)), advantage="trajectory", control_variate="martingale"
+        )
     with pytest.raises(ValueError, match="control_variate"):
         MonteCarloPolicyGradient(_policy(), simulator, ValueNetwork(1, (4,)), control_variate="antithetic")
 
 
-@pytest.mark.parametrize("flags, message", [
-    (dict(algo="pathwise", control_variate="martingale"), "--algo mc"),
-    (dict(no_baseline=True, control_variate="martingale"), "no-baseline"),
-    (dict(advantage="trajectory", control_variate="martingale"), "reward_to_go"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (dict(algo="pathwise", control_variate="martingale"), "--algo mc"),
+        (dict(no_baseline=True, control_variate="martingale"), "no-baseline"),
+        (dict(advantage="trajectory", control_variate="martingale"), "reward_to_go"),
+    ],
+)
 def test_control_variate_config_errors_name_the_field(flags, message):
     from pglab.configs.ghm import GHMTrainConfig
     from pglab.errors import ConfigError

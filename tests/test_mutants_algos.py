@@ -3,13 +3,12 @@
 tests/test_update_rules_*.py left unpinned. Each asserts a property of the rule (a
 reference value, an exact count, an invariant), not the line that a mutant changed.
 """
+
 import copy
 
 import numpy as np
 import pytest
 import torch
-
-from pglab.algos.onpolicy import OnPolicyHyperparams, explained_variance, onpolicy_update
 from test_update_rules_onpolicy import (
     LR,
     SEED,
@@ -22,6 +21,8 @@ from test_update_rules_onpolicy import (
     run_update,
 )
 
+from pglab.algos.onpolicy import OnPolicyHyperparams, explained_variance, onpolicy_update
+
 
 # -- REINFORCE / VPG+GAE / PPO (pglab.algos.onpolicy) --------------------------------------
 def test_ppo_with_one_sample_per_minibatch_matches_the_reference():
@@ -29,8 +30,15 @@ def test_ppo_with_one_sample_per_minibatch_matches_the_reference():
     minimum minibatch of 2 would take half as many steps, on pairs)."""
     model = LinearActorCritic()
     obs, actions, batch = fixed_batch(model, 5)
-    hp = OnPolicyHyperparams(algo="ppo", ppo_epochs=2, num_minibatches=5, normalize_advantages=False,
-                             value_coef=0.7, entropy_coef=0.2, max_grad_norm=1e6)
+    hp = OnPolicyHyperparams(
+        algo="ppo",
+        ppo_epochs=2,
+        num_minibatches=5,
+        normalize_advantages=False,
+        value_coef=0.7,
+        entropy_coef=0.2,
+        max_grad_norm=1e6,
+    )
     sizes = []
 
     def evaluate(index):
@@ -39,7 +47,9 @@ def test_ppo_with_one_sample_per_minibatch_matches_the_reference():
 
     reference, stats, rows = reference_ppo(model, obs, actions, batch, hp)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    metrics = onpolicy_update(evaluate, batch, model.parameters(), optimizer, hp, generator=torch.Generator().manual_seed(SEED))
+    metrics = onpolicy_update(
+        evaluate, batch, model.parameters(), optimizer, hp, generator=torch.Generator().manual_seed(SEED)
+    )
     assert sizes == [1] * 10 and len(rows) == 10
     assert_params_equal(model, reference)
     assert_stats_equal(metrics, stats)
@@ -66,7 +76,9 @@ def test_ppo_kl_early_stop_compares_the_epoch_mean_strictly_with_the_target(monk
     run_update(copy.deepcopy(model), obs, actions, batch, OnPolicyHyperparams(**base))
     first_kl = kls[0]
     assert first_kl > 0.01
-    below = run_update(copy.deepcopy(model), obs, actions, batch, OnPolicyHyperparams(**base, target_kl=first_kl * (1 - 1e-4)))
+    below = run_update(
+        copy.deepcopy(model), obs, actions, batch, OnPolicyHyperparams(**base, target_kl=first_kl * (1 - 1e-4))
+    )
     equal = run_update(copy.deepcopy(model), obs, actions, batch, OnPolicyHyperparams(**base, target_kl=first_kl))
     assert kls[2] == kls[3] == first_kl  # the same first epoch each time
     assert float(below["stats/epochs"]) == 1
@@ -76,8 +88,15 @@ def test_ppo_kl_early_stop_compares_the_epoch_mean_strictly_with_the_target(monk
 def test_update_metrics_are_exactly_the_documented_keys():
     """The summed loss is not a metric (its parts are); every mode reports the
     documented keys, PPO adds approx_kl and clipfrac; REINFORCE has no critic loss."""
-    single = {"loss/policy", "loss/value", "loss/entropy", "stats/entropy", "stats/grad_norm", "stats/epochs",
-              "stats/explained_variance"}
+    single = {
+        "loss/policy",
+        "loss/value",
+        "loss/entropy",
+        "stats/entropy",
+        "stats/grad_norm",
+        "stats/epochs",
+        "stats/explained_variance",
+    }
     for mode in ("reinforce_raw", "vpg_gae", "ppo"):
         model = LinearActorCritic()
         obs, actions, batch = fixed_batch(model, 8)
@@ -130,7 +149,7 @@ def test_a2c_window_forwards_once_per_env_step_plus_one_bootstrap(reuse):
     other, _, _ = scripted_a2c_trainer()
     other.reuse_forward = not reuse
     other.window()
-    for mine, theirs in zip(trainer.model.parameters(), other.model.parameters()):
+    for mine, theirs in zip(trainer.model.parameters(), other.model.parameters(), strict=False):
         torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-7)
 
 
@@ -141,8 +160,15 @@ def test_a2c_window_defers_the_gradient_sync_to_its_last_env_step():
     from pglab.algos.a2c import A2CTrainConfig, A2CTrainer
     from pglab.configs.a2c import PixelGoalConfig
 
-    config = A2CTrainConfig(num_envs=2, update_every=3, total_env_steps=6, device="cpu", hidden=8,
-                            pixel_goal=PixelGoalConfig(grid_size=2), seed=0)
+    config = A2CTrainConfig(
+        num_envs=2,
+        update_every=3,
+        total_env_steps=6,
+        device="cpu",
+        hidden=8,
+        pixel_goal=PixelGoalConfig(grid_size=2),
+        seed=0,
+    )
     trainer = A2CTrainer(config, device=torch.device("cpu"))
     inside, during = [], []
 
@@ -195,8 +221,15 @@ def test_a2c_window_takes_the_episodes_an_environment_reports_over_its_done_flag
     from pglab.algos.a2c import A2CTrainConfig, A2CTrainer
     from pglab.configs.a2c import PixelGoalConfig
 
-    config = A2CTrainConfig(num_envs=3, update_every=2, total_env_steps=6, device="cpu", hidden=8,
-                            pixel_goal=PixelGoalConfig(grid_size=2), seed=0)
+    config = A2CTrainConfig(
+        num_envs=3,
+        update_every=2,
+        total_env_steps=6,
+        device="cpu",
+        hidden=8,
+        pixel_goal=PixelGoalConfig(grid_size=2),
+        seed=0,
+    )
     trainer = A2CTrainer(config, device=torch.device("cpu"))
     step = trainer.env.step
     reported = []
@@ -208,8 +241,13 @@ def test_a2c_window_takes_the_episodes_an_environment_reports_over_its_done_flag
         returns = torch.where(episode_end, torch.tensor([7.0, 0.0, -2.0], dtype=torch.float64), 0.0)
         lengths = torch.where(episode_end, torch.tensor([11, 0, 5]), 0)
         reported.append((episode_end, trunc.clone(), returns, lengths))
-        return obs, reward, done, trunc, {**info, "episode_end": episode_end, "episode_return": returns,
-                                          "episode_length": lengths}
+        return (
+            obs,
+            reward,
+            done,
+            trunc,
+            {**info, "episode_end": episode_end, "episode_return": returns, "episode_length": lengths},
+        )
 
     trainer.env.step = reporting
     trainer.window()
@@ -259,13 +297,14 @@ def test_sample_actions_survives_a_uniform_draw_of_exactly_zero(monkeypatch):
 def test_reward_scaler_matches_the_reference_over_episodes_with_discounting():
     """r / (std(G) + 1e-8) with G = gamma G + r reset after each episode, against the
     reference of tests/test_update_rules_a2c.py (all returns so far, population std)."""
-    from pglab.algos.stream_ac import RewardScaler
     from test_update_rules_a2c import ReferenceScaler
+
+    from pglab.algos.stream_ac import RewardScaler
 
     scaler, reference = RewardScaler(gamma=0.5), ReferenceScaler(0.5)
     rewards = [1.0, 3.0, -2.0, 0.5, 4.0, 4.0, -1.0]
     finished = [False, False, True, False, True, False, False]
-    for r, f in zip(rewards, finished):
+    for r, f in zip(rewards, finished, strict=False):
         assert scaler(r, f) == pytest.approx(reference(r, f), rel=1e-12)
 
 
@@ -308,7 +347,9 @@ def test_epsilon_greedy_policy_splits_the_greedy_mass_over_tied_actions():
 
     agent = tied_agent(QTableAgent)
     eps = agent.epsilon
-    np.testing.assert_allclose(agent.policy("s"), [eps / 3 + (1 - eps) / 2, eps / 3, eps / 3 + (1 - eps) / 2], rtol=1e-12)
+    np.testing.assert_allclose(
+        agent.policy("s"), [eps / 3 + (1 - eps) / 2, eps / 3, eps / 3 + (1 - eps) / 2], rtol=1e-12
+    )
     np.testing.assert_allclose(agent.policy("unseen"), [1 / 3] * 3, rtol=1e-12)
 
 

@@ -8,11 +8,12 @@ in the message. The table below drives every such check with a bad tensor and co
 the whole message prefix with one written out here, so a wrong name, a dropped dtype, a
 dropped ``dims`` binding or a wrong ``where`` each fail a test.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pytest
 import torch
@@ -74,8 +75,16 @@ SPECS = [
     Spec(
         "compute_gae",
         compute_gae,
-        lambda: dict(rewards=f64(B, T), values=f64(B, T), dones=flags(B, T), truncs=flags(B, T),
-                     last_value=f64(B), gamma=0.9, lam=0.9, next_values=f64(B, T)),
+        lambda: dict(
+            rewards=f64(B, T),
+            values=f64(B, T),
+            dones=flags(B, T),
+            truncs=flags(B, T),
+            last_value=f64(B),
+            gamma=0.9,
+            lam=0.9,
+            next_values=f64(B, T),
+        ),
         {
             "rewards": Arg("rewards", f"{FLOATS}[B, T]"),
             "values": Arg("values", f"{FLOATS}[B, T]", bound="B=3"),
@@ -142,9 +151,18 @@ SPECS = [
     Spec(
         "a2c_td0_losses",
         a2c_td0_losses,
-        lambda: dict(logits=torch.zeros(B, 2), actions=torch.zeros(B, dtype=torch.int64), values=torch.zeros(B),
-                     rewards=torch.zeros(B), done=flags(B), trunc=flags(B), v_next=torch.zeros(B),
-                     gamma=0.9, value_coef=0.5, entropy_coef=0.01),
+        lambda: dict(
+            logits=torch.zeros(B, 2),
+            actions=torch.zeros(B, dtype=torch.int64),
+            values=torch.zeros(B),
+            rewards=torch.zeros(B),
+            done=flags(B),
+            trunc=flags(B),
+            v_next=torch.zeros(B),
+            gamma=0.9,
+            value_coef=0.5,
+            entropy_coef=0.01,
+        ),
         {
             "logits": Arg("logits", "float32[N, A]"),
             "actions": Arg("actions", "int32|int64[N]", bound="N=3"),
@@ -187,8 +205,16 @@ SPECS = [
     Spec(
         "ppo_clip_loss",
         ppo_clip_loss,
-        lambda: dict(new_log_probs=f64(B), old_log_probs=f64(B), advantages=f64(B), new_values=f64(B),
-                     returns=f64(B), entropy=f64(B), old_values=f64(B), value_clip_coef=0.2),
+        lambda: dict(
+            new_log_probs=f64(B),
+            old_log_probs=f64(B),
+            advantages=f64(B),
+            new_values=f64(B),
+            returns=f64(B),
+            entropy=f64(B),
+            old_values=f64(B),
+            value_clip_coef=0.2,
+        ),
         {
             "new_log_probs": Arg("new_log_probs", f"{FLOATS}[N]"),
             "old_log_probs": Arg("old_log_probs", f"{FLOATS}[N]", bound="N=3"),
@@ -391,7 +417,9 @@ def test_single_step_paths():
     rewards = torch.tensor([[2.0], [3.0]], dtype=torch.float64)
     dones = torch.tensor([[True], [False]])
     boot = torch.tensor([100.0, 10.0], dtype=torch.float64)
-    torch.testing.assert_close(reward_to_go(rewards, dones, 0.5, boot), torch.tensor([[2.0], [8.0]], dtype=torch.float64))
+    torch.testing.assert_close(
+        reward_to_go(rewards, dones, 0.5, boot), torch.tensor([[2.0], [8.0]], dtype=torch.float64)
+    )
     values = torch.tensor([[1.0], [1.0]], dtype=torch.float64)
     adv, ret = compute_gae(rewards, values, dones, None, boot, 0.5, 0.9)
     torch.testing.assert_close(adv, torch.tensor([[1.0], [7.0]], dtype=torch.float64))
@@ -433,8 +461,15 @@ def test_ppo_clip_loss_defaults_both_clip_sides_and_value_clipping_both_ways():
     ref = 0.25 * torch.max((nv - returns) ** 2, (old_values + (nv - old_values).clamp(-0.5, 0.5) - returns) ** 2).mean()
     ref.backward()
     torch.testing.assert_close(new_values.grad, nv.grad, rtol=1e-12, atol=1e-12)
-    assert set(out) == {"loss", "loss/policy", "loss/value", "loss/entropy", "stats/entropy",
-                        "stats/approx_kl", "stats/clipfrac"}
+    assert set(out) == {
+        "loss",
+        "loss/policy",
+        "loss/value",
+        "loss/entropy",
+        "stats/entropy",
+        "stats/approx_kl",
+        "stats/clipfrac",
+    }
 
 
 def test_ppo_without_entropy_has_a_zero_entropy_term_in_the_input_dtype():
@@ -447,8 +482,18 @@ def test_a2c_entropy_and_keys_with_more_actions_than_states():
     logits = torch.tensor([[0.0, 1.0, 2.0], [0.5, -1.0, 0.0]])
     actions = torch.tensor([2, 1])
     values = torch.tensor([0.5, -0.5], requires_grad=True)
-    out = a2c_td0_losses(logits, actions, values, torch.tensor([1.0, 2.0]), flags(2), flags(2),
-                         torch.tensor([0.0, 1.0]), gamma=0.5, value_coef=1.0, entropy_coef=0.1)
+    out = a2c_td0_losses(
+        logits,
+        actions,
+        values,
+        torch.tensor([1.0, 2.0]),
+        flags(2),
+        flags(2),
+        torch.tensor([0.0, 1.0]),
+        gamma=0.5,
+        value_coef=1.0,
+        entropy_coef=0.1,
+    )
     p = torch.softmax(logits.double(), dim=1)
     ent = -(p * p.log()).sum(1).mean().item()
     assert math.isclose(out["stats/entropy"].item(), ent, rel_tol=1e-6)
@@ -456,8 +501,15 @@ def test_a2c_entropy_and_keys_with_more_actions_than_states():
     adv = [1.0 - 0.5, 2.0 + 0.5 * 1.0 + 0.5]
     assert math.isclose(out["stats/advantage_mean"].item(), sum(adv) / 2, rel_tol=1e-6)
     assert math.isclose(out["stats/value_mean"].item(), 0.0, abs_tol=1e-7)
-    assert set(out) == {"loss", "loss/policy", "loss/value", "loss/entropy", "stats/entropy",
-                        "stats/advantage_mean", "stats/value_mean"}
+    assert set(out) == {
+        "loss",
+        "loss/policy",
+        "loss/value",
+        "loss/entropy",
+        "stats/entropy",
+        "stats/advantage_mean",
+        "stats/value_mean",
+    }
 
 
 def test_reinforce_and_value_regression_with_unequal_batch_and_time():
@@ -485,12 +537,14 @@ def test_reinforce_and_value_regression_with_unequal_batch_and_time():
 def test_share_within_ties_on_a_batch_of_batches():
     from pglab.estimators.maxk import _share_within_ties
 
-    ordered = torch.tensor([[[1.0, 1.0, 2.0, 2.0, 2.0], [0.0, 1.0, 1.0, 3.0, 3.0]],
-                            [[5.0, 5.0, 5.0, 5.0, 5.0], [1.0, 2.0, 3.0, 4.0, 5.0]]])
+    ordered = torch.tensor(
+        [[[1.0, 1.0, 2.0, 2.0, 2.0], [0.0, 1.0, 1.0, 3.0, 3.0]], [[5.0, 5.0, 5.0, 5.0, 5.0], [1.0, 2.0, 3.0, 4.0, 5.0]]]
+    )
     weights = torch.arange(20, dtype=torch.float32).reshape(2, 2, 5)
     got = _share_within_ties(ordered, weights)
-    want = torch.tensor([[[0, 0, 2, 2, 2], [5, 6, 6, 8, 8]], [[10, 10, 10, 10, 10], [15, 16, 17, 18, 19]]],
-                        dtype=torch.float32)
+    want = torch.tensor(
+        [[[0, 0, 2, 2, 2], [5, 6, 6, 8, 8]], [[10, 10, 10, 10, 10], [15, 16, 17, 18, 19]]], dtype=torch.float32
+    )
     torch.testing.assert_close(got, want)
 
 
@@ -498,8 +552,15 @@ def test_ppo_value_clipping_where_the_clipped_error_is_the_larger_and_clipfrac_i
     # V_old = 0, V = 1.2 -> clipped 0.5; V_old = 2, V = 0.8 -> clipped 1.5; R = 1: the
     # clipped errors (0.25) beat the unclipped ones (0.04), so each clip bound counts.
     new_values = torch.tensor([1.2, 0.8], dtype=torch.float64)
-    out = ppo_clip_loss(f64(2), f64(2), f64(2), new_values, torch.ones(2, dtype=torch.float64),
-                        old_values=torch.tensor([0.0, 2.0], dtype=torch.float64), value_clip_coef=0.5)
+    out = ppo_clip_loss(
+        f64(2),
+        f64(2),
+        f64(2),
+        new_values,
+        torch.ones(2, dtype=torch.float64),
+        old_values=torch.tensor([0.0, 2.0], dtype=torch.float64),
+        value_clip_coef=0.5,
+    )
     assert math.isclose(out["loss/value"].item(), 0.5 * 0.25, rel_tol=1e-12)
     # |ratio - 1| equal to clip_coef is on the boundary, not outside: clipfrac counts 2.0 only
     ratios = torch.tensor([1.25, 0.75, 2.0], dtype=torch.float64)

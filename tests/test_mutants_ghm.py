@@ -15,6 +15,7 @@ what tests/test_update_rules_ghm.py left unpinned. That file pins the parameters
 
 Each was checked by applying the mutant it stands for by hand and watching it fail.
 """
+
 from __future__ import annotations
 
 import copy
@@ -22,20 +23,12 @@ import math
 
 import pytest
 import torch
-
-from pglab.algos.actor_critic import ActorCritic, policy_hjb_residual
-from pglab.algos.mc_pg import MonteCarloPolicyGradient
-from pglab.algos.pathwise import PathwisePolicyGradient, soft_clip
-from pglab.envs.dynamics import ContinuousTimeModel, ControlSpec
-from pglab.envs.ghm import GHMParams
-from pglab.envs.simulator import TrajectorySimulator
-from pglab.nets import GaussianPolicy, ValueNetwork
 from test_update_rules_ghm import (  # noqa: F401  (float64_default is a fixture)
     DT,
+    GHM64,
     LR,
     PARAMS,
     STEPS,
-    GHM64,
     _alive_pairs,
     _flat,
     _hand_rollout,
@@ -46,20 +39,55 @@ from test_update_rules_ghm import (  # noqa: F401  (float64_default is a fixture
     spy_on_rollouts,
 )
 
+from pglab.algos.actor_critic import ActorCritic, policy_hjb_residual
+from pglab.algos.mc_pg import MonteCarloPolicyGradient
+from pglab.algos.pathwise import PathwisePolicyGradient, soft_clip
+from pglab.envs.dynamics import ContinuousTimeModel, ControlSpec
+from pglab.envs.ghm import GHMParams
+from pglab.envs.simulator import TrajectorySimulator
+from pglab.nets import GaussianPolicy, ValueNetwork
+
 GAMMA = math.exp(-PARAMS["rho"] * DT)
 MC_KEYS = {
-    "loss/policy", "return/mean", "return/std", "return/min", "return/max",
-    "stats/advantage_mean", "stats/advantage_std", "stats/advantage_max", "stats/advantage_min",
-    "episode/length", "episode/length_std", "stats/termination_rate",
-    "policy/mean_action_L", "policy/mean_action_E", "policy/std_action_L", "policy/std_action_E",
-    "policy/entropy", "stats/grad_norm/policy", "stats/lr/policy", "stats/alive_steps",
+    "loss/policy",
+    "return/mean",
+    "return/std",
+    "return/min",
+    "return/max",
+    "stats/advantage_mean",
+    "stats/advantage_std",
+    "stats/advantage_max",
+    "stats/advantage_min",
+    "episode/length",
+    "episode/length_std",
+    "stats/termination_rate",
+    "policy/mean_action_L",
+    "policy/mean_action_E",
+    "policy/std_action_L",
+    "policy/std_action_E",
+    "policy/entropy",
+    "stats/grad_norm/policy",
+    "stats/lr/policy",
+    "stats/alive_steps",
 }
 MC_BASELINE_KEYS = {"loss/baseline", "stats/grad_norm/baseline", "value/explained_variance", "stats/lr/baseline"}
 PATHWISE_KEYS = {
-    "loss/policy", "loss/baseline", "return/mean", "return/std", "return/min", "return/max",
-    "episode/length", "stats/termination_rate", "policy/mean_action_L", "policy/mean_action_E",
-    "stats/grad_norm/policy", "stats/grad_norm/baseline", "value/explained_variance",
-    "stats/lr/policy", "stats/lr/baseline", "stats/alive_steps",
+    "loss/policy",
+    "loss/baseline",
+    "return/mean",
+    "return/std",
+    "return/min",
+    "return/max",
+    "episode/length",
+    "stats/termination_rate",
+    "policy/mean_action_L",
+    "policy/mean_action_E",
+    "stats/grad_norm/policy",
+    "stats/grad_norm/baseline",
+    "value/explained_variance",
+    "stats/lr/policy",
+    "stats/lr/baseline",
+    "stats/alive_steps",
 }
 
 
@@ -75,7 +103,7 @@ def _sgd_grad_step(loss: torch.Tensor, module: torch.nn.Module) -> float:
     """``theta <- theta - LR grad`` in place; returns the gradient's L2 norm."""
     grads = torch.autograd.grad(loss, list(module.parameters()))
     with torch.no_grad():
-        for p, g in zip(module.parameters(), grads):
+        for p, g in zip(module.parameters(), grads, strict=False):
             p -= LR * g
     return float(torch.cat([g.reshape(-1) for g in grads]).norm())
 
@@ -90,13 +118,27 @@ def _explained_variance(predicted: list[float], targets: list[float]) -> float:
     if len(targets) < 2:
         return 0.0
     variance = _std(targets) ** 2
-    return 1.0 - _std([y - p for p, y in zip(predicted, targets)]) ** 2 / variance
+    return 1.0 - _std([y - p for p, y in zip(predicted, targets, strict=False)]) ** 2 / variance
 
 
 # -- Monte Carlo policy gradient: every branch and every metric --------------------------------
 
-def _mc_expected(policy, baseline, paths, initial, perm_generator, *, advantage, terminal_value, normalize,
-                 policy_steps, baseline_steps, score_samples, advantage_steps):
+
+def _mc_expected(
+    policy,
+    baseline,
+    paths,
+    initial,
+    perm_generator,
+    *,
+    advantage,
+    terminal_value,
+    normalize,
+    policy_steps,
+    baseline_steps,
+    score_samples,
+    advantage_steps,
+):
     """(policy params, baseline params, metrics) after one MC iteration with SGD, by loops over
     the captured batch (the design note's formulas; nothing from pglab.algos)."""
     B, T = paths.rewards.shape
@@ -111,7 +153,9 @@ def _mc_expected(policy, baseline, paths, initial, perm_generator, *, advantage,
             for t in reversed(range(T)):
                 g = rewards[i, t].item() + GAMMA * (0.0 if bool(paths.dones[i, t]) else 1.0) * g
                 rtg[i][t] = g
-        decisions = [(i, t) for i in range(B) for t in range(T) if paths.masks[i, t] > 0 and t % paths.action_repeat == 0]
+        decisions = [
+            (i, t) for i in range(B) for t in range(T) if paths.masks[i, t] > 0 and t % paths.action_repeat == 0
+        ]
         chunk = len(decisions) // policy_steps
         if 0 < score_samples < chunk:
             chunk = score_samples
@@ -127,8 +171,9 @@ def _mc_expected(policy, baseline, paths, initial, perm_generator, *, advantage,
                 if baseline is None or advantage_steps == 0 or t + advantage_steps >= T:
                     return rtg[i][t]
                 n = advantage_steps
-                head = sum(GAMMA ** j * rewards[i, t + j].item() for j in range(n))
-                return head + GAMMA ** n * paths.masks[i, t + n].item() * value(states[i, t + n])
+                head = sum(GAMMA**j * rewards[i, t + j].item() for j in range(n))
+                return head + GAMMA**n * paths.masks[i, t + n].item() * value(states[i, t + n])
+
             adv = torch.tensor([target(i, t) - value(states[i, t]) for i, t in used])
         if normalize:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
@@ -136,21 +181,21 @@ def _mc_expected(policy, baseline, paths, initial, perm_generator, *, advantage,
     metrics = {}
     scale = len(decisions) / chunk / B
     for step in range(policy_steps):
-        part = used[step * chunk:(step + 1) * chunk]
+        part = used[step * chunk : (step + 1) * chunk]
         x = torch.stack([states[i, t] for i, t in part])
         a = torch.stack([actions[i, t] for i, t in part])
         mean, std = policy.mean_std(x)
         log_pi = (-0.5 * ((a - mean) / std) ** 2 - std.log() - 0.5 * math.log(2 * math.pi)).sum(-1)
-        loss = -(log_pi * adv[step * chunk:(step + 1) * chunk]).sum() * scale
+        loss = -(log_pi * adv[step * chunk : (step + 1) * chunk]).sum() * scale
         metrics["loss/policy"] = loss.item()
         metrics["stats/grad_norm/policy"] = _sgd_grad_step(loss, policy)
     if baseline is not None:
-        metrics["value/explained_variance"] = _explained_variance(*zip(*fitted))
+        metrics["value/explained_variance"] = _explained_variance(*zip(*fitted, strict=False))
         for step in range(baseline_steps):
             if advantage == "trajectory":
                 x, y = initial, torch.tensor([rtg[i][0] for i in range(B)])
             else:
-                part = used[(step % policy_steps) * chunk:(step % policy_steps + 1) * chunk]
+                part = used[(step % policy_steps) * chunk : (step % policy_steps + 1) * chunk]
                 x = torch.stack([states[i, t] for i, t in part])
                 y = torch.tensor([rtg[i][t] for i, t in part])
             loss = ((baseline(x) - y) ** 2).mean()
@@ -165,17 +210,28 @@ def _mc_expected(policy, baseline, paths, initial, perm_generator, *, advantage,
         decision_states = torch.stack([states[i, t] for i, t in decisions])
         stds = policy.mean_std(decision_states)[1]  # after the update
         entropy = (0.5 + 0.5 * math.log(2 * math.pi) + stds[:4096].log()).sum(-1).mean().item()
-    metrics.update({
-        "return/mean": sum(returns) / B, "return/std": _std(returns), "return/min": min(returns), "return/max": max(returns),
-        "stats/advantage_mean": sum(advs) / len(advs), "stats/advantage_std": _std(advs),
-        "stats/advantage_max": max(advs), "stats/advantage_min": min(advs),
-        "episode/length": sum(lengths) / B, "episode/length_std": _std(lengths),
-        "stats/termination_rate": 1.0 - sum(alive_end) / B,
-        "policy/mean_action_L": sum(paths.controls[i, t, 0].item() for i, t in decisions) / len(decisions),
-        "policy/mean_action_E": sum(paths.controls[i, t, 1].item() for i, t in decisions) / len(decisions),
-        "policy/std_action_L": stds[:, 0].mean().item(), "policy/std_action_E": stds[:, 1].mean().item(),
-        "policy/entropy": entropy, "stats/lr/policy": LR, "stats/alive_steps": sum(lengths),
-    })
+    metrics.update(
+        {
+            "return/mean": sum(returns) / B,
+            "return/std": _std(returns),
+            "return/min": min(returns),
+            "return/max": max(returns),
+            "stats/advantage_mean": sum(advs) / len(advs),
+            "stats/advantage_std": _std(advs),
+            "stats/advantage_max": max(advs),
+            "stats/advantage_min": min(advs),
+            "episode/length": sum(lengths) / B,
+            "episode/length_std": _std(lengths),
+            "stats/termination_rate": 1.0 - sum(alive_end) / B,
+            "policy/mean_action_L": sum(paths.controls[i, t, 0].item() for i, t in decisions) / len(decisions),
+            "policy/mean_action_E": sum(paths.controls[i, t, 1].item() for i, t in decisions) / len(decisions),
+            "policy/std_action_L": stds[:, 0].mean().item(),
+            "policy/std_action_E": stds[:, 1].mean().item(),
+            "policy/entropy": entropy,
+            "stats/lr/policy": LR,
+            "stats/alive_steps": sum(lengths),
+        }
+    )
     return _flat(policy), (_flat(baseline) if baseline is not None else None), metrics, len(decisions), len(used)
 
 
@@ -219,8 +275,15 @@ def _mc_run(*, n_trajectories=6, action_repeat=1, with_baseline=True, state_depe
         with torch.no_grad():  # make sigma(x) vary visibly with the state
             policy.std_net[-1].weight.normal_(0.0, 0.5)
     baseline = baseline if with_baseline else None
-    algo = MonteCarloPolicyGradient(policy, simulator, baseline, n_trajectories=n_trajectories, max_grad_norm=1e9,
-                                    generator=torch.Generator().manual_seed(4), **kwargs)
+    algo = MonteCarloPolicyGradient(
+        policy,
+        simulator,
+        baseline,
+        n_trajectories=n_trajectories,
+        max_grad_norm=1e9,
+        generator=torch.Generator().manual_seed(4),
+        **kwargs,
+    )
     algo.policy_optimizer = torch.optim.SGD(policy.parameters(), lr=LR)
     if with_baseline:
         algo.baseline_optimizer = torch.optim.SGD(baseline.parameters(), lr=LR)
@@ -237,10 +300,12 @@ MC_CASES = {
     "no_baseline_rtg": dict(advantage="reward_to_go", with_baseline=False),
     "no_baseline_trajectory": dict(advantage="trajectory", with_baseline=False, policy_steps=2),
     "no_critic_bootstrap": dict(advantage="reward_to_go", terminal_value="none", baseline_steps=2),
-    "one_scored_pair_per_step_unnormalised": dict(advantage="reward_to_go", score_samples=1, policy_steps=3,
-                                                  baseline_steps=2, advantage_normalization=False),
-    "score_samples_state_dependent_std": dict(advantage="reward_to_go", score_samples=3, policy_steps=2,
-                                              baseline_steps=2, state_dependent_std=True),
+    "one_scored_pair_per_step_unnormalised": dict(
+        advantage="reward_to_go", score_samples=1, policy_steps=3, baseline_steps=2, advantage_normalization=False
+    ),
+    "score_samples_state_dependent_std": dict(
+        advantage="reward_to_go", score_samples=3, policy_steps=2, baseline_steps=2, state_dependent_std=True
+    ),
     "critic_after_one_step": dict(advantage="reward_to_go", advantage_steps=1),
     "critic_after_two_steps": dict(advantage="reward_to_go", advantage_steps=2),
     "critic_after_four_of_five_steps": dict(advantage="reward_to_go", advantage_steps=4, policy_steps=2),
@@ -251,18 +316,27 @@ MC_CASES = {
 @pytest.mark.parametrize("case", list(MC_CASES))
 def test_mc_policy_gradient_step_and_every_metric_match_a_reference_loop(float64_default, case):
     kwargs = dict(MC_CASES[case])
-    run_kwargs = {k: kwargs.pop(k) for k in ("action_repeat", "with_baseline", "state_dependent_std", "two_d")
-                  if k in kwargs}
+    run_kwargs = {
+        k: kwargs.pop(k) for k in ("action_repeat", "with_baseline", "state_dependent_std", "two_d") if k in kwargs
+    }
     algo, policy, baseline, policy0, baseline0, metrics, (paths, initial, perm_state) = _mc_run(**run_kwargs, **kwargs)
     with_baseline = run_kwargs.get("with_baseline", True)
     # the batch has a liquidation and a truncation (bootstrapped with V unless told not to)
     assert bool(paths.dones[:, -1].any()) and bool((~paths.dones[:, -1]).any())
     new_policy, new_baseline, expected, n_decisions, n_used = _mc_expected(
-        copy.deepcopy(policy0), copy.deepcopy(baseline0) if with_baseline else None, paths, initial,
-        torch.Generator().set_state(perm_state), advantage=kwargs["advantage"],
-        terminal_value=kwargs.get("terminal_value", "critic"), normalize=kwargs.get("advantage_normalization", True),
-        policy_steps=kwargs.get("policy_steps", 1), baseline_steps=kwargs.get("baseline_steps", 1),
-        score_samples=kwargs.get("score_samples", 0), advantage_steps=kwargs.get("advantage_steps", 0))
+        copy.deepcopy(policy0),
+        copy.deepcopy(baseline0) if with_baseline else None,
+        paths,
+        initial,
+        torch.Generator().set_state(perm_state),
+        advantage=kwargs["advantage"],
+        terminal_value=kwargs.get("terminal_value", "critic"),
+        normalize=kwargs.get("advantage_normalization", True),
+        policy_steps=kwargs.get("policy_steps", 1),
+        baseline_steps=kwargs.get("baseline_steps", 1),
+        score_samples=kwargs.get("score_samples", 0),
+        advantage_steps=kwargs.get("advantage_steps", 0),
+    )
     if "score_samples" in kwargs:
         assert n_used == kwargs["score_samples"] * kwargs["policy_steps"] < n_decisions
     assert (new_policy - _flat(policy0)).abs().max() > 1e-4
@@ -279,7 +353,8 @@ def test_mc_diagnostics_average_the_policy_over_the_first_4096_decisions(float64
     """The entropy diagnostic is a mean over (at most) the first 4096 decision states: a
     state-dependent sigma and more decisions than that show which states it averaged."""
     algo, policy, baseline, policy0, baseline0, metrics, (paths, initial, perm_state) = _mc_run(
-        n_trajectories=1000, advantage="reward_to_go", score_samples=5, state_dependent_std=True)
+        n_trajectories=1000, advantage="reward_to_go", score_samples=5, state_dependent_std=True
+    )
     decisions = paths.decision_masks.reshape(-1).nonzero().squeeze(1)
     assert decisions.numel() > 4097
     x = paths.states[:, :-1].reshape(-1, 1)[decisions]
@@ -293,13 +368,23 @@ def test_mc_diagnostics_average_the_policy_over_the_first_4096_decisions(float64
 
 # -- pathwise and actor-critic: several critic steps, metrics, the optimal HJB residual --------
 
+
 def _pathwise_run(cls, *, n_trajectories=6, critic_steps=1, critic_samples=10_000, **kwargs):
     model = GHM64(GHMParams(**PARAMS))
     simulator = TrajectorySimulator(model, dt=DT, horizon=DT * STEPS)
     policy, critic = _nets(1)
-    algo = cls(policy, simulator, critic, n_trajectories=n_trajectories, max_grad_norm=1e9, clip_sharpness=20.0,
-               critic_steps=critic_steps, critic_samples=critic_samples, generator=torch.Generator().manual_seed(2),
-               **kwargs)
+    algo = cls(
+        policy,
+        simulator,
+        critic,
+        n_trajectories=n_trajectories,
+        max_grad_norm=1e9,
+        clip_sharpness=20.0,
+        critic_steps=critic_steps,
+        critic_samples=critic_samples,
+        generator=torch.Generator().manual_seed(2),
+        **kwargs,
+    )
     _use_sgd(algo, "policy_optimizer", "critic_optimizer", policy, critic)
     policy0, critic0 = copy.deepcopy(policy), copy.deepcopy(critic)
     captured = []
@@ -323,14 +408,28 @@ def _hjb_residual_fd(critic, model, x, controls):
     p = model.params
     h = 1e-4
     v0, vp, vm = critic(x), critic(x + h), critic(x - h)
-    first, second = (vp - vm) / (2 * h), (vp - 2 * v0 + vm) / h ** 2
+    first, second = (vp - vm) / (2 * h), (vp - 2 * v0 + vm) / h**2
     c, a_L, a_E = x[:, 0], controls[:, 0], controls[:, 1]
-    hamiltonian = (a_L - (1 + p.lambda_dilution) * a_E) + (p.mu + p.r * c - a_L + a_E) * first + 0.5 * p.sigma ** 2 * second
+    hamiltonian = (
+        (a_L - (1 + p.lambda_dilution) * a_E) + (p.mu + p.r * c - a_L + a_E) * first + 0.5 * p.sigma**2 * second
+    )
     return p.rho * v0 - hamiltonian
 
 
-def _pathwise_expected(policy, critic0, cashes, rewards, survivals, perm_state, *, policy_grad_norm, critic_steps,
-                       critic_samples, targets, hjb=None):
+def _pathwise_expected(
+    policy,
+    critic0,
+    cashes,
+    rewards,
+    survivals,
+    perm_state,
+    *,
+    policy_grad_norm,
+    critic_steps,
+    critic_samples,
+    targets,
+    hjb=None,
+):
     """(critic params, metrics) of one iteration: ``critic_steps`` SGD steps on disjoint
     subsamples of the alive (state, target) pairs (a uniform permutation drawn from the
     solver's generator after the rollout), and the diagnostics."""
@@ -340,17 +439,19 @@ def _pathwise_expected(policy, critic0, cashes, rewards, survivals, perm_state, 
         payout = torch.zeros(B)
         weight = torch.ones(B)
         for t in range(T):
-            payout = payout + GAMMA ** t * weight * rewards[t]
+            payout = payout + GAMMA**t * weight * rewards[t]
             weight = weight * survivals[t]
-        payout = (payout + GAMMA ** T * weight * critic0(cashes[-1].unsqueeze(1))).tolist()
+        payout = (payout + GAMMA**T * weight * critic0(cashes[-1].unsqueeze(1))).tolist()
     pairs = _alive_pairs(cashes, survivals)
     # pair (t, i) sits at flat index i * T + t of the solver's [B, T] layout
     pairs.sort(key=lambda ti: ti[1] * T + ti[0])
     chunk = max(1, min(critic_samples, len(pairs) // critic_steps))
     order = torch.randperm(len(pairs), generator=torch.Generator().set_state(perm_state)).tolist()
-    draws = [[pairs[j] for j in order[step * chunk:(step + 1) * chunk]] for step in range(critic_steps)]
-    batch = [(torch.stack([cashes[t][i].detach() for t, i in d]).unsqueeze(1),
-              torch.stack([targets[t][i] for t, i in d])) for d in draws]
+    draws = [[pairs[j] for j in order[step * chunk : (step + 1) * chunk]] for step in range(critic_steps)]
+    batch = [
+        (torch.stack([cashes[t][i].detach() for t, i in d]).unsqueeze(1), torch.stack([targets[t][i] for t, i in d]))
+        for d in draws
+    ]
     metrics = {}
     with torch.no_grad():
         metrics["value/explained_variance"] = _explained_variance(critic(batch[0][0]).tolist(), batch[0][1].tolist())
@@ -368,14 +469,23 @@ def _pathwise_expected(policy, critic0, cashes, rewards, survivals, perm_state, 
         controls = policy.mean_std(x0)[0].clamp(0.0, 1.0)  # the hard clip of the updated policy
     lengths = [sum(1 for t, i in pairs if i == b) for b in range(B)]
     survive_all = [math.prod(s[b].item() for s in survivals) for b in range(B)]
-    metrics.update({
-        "loss/policy": -sum(payout) / B, "return/mean": sum(payout) / B, "return/std": _std(payout),
-        "return/min": min(payout), "return/max": max(payout),
-        "episode/length": sum(lengths) / B, "stats/termination_rate": 1.0 - sum(survive_all) / B,
-        "policy/mean_action_L": controls[:, 0].mean().item(), "policy/mean_action_E": controls[:, 1].mean().item(),
-        "stats/grad_norm/policy": policy_grad_norm, "stats/lr/policy": LR, "stats/lr/baseline": LR,
-        "stats/alive_steps": len(pairs),
-    })
+    metrics.update(
+        {
+            "loss/policy": -sum(payout) / B,
+            "return/mean": sum(payout) / B,
+            "return/std": _std(payout),
+            "return/min": min(payout),
+            "return/max": max(payout),
+            "episode/length": sum(lengths) / B,
+            "stats/termination_rate": 1.0 - sum(survive_all) / B,
+            "policy/mean_action_L": controls[:, 0].mean().item(),
+            "policy/mean_action_E": controls[:, 1].mean().item(),
+            "stats/grad_norm/policy": policy_grad_norm,
+            "stats/lr/policy": LR,
+            "stats/lr/baseline": LR,
+            "stats/alive_steps": len(pairs),
+        }
+    )
     return _flat(critic), metrics, len(pairs), chunk
 
 
@@ -402,15 +512,26 @@ def _reward_to_go(critic0, cashes, rewards, survivals):
 @pytest.mark.filterwarnings("ignore:var\\(\\).*degrees of freedom:UserWarning")
 @pytest.mark.parametrize("critic_steps, critic_samples", [(1, 10_000), (3, 10_000), (2, 4), (2, 1)])
 def test_pathwise_critic_steps_on_disjoint_subsamples_and_every_metric_match_a_reference(
-        float64_default, critic_steps, critic_samples):
+    float64_default, critic_steps, critic_samples
+):
     model, algo, policy, critic, policy0, critic0, metrics, cashes, rewards, survivals, perm_state = _pathwise_run(
-        PathwisePolicyGradient, critic_steps=critic_steps, critic_samples=critic_samples)
+        PathwisePolicyGradient, critic_steps=critic_steps, critic_samples=critic_samples
+    )
     assert bool((survivals[-1] == 0).any()) and bool((survivals[-1] > 0).any())
     grad_norm = _checked_policy_step(policy, policy0, critic0, cashes, rewards, survivals)
     targets = _reward_to_go(critic0, cashes, rewards, survivals)
     new_critic, expected, n_pairs, chunk = _pathwise_expected(
-        policy, critic0, cashes, rewards, survivals, perm_state, policy_grad_norm=grad_norm, critic_steps=critic_steps,
-        critic_samples=critic_samples, targets=targets)
+        policy,
+        critic0,
+        cashes,
+        rewards,
+        survivals,
+        perm_state,
+        policy_grad_norm=grad_norm,
+        critic_steps=critic_steps,
+        critic_samples=critic_samples,
+        targets=targets,
+    )
     assert chunk == min(critic_samples, n_pairs // critic_steps) > 0
     torch.testing.assert_close(_flat(critic), new_critic, rtol=1e-9, atol=1e-11)
     assert set(metrics) == PATHWISE_KEYS
@@ -422,7 +543,8 @@ def test_pathwise_rollout_is_the_hand_written_euler_rollout_and_a_liquidated_pat
     Euler scheme's; once a path's survival is 0 its state is frozen where it was (rewards
     after that are weighted 0, but the states are what the critic and the bootstrap see)."""
     model, algo, policy, critic, policy0, critic0, metrics, cashes, rewards, survivals, perm_state = _pathwise_run(
-        PathwisePolicyGradient)
+        PathwisePolicyGradient
+    )
     initial = torch.stack([cashes[0]], 1)
     generator = torch.Generator().manual_seed(11)
     noise = torch.randn((initial.shape[0], STEPS, 1), generator=generator)
@@ -438,7 +560,8 @@ def test_pathwise_rollout_is_the_hand_written_euler_rollout_and_a_liquidated_pat
 
 def test_pathwise_diagnostic_controls_are_the_first_4096_states_of_the_first_draw(float64_default):
     model, algo, policy, critic, policy0, critic0, metrics, cashes, rewards, survivals, perm_state = _pathwise_run(
-        PathwisePolicyGradient, n_trajectories=1000, critic_steps=1, critic_samples=10_000)
+        PathwisePolicyGradient, n_trajectories=1000, critic_steps=1, critic_samples=10_000
+    )
     pairs = sorted(_alive_pairs(cashes, survivals), key=lambda ti: ti[1] * STEPS + ti[0])
     assert len(pairs) > 4097
     order = torch.randperm(len(pairs), generator=torch.Generator().set_state(perm_state)).tolist()
@@ -459,7 +582,8 @@ def test_actor_critic_critic_steps_hjb_residuals_and_metrics_match_a_reference(f
     if residual != "none":
         kwargs.update(hjb_weight=weight, hjb_residual=residual)
     model, algo, policy, critic, policy0, critic0, metrics, cashes, rewards, survivals, perm_state = _pathwise_run(
-        ActorCritic, critic_steps=2, **kwargs)
+        ActorCritic, critic_steps=2, **kwargs
+    )
     T = len(rewards)
     with torch.no_grad():
         values = [critic0(c.unsqueeze(1)) for c in cashes]
@@ -471,10 +595,12 @@ def test_actor_critic_critic_steps_hjb_residuals_and_metrics_match_a_reference(f
     if residual == "none":
         hjb = None
     elif residual == "policy":
+
         def residual_fn(net, x):
             with torch.no_grad():
                 u = policy.mean_std(x)[0].clamp(0.0, 1.0)
             return _hjb_residual_fd(net, model, x, u)
+
         hjb = (weight, residual_fn)
     else:
         corners = [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 1.0)]
@@ -482,11 +608,22 @@ def test_actor_critic_critic_steps_hjb_residuals_and_metrics_match_a_reference(f
         def residual_fn(net, x):
             per_corner = [_hjb_residual_fd(net, model, x, torch.tensor([u]).expand(x.shape[0], 2)) for u in corners]
             return torch.stack(per_corner).min(0).values  # rho V - max_u H
+
         hjb = (weight, residual_fn)
     grad_norm = _checked_policy_step(policy, policy0, critic0, cashes, rewards, survivals)
     new_critic, expected, n_pairs, chunk = _pathwise_expected(
-        policy, critic0, cashes, rewards, survivals, perm_state, policy_grad_norm=grad_norm, critic_steps=2,
-        critic_samples=10_000, targets=targets, hjb=hjb)
+        policy,
+        critic0,
+        cashes,
+        rewards,
+        survivals,
+        perm_state,
+        policy_grad_norm=grad_norm,
+        critic_steps=2,
+        critic_samples=10_000,
+        targets=targets,
+        hjb=hjb,
+    )
     torch.testing.assert_close(_flat(critic), new_critic, rtol=1e-6, atol=1e-8)
     if residual == "optimal":
         with torch.no_grad():  # the optimal residual differs from the policy's in this batch
@@ -505,24 +642,38 @@ def test_policy_hjb_residual_names_the_shape_it_refused():
 
 # -- seeded steps draw only from the solver's generator --------------------------------------------
 
+
 @pytest.mark.parametrize("solver", ["mc_pg", "pathwise", "actor_critic"])
 def test_a_seeded_step_leaves_the_global_random_stream_alone(float64_default, solver):
     """Initial states, noise and subsample permutations come from the solver's generator: the
     global stream is not drawn from, and the same seed gives the same step."""
+
     def step():
         model = GHM64(GHMParams(**PARAMS))
         simulator = TrajectorySimulator(model, dt=DT, horizon=DT * STEPS)
         policy, critic = _nets()
         generator = torch.Generator().manual_seed(7)
         if solver == "mc_pg":
-            algo = MonteCarloPolicyGradient(policy, simulator, critic, n_trajectories=6, score_samples=4,
-                                            generator=generator)
+            algo = MonteCarloPolicyGradient(
+                policy, simulator, critic, n_trajectories=6, score_samples=4, generator=generator
+            )
         elif solver == "pathwise":
-            algo = PathwisePolicyGradient(policy, simulator, critic, n_trajectories=6, critic_steps=2,
-                                          critic_samples=5, generator=generator)
+            algo = PathwisePolicyGradient(
+                policy, simulator, critic, n_trajectories=6, critic_steps=2, critic_samples=5, generator=generator
+            )
         else:
-            algo = ActorCritic(policy, simulator, critic, n_trajectories=6, critic_steps=2, critic_samples=5,
-                               hjb_weight=0.5, hjb_samples=8, hjb_interval=(0.05, 1.0), generator=generator)
+            algo = ActorCritic(
+                policy,
+                simulator,
+                critic,
+                n_trajectories=6,
+                critic_steps=2,
+                critic_samples=5,
+                hjb_weight=0.5,
+                hjb_samples=8,
+                hjb_interval=(0.05, 1.0),
+                generator=generator,
+            )
         global_state = torch.random.get_rng_state()
         metrics = algo.train_step()
         assert torch.equal(torch.random.get_rng_state(), global_state)
@@ -536,6 +687,7 @@ def test_a_seeded_step_leaves_the_global_random_stream_alone(float64_default, so
 
 
 # -- soft_clip -------------------------------------------------------------------------------------
+
 
 def test_soft_clip_is_its_softplus_formula_on_a_box_that_is_not_the_unit_box():
     """``low + softplus(k (v - low)) / k - softplus(k (v - high)) / k``, ``k = sharpness /

@@ -1,4 +1,3 @@
-
 import pytest
 import torch
 from torch.distributions import Normal
@@ -65,7 +64,9 @@ def test_gaussian_policy_mean_shift_and_mean_init():
 
 def test_policy_and_value_contracts():
     policy = GaussianPolicy(1, 2, (8,))
-    with pytest.raises(TensorContractError, match=r"GaussianPolicy.act: states expected float32\|float64\[B, 1\], got float32\[4, 3\]"):
+    with pytest.raises(
+        TensorContractError, match=r"GaussianPolicy.act: states expected float32\|float64\[B, 1\], got float32\[4, 3\]"
+    ):
         policy.act(torch.zeros(4, 3))
     with pytest.raises(TensorContractError, match="int64"):
         policy.act(torch.zeros(4, 1, dtype=torch.int64))

@@ -1,4 +1,5 @@
 """The shared on-policy update on a two-armed bandit with a known better arm."""
+
 import math
 
 import pytest
@@ -42,7 +43,9 @@ def test_updates_learn_the_better_arm_and_its_value(mode, iterations):
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     for k in range(iterations):
         batch, evaluate = bandit_batch(model, seed=k)
-        metrics = onpolicy_update(evaluate, batch, model.parameters(), optimizer, hp, generator=torch.Generator().manual_seed(k))
+        metrics = onpolicy_update(
+            evaluate, batch, model.parameters(), optimizer, hp, generator=torch.Generator().manual_seed(k)
+        )
         assert metrics["stats/epochs"].item() == (4 if mode == "ppo" else 1)
     better = torch.softmax(model.logits, 0)[1].item()
     assert better > 0.95
@@ -90,7 +93,9 @@ def test_every_sample_is_used_exactly_once_per_epoch(size, num_minibatches):
     advantages = torch.linspace(-1.0, 1.0, size)
     batch = OnPolicyBatch(torch.full((size,), -math.log(2.0)), advantages, advantages.clone(), torch.zeros(size))
     hp = OnPolicyHyperparams(ppo_epochs=1, num_minibatches=num_minibatches, normalize_advantages=False)
-    onpolicy_update(evaluate, batch, [logits], torch.optim.SGD([logits], lr=0.01), hp, generator=torch.Generator().manual_seed(0))
+    onpolicy_update(
+        evaluate, batch, [logits], torch.optim.SGD([logits], lr=0.01), hp, generator=torch.Generator().manual_seed(0)
+    )
     assert torch.equal(torch.sort(torch.cat(seen)).values, torch.arange(size))
     sizes = [len(index) for index in seen]
     assert len(sizes) == min(num_minibatches, size) and max(sizes) - min(sizes) <= 1
@@ -102,5 +107,5 @@ def test_minibatches_are_consecutive_slices_of_the_shuffled_order():
     update before the remainder fix."""
     order = torch.randperm(12, generator=torch.Generator().manual_seed(5))
     parts = minibatch_indices(order, 4)
-    assert [p.tolist() for p in parts] == [order[i:i + 3].tolist() for i in range(0, 12, 3)]
+    assert [p.tolist() for p in parts] == [order[i : i + 3].tolist() for i in range(0, 12, 3)]
     assert [len(p) for p in minibatch_indices(order, 5)] == [3, 3, 2, 2, 2]

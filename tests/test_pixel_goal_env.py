@@ -1,4 +1,5 @@
 """PixelGoalEnv: rendering, dynamics, reward formula, autoreset, contracts, determinism."""
+
 import pytest
 import torch
 
@@ -48,7 +49,7 @@ def test_step_dynamics_and_reward_formula():
     obs, reward, done, trunc, info = env.step(actions)
     expected_cells = torch.tensor([[2, 2], [1, 2], [3, 2], [2, 1], [2, 3]])
     assert torch.equal(env.agent, expected_cells * 2)
-    new_dist = torch.tensor([2.0, 5 ** 0.5, 5 ** 0.5, 3.0, 1.0])
+    new_dist = torch.tensor([2.0, 5**0.5, 5**0.5, 3.0, 1.0])
     assert torch.allclose(info["dist"], new_dist)
     # r = -step_cost + alpha (d_prev - d) + bonus * success
     assert torch.allclose(reward, -0.05 + 0.3 * (2.0 - new_dist))
@@ -181,9 +182,9 @@ def test_seeded_runs_identical_and_state_dict_resumes_exactly():
     rng_b = torch.Generator()
     rng_b.set_state(rng_state)
     tail_b = rollout(b, 50, rng_b)
-    for x, y in zip(tail_a, tail_b):
-        assert all(torch.equal(u, v) for u, v in zip(x, y))
+    for x, y in zip(tail_a, tail_b, strict=False):
+        assert all(torch.equal(u, v) for u, v in zip(x, y, strict=False))
     c = make_pixel_goal_env(64, seed=9, stack_k=2)
     c.reset()
     again = rollout(c, 50, torch.Generator().manual_seed(1))
-    assert all(torch.equal(u, v) for x, y in zip(first, again) for u, v in zip(x, y))
+    assert all(torch.equal(u, v) for x, y in zip(first, again, strict=False) for u, v in zip(x, y, strict=False))

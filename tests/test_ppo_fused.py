@@ -2,6 +2,7 @@
 ppo_clip_loss: every parameter's gradient and every metric, for both heads, both
 activations, 1-3 hidden layers, value clipping and the entropy bonus; where it declines
 (gSDE, LayerNorm, other activations); and a short training run with and without it."""
+
 import dataclasses
 
 import numpy as np
@@ -51,8 +52,9 @@ def test_closed_form_gradient_equals_autograd(head, activation, hidden_dims, val
     settings = dict(clip_coef=0.2, value_clip_coef=value_clip_coef, value_coef=0.7, entropy_coef=entropy_coef)
 
     log_probs, entropy, values = net.evaluate_actions(obs, actions)
-    reference = ppo_clip_loss(log_probs, old_log_probs, advantages, values, returns, entropy=entropy, old_values=old_values,
-                              **settings)
+    reference = ppo_clip_loss(
+        log_probs, old_log_probs, advantages, values, returns, entropy=entropy, old_values=old_values, **settings
+    )
     net.zero_grad(set_to_none=True)
     reference["loss"].backward()
     expected = {name: p.grad.clone() for name, p in net.named_parameters()}
@@ -85,11 +87,27 @@ def test_closed_form_declines_networks_it_does_not_cover():
 def test_training_with_the_closed_form_follows_autograd(tmp_path, env):
     # Same seed, same random streams: the two runs differ only by float rounding in the
     # gradients, so after 4 iterations (16 Adam steps) the weights still agree closely.
-    config = make_config(PPOConfig, env=env, num_envs=2, num_steps=32, total_steps=2 * 32 * 4, num_minibatches=2, ppo_epochs=2,
-                         hidden_dims=(16, 16), entropy_coef=0.01, value_clip_coef=0.2, lr=3e-3, clip_coef=0.05, tensorboard=False, eval_episodes=0,
-                         log_dir=tmp_path / "fused")
+    config = make_config(
+        PPOConfig,
+        env=env,
+        num_envs=2,
+        num_steps=32,
+        total_steps=2 * 32 * 4,
+        num_minibatches=2,
+        ppo_epochs=2,
+        hidden_dims=(16, 16),
+        entropy_coef=0.01,
+        value_clip_coef=0.2,
+        lr=3e-3,
+        clip_coef=0.05,
+        tensorboard=False,
+        eval_episodes=0,
+        log_dir=tmp_path / "fused",
+    )
     fused = train_ppo(config, echo=lambda *a, **k: None)
-    plain = train_ppo(dataclasses.replace(config, fused_update=False, log_dir=tmp_path / "autograd"), echo=lambda *a, **k: None)
+    plain = train_ppo(
+        dataclasses.replace(config, fused_update=False, log_dir=tmp_path / "autograd"), echo=lambda *a, **k: None
+    )
     fused_weights, plain_weights = (load_checkpoint_file(run.run_dir)["models"]["agent"] for run in (fused, plain))
     for name, weight in plain_weights.items():
         assert torch.allclose(fused_weights[name], weight, atol=2e-5, rtol=1e-4), name
@@ -98,8 +116,15 @@ def test_training_with_the_closed_form_follows_autograd(tmp_path, env):
     # the logged loss metrics: made once per update from the kept terms, the same numbers
     # as the mean over minibatches of ppo_clip_loss's (equal-size minibatches here)
     fused_log, plain_log = read_metrics(fused.run_dir), read_metrics(plain.run_dir)
-    for column in ("loss/policy", "loss/value", "loss/entropy", "stats/entropy", "stats/approx_kl", "stats/clipfrac",
-                   "stats/grad_norm"):
+    for column in (
+        "loss/policy",
+        "loss/value",
+        "loss/entropy",
+        "stats/entropy",
+        "stats/approx_kl",
+        "stats/clipfrac",
+        "stats/grad_norm",
+    ):
         assert np.allclose(fused_log[column], plain_log[column], rtol=2e-3, atol=1e-6), column
     if env == "gym:Pendulum-v1":  # (CartPole's policy moves too little in 4 iterations to clip)
         assert fused_log["stats/clipfrac"].max() > 0
@@ -118,14 +143,26 @@ def test_summarize_over_minibatches_weights_each_sample_once():
             minibatch = _minibatch(net, 4, size, generator)
             terms.append(closed_form.gradient(*minibatch, **settings))
             log_probs, entropy, values = net.evaluate_actions(minibatch[0], minibatch[1])
-            singles.append(ppo_clip_loss(log_probs, minibatch[2], minibatch[3], values, minibatch[4], entropy=entropy,
-                                         old_values=minibatch[5], **settings))
+            singles.append(
+                ppo_clip_loss(
+                    log_probs,
+                    minibatch[2],
+                    minibatch[3],
+                    values,
+                    minibatch[4],
+                    entropy=entropy,
+                    old_values=minibatch[5],
+                    **settings,
+                )
+            )
             with torch.no_grad():  # as an optimiser step would: the next minibatch sees other weights
                 for p in net.parameters():
                     p.add_(0.05 * torch.randn(p.shape, generator=generator))
         summary = closed_form.summarize(terms, clip_coef=0.2, value_coef=0.5, entropy_coef=0.01)
         for key, value in summary.items():
-            expected = sum(single[key].detach() * size for single, size in zip(singles, sizes)) / sum(sizes)
+            expected = sum(single[key].detach() * size for single, size in zip(singles, sizes, strict=False)) / sum(
+                sizes
+            )
             assert torch.allclose(value, expected, atol=1e-6, rtol=1e-5), (type(net).__name__, key)
 
 
@@ -135,13 +172,13 @@ def test_clip_grad_norm_is_torchs_clip_grad_norm(max_norm):
 
     torch.manual_seed(0)
     ours, theirs = ([nn.Parameter(torch.zeros(shape)) for shape in ((4, 3), (3,), (2, 5))] for _ in range(2))
-    for a, b in zip(ours, theirs):
+    for a, b in zip(ours, theirs, strict=False):
         a.grad = torch.randn(a.shape) * 3
         b.grad = a.grad.clone()
     norm = clip_grad_norm(ours, max_norm)
     expected = nn.utils.clip_grad_norm_(theirs, max_norm)
     assert torch.equal(norm, expected)
-    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours, theirs))
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours, theirs, strict=False))
     clipped = float(torch.linalg.vector_norm(torch.stack([a.grad.norm() for a in ours])))
     assert clipped == pytest.approx(min(max_norm, float(expected)), rel=1e-5)  # clipped only when over max_norm
 
@@ -159,8 +196,18 @@ def _update_both_ways(net, obs, actions, batch, hp, *, lr):
         optimizer = torch.optim.Adam(model.parameters(), lr=lr)
         evaluate = lambda index, model=model: model.evaluate_actions(obs[index], actions[index])  # noqa: E731
         fused = fused_ppo_gradient(model).bind(obs, actions, batch) if name == "closed_form" else None
-        results[name] = (model, onpolicy_update(evaluate, batch, model.parameters(), optimizer, hp,
-                                                generator=torch.Generator().manual_seed(1), fused_gradient=fused))
+        results[name] = (
+            model,
+            onpolicy_update(
+                evaluate,
+                batch,
+                model.parameters(),
+                optimizer,
+                hp,
+                generator=torch.Generator().manual_seed(1),
+                fused_gradient=fused,
+            ),
+        )
     return results
 
 
@@ -173,7 +220,9 @@ def test_onpolicy_update_with_the_closed_form_stops_at_the_same_epoch(target_kl)
 
     torch.manual_seed(0)
     net = CategoricalActorCritic(4, 3, (16,))
-    obs, actions, old_log_probs, advantages, returns, old_values = _minibatch(net, 4, 128, torch.Generator().manual_seed(5))
+    obs, actions, old_log_probs, advantages, returns, old_values = _minibatch(
+        net, 4, 128, torch.Generator().manual_seed(5)
+    )
     with torch.no_grad():  # on-policy: the first epoch's ratios are 1
         old_log_probs, _, old_values = net.evaluate_actions(obs, actions)
     batch = OnPolicyBatch(old_log_probs, advantages, returns, old_values)
@@ -182,7 +231,9 @@ def test_onpolicy_update_with_the_closed_form_stops_at_the_same_epoch(target_kl)
     epochs = {name: int(metrics["stats/epochs"]) for name, (_, metrics) in results.items()}
     assert epochs["autograd"] == epochs["closed_form"]
     assert epochs["autograd"] == {None: 8, 1e-12: 1, 3e-2: 2, 1e-1: 8}[target_kl]
-    for (name, a), b in zip(results["autograd"][0].named_parameters(), results["closed_form"][0].parameters()):
+    for (name, a), b in zip(
+        results["autograd"][0].named_parameters(), results["closed_form"][0].parameters(), strict=False
+    ):
         assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), name
     for key, value in results["autograd"][1].items():
         assert torch.allclose(results["closed_form"][1][key], value, atol=1e-5, rtol=1e-3), key
@@ -203,7 +254,9 @@ def test_blas_threads_caps_numpys_blas_inside_the_block_and_float64_falls_back()
 @pytest.mark.parametrize("head", ["categorical", "gaussian"])
 @pytest.mark.parametrize("num_minibatches", [1, 3])
 @pytest.mark.parametrize("normalize_advantages", [True, False])
-def test_onpolicy_update_with_the_closed_form_follows_autograd_whole_batch_or_not(head, num_minibatches, normalize_advantages):
+def test_onpolicy_update_with_the_closed_form_follows_autograd_whole_batch_or_not(
+    head, num_minibatches, normalize_advantages
+):
     # One minibatch per epoch takes the rollout's arrays as they are (no gather, the
     # normalised advantages made once); three take gathered, separately normalised rows.
     # Either way: autograd's weights and metrics after several epochs.
@@ -212,13 +265,18 @@ def test_onpolicy_update_with_the_closed_form_follows_autograd_whole_batch_or_no
 
     torch.manual_seed(2)
     net = CategoricalActorCritic(3, 4, (16, 16)) if head == "categorical" else GaussianActorCritic(3, 2, (16, 16))
-    obs, actions, old_log_probs, advantages, returns, old_values = _minibatch(net, 3, 96, torch.Generator().manual_seed(6))
+    obs, actions, old_log_probs, advantages, returns, old_values = _minibatch(
+        net, 3, 96, torch.Generator().manual_seed(6)
+    )
     advantages = 3.0 * advantages + 1.5  # far from normalised, so skipping the normalisation would show
     batch = OnPolicyBatch(old_log_probs, advantages, returns, old_values)
-    hp = OnPolicyHyperparams(ppo_epochs=5, num_minibatches=num_minibatches, entropy_coef=0.01,
-                             normalize_advantages=normalize_advantages)
+    hp = OnPolicyHyperparams(
+        ppo_epochs=5, num_minibatches=num_minibatches, entropy_coef=0.01, normalize_advantages=normalize_advantages
+    )
     results = _update_both_ways(net, obs, actions, batch, hp, lr=1e-2)
-    for (name, a), b in zip(results["autograd"][0].named_parameters(), results["closed_form"][0].parameters()):
+    for (name, a), b in zip(
+        results["autograd"][0].named_parameters(), results["closed_form"][0].parameters(), strict=False
+    ):
         assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), name
     for key, value in results["autograd"][1].items():
         assert torch.allclose(results["closed_form"][1][key], value, atol=1e-5, rtol=1e-3), key

@@ -1,4 +1,5 @@
 """Actor-critic networks and the PPO update on problems with a known better action."""
+
 import math
 
 import pytest
@@ -86,8 +87,14 @@ def test_discrete_actor_critic_learns_a_state_dependent_best_action(mode, iterat
     hp = OnPolicyHyperparams(algo=mode, ppo_epochs=2, num_minibatches=2)
     for k in range(iterations):
         obs, actions, batch = contextual_bandit_batch(net, 256, k, lambda o, a: (a == (o[:, 0] > 0).long()).float())
-        onpolicy_update(lambda i: net.evaluate_actions(obs[i], actions[i]), batch, net.parameters(), optimizer, hp,
-                        generator=torch.Generator().manual_seed(k))
+        onpolicy_update(
+            lambda i: net.evaluate_actions(obs[i], actions[i]),
+            batch,
+            net.parameters(),
+            optimizer,
+            hp,
+            generator=torch.Generator().manual_seed(k),
+        )
     with torch.no_grad():
         right = torch.softmax(net.actor(probe), -1)[torch.arange(256), best]
     assert right.mean().item() > 0.9
@@ -105,8 +112,14 @@ def test_gaussian_ppo_finds_the_reward_peak_and_shrinks_sigma(one_thread):
     hp = OnPolicyHyperparams(algo="ppo", entropy_coef=0.0, ppo_epochs=2, num_minibatches=2)
     for k in range(8):
         obs, actions, batch = contextual_bandit_batch(net, 256, k, lambda o, a: -(a[:, 0] - 1.0).pow(2))
-        onpolicy_update(lambda i: net.evaluate_actions(obs[i], actions[i]), batch, net.parameters(), optimizer, hp,
-                        generator=torch.Generator().manual_seed(k))
+        onpolicy_update(
+            lambda i: net.evaluate_actions(obs[i], actions[i]),
+            batch,
+            net.parameters(),
+            optimizer,
+            hp,
+            generator=torch.Generator().manual_seed(k),
+        )
     assert abs(net.deterministic_action(probe).item() - 1.0) < 0.1
     assert net.log_std.item() < -0.4
 
@@ -122,8 +135,16 @@ def test_gae_lambda_one_with_mid_rollout_truncation_is_segment_monte_carlo_retur
     final_value, last_value = 7.0, -2.0
     next_values = torch.cat([values[:, 1:], torch.tensor([[last_value]], dtype=torch.float64)], 1)
     next_values[0, 1] = final_value
-    adv, ret = compute_gae(rewards, values, dones, truncs, torch.tensor([last_value], dtype=torch.float64), gamma, 1.0,
-                           next_values=next_values)
+    adv, ret = compute_gae(
+        rewards,
+        values,
+        dones,
+        truncs,
+        torch.tensor([last_value], dtype=torch.float64),
+        gamma,
+        1.0,
+        next_values=next_values,
+    )
     g1 = 2.0 + gamma * final_value
     g0 = 1.0 + gamma * g1
     g3 = 4.0
@@ -133,14 +154,24 @@ def test_gae_lambda_one_with_mid_rollout_truncation_is_segment_monte_carlo_retur
     torch.testing.assert_close(ret, want)
     torch.testing.assert_close(adv, want - values)
     # lam=0: TD errors, with V(final_obs) at the truncation and no bootstrap at the end.
-    adv0, _ = compute_gae(rewards, values, dones, truncs, torch.tensor([last_value], dtype=torch.float64), gamma, 0.0,
-                          next_values=next_values)
+    adv0, _ = compute_gae(
+        rewards,
+        values,
+        dones,
+        truncs,
+        torch.tensor([last_value], dtype=torch.float64),
+        gamma,
+        0.0,
+        next_values=next_values,
+    )
     td = rewards + gamma * (~dones).double() * next_values - values
     torch.testing.assert_close(adv0, td)
     assert math.isclose(float(adv0[0, 1]), 2.0 + gamma * final_value + 1.0)
     # reinforce_raw's returns: no critic at all, every episode boundary cuts the sum.
     mc = reward_to_go(rewards, dones | truncs, gamma)
-    torch.testing.assert_close(mc, torch.tensor([[1.0 + gamma * 2.0, 2.0, 3.0 + gamma * 4.0, 4.0, 5.0]], dtype=torch.float64))
+    torch.testing.assert_close(
+        mc, torch.tensor([[1.0 + gamma * 2.0, 2.0, 3.0 + gamma * 4.0, 4.0, 5.0]], dtype=torch.float64)
+    )
 
 
 @pytest.mark.parametrize("activation", ["tanh", "relu", "elu", "silu", "gelu"])

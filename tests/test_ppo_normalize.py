@@ -2,6 +2,7 @@
 NumPy over the concatenated data, the step logic against a line-by-line NumPy
 transcription of VecNormalize, and a normalised PPO run end to end (exact resume, the
 statistics in the checkpoint, the same return through `pglab evaluate` and the Python API)."""
+
 import json
 
 import numpy as np
@@ -66,7 +67,9 @@ class NumpyVecNormalize:
         return mean + delta * batch_count / total, m2 / total, total
 
     def _norm_obs(self, obs):
-        return np.clip((obs - self.obs_mean) / np.sqrt(self.obs_var + self.epsilon), -self.clip_obs, self.clip_obs).astype(np.float32)
+        return np.clip(
+            (obs - self.obs_mean) / np.sqrt(self.obs_var + self.epsilon), -self.clip_obs, self.clip_obs
+        ).astype(np.float32)
 
     def reset(self, obs):
         self.returns = np.zeros_like(self.returns)
@@ -77,8 +80,12 @@ class NumpyVecNormalize:
         self.obs_mean, self.obs_var, self.obs_count = self._merge(self.obs_mean, self.obs_var, self.obs_count, obs)
         obs = self._norm_obs(obs)
         self.returns = self.returns * self.gamma + rewards
-        self.ret_mean, self.ret_var, self.ret_count = self._merge(self.ret_mean, self.ret_var, self.ret_count, self.returns)
-        rewards = np.clip(rewards / np.sqrt(self.ret_var + self.epsilon), -self.clip_reward, self.clip_reward).astype(np.float32)
+        self.ret_mean, self.ret_var, self.ret_count = self._merge(
+            self.ret_mean, self.ret_var, self.ret_count, self.returns
+        )
+        rewards = np.clip(rewards / np.sqrt(self.ret_var + self.epsilon), -self.clip_reward, self.clip_reward).astype(
+            np.float32
+        )
         self.returns[dones] = 0
         return obs, rewards
 
@@ -93,14 +100,18 @@ def test_normalizer_steps_like_sb3_vecnormalize():
     normalizer = ObsRewardNormalizer((obs_dim,), num_envs, gamma=gamma, clip_obs=2.0, clip_reward=2.0)
     scale, offset = np.array([1.0, 10.0, 0.1, 50.0]), np.array([0.0, -20.0, 5.0, 100.0])
     first = (rng.normal(size=(num_envs, obs_dim)) * scale + offset).astype(np.float32)
-    np.testing.assert_allclose(normalizer.reset(torch.from_numpy(first)).numpy(), reference.reset(first), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        normalizer.reset(torch.from_numpy(first)).numpy(), reference.reset(first), rtol=1e-6, atol=1e-6
+    )
     clipped = 0
     for _ in range(40):
         obs = (rng.normal(size=(num_envs, obs_dim)) * scale + offset).astype(np.float32)
         rewards = (rng.normal(size=num_envs) * 100.0).astype(np.float32)
         dones = rng.random(num_envs) < 0.2
         expected_obs, expected_rewards = reference.step(obs, rewards, dones)
-        got_obs, got_rewards = normalizer.step(torch.from_numpy(obs), torch.from_numpy(rewards), torch.from_numpy(dones))
+        got_obs, got_rewards = normalizer.step(
+            torch.from_numpy(obs), torch.from_numpy(rewards), torch.from_numpy(dones)
+        )
         assert got_obs.dtype == torch.float32 and got_rewards.dtype == torch.float32
         np.testing.assert_allclose(got_obs.numpy(), expected_obs, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got_rewards.numpy(), expected_rewards, rtol=1e-5, atol=1e-6)
@@ -114,7 +125,9 @@ def test_frozen_normalizer_applies_but_never_updates():
     normalizer.reset(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
     state = normalizer.state_dict()
     normalizer.training = False
-    out, _ = normalizer.step(torch.tensor([[100.0, -100.0], [5.0, 5.0]]), torch.tensor([1.0, 1.0]), torch.tensor([False, False]))
+    out, _ = normalizer.step(
+        torch.tensor([[100.0, -100.0], [5.0, 5.0]]), torch.tensor([1.0, 1.0]), torch.tensor([False, False])
+    )
     assert np.array_equal(normalizer.obs_rms.mean, state["obs_rms"]["mean"].numpy())
     assert normalizer.obs_rms.count == state["obs_rms"]["count"]
     assert normalizer.ret_rms.count == state["ret_rms"]["count"]
@@ -123,8 +136,19 @@ def test_frozen_normalizer_applies_but_never_updates():
 
 # -- a normalised PPO run ------------------------------------------------------------------
 def normalized_config(tmp_path, name, **overrides):
-    fields = dict(env="gym:Pendulum-v1", num_envs=2, num_steps=64, total_steps=2 * 64 * 6, num_minibatches=2, ppo_epochs=2,
-                  hidden_dims=(16,), normalize_obs=True, normalize_reward=True, log_dir=tmp_path / name, **QUIET)
+    fields = dict(
+        env="gym:Pendulum-v1",
+        num_envs=2,
+        num_steps=64,
+        total_steps=2 * 64 * 6,
+        num_minibatches=2,
+        ppo_epochs=2,
+        hidden_dims=(16,),
+        normalize_obs=True,
+        normalize_reward=True,
+        log_dir=tmp_path / name,
+        **QUIET,
+    )
     fields.update(overrides)
     return make_config(PPOConfig, **fields)
 
@@ -144,7 +168,9 @@ def test_normalized_run_resumes_bit_identically(tmp_path):
     assert torch.equal(a["extra"]["obs"], b["extra"]["obs"])
     stats_a, stats_b = a["extra"]["normalizer"], b["extra"]["normalizer"]
     for group in ("obs_rms", "ret_rms"):
-        assert torch.equal(stats_a[group]["mean"], stats_b[group]["mean"]) and torch.equal(stats_a[group]["var"], stats_b[group]["var"])
+        assert torch.equal(stats_a[group]["mean"], stats_b[group]["mean"]) and torch.equal(
+            stats_a[group]["var"], stats_b[group]["var"]
+        )
         assert stats_a[group]["count"] == stats_b[group]["count"]
     # every step's observations (and the reset's) and every step's returns, 2 copies each
     assert stats_a["obs_rms"]["count"] == pytest.approx(1e-4 + 2 * (1 + 6 * 64))
@@ -165,7 +191,9 @@ def test_normalized_checkpoint_evaluates_the_same_through_cli_and_python_api(tmp
 
     result = train_ppo(normalized_config(tmp_path, "run", total_steps=2 * 64 * 2))
     stats = load_checkpoint_file(result.run_dir, kinds=["ppo"])["extra"]["normalizer"]["obs_rms"]
-    assert stats["count"] > 200 and not torch.allclose(stats["var"], torch.ones(3, dtype=torch.float64))  # learned statistics were stored
+    assert stats["count"] > 200 and not torch.allclose(
+        stats["var"], torch.ones(3, dtype=torch.float64)
+    )  # learned statistics were stored
     out = tmp_path / "eval.json"
     assert cli_main(["evaluate", str(result.run_dir), "--episodes", "3", "--seed", "7", "--output", str(out)]) == 0
     cli_return = json.loads(out.read_text())["return/mean"]
@@ -177,7 +205,9 @@ def test_normalized_checkpoint_evaluates_the_same_through_cli_and_python_api(tmp
     total, raw_differs = np.zeros(3), False
     for _ in range(200):  # Pendulum's time limit: all three copies end together
         actions = agent.predict(obs)
-        raw_differs |= not np.allclose(actions, agent.to_env(agent.policy.deterministic_action(torch.from_numpy(obs))).detach().numpy())
+        raw_differs |= not np.allclose(
+            actions, agent.to_env(agent.policy.deterministic_action(torch.from_numpy(obs))).detach().numpy()
+        )
         obs, rewards, _, _, _ = env.step(actions)
         total += rewards
     env.close()
@@ -189,13 +219,17 @@ def test_normalized_checkpoint_evaluates_the_same_through_cli_and_python_api(tmp
 def test_logged_returns_are_raw_when_rewards_are_normalised(tmp_path):
     """CartPole pays 1 per step: with reward normalisation the update sees scaled rewards,
     but the logged episode return still equals the episode length."""
-    result = train_ppo(normalized_config(tmp_path, "cartpole", env="gym:CartPole-v1", num_steps=32, total_steps=2 * 32 * 3))
+    result = train_ppo(
+        normalized_config(tmp_path, "cartpole", env="gym:CartPole-v1", num_steps=32, total_steps=2 * 32 * 3)
+    )
     metrics = read_metrics(result.run_dir).dropna(subset=["return/mean"])
     assert len(metrics) > 0 and (metrics["return/mean"] == metrics["episode/length"]).all()
 
 
 def test_default_run_has_no_normalizer_and_bad_clip_is_refused(tmp_path):
-    result = train_ppo(normalized_config(tmp_path, "plain", normalize_obs=False, normalize_reward=False, total_steps=128))
+    result = train_ppo(
+        normalized_config(tmp_path, "plain", normalize_obs=False, normalize_reward=False, total_steps=128)
+    )
     assert load_checkpoint_file(result.run_dir, kinds=["ppo"])["extra"]["normalizer"] is None
     assert pglab.load_checkpoint(result.run_dir, device="cpu").normalizer is None
     with pytest.raises(ConfigError, match=r"clip_obs: .*\(got 0.0\)"):

@@ -1,5 +1,6 @@
 """PPO options an SB3/RL-Zoo user expects: lr and clip-range schedules, gSDE, callbacks,
 and the RL-Zoo hyperparameter files in configs/ppo/."""
+
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +22,17 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "ppo"
 
 
 def tiny(tmp_path, name, **overrides):
-    fields = dict(env="gym:CartPole-v1", num_envs=2, num_steps=16, total_steps=2 * 16 * 4, num_minibatches=2, ppo_epochs=1,
-                  hidden_dims=(8,), log_dir=tmp_path / name, **QUIET)
+    fields = dict(
+        env="gym:CartPole-v1",
+        num_envs=2,
+        num_steps=16,
+        total_steps=2 * 16 * 4,
+        num_minibatches=2,
+        ppo_epochs=1,
+        hidden_dims=(8,),
+        log_dir=tmp_path / name,
+        **QUIET,
+    )
     fields.update(overrides)
     return make_config(PPOConfig, **fields)
 
@@ -97,7 +107,9 @@ def test_gsde_features_learn_through_the_mean_only():
 
 @pytest.mark.slow
 def test_gsde_run_resumes_exactly_and_discrete_is_refused(tmp_path):
-    config = dict(env="gym:Pendulum-v1", use_sde=True, sde_sample_freq=4, log_std_init=-2.0, num_steps=32, total_steps=2 * 32 * 4)
+    config = dict(
+        env="gym:Pendulum-v1", use_sde=True, sde_sample_freq=4, log_std_init=-2.0, num_steps=32, total_steps=2 * 32 * 4
+    )
     straight = train_ppo(tiny(tmp_path, "straight", **config))
     train_ppo(tiny(tmp_path, "split", **config), stop_after=2)
     resumed = train_ppo(make_config(PPOConfig, resume=tmp_path / "split", **QUIET))
@@ -116,8 +128,15 @@ class Recorder(PPOCallback):
         self.steps.append((info.iteration, info.rollout_step, info.env_steps, float(info.rewards.sum())))
 
     def on_rollout_end(self, info):
-        self.rollouts.append((info.iteration, info.env_steps, info.rollout["rewards"].shape, info.episode_returns.tolist(),
-                              info.episode_lengths.tolist()))
+        self.rollouts.append(
+            (
+                info.iteration,
+                info.env_steps,
+                info.rollout["rewards"].shape,
+                info.episode_returns.tolist(),
+                info.episode_lengths.tolist(),
+            )
+        )
         return False if info.iteration == self.stop_at_iteration else None
 
 
@@ -133,7 +152,7 @@ def test_callbacks_see_every_step_and_rollout_and_can_stop_cleanly(tmp_path):
     assert [s[:2] for s in recorder.steps[:17]] == [(1, t) for t in range(16)] + [(2, 0)]
     assert all(s[3] == 2.0 for s in recorder.steps)  # raw CartPole rewards, 1 per copy
     assert [(r[0], r[1], tuple(r[2])) for r in recorder.rollouts] == [(k, 32 * k, (2, 16)) for k in range(1, 5)]
-    episodes = [(ret, length) for r in recorder.rollouts for ret, length in zip(r[3], r[4])]
+    episodes = [(ret, length) for r in recorder.rollouts for ret, length in zip(r[3], r[4], strict=False)]
     assert episodes and all(ret == length for ret, length in episodes)
 
     stopper = Recorder(stop_at_iteration=2)
@@ -148,8 +167,18 @@ def test_callbacks_see_every_step_and_rollout_and_can_stop_cleanly(tmp_path):
 
 
 # -- RL-Zoo files --------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["cartpole.yaml", "acrobot.yaml", "mountaincar_continuous.yaml", "pendulum.yaml", "lunarlander.yaml",
-                                  "cartpole_cleanrl.yaml", "pendulum_nosde.yaml"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cartpole.yaml",
+        "acrobot.yaml",
+        "mountaincar_continuous.yaml",
+        "pendulum.yaml",
+        "lunarlander.yaml",
+        "cartpole_cleanrl.yaml",
+        "pendulum_nosde.yaml",
+    ],
+)
 def test_rl_zoo_files_load(name):
     config = load_yaml_config(PPOConfig, CONFIGS / name)
     assert config.env.startswith("gym:") and config.batch_size % config.update.num_minibatches == 0
@@ -168,8 +197,15 @@ def test_lunarlander_file_trains_with_box2d(tmp_path):
     import pglab
 
     config = load_yaml_config(PPOConfig, CONFIGS / "lunarlander.yaml")
-    config = dataclasses.replace(config, num_steps=32, total_steps=2 * 16 * 32, update=dataclasses.replace(config.update, num_minibatches=8),
-                                 log_dir=tmp_path / "lander", device="cpu", **QUIET)
+    config = dataclasses.replace(
+        config,
+        num_steps=32,
+        total_steps=2 * 16 * 32,
+        update=dataclasses.replace(config.update, num_minibatches=8),
+        log_dir=tmp_path / "lander",
+        device="cpu",
+        **QUIET,
+    )
     first = train_ppo(config, stop_after=1)
     assert first.env_steps == 16 * 32 and load_checkpoint_file(first.run_dir)["extra"]["env_state"] is None
     with pytest.warns(UserWarning, match="not bit-identical"):
@@ -180,7 +216,9 @@ def test_lunarlander_file_trains_with_box2d(tmp_path):
     assert actions.shape == (3,) and set(np.asarray(actions).tolist()) <= {0, 1, 2, 3}
 
 
-@pytest.mark.parametrize("value", [np.float64(-1.25), np.float32(2.5), np.int64(7), np.bool_(True), 3.5, 4, None, "text"])
+@pytest.mark.parametrize(
+    "value", [np.float64(-1.25), np.float32(2.5), np.int64(7), np.bool_(True), 3.5, 4, None, "text"]
+)
 def test_env_attribute_snapshots_survive_a_weights_only_load(tmp_path, value):
     # np.float64 is also a Python float; stored as one it pickled as a NumPy scalar that
     # torch.load(weights_only=True) refuses.

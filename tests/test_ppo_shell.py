@@ -1,5 +1,6 @@
 """``pglab train ppo`` inside the shared training shell (issue 18): resume applies what the
 user gave, logs hold no NaN, the CLI vocabulary, ``--help`` without torch, the agent API."""
+
 import json
 import subprocess
 import sys
@@ -10,19 +11,29 @@ import torch
 import yaml
 
 import pglab
-from pglab.run.config import make_config
 from pglab.agent import Agent
 from pglab.algos.ppo import PPOAgent, train_ppo
 from pglab.cli import main as cli_main
 from pglab.configs.ppo import PPOConfig, PPOEvaluateConfig
 from pglab.errors import EXIT_INTERRUPTED
 from pglab.run.checkpoint import load_checkpoint_file, save_checkpoint
-from pglab.run.config import parse_flags
+from pglab.run.config import make_config, parse_flags
 from pglab.run.logger import read_metrics
 
 # CartPole, 2 copies x 32 steps = 64 env steps per iteration, tiny networks.
-TINY = ["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--ppo-epochs", "2",
-        "--hidden-dims", "16", "--no-tensorboard"]
+TINY = [
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "32",
+    "--num-minibatches",
+    "2",
+    "--ppo-epochs",
+    "2",
+    "--hidden-dims",
+    "16",
+    "--no-tensorboard",
+]
 TINY_FIELDS = dict(num_envs=2, num_steps=32, num_minibatches=2, ppo_epochs=2, hidden_dims=(16,), tensorboard=False)
 
 
@@ -38,8 +49,21 @@ def test_resume_refuses_a_given_lr_that_differs_even_when_it_is_the_default(tmp_
     # Issue 18 item 3: --lr 2.5e-4 (the default) over a stored 1e-3 used to be dropped
     # silently ("equals the default" meant "not given") and the run went on with 1e-3.
     run = tmp_path / "a"
-    assert train(*TINY, "--total-steps", "128", "--lr", "1e-3", "--no-anneal-lr", "--log-dir", str(run),
-                 "--eval-episodes", "0") == 0
+    assert (
+        train(
+            *TINY,
+            "--total-steps",
+            "128",
+            "--lr",
+            "1e-3",
+            "--no-anneal-lr",
+            "--log-dir",
+            str(run),
+            "--eval-episodes",
+            "0",
+        )
+        == 0
+    )
     capsys.readouterr()
     assert train("--resume", str(run), "--total-steps", "256", "--lr", "2.5e-4") == 2
     err = capsys.readouterr().err
@@ -92,9 +116,20 @@ def test_resume_applies_device_cpu_over_the_stored_device(tmp_path, capsys, stor
 def test_no_nan_cells_when_no_episode_ended_in_an_interval(tmp_path):
     # Issue 18 item 8: with 8-step rollouts of one CartPole most iterations end no episode;
     # their return/mean, return/std and episode/length were written as 'nan'.
-    config = make_config(PPOConfig, env="gym:CartPole-v1", num_envs=1, num_steps=8, total_steps=8 * 12, num_minibatches=2,
-                       ppo_epochs=1, hidden_dims=(16,), log_interval=1, tensorboard=False, eval_episodes=0,
-                       log_dir=tmp_path / "run")
+    config = make_config(
+        PPOConfig,
+        env="gym:CartPole-v1",
+        num_envs=1,
+        num_steps=8,
+        total_steps=8 * 12,
+        num_minibatches=2,
+        ppo_epochs=1,
+        hidden_dims=(16,),
+        log_interval=1,
+        tensorboard=False,
+        eval_episodes=0,
+        log_dir=tmp_path / "run",
+    )
     result = train_ppo(config)
     text = (result.run_dir / "metrics.csv").read_text()
     assert "nan" not in text.lower()
@@ -112,11 +147,13 @@ def test_no_nan_cells_when_no_episode_ended_in_an_interval(tmp_path):
 
 
 def test_help_imports_no_torch():
-    code = ("import sys\n"
-            "from pglab.cli import main\n"
-            "assert main(['train', 'ppo', '--help']) == 0\n"
-            "import pglab.configs.ppo\n"
-            "assert 'torch' not in sys.modules, 'torch imported'\n")
+    code = (
+        "import sys\n"
+        "from pglab.cli import main\n"
+        "assert main(['train', 'ppo', '--help']) == 0\n"
+        "import pglab.configs.ppo\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "--algo" in done.stdout and "--threads" in done.stdout and "--rl-mode" not in done.stdout
@@ -138,7 +175,9 @@ def test_vocabulary_and_deprecated_names(tmp_path, capsys):
 
 def test_old_checkpoint_with_rl_mode_loads_and_resumes(tmp_path):
     # A checkpoint written before the renames stores rl_mode / torch_threads.
-    config = make_config(PPOConfig, algo="vpg_gae", total_steps=64, eval_episodes=0, log_dir=tmp_path / "old", **TINY_FIELDS)
+    config = make_config(
+        PPOConfig, algo="vpg_gae", total_steps=64, eval_episodes=0, log_dir=tmp_path / "old", **TINY_FIELDS
+    )
     run = train_ppo(config).run_dir
     path = (run / "checkpoints" / "checkpoint_latest.pt").resolve()
     checkpoint = load_checkpoint_file(path)
@@ -156,7 +195,9 @@ def test_old_checkpoint_with_rl_mode_loads_and_resumes(tmp_path):
 def test_agent_api(tmp_path):
     # Issue 18 items 5 and 11: load_checkpoint(path, device="auto"), act(obs, deterministic=),
     # predict on NumPy, value.
-    run = train_ppo(make_config(PPOConfig, total_steps=64, eval_episodes=0, log_dir=tmp_path / "run", **TINY_FIELDS)).run_dir
+    run = train_ppo(
+        make_config(PPOConfig, total_steps=64, eval_episodes=0, log_dir=tmp_path / "run", **TINY_FIELDS)
+    ).run_dir
     agent = pglab.load_checkpoint(run, device="auto")
     assert isinstance(agent, Agent) and isinstance(agent, PPOAgent)
     assert agent.kind == "ppo" and agent.config.env == "gym:CartPole-v1"
@@ -240,12 +281,16 @@ def test_extending_a_linear_schedule_warns_that_the_rates_rise(tmp_path, capsys)
     capsys.readouterr()
     assert train("--resume", str(run), "--total-steps", "512", "--eval-episodes", "0") == 0
     err = capsys.readouterr().err
-    assert ("pglab: warning: total_steps: the linear lr/clip schedule now spans 8 iterations, not 4: from iteration 5 "
-            "the rates follow the new budget's schedule and rise from 0.25 to 0.5") in err
+    assert (
+        "pglab: warning: total_steps: the linear lr/clip schedule now spans 8 iterations, not 4: from iteration 5 "
+        "the rates follow the new budget's schedule and rise from 0.25 to 0.5"
+    ) in err
     lrs = read_metrics(run)["stats/lr"]
     assert lrs[4] > lrs[3]  # the jump the warning announces
     # a constant schedule extends silently
     constant = tmp_path / "constant"
-    assert train("--total-steps", "256", *TINY, "--no-anneal-lr", "--eval-episodes", "0", "--log-dir", str(constant)) == 0
+    assert (
+        train("--total-steps", "256", *TINY, "--no-anneal-lr", "--eval-episodes", "0", "--log-dir", str(constant)) == 0
+    )
     assert train("--resume", str(constant), "--total-steps", "512", "--eval-episodes", "0") == 0
     assert "schedule now spans" not in capsys.readouterr().err

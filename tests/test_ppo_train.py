@@ -1,4 +1,5 @@
 """``pglab train ppo`` / ``pglab evaluate``: exact resume, SIGTERM, bad input, evaluation."""
+
 import json
 import os
 import signal
@@ -12,26 +13,36 @@ import pytest
 import torch
 
 import pglab
-from pglab.run.config import make_config
 from pglab.algos.ppo import PPOAgent, PPOConfig, capture_env_state, restore_env_state, train_ppo
 from pglab.cli import main as cli_main
 from pglab.envs.registry import make_env
 from pglab.errors import ConfigError
 from pglab.run.checkpoint import load_checkpoint_file
+from pglab.run.config import make_config
 from pglab.run.logger import read_metrics
 
 QUIET = dict(tensorboard=False, eval_episodes=0, log_interval=1)
 
 
 def small_config(tmp_path, name, **overrides):
-    fields = dict(env="gym:Pendulum-v1", num_envs=2, num_steps=64, total_steps=2 * 64 * 8, num_minibatches=2,
-                  ppo_epochs=2, hidden_dims=(16,), log_dir=tmp_path / name, **QUIET)
+    fields = dict(
+        env="gym:Pendulum-v1",
+        num_envs=2,
+        num_steps=64,
+        total_steps=2 * 64 * 8,
+        num_minibatches=2,
+        ppo_epochs=2,
+        hidden_dims=(16,),
+        log_dir=tmp_path / name,
+        **QUIET,
+    )
     fields.update(overrides)
     return make_config(PPOConfig, **fields)
 
 
-@pytest.mark.parametrize(("env", "vectorization"),
-                         [("gym:Pendulum-v1", "auto"), ("gym:CartPole-v1", "auto"), ("gym:CartPole-v1", "sync")])
+@pytest.mark.parametrize(
+    ("env", "vectorization"), [("gym:Pendulum-v1", "auto"), ("gym:CartPole-v1", "auto"), ("gym:CartPole-v1", "sync")]
+)
 def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, env, vectorization):
     # Pendulum: Box actions, truncation at 200 steps (crossed twice per copy); CartPole:
     # Discrete actions, terminations at random steps, both as gymnasium's array-vectorised
@@ -62,20 +73,42 @@ def test_env_snapshot_restores_gymnasium_state():
     ahead = [env.step(actions)[0] for _ in range(30)]  # crosses terminations and resets
     restore_env_state(env, snapshot, source="test")
     again = [env.step(actions)[0] for _ in range(30)]
-    for x, y in zip(ahead, again):
+    for x, y in zip(ahead, again, strict=False):
         assert torch.equal(x, y)
     env.close()
 
 
 def test_train_cli_checkpoint_evaluate_and_load(tmp_path, capsys):
     run = tmp_path / "cartpole"
-    code = cli_main(["train", "ppo", "--env", "gym:CartPole-v1", "--num-envs", "2", "--num_steps", "32",
-                     "--total-steps", "256", "--log-dir", str(run), "--no-tensorboard", "--eval-episodes", "2"])
+    code = cli_main(
+        [
+            "train",
+            "ppo",
+            "--env",
+            "gym:CartPole-v1",
+            "--num-envs",
+            "2",
+            "--num_steps",
+            "32",
+            "--total-steps",
+            "256",
+            "--log-dir",
+            str(run),
+            "--no-tensorboard",
+            "--eval-episodes",
+            "2",
+        ]
+    )
     assert code == 0
     assert (run / "config.json").exists() and (run / "metrics.csv").exists() and (run / "evaluation.json").exists()
     assert len(read_metrics(run)) == 4
     out = tmp_path / "eval.json"
-    assert cli_main(["evaluate", str(run / "checkpoints" / "checkpoint_latest.pt"), "--episodes", "3", "--output", str(out)]) == 0
+    assert (
+        cli_main(
+            ["evaluate", str(run / "checkpoints" / "checkpoint_latest.pt"), "--episodes", "3", "--output", str(out)]
+        )
+        == 0
+    )
     report = json.loads(out.read_text())
     # CartPole pays 1 per step, so every episode's return equals its length.
     assert report["episodes"] == 3 and report["return/mean"] == report["length/mean"] >= 8
@@ -162,11 +195,29 @@ def test_bad_yaml_missing_and_foreign_checkpoints_exit_2(tmp_path, capsys):
 def test_a_stop_signal_saves_a_checkpoint_that_resumes(tmp_path, stop_signal):
     run = tmp_path / "stopped"
     env = {**os.environ, "PGLAB_NO_PROGRESS": "1", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "pglab.cli", "train", "ppo", "--num-envs", "2", "--num-steps", "32",
-               "--total-steps", "10000000", "--log-dir", str(run), "--no-tensorboard", "--eval-episodes", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "pglab.cli",
+        "train",
+        "ppo",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "32",
+        "--total-steps",
+        "10000000",
+        "--log-dir",
+        str(run),
+        "--no-tensorboard",
+        "--eval-episodes",
+        "0",
+    ]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not ((run / "metrics.csv").exists() and len((run / "metrics.csv").read_text().splitlines()) > 1):
+    while time.monotonic() < deadline and not (
+        (run / "metrics.csv").exists() and len((run / "metrics.csv").read_text().splitlines()) > 1
+    ):
         time.sleep(0.2)
     process.send_signal(stop_signal)
     _, err = process.communicate(timeout=60)
@@ -220,7 +271,11 @@ class LineWalkEnv:
         return self._obs(), done.float(), done, trunc, {"final_obs": final_obs}
 
     def state_dict(self):
-        return {"generator": self.generator.get_state(), "position": self.position.clone(), "elapsed": self.elapsed.clone()}
+        return {
+            "generator": self.generator.get_state(),
+            "position": self.position.clone(),
+            "elapsed": self.elapsed.clone(),
+        }
 
     def load_state_dict(self, state):
         self.generator.set_state(state["generator"])
@@ -239,8 +294,17 @@ def test_native_env_learns_and_resumes_exactly(tmp_path, monkeypatch, mode):
     from pglab.envs import registry
 
     monkeypatch.setitem(registry.NATIVE_ENVS, "line-walk", f"{__name__}:make_line_walk")
-    fields = dict(env="pglab:line-walk", algo=mode, num_envs=8, num_steps=16, total_steps=8 * 16 * 20, lr=0.03,
-                  anneal_lr=False, hidden_dims=(16,), **QUIET)
+    fields = dict(
+        env="pglab:line-walk",
+        algo=mode,
+        num_envs=8,
+        num_steps=16,
+        total_steps=8 * 16 * 20,
+        lr=0.03,
+        anneal_lr=False,
+        hidden_dims=(16,),
+        **QUIET,
+    )
     straight = train_ppo(make_config(PPOConfig, log_dir=tmp_path / "straight", **fields))
     train_ppo(make_config(PPOConfig, log_dir=tmp_path / "split", **fields), stop_after=10)
     resumed = train_ppo(make_config(PPOConfig, resume=tmp_path / "split", **QUIET))

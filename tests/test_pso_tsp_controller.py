@@ -1,6 +1,7 @@
 """Issue 21: batched 2-opt, common random numbers across a population, the constant-PSO
 tuning, the swarm_es controller and its ES trainer, the encoder cache, the evaluation's
 tuned / equal-time / 2-opt rows, and the bests stored as tours."""
+
 import json
 
 import numpy as np
@@ -18,7 +19,14 @@ from pglab.algos.pso_tsp import (
 )
 from pglab.cli import main as cli_main
 from pglab.envs.pso_tsp import (
-    CLASSIC_C1, CLASSIC_C2, CLASSIC_W, PSOTSPEnv, PSOTSPEnvConfig, fixed_coefficients, random_instances, tour_cost,
+    CLASSIC_C1,
+    CLASSIC_C2,
+    CLASSIC_W,
+    PSOTSPEnv,
+    PSOTSPEnvConfig,
+    fixed_coefficients,
+    random_instances,
+    tour_cost,
     two_opt_batch,
 )
 from pglab.envs.tsp_solvers import two_opt
@@ -29,13 +37,29 @@ from pglab.run.seeding import make_generator
 
 SMALL = PSOTSPEnvConfig(num_cities=8, knn=4, n_particles=4, pso_iterations=4)
 QUIET = dict(echo=lambda *a, **k: None)
-TINY_ES = dict(num_cities=8, knn=4, n_particles=4, pso_iterations=3, instances_per_iteration=2, eval_instances=4,
-               tune_candidates=4, tune_instances=2, es_pairs=2, hidden=4, log_interval=1, device="cpu")
+TINY_ES = dict(
+    num_cities=8,
+    knn=4,
+    n_particles=4,
+    pso_iterations=3,
+    instances_per_iteration=2,
+    eval_instances=4,
+    tune_candidates=4,
+    tune_instances=2,
+    es_pairs=2,
+    hidden=4,
+    log_interval=1,
+    device="cpu",
+)
 
 
 def random_tours(count, n, generator):
-    return torch.stack([torch.cat([torch.zeros(1, dtype=torch.long), 1 + torch.randperm(n - 1, generator=generator)])
-                        for _ in range(count)])
+    return torch.stack(
+        [
+            torch.cat([torch.zeros(1, dtype=torch.long), 1 + torch.randperm(n - 1, generator=generator)])
+            for _ in range(count)
+        ]
+    )
 
 
 def test_batched_two_opt_makes_the_reference_moves_and_ends_at_local_optima():
@@ -49,11 +73,11 @@ def test_batched_two_opt_makes_the_reference_moves_and_ends_at_local_optima():
         assert np.array_equal(improved[b].numpy(), two_opt(dist[b].numpy(), tours[b].numpy()))
         # no 2-opt move shortens the result (exhaustive check)
         t = improved[b].tolist()
-        length = tour_cost(dist[b:b + 1], improved[b].view(1, 1, -1)).item()
+        length = tour_cost(dist[b : b + 1], improved[b].view(1, 1, -1)).item()
         for i in range(12):
             for j in range(i + 2, 12):
-                candidate = t[: i + 1] + t[i + 1: j + 1][::-1] + t[j + 1:]
-                assert tour_cost(dist[b:b + 1], torch.tensor(candidate).view(1, 1, -1)).item() >= length - 1e-9
+                candidate = t[: i + 1] + t[i + 1 : j + 1][::-1] + t[j + 1 :]
+                assert tour_cost(dist[b : b + 1], torch.tensor(candidate).view(1, 1, -1)).item() >= length - 1e-9
     assert torch.equal(improved[:, 0], torch.zeros(6, dtype=torch.long))
 
 
@@ -82,7 +106,12 @@ def test_tuning_keeps_classic_among_the_finalists_and_never_picks_worse():
     # the winner is the finalist with the best second-stage score, and the finalists are
     # the first stage's best
     winner = min(tuned["stage2"], key=lambda row: row["score"])
-    assert (tuned["w"], tuned["c1"], tuned["c2"], tuned["score"]) == (winner["w"], winner["c1"], winner["c2"], winner["score"])
+    assert (tuned["w"], tuned["c1"], tuned["c2"], tuned["score"]) == (
+        winner["w"],
+        winner["c1"],
+        winner["c2"],
+        winner["score"],
+    )
     ranked = [row["w"] for row in sorted(tuned["stage1"], key=lambda row: row["score"])]
     classic_w = tuned["stage1"][0]["w"]
     expected = set(ranked[:5]) if classic_w in ranked[:5] else set(ranked[:4]) | {classic_w}
@@ -98,7 +127,9 @@ def test_untrained_controller_is_its_base_constant_and_population_matches_single
     learned = controller_swarm_lengths(controller, env, coords, controller.flat_parameters()[None])[0]
     assert torch.equal(learned, constant_swarm_lengths(SMALL, coords, torch.tensor([[0.3, 2.0, 0.8]]), seed=6)[0])
     # a population of K parameter vectors gives each member's own output
-    flat = controller.flat_parameters()[None] + 0.3 * torch.randn(4, controller.flat_parameters().numel(), generator=make_generator(1))
+    flat = controller.flat_parameters()[None] + 0.3 * torch.randn(
+        4, controller.flat_parameters().numel(), generator=make_generator(1)
+    )
     features = torch.randn(4, 2, 3, len(SWARM_FEATURES), generator=make_generator(3))
     together = controller(features, controller.population(flat))
     for k in range(4):
@@ -113,7 +144,7 @@ def test_swarm_features_of_a_known_state():
     state, _, _ = env.step(fixed_coefficients(tuple(state.position.shape)))
     features = swarm_features(state, SMALL.pso_iterations)
     assert features.shape == (2, 4, len(SWARM_FEATURES))
-    column = dict(zip(SWARM_FEATURES, features.unbind(-1)))
+    column = dict(zip(SWARM_FEATURES, features.unbind(-1), strict=False))
     assert torch.all(column["progress"] == 0.25)
     assert torch.all(column["is_leader"].sum(1) >= 1)  # the particle holding gbest
     torch.testing.assert_close(column["pbest_gap"], state.pbest_cost / state.gbest_cost[:, None] - 1)
@@ -132,7 +163,9 @@ def test_es_gradient_points_up_a_known_linear_fitness(monkeypatch):
         return (1.0 - 0.01 * flat @ direction)[:, None].expand(-1, coords.shape[0])
 
     monkeypatch.setattr(pso, "controller_swarm_lengths", linear_lengths)
-    gradient, metrics = es_gradient(controller, None, torch.zeros(2, 8, 2), pairs=400, sigma=0.1, generator=make_generator(1))
+    gradient, metrics = es_gradient(
+        controller, None, torch.zeros(2, 8, 2), pairs=400, sigma=0.1, generator=make_generator(1)
+    )
     cosine = float(gradient @ direction / gradient.norm())
     assert cosine > 0.8  # the ES direction finds the improving direction
     ranks = centered_ranks(torch.tensor([3.0, -1.0, 10.0, 0.0]))
@@ -141,11 +174,18 @@ def test_es_gradient_points_up_a_known_linear_fitness(monkeypatch):
 
 @pytest.mark.slow
 def test_swarm_es_run_resumes_bit_exactly_and_validates_its_best(tmp_path):
-    full = train_pso_tsp(make_config(PSOTSPTrainConfig, **TINY_ES, n_iterations=4, eval_interval=2, log_dir=tmp_path / "full"), **QUIET)
-    train_pso_tsp(make_config(PSOTSPTrainConfig, **TINY_ES, n_iterations=2, eval_interval=2, log_dir=tmp_path / "half"), **QUIET)
-    resumed = train_pso_tsp(make_config(PSOTSPTrainConfig, resume=tmp_path / "half", n_iterations=4),
-                            given=frozenset({"resume", "n_iterations"}), **QUIET)
-    for (name, a), (_, b) in zip(full.model.state_dict().items(), resumed.model.state_dict().items()):
+    full = train_pso_tsp(
+        make_config(PSOTSPTrainConfig, **TINY_ES, n_iterations=4, eval_interval=2, log_dir=tmp_path / "full"), **QUIET
+    )
+    train_pso_tsp(
+        make_config(PSOTSPTrainConfig, **TINY_ES, n_iterations=2, eval_interval=2, log_dir=tmp_path / "half"), **QUIET
+    )
+    resumed = train_pso_tsp(
+        make_config(PSOTSPTrainConfig, resume=tmp_path / "half", n_iterations=4),
+        given=frozenset({"resume", "n_iterations"}),
+        **QUIET,
+    )
+    for (name, a), (_, b) in zip(full.model.state_dict().items(), resumed.model.state_dict().items(), strict=False):
         assert torch.equal(a, b), name
     tuned = json.loads((tmp_path / "full" / "tuned.json").read_text())
     assert torch.equal(full.model.base, torch.tensor([tuned["w"], tuned["c1"], tuned["c2"]]))
@@ -159,8 +199,18 @@ def test_swarm_es_run_resumes_bit_exactly_and_validates_its_best(tmp_path):
 def test_encoder_cache_gives_the_uncached_coefficients_and_follows_new_weights():
     from pglab.algos.pso_tsp import build_model
 
-    config = make_config(PSOTSPTrainConfig, controller="edge_policy", num_cities=8, knn=4, n_particles=4, pso_iterations=3,
-                         emb_dim=8, num_heads=2, node_layers=1, device="cpu")
+    config = make_config(
+        PSOTSPTrainConfig,
+        controller="edge_policy",
+        num_cities=8,
+        knn=4,
+        n_particles=4,
+        pso_iterations=3,
+        emb_dim=8,
+        num_heads=2,
+        node_layers=1,
+        device="cpu",
+    )
     torch.manual_seed(0)
     model = build_model(config, torch.device("cpu")).eval()
     with torch.no_grad():  # a trained-looking model: the zero-initialised head would hide the encoding
@@ -201,14 +251,48 @@ def test_personal_bests_are_stored_as_tours_that_reproduce_their_costs():
 def test_evaluate_tune_then_tuned_equal_time_and_two_opt_rows(tmp_path, capsys):
     tuned_file = tmp_path / "tuned.json"
     flags = ["--num_cities", "8", "--n_particles", "4", "--pso_iterations", "3", "--device", "cpu"]
-    assert cli_main(["evaluate", "pso-tsp", "--tune", "4", "--episodes", "2", "--seed", "1", "--output", str(tuned_file), *flags]) == 0
+    assert (
+        cli_main(
+            [
+                "evaluate",
+                "pso-tsp",
+                "--tune",
+                "4",
+                "--episodes",
+                "2",
+                "--seed",
+                "1",
+                "--output",
+                str(tuned_file),
+                *flags,
+            ]
+        )
+        == 0
+    )
     tuned = json.loads(tuned_file.read_text())
     assert {"w", "c1", "c2", "stage1", "stage2"} <= set(tuned) and tuned["num_cities"] == 8
     run = tmp_path / "run"
     train_pso_tsp(make_config(PSOTSPTrainConfig, **TINY_ES, n_iterations=1, eval_interval=0, log_dir=run), **QUIET)
     table_file = tmp_path / "table.json"
-    assert cli_main(["evaluate", str(run), "--episodes", "3", "--tuned", str(tuned_file), "--local_search", "2opt",
-                     "--output", str(table_file), "--pso_iterations", "3"]) == 0
+    assert (
+        cli_main(
+            [
+                "evaluate",
+                str(run),
+                "--episodes",
+                "3",
+                "--tuned",
+                str(tuned_file),
+                "--local_search",
+                "2opt",
+                "--output",
+                str(table_file),
+                "--pso_iterations",
+                "3",
+            ]
+        )
+        == 0
+    )
     table = json.loads(table_file.read_text())
     rows = {row["method"]: row for row in table["rows"]}
     lengths = {name: np.array(values) for name, values in table["lengths"].items()}

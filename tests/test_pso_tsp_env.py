@@ -1,4 +1,5 @@
 """PSOTSPEnv: decoding, cost formula, PSO update formula, pbest/gbest bookkeeping."""
+
 import dataclasses
 
 import numpy as np
@@ -47,7 +48,9 @@ def test_decode_always_yields_permutations_starting_at_zero(decode, knn):
 def test_tour_cost_matches_numpy_formula():
     coords = random_instances(2, 7, make_generator(3))
     dist, _, _ = knn_graph(coords, 6)
-    tours = torch.stack([torch.stack([torch.randperm(7, generator=make_generator(10 * b + p)) for p in range(3)]) for b in range(2)])
+    tours = torch.stack(
+        [torch.stack([torch.randperm(7, generator=make_generator(10 * b + p)) for p in range(3)]) for b in range(2)]
+    )
     cost = tour_cost(dist, tours)
     for b in range(2):
         d = distance_matrix(coords[b].double().numpy())
@@ -79,7 +82,7 @@ def test_greedy_decode_follows_knn_edges_and_nearest_fallback():
     neighbours = state.neighbours[0]
     tour = tours[0, 0].tolist()
     visited = {0}
-    for a, b in zip(tour[:-1], tour[1:]):
+    for a, b in zip(tour[:-1], tour[1:], strict=False):
         options = [int(c) for c in neighbours[a] if int(c) not in visited]
         if int(neighbours[a, 1]) not in visited:
             assert b == int(neighbours[a, 1])
@@ -97,7 +100,9 @@ def test_sampled_decode_frequencies_match_softmax_of_logits():
     logits = env.edge_logits(position, state)[0, 0, 0, 1:]
     expected = torch.softmax(logits, 0)
     draws = 20000
-    many = dataclasses.replace(state, dist=state.dist.expand(draws, 5, 5), neighbours=state.neighbours.expand(draws, 5, 4))
+    many = dataclasses.replace(
+        state, dist=state.dist.expand(draws, 5, 5), neighbours=state.neighbours.expand(draws, 5, 4)
+    )
     tours, _ = env.decode(position.expand(draws, 1, env.config.dim), many)
     freq = torch.bincount(tours[:, 0, 1], minlength=5)[1:].float() / draws
     assert torch.allclose(freq, expected, atol=0.015)
@@ -119,7 +124,11 @@ def test_pso_update_matches_formula_and_pbest_gbest_are_monotone():
         r1 = torch.rand(before.position.shape, generator=replay)
         r2 = torch.rand(before.position.shape, generator=replay)
         w, c1, c2 = wc1c2.unbind(-1)
-        v = w * before.velocity + c1 * r1 * (before.pbest - before.position) + c2 * r2 * (before.gbest[:, None] - before.position)
+        v = (
+            w * before.velocity
+            + c1 * r1 * (before.pbest - before.position)
+            + c2 * r2 * (before.gbest[:, None] - before.position)
+        )
         assert torch.allclose(state.velocity, v, atol=1e-6)
         assert torch.allclose(state.position, before.position + v, atol=1e-6)
         # pbest: the better of the old pbest and the new position
@@ -133,8 +142,8 @@ def test_pso_update_matches_formula_and_pbest_gbest_are_monotone():
         assert done == (step == 5)
         gbest_history.append(state.gbest_cost.clone())
         best_history.append(state.best_cost.clone())
-    assert all(bool((b <= a).all()) for a, b in zip(gbest_history, gbest_history[1:]))
-    assert all(bool((b <= a).all()) for a, b in zip(best_history, best_history[1:]))
+    assert all(bool((b <= a).all()) for a, b in zip(gbest_history, gbest_history[1:], strict=False))
+    assert all(bool((b <= a).all()) for a, b in zip(best_history, best_history[1:], strict=False))
     # best_tour's length is best_cost
     for b in range(3):
         d = distance_matrix(coords[b].double().numpy())
@@ -172,9 +181,13 @@ def test_paired_env_gives_both_halves_the_same_random_numbers():
     for step in range(4):
         # identical coefficients -> identical swarms (sampled decode included)
         state, _, _ = env.step(random_coefficients((2, 5, config.dim), make_generator(50 + step)).repeat(2, 1, 1, 1))
-        assert torch.equal(state.position[:2], state.position[2:]) and torch.equal(state.best_tour[:2], state.best_tour[2:])
+        assert torch.equal(state.position[:2], state.position[2:]) and torch.equal(
+            state.best_tour[:2], state.best_tour[2:]
+        )
     # different coefficients in the second half -> the swarms part ways
-    state, _, _ = env.step(torch.cat([fixed_coefficients((2, 5, config.dim)), fixed_coefficients((2, 5, config.dim), w=-0.5)]))
+    state, _, _ = env.step(
+        torch.cat([fixed_coefficients((2, 5, config.dim)), fixed_coefficients((2, 5, config.dim), w=-0.5)])
+    )
     assert not torch.equal(state.position[:2], state.position[2:])
     with pytest.raises(ValueError, match="even"):
         PSOTSPEnv(config, "cpu", make_generator(3), paired=True).reset(random_instances(3, 9, make_generator(1)))

@@ -1,11 +1,12 @@
 """HyperparamTSPModel, the Deep-PSO trainer (rl modes, resume, bad input) and evaluation."""
+
 import json
 import math
 
 import pytest
 import torch
 
-from pglab.run.config import make_config
+from pglab.algos.onpolicy import OnPolicyHyperparams
 from pglab.algos.pso_tsp import (
     PSOTSPTrainConfig,
     advantages_and_returns,
@@ -14,19 +15,41 @@ from pglab.algos.pso_tsp import (
     make_evaluate,
     train_pso_tsp,
 )
-from pglab.algos.onpolicy import OnPolicyHyperparams
 from pglab.cli import main as cli_main
 from pglab.envs.pso_tsp import CLASSIC_C1, CLASSIC_W, PSOTSPEnv, random_instances
 from pglab.errors import ConfigError
 from pglab.nets.tsp_pso import gaussian_log_prob_entropy, swarm_scalars
 from pglab.run.checkpoint import load_checkpoint_file
+from pglab.run.config import make_config
 from pglab.run.seeding import make_generator
 
 # The edge policy with the settings these tests were written for (the defaults before issue 21).
-EDGE_POLICY = dict(controller="edge_policy", train_decode="sample", reward="tour_length", particle_noise_std=0.0,
-                   noise_scope="particle", antithetic=False, mu_scale=1.0, lr=3e-4, entropy_coef=0.0, algo="ppo")
-TINY = dict(num_cities=8, knn=4, n_particles=4, pso_iterations=3, emb_dim=8, num_heads=2, node_layers=1,
-            instances_per_iteration=2, eval_instances=4, device="cpu", log_interval=1, **EDGE_POLICY)
+EDGE_POLICY = dict(
+    controller="edge_policy",
+    train_decode="sample",
+    reward="tour_length",
+    particle_noise_std=0.0,
+    noise_scope="particle",
+    antithetic=False,
+    mu_scale=1.0,
+    lr=3e-4,
+    entropy_coef=0.0,
+    algo="ppo",
+)
+TINY = dict(
+    num_cities=8,
+    knn=4,
+    n_particles=4,
+    pso_iterations=3,
+    emb_dim=8,
+    num_heads=2,
+    node_layers=1,
+    instances_per_iteration=2,
+    eval_instances=4,
+    device="cpu",
+    log_interval=1,
+    **EDGE_POLICY,
+)
 
 
 def tiny_config(**overrides):
@@ -39,7 +62,9 @@ def test_model_shapes_and_classic_initial_mean():
     env = PSOTSPEnv(config.env, "cpu", make_generator(0))
     state = env.reset(random_instances(3, 8, make_generator(1)))
     node_emb, edge_emb = model.encode_instances(state.coords, state.neighbours, state.edge_dist)
-    mu, sigma, values = model(node_emb, edge_emb, state.position, state.velocity, state.pbest, state.gbest, swarm_scalars(state, 3))
+    mu, sigma, values = model(
+        node_emb, edge_emb, state.position, state.velocity, state.pbest, state.gbest, swarm_scalars(state, 3)
+    )
     assert mu.shape == sigma.shape == (3, 4, 32, 3) and values.shape == (3, 4)
     # zero-initialised last layer: an untrained model proposes the classic coefficients
     assert torch.allclose(mu[..., 0], torch.full_like(mu[..., 0], CLASSIC_W))
@@ -82,8 +107,12 @@ def test_particle_shared_noise_is_the_equicorrelated_gaussian_it_scores():
     torch.testing.assert_close(mean_lp, want_lp / 6)
     torch.testing.assert_close(mean_ent, want_ent / 6)
     # The sampler draws that covariance: empirical covariance of many draws of one particle.
-    draws = sample_coefficients(mu[:1, :1].expand(20000, 1, 6, 3), sigma[:1, :1].expand(20000, 1, 6, 3), shared,
-                                torch.Generator().manual_seed(2))[:, 0, :, 0]
+    draws = sample_coefficients(
+        mu[:1, :1].expand(20000, 1, 6, 3),
+        sigma[:1, :1].expand(20000, 1, 6, 3),
+        shared,
+        torch.Generator().manual_seed(2),
+    )[:, 0, :, 0]
     empirical = torch.cov(draws.T)
     expected = torch.diag(sigma[0, 0, :, 0] ** 2) + shared**2
     assert (empirical - expected).abs().max() < 0.02
@@ -92,15 +121,23 @@ def test_particle_shared_noise_is_the_equicorrelated_gaussian_it_scores():
     swarm_actions = sample_coefficients(mu, sigma, shared, torch.Generator().manual_seed(4), "swarm")
     per_particle, _ = gaussian_log_prob_entropy(mu, sigma, swarm_actions, "sum", shared, "swarm")
     for s_index in range(2):
-        want = sum(torch.distributions.MultivariateNormal(
-            mu[s_index, :, :, c].reshape(-1), torch.diag(sigma[s_index, :, :, c].reshape(-1) ** 2) + shared**2,
-        ).log_prob(swarm_actions[s_index, :, :, c].reshape(-1)) for c in range(3))
+        want = sum(
+            torch.distributions.MultivariateNormal(
+                mu[s_index, :, :, c].reshape(-1),
+                torch.diag(sigma[s_index, :, :, c].reshape(-1) ** 2) + shared**2,
+            ).log_prob(swarm_actions[s_index, :, :, c].reshape(-1))
+            for c in range(3)
+        )
         torch.testing.assert_close(per_particle[s_index], (want / 3).expand(3))
     # shared = 0 is the independent Gaussian (and the sampler's noise stream is unchanged)
-    torch.testing.assert_close(gaussian_log_prob_entropy(mu, sigma, actions, "sum", 0.0)[0],
-                               torch.distributions.Normal(mu, sigma).log_prob(actions).sum((-1, -2)))
-    torch.testing.assert_close(sample_coefficients(mu, sigma, 0.0, torch.Generator().manual_seed(5)),
-                               mu + sigma * torch.randn(mu.shape, generator=torch.Generator().manual_seed(5), dtype=mu.dtype))
+    torch.testing.assert_close(
+        gaussian_log_prob_entropy(mu, sigma, actions, "sum", 0.0)[0],
+        torch.distributions.Normal(mu, sigma).log_prob(actions).sum((-1, -2)),
+    )
+    torch.testing.assert_close(
+        sample_coefficients(mu, sigma, 0.0, torch.Generator().manual_seed(5)),
+        mu + sigma * torch.randn(mu.shape, generator=torch.Generator().manual_seed(5), dtype=mu.dtype),
+    )
 
 
 @pytest.mark.parametrize(("algo", "particle_noise_std"), [("vpg_gae", 0.0), ("reinforce_raw", 0.0), ("vpg_gae", 0.3)])
@@ -159,8 +196,14 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
 
 
 def _run(tmp_path, name, n_iterations, resume=None, **overrides):
-    config = tiny_config(n_iterations=n_iterations, save_interval=100, eval_interval=2, **overrides,
-                         log_dir=None if resume else tmp_path / name, resume=resume)
+    config = tiny_config(
+        n_iterations=n_iterations,
+        save_interval=100,
+        eval_interval=2,
+        **overrides,
+        log_dir=None if resume else tmp_path / name,
+        resume=resume,
+    )
     return train_pso_tsp(config, echo=lambda *a, **k: None)
 
 
@@ -172,7 +215,7 @@ def test_resume_is_bit_exact(tmp_path, algo):
     _run(tmp_path, "half", 2, **extra)
     resumed = _run(tmp_path, "half", 4, resume=tmp_path / "half", **extra)
     assert resumed.iterations == 4
-    for (name, a), (_, b) in zip(full.model.state_dict().items(), resumed.model.state_dict().items()):
+    for (name, a), (_, b) in zip(full.model.state_dict().items(), resumed.model.state_dict().items(), strict=False):
         assert torch.equal(a, b), name
     full_rows = (tmp_path / "full" / "metrics.csv").read_text().splitlines()
     half_rows = (tmp_path / "half" / "metrics.csv").read_text().splitlines()
@@ -191,9 +234,20 @@ def test_antithetic_needs_an_even_batch():
 def test_best_validation_checkpoint_holds_the_best_validated_model(tmp_path):
     from pglab.algos.pso_tsp import agent_from_checkpoint, classic_validation, greedy_validation
 
-    result = train_pso_tsp(tiny_config(n_iterations=6, eval_interval=1, save_interval=100, lr=3e-2, mu_scale=5.0,
-                                       particle_noise_std=0.3, noise_scope="swarm", reward="gbest_improvement",
-                                       log_dir=tmp_path / "run"), echo=lambda *a, **k: None)
+    result = train_pso_tsp(
+        tiny_config(
+            n_iterations=6,
+            eval_interval=1,
+            save_interval=100,
+            lr=3e-2,
+            mu_scale=5.0,
+            particle_noise_std=0.3,
+            noise_scope="swarm",
+            reward="gbest_improvement",
+            log_dir=tmp_path / "run",
+        ),
+        echo=lambda *a, **k: None,
+    )
     rows = (result.run_dir / "eval.csv").read_text().splitlines()
     header = rows[0].split(",")
     improvements = [float(row.split(",")[header.index("eval/improvement_pct")]) for row in rows[1:]]
@@ -212,10 +266,38 @@ def test_best_validation_checkpoint_holds_the_best_validated_model(tmp_path):
 @pytest.mark.slow
 def test_cli_train_then_evaluate_checkpoint(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    args = ["train", "pso-tsp", "--num_cities", "8", "--knn", "4", "--n_particles", "4", "--pso_iterations", "3",
-            "--emb_dim", "8", "--num_heads", "2", "--node_layers", "1", "--instances_per_iteration", "2",
-            "--n_iterations", "2", "--eval_interval", "0", "--controller", "edge_policy", "--algo", "reinforce_raw",
-            "--device", "cpu", "--log_dir", str(run_dir)]
+    args = [
+        "train",
+        "pso-tsp",
+        "--num_cities",
+        "8",
+        "--knn",
+        "4",
+        "--n_particles",
+        "4",
+        "--pso_iterations",
+        "3",
+        "--emb_dim",
+        "8",
+        "--num_heads",
+        "2",
+        "--node_layers",
+        "1",
+        "--instances_per_iteration",
+        "2",
+        "--n_iterations",
+        "2",
+        "--eval_interval",
+        "0",
+        "--controller",
+        "edge_policy",
+        "--algo",
+        "reinforce_raw",
+        "--device",
+        "cpu",
+        "--log_dir",
+        str(run_dir),
+    ]
     assert cli_main(args) == 0
     assert cli_main(args) == 2  # refuses to overwrite the finished run
     capsys.readouterr()

@@ -1,4 +1,5 @@
 """Atomic writes, checkpoints, logs, configs: the machinery every trainer shares."""
+
 import dataclasses
 import json
 import os
@@ -22,8 +23,9 @@ from pglab.validation import check_positive, check_range
 
 
 def small_checkpoint(step, kind="test-kind"):
-    return build_checkpoint(kind=kind, config={"a": 1}, counters={"iteration": step},
-                            models={"net": {"w": torch.full((3,), float(step))}})
+    return build_checkpoint(
+        kind=kind, config={"a": 1}, counters={"iteration": step}, models={"net": {"w": torch.full((3,), float(step))}}
+    )
 
 
 def test_checkpoint_roundtrip_latest_pointer_and_kind_check(tmp_path):

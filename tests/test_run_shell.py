@@ -1,6 +1,7 @@
 """The training shell (pglab.run.shell), checkpoint integrity, the logger's no-loss rules
 and the flag parser, tested on a toy trainer so that each property is pinned once,
 independently of any system."""
+
 from __future__ import annotations
 
 import csv
@@ -23,6 +24,7 @@ from pglab.run.config import config_from_dict, parse_flags
 from pglab.run.logger import MetricsLogger
 from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state
 from pglab.run.shell import TrainerSpec, TrainingRun
+from pglab.run.state import Value
 from pglab.validation import check_device, check_int, check_positive
 
 
@@ -66,35 +68,50 @@ class ToyConfig:
             raise ConfigError("steps", self.steps, f"must be >= width ({self.width})")
 
 
-SPEC = TrainerSpec(system="toy", config_class=ToyConfig, kinds=("toy",), step_key="step",
-                   resumable=frozenset({"steps", "eval_size"}), total_steps=lambda c: c.steps, budget_field="steps")
+SPEC = TrainerSpec(
+    system="toy",
+    config_class=ToyConfig,
+    kinds=("toy",),
+    step_key="step",
+    resumable=frozenset({"steps", "eval_size"}),
+    total_steps=lambda c: c.steps,
+    budget_field="steps",
+)
 
 
-def train_toy(config: ToyConfig, *, given=None, stop_after=None, fail_at_build=False, echo=lambda *a, **k: None,
-              signal_before_finish=False):
+def train_toy(
+    config: ToyConfig,
+    *,
+    given=None,
+    stop_after=None,
+    fail_at_build=False,
+    echo=lambda *a, **k: None,
+    signal_before_finish=False,
+):
     with TrainingRun(SPEC, config, given=given, stop_after=stop_after, echo=echo) as run:
         config = run.config
         if fail_at_build:
             raise RuntimeError("build failed")
         generator = make_generator(config.seed)
-        total = torch.zeros(())
-        if run.checkpoint is not None:
-            total = run.checkpoint["models"]["toy"]["total"].clone()
-            restore_rng_state(run.checkpoint["rng"], {"toy": generator})
+        total = Value(torch.zeros(()))
+        # the shell restores both on a resume and checkpoints them from now on
+        run.track(state={"total": total}, rngs={"toy": generator}, meta={"width": config.width})
 
-        def checkpoint():
-            return build_checkpoint(kind="toy", config=dataclasses.asdict(config) | {"log_dir": None, "resume": None},
-                                    counters=dict(run.counters), models={"toy": {"total": total.clone()}},
-                                    rng=capture_rng_state({"toy": generator}))
-
-        for step in run.steps(config.steps, save=checkpoint):
-            total += config.lr * torch.randn(config.width, generator=generator).sum()
-            run.log(step, {"total": total, "stats/lr": config.lr, **({"late/column": 1.0} if step >= 4 else {}),
-                           "return/mean": float("nan") if step % 2 else 1.0})
+        for step in run.steps(config.steps):
+            total.value += config.lr * torch.randn(config.width, generator=generator).sum()
+            run.log(
+                step,
+                {
+                    "total": total.value,
+                    "stats/lr": config.lr,
+                    **({"late/column": 1.0} if step >= 4 else {}),
+                    "return/mean": float("nan") if step % 2 else 1.0,
+                },
+            )
         if signal_before_finish:  # as a SIGTERM during a final evaluation would arrive
             os.kill(os.getpid(), signal.SIGTERM)
-        run.finish({"total": float(total)})
-    return run, float(total)
+        run.finish({"total": float(total.value)})
+    return run, float(total.value)
 
 
 def _config(tmp_path, name="run", **changes):
@@ -136,13 +153,17 @@ def test_given_non_resumable_flag_is_refused_even_when_it_equals_the_default(tmp
 def test_a_log_dir_given_with_resume_must_be_the_resumed_run(tmp_path):
     # it was ignored without a word: the run continued in its own directory
     train_toy(_config(tmp_path, steps=4))
-    parsed = parse_flags(ToyConfig, ["--resume", str(tmp_path / "run"), "--log-dir", str(tmp_path / "other"), "--steps", "5"],
-                         prog="toy")
-    with pytest.raises(ConfigError, match=r"log_dir: a resumed run continues in its own directory .*run.*\(got '.*other'\)"):
+    parsed = parse_flags(
+        ToyConfig, ["--resume", str(tmp_path / "run"), "--log-dir", str(tmp_path / "other"), "--steps", "5"], prog="toy"
+    )
+    with pytest.raises(
+        ConfigError, match=r"log_dir: a resumed run continues in its own directory .*run.*\(got '.*other'\)"
+    ):
         train_toy(parsed.config, given=parsed.given)
     assert not (tmp_path / "other").exists()
-    parsed = parse_flags(ToyConfig, ["--resume", str(tmp_path / "run"), "--log-dir", str(tmp_path / "run"), "--steps", "5"],
-                         prog="toy")
+    parsed = parse_flags(
+        ToyConfig, ["--resume", str(tmp_path / "run"), "--log-dir", str(tmp_path / "run"), "--steps", "5"], prog="toy"
+    )
     run, _ = train_toy(parsed.config, given=parsed.given)
     assert run.counters["step"] == 5
 
@@ -153,7 +174,9 @@ def test_flags_not_given_keep_the_stored_values_and_budget_checks_use_the_merged
     parsed = parse_flags(ToyConfig, ["--resume", str(tmp_path / "run"), "--steps", "2"], prog="toy")
     run, _ = train_toy(parsed.config, given=parsed.given)
     assert run.config.width == 1
-    with pytest.raises(ConfigError, match=r"steps: makes 1 steps in all, fewer than the 2 the resumed run has done.*\(got 1\)"):
+    with pytest.raises(
+        ConfigError, match=r"steps: makes 1 steps in all, fewer than the 2 the resumed run has done.*\(got 1\)"
+    ):
         train_toy(ToyConfig(resume=tmp_path / "run", steps=1), given=frozenset({"resume", "steps"}))
 
 
@@ -161,9 +184,14 @@ def test_a_resume_that_changes_stored_values_says_which(tmp_path):
     # e.g. the same --config file given again raising the budget: one line names the change
     train_toy(_config(tmp_path, steps=3))
     lines = []
-    train_toy(ToyConfig(resume=tmp_path / "run", steps=5, eval_size=2), given=frozenset({"resume", "steps", "eval_size"}),
-              echo=lambda *args, **kwargs: lines.append(" ".join(map(str, args))))
-    assert [line for line in lines if line.startswith("resume:")] == [f"resume: continuing {tmp_path / 'run'} with steps 3 -> 5"]
+    train_toy(
+        ToyConfig(resume=tmp_path / "run", steps=5, eval_size=2),
+        given=frozenset({"resume", "steps", "eval_size"}),
+        echo=lambda *args, **kwargs: lines.append(" ".join(map(str, args))),
+    )
+    assert [line for line in lines if line.startswith("resume:")] == [
+        f"resume: continuing {tmp_path / 'run'} with steps 3 -> 5"
+    ]
 
 
 def test_resume_from_a_named_checkpoint_file_must_be_the_latest(tmp_path):
@@ -196,7 +224,9 @@ def test_a_stop_signal_after_the_last_step_exits_130(tmp_path):
 
 def test_device_given_on_resume_is_applied(tmp_path):
     train_toy(_config(tmp_path, device="auto", steps=3))
-    run, _ = train_toy(ToyConfig(resume=tmp_path / "run", device="cpu", steps=4), given=frozenset({"resume", "device", "steps"}))
+    run, _ = train_toy(
+        ToyConfig(resume=tmp_path / "run", device="cpu", steps=4), given=frozenset({"resume", "device", "steps"})
+    )
     assert run.config.device == "cpu"
     assert load_checkpoint_file(tmp_path / "run")["config"]["device"] == "cpu"
 
@@ -236,8 +266,11 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_step_zero(tmp_pat
     write_run_config(run_dir, dataclasses.asdict(ToyConfig()) | {"log_dir": None, "resume": None}, kind="toy")
     (run_dir / "metrics.csv").write_text("step,total\n1,0.5\n")  # a row from the killed attempt
     lines = []
-    run, resumed = train_toy(ToyConfig(resume=run_dir), given=frozenset({"resume"}),
-                             echo=lambda *args, **kwargs: lines.append(" ".join(map(str, args))))
+    run, resumed = train_toy(
+        ToyConfig(resume=run_dir),
+        given=frozenset({"resume"}),
+        echo=lambda *args, **kwargs: lines.append(" ".join(map(str, args))),
+    )
     _, fresh = train_toy(_config(tmp_path, "fresh"))
     assert resumed == fresh and run.counters["step"] == 6
     # said, not silent: the user may have expected a checkpoint there
@@ -262,7 +295,9 @@ def test_logs_lose_no_field_and_write_no_nan(tmp_path):
     assert [r["late/column"] for r in rows] == ["", "", "", "1.0", "1.0", "1.0"]
     assert [r["return/mean"] for r in rows] == ["", "1.0", "", "1.0", "", "1.0"]
     assert "nan" not in (tmp_path / "run" / "metrics.csv").read_text().lower()
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0]["meta"]["kind"] == "toy" and lines[0]["meta"]["width"] == 3  # the shell's first line
+    records = lines[1:]
     assert "return/mean" not in records[0] and records[1]["return/mean"] == 1.0
     assert records[3]["late/column"] == 1.0
 
@@ -279,8 +314,9 @@ def test_resumed_logger_keeps_columns_first_seen_after_the_checkpoint(tmp_path):
 
 # -- checkpoints -----------------------------------------------------------------------
 def _saved(tmp_path):
-    state = build_checkpoint(kind="toy", config={}, counters={"step": 1},
-                             models={"net": {"weight": torch.arange(4096, dtype=torch.float32)}})
+    state = build_checkpoint(
+        kind="toy", config={}, counters={"step": 1}, models={"net": {"weight": torch.arange(4096, dtype=torch.float32)}}
+    )
     return save_checkpoint(tmp_path / "ckpt.pt", state)
 
 
@@ -289,7 +325,7 @@ def test_checkpoint_digest_catches_flipped_bytes_in_the_weights(tmp_path):
     assert torch.equal(load_checkpoint_file(path)["models"]["net"]["weight"], torch.arange(4096, dtype=torch.float32))
     raw = bytearray(path.read_bytes())
     middle = len(raw) // 2
-    raw[middle:middle + 400] = bytes(b ^ 0xFF for b in raw[middle:middle + 400])
+    raw[middle : middle + 400] = bytes(b ^ 0xFF for b in raw[middle : middle + 400])
     path.write_bytes(bytes(raw))
     with pytest.raises(CheckpointError, match="corrupt|integrity check failed"):
         load_checkpoint_file(path)
@@ -326,25 +362,31 @@ def test_deprecated_names_work_in_flags_yaml_and_stored_configs(tmp_path, capsys
     assert parsed.config.steps == 8 and parsed.given == {"steps", "eval_size"}
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["--lr", "-1"], r"lr: must be > 0 \(got -1.0\)"),
-    (["--bogus", "1"], "bogus: unknown flag"),
-    (["--steps"], "steps: needs a value"),
-    (["--steps", "x"], "steps"),
-    (["--steps", "3", "stray"], r"argument: unexpected value \(got stray\)"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--lr", "-1"], r"lr: must be > 0 \(got -1.0\)"),
+        (["--bogus", "1"], "bogus: unknown flag"),
+        (["--steps"], "steps: needs a value"),
+        (["--steps", "x"], "steps"),
+        (["--steps", "3", "stray"], r"argument: unexpected value \(got stray\)"),
+    ],
+)
 def test_flag_errors_are_one_line_config_errors(argv, expected):
     with pytest.raises(ConfigError, match=expected) as info:
         parse_flags(ToyConfig, argv, prog="toy")
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["--fused-update", "maybe"], r"fused_update: --fused-update takes no value \(got 'maybe'\)"),
-    (["--no-fused-update=1"], r"fused_update: --no-fused-update takes no value \(got '1'\)"),
-    (["--normalize-obs", "true"], r"normalize_obs: --normalize-obs takes no value \(got 'true'\)"),
-    (["--seed", "2", "--fused-update", "2"], r"fused_update: --fused-update takes no value \(got '2'\)"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--fused-update", "maybe"], r"fused_update: --fused-update takes no value \(got 'maybe'\)"),
+        (["--no-fused-update=1"], r"fused_update: --no-fused-update takes no value \(got '1'\)"),
+        (["--normalize-obs", "true"], r"normalize_obs: --normalize-obs takes no value \(got 'true'\)"),
+        (["--seed", "2", "--fused-update", "2"], r"fused_update: --fused-update takes no value \(got '2'\)"),
+    ],
+)
 def test_a_value_given_to_a_switch_names_the_switch(argv, expected):
     # it once said only "argument: unexpected value (got maybe)"
     from pglab.configs.ppo import PPOConfig
@@ -367,21 +409,27 @@ def _pglab(*argv):
     return subprocess.run([sys.executable, "-m", "pglab.cli", *argv], capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["solve", "--help"], ["bench", "--help"], ["evaluate", "--help"]])
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["train", "--help"], ["solve", "--help"], ["bench", "--help"], ["evaluate", "--help"]]
+)
 def test_help_exits_zero_and_lists_what_exists(argv):
     result = _pglab(*argv)
     assert result.returncode == 0, result.stderr
     if argv[0] == "train":
-        assert all(name in result.stdout for name in ("ghm", "a2c", "ppo", "pso-tsp", "maxk-pomo", "forecast", "--log-dir"))
+        assert all(
+            name in result.stdout for name in ("ghm", "a2c", "ppo", "pso-tsp", "maxk-pomo", "forecast", "--log-dir")
+        )
     if argv[0] == "evaluate":
         assert "--episodes" in result.stdout and "--output" in result.stdout
 
 
 def test_top_level_help_does_not_import_torch():
-    code = ("import sys\nfrom pglab.cli import main\n"
-            "for argv in (['--help'], ['train', '--help'], ['evaluate', '--help'], ['solve', '--help'], ['bench', '--help']):\n"
-            "    assert main(argv) == 0\n"
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys\nfrom pglab.cli import main\n"
+        "for argv in (['--help'], ['train', '--help'], ['evaluate', '--help'], ['solve', '--help'], ['bench', '--help']):\n"
+        "    assert main(argv) == 0\n"
+        "print('torch' in sys.modules)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip().splitlines()[-1] == "False", result.stderr
 
@@ -447,4 +495,36 @@ def test_warnings_reach_the_command_line_user_as_one_line(monkeypatch, capsys):
         assert cli.main([]) == 0
         assert warnings.showwarning is previous  # restored for the library user
     err = capsys.readouterr().err
-    assert err == "pglab: warning: the environment could not be checkpointed\npglab: warning: WARN: Taxi-v3 is out of date\n"
+    assert (
+        err
+        == "pglab: warning: the environment could not be checkpointed\npglab: warning: WARN: Taxi-v3 is out of date\n"
+    )
+
+
+# -- the state a trainer registers (TrainingRun.track) ---------------------------------
+def _edit_latest(tmp_path, edit):
+    stored = (tmp_path / "run" / "checkpoints" / "checkpoint_latest.pt").resolve()
+    checkpoint = load_checkpoint_file(stored)
+    edit(checkpoint)
+    save_checkpoint(stored, {k: v for k, v in checkpoint.items() if k != "path"})
+
+
+def test_a_resume_with_other_meta_is_refused_naming_it(tmp_path):
+    train_toy(_config(tmp_path), stop_after=2)
+    _edit_latest(tmp_path, lambda checkpoint: checkpoint["extra"].update(width=5))
+    with pytest.raises(CheckpointError, match="its width 5 differs from this run's 3"):
+        train_toy(ToyConfig(resume=tmp_path / "run"), given=frozenset({"resume"}))
+
+
+def test_a_checkpoint_without_a_registered_entry_is_refused_naming_it(tmp_path):
+    train_toy(_config(tmp_path), stop_after=2)
+    _edit_latest(tmp_path, lambda checkpoint: checkpoint["extra"].pop("total"))
+    with pytest.raises(CheckpointError, match="holds no extra entry 'total'"):
+        train_toy(ToyConfig(resume=tmp_path / "run"), given=frozenset({"resume"}))
+
+
+def test_every_row_carries_the_shells_perf_metrics(tmp_path):
+    train_toy(_config(tmp_path))
+    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))  # noqa: SIM115 - read once, closed by GC
+    assert all(float(row["perf/step_s"]) > 0 for row in rows)
+    assert "perf/env_steps_per_s" not in rows[0]  # the toy counts no environment steps

@@ -1,5 +1,6 @@
 """Stream-AC(lambda): ObGD against a hand computation, sparse init, reward scaling,
 normalisation statistics, and a short end-to-end run through the CLI config."""
+
 import json
 import math
 
@@ -26,7 +27,7 @@ def test_obgd_matches_the_hand_computed_update():
     opt.traces[0].copy_(torch.tensor([0.4, 0.0]))
     w.grad = torch.tensor([1.0, 3.0])
     step = opt.step(torch.tensor(2.0), reset=False)
-    z = torch.tensor([0.4 * 0.45 + 1.0, 3.0])               # z = gamma lambda z + g
+    z = torch.tensor([0.4 * 0.45 + 1.0, 3.0])  # z = gamma lambda z + g
     bound = 0.5 * 2.0 * max(2.0, 1.0) * float(z.abs().sum())  # M = alpha kappa max(|d|,1) ||z||_1
     assert step == pytest.approx(0.5 / max(bound, 1.0))
     assert torch.allclose(w.detach(), torch.tensor([1.0, -2.0]) + step * 2.0 * z)
@@ -70,8 +71,17 @@ def test_observation_statistics_are_welford_exact():
 
 
 def test_stream_ac_runs_end_to_end_and_checkpoints(tmp_path):
-    cfg = A2CTrainConfig(algo="stream-ac", num_envs=1, lr=1.0, total_env_steps=60, device="cpu", pixel_goal=PixelGoalConfig(grid_size=4), hidden=16,
-                         threads=1, log_dir=tmp_path / "run")
+    cfg = A2CTrainConfig(
+        algo="stream-ac",
+        num_envs=1,
+        lr=1.0,
+        total_env_steps=60,
+        device="cpu",
+        pixel_goal=PixelGoalConfig(grid_size=4),
+        hidden=16,
+        threads=1,
+        log_dir=tmp_path / "run",
+    )
     result = train_stream_ac(cfg, echo=lambda *a, **k: None)
     assert result["env_steps"] == 60 and result["opt_steps"] == 60 and result["exit_code"] == 0
     lines = [json.loads(line) for line in (tmp_path / "run" / LOG_NAME).read_text().splitlines()]
@@ -82,7 +92,9 @@ def test_stream_ac_runs_end_to_end_and_checkpoints(tmp_path):
     assert last["loss/entropy"] == pytest.approx(-cfg.entropy_coef * last["stats/entropy"], rel=1e-6)
     # two ObGD step sizes instead of one learning rate, each at most alpha (the values
     # themselves: tests/test_update_rules_a2c.py); no gradient norm
-    assert 0 < last["stats/lr/actor"] <= cfg.lr and 0 < last["stats/lr/critic"] <= cfg.lr and "stats/grad_norm" not in last
+    assert (
+        0 < last["stats/lr/actor"] <= cfg.lr and 0 < last["stats/lr/critic"] <= cfg.lr and "stats/grad_norm" not in last
+    )
     checkpoint = load_checkpoint_file(tmp_path / "run")
     assert checkpoint["kind"] == "a2c-stream-ac" and checkpoint["counters"]["env_steps"] == 60
     import pglab
@@ -94,7 +106,15 @@ def test_stream_ac_runs_end_to_end_and_checkpoints(tmp_path):
 
 def test_stream_ac_resume_is_bit_identical(tmp_path):
     quiet = lambda *a, **k: None  # noqa: E731
-    common = dict(algo="stream-ac", num_envs=1, lr=1.0, device="cpu", pixel_goal=PixelGoalConfig(grid_size=4), hidden=16, threads=1)
+    common = dict(
+        algo="stream-ac",
+        num_envs=1,
+        lr=1.0,
+        device="cpu",
+        pixel_goal=PixelGoalConfig(grid_size=4),
+        hidden=16,
+        threads=1,
+    )
     train_stream_ac(A2CTrainConfig(total_env_steps=80, log_dir=tmp_path / "full", **common), echo=quiet)
     train_stream_ac(A2CTrainConfig(total_env_steps=40, log_dir=tmp_path / "half", **common), echo=quiet)
     train_stream_ac(A2CTrainConfig(total_env_steps=80, resume=tmp_path / "half", **common), echo=quiet)
@@ -103,4 +123,7 @@ def test_stream_ac_resume_is_bit_identical(tmp_path):
     for counters in (half["counters"], full["counters"]):
         assert (counters["env_steps"], counters["opt_steps"]) == (80, 80)
     assert all(torch.equal(full["models"]["model"][k], half["models"]["model"][k]) for k in full["models"]["model"])
-    assert all(torch.equal(a, b) for a, b in zip(full["extra"]["actor_traces"]["traces"], half["extra"]["actor_traces"]["traces"]))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(full["extra"]["actor_traces"]["traces"], half["extra"]["actor_traces"]["traces"], strict=False)
+    )

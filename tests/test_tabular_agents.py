@@ -1,4 +1,5 @@
 """Tabular learners: action space, Q-learning and WoLF-PHC update rules, epsilon schedule, seeding."""
+
 import numpy as np
 import pytest
 
@@ -18,8 +19,10 @@ def test_action_space_defaults_span_minus_one_to_one_in_steps_of_a_tenth():
     assert space.delta_to_action(0.0) == 10
 
 
-@pytest.mark.parametrize("kwargs, field", [({"n_bins": 1}, "n_bins"), ({"max_delta": 0.0}, "max_delta"),
-                                           ({"max_delta": float("nan")}, "max_delta")])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [({"n_bins": 1}, "n_bins"), ({"max_delta": 0.0}, "max_delta"), ({"max_delta": float("nan")}, "max_delta")],
+)
 def test_action_space_rejects_bad_fields(kwargs, field):
     with pytest.raises(ConfigError, match=field):
         DiscreteActionSpace(**kwargs)
@@ -83,7 +86,7 @@ def test_q_learning_finds_the_known_optimum_of_a_deterministic_chain():
     The agent explores epsilon-greedily from state 0 and must end with Q close to Q*.
     """
     gamma = 0.9
-    v_star = {3: 0.0, 2: 1.0, 1: gamma, 0: gamma ** 2}
+    v_star = {3: 0.0, 2: 1.0, 1: gamma, 0: gamma**2}
     q_star = {s: [gamma * v_star[max(s - 1, 0)], 1.0 if s == 2 else gamma * v_star[s + 1]] for s in range(3)}
     agent = QTableAgent(2, alpha=0.5, gamma=gamma, epsilon=1.0, epsilon_decay=0.999, epsilon_min=0.2, seed=3)
     for _ in range(800):
@@ -127,10 +130,17 @@ def test_same_seed_same_actions_different_seed_different():
     assert a1 != a3
 
 
-@pytest.mark.parametrize("kwargs, field", [({"alpha": 0.0}, "alpha"), ({"gamma": 1.5}, "gamma"),
-                                           ({"epsilon": -0.1}, "epsilon"), ({"epsilon_decay": 0.0}, "epsilon_decay"),
-                                           ({"default_action": 5}, "default_action"),
-                                           ({"epsilon": 0.01, "epsilon_min": 0.05}, "epsilon_min")])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"alpha": 0.0}, "alpha"),
+        ({"gamma": 1.5}, "gamma"),
+        ({"epsilon": -0.1}, "epsilon"),
+        ({"epsilon_decay": 0.0}, "epsilon_decay"),
+        ({"default_action": 5}, "default_action"),
+        ({"epsilon": 0.01, "epsilon_min": 0.05}, "epsilon_min"),
+    ],
+)
 def test_agent_rejects_bad_hyperparameters(kwargs, field):
     with pytest.raises(ConfigError, match=field):
         QTableAgent(3, **kwargs)

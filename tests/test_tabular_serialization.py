@@ -1,4 +1,5 @@
 """Q-table JSON files: exact round trip, atomic writes, rejection of malformed or mismatched files."""
+
 import json
 
 import numpy as np
@@ -51,21 +52,24 @@ def good_payload(tmp_path):
     return json.loads(path.read_text())
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda p: p.update(format="something-else"), "not a pglab Q-table"),
-    (lambda p: p.update(format_version=99), "format_version=99"),
-    (lambda p: p.pop("entries"), "missing required entry 'entries'"),
-    (lambda p: p.update(algorithm="dqn"), "algorithm='dqn'"),
-    (lambda p: p["entries"][0].update(q=[0.0] * 3), r"entries\[0\].q must be a list of 7"),
-    (lambda p: p["entries"][0]["q"].__setitem__(0, "x"), "not a finite number"),
-    (lambda p: p["entries"][1].update(state=p["entries"][0]["state"]), "appears twice"),
-    (lambda p: p["entries"][0].update(pi=[0.5] * 7), "not a probability distribution"),
-    (lambda p: p["entries"][0].pop("avg_pi"), "lacks 'avg_pi'"),
-    (lambda p: p["entries"][0].update(state=[1, 2]), "must be an int or a string"),
-    (lambda p: p["action_space"].update(n_bins=1), "invalid parameters"),
-    (lambda p: p["hyperparameters"].update(alpha=-1), r"invalid parameters: alpha: .*\(got -1"),
-    (lambda p: p.update(epsilon=2.0), r"epsilon: .*\(got 2.0\)"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda p: p.update(format="something-else"), "not a pglab Q-table"),
+        (lambda p: p.update(format_version=99), "format_version=99"),
+        (lambda p: p.pop("entries"), "missing required entry 'entries'"),
+        (lambda p: p.update(algorithm="dqn"), "algorithm='dqn'"),
+        (lambda p: p["entries"][0].update(q=[0.0] * 3), r"entries\[0\].q must be a list of 7"),
+        (lambda p: p["entries"][0]["q"].__setitem__(0, "x"), "not a finite number"),
+        (lambda p: p["entries"][1].update(state=p["entries"][0]["state"]), "appears twice"),
+        (lambda p: p["entries"][0].update(pi=[0.5] * 7), "not a probability distribution"),
+        (lambda p: p["entries"][0].pop("avg_pi"), "lacks 'avg_pi'"),
+        (lambda p: p["entries"][0].update(state=[1, 2]), "must be an int or a string"),
+        (lambda p: p["action_space"].update(n_bins=1), "invalid parameters"),
+        (lambda p: p["hyperparameters"].update(alpha=-1), r"invalid parameters: alpha: .*\(got -1"),
+        (lambda p: p.update(epsilon=2.0), r"epsilon: .*\(got 2.0\)"),
+    ],
+)
 def test_malformed_tables_are_rejected_with_a_clear_message(tmp_path, good_payload, mutate, message):
     mutate(good_payload)
     with pytest.raises(CheckpointError, match=message):

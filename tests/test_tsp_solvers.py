@@ -1,4 +1,5 @@
 """Reference TSP solvers against exhaustive enumeration."""
+
 import numpy as np
 import pytest
 
@@ -62,7 +63,7 @@ def test_nearest_neighbour_and_two_opt():
     assert is_permutation(nn, n)
     # each step of NN goes to the closest unvisited city
     visited = {0}
-    for a, b in zip(nn[:-1], nn[1:]):
+    for a, b in zip(nn[:-1], nn[1:], strict=False):
         unvisited = [c for c in range(n) if c not in visited]
         assert dist[a, b] == pytest.approx(min(dist[a, c] for c in unvisited))
         visited.add(int(b))

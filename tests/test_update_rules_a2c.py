@@ -17,6 +17,7 @@ neither a termination nor a truncation is bootstrapped. The references below spe
 out in ``bootstraps``; bootstrapping truncations from ``info["final_obs"]`` instead would
 change that one function.
 """
+
 import copy
 import json
 import math
@@ -53,9 +54,20 @@ FLAGS = (
 def scripted_a2c_trainer():
     """A trainer whose env replays FLAGS with fixed rewards and frames; returns the
     trainer, the record of the transitions it saw and its initial weights."""
-    config = A2CTrainConfig(num_envs=NUM_ENVS, update_every=2, total_env_steps=2 * NUM_ENVS, device="cpu", hidden=16,
-                            pixel_goal=PixelGoalConfig(grid_size=2), gamma=0.8, value_coef=0.7, entropy_coef=0.05,
-                            lr=1e-3, grad_clip=0.3, seed=0)
+    config = A2CTrainConfig(
+        num_envs=NUM_ENVS,
+        update_every=2,
+        total_env_steps=2 * NUM_ENVS,
+        device="cpu",
+        hidden=16,
+        pixel_goal=PixelGoalConfig(grid_size=2),
+        gamma=0.8,
+        value_coef=0.7,
+        entropy_coef=0.05,
+        lr=1e-3,
+        grad_clip=0.3,
+        seed=0,
+    )
     torch.manual_seed(0)
     trainer = A2CTrainer(config, device=CPU)
     with torch.no_grad():  # a clearly non-uniform policy, so the entropy gradient is not ~0
@@ -64,11 +76,16 @@ def scripted_a2c_trainer():
     frames = torch.Generator().manual_seed(1)
     shape = (NUM_ENVS, *trainer.env.observation_shape)
     trainer.obs = torch.randint(0, 256, shape, generator=frames, dtype=torch.uint8)
-    script = [(torch.randint(0, 256, shape, generator=frames, dtype=torch.uint8),
-               torch.rand(NUM_ENVS, generator=frames) * 2 - 1,
-               torch.tensor([d for d, _ in flags]), torch.tensor([t for _, t in flags]),
-               torch.randint(0, 256, shape, generator=frames, dtype=torch.uint8))  # pre-reset frames: unused
-              for flags in FLAGS]
+    script = [
+        (
+            torch.randint(0, 256, shape, generator=frames, dtype=torch.uint8),
+            torch.rand(NUM_ENVS, generator=frames) * 2 - 1,
+            torch.tensor([d for d, _ in flags]),
+            torch.tensor([t for _, t in flags]),
+            torch.randint(0, 256, shape, generator=frames, dtype=torch.uint8),
+        )  # pre-reset frames: unused
+        for flags in FLAGS
+    ]
     seen = []
 
     def step(actions):
@@ -104,7 +121,9 @@ def reference_window(model, seen, config):
             log_probs = torch.log(probs)
             entropy = -(probs * log_probs).sum()
             a = int(actions[i])
-            target = float(reward[i]) + (config.gamma * float(next_values[i]) if bootstraps(bool(done[i]), bool(trunc[i])) else 0.0)
+            target = float(reward[i]) + (
+                config.gamma * float(next_values[i]) if bootstraps(bool(done[i]), bool(trunc[i])) else 0.0
+            )
             advantage = target - values[i].item()  # a number: no gradient through the advantage
             policy_term = -log_probs[a] * advantage
             value_term = config.value_coef * (target - values[i]) ** 2
@@ -113,9 +132,15 @@ def reference_window(model, seen, config):
             # d/dz_j [-log p_a adv] = -(1[j=a] - p_j) adv;  d/dz_j [-c H] = c p_j (log p_j + H)
             p, lp = probs.detach(), log_probs.detach()
             onehot = torch.nn.functional.one_hot(torch.tensor(a), 5).double()
-            policy_bias += (-(onehot - p) * advantage + config.entropy_coef * p * (lp + entropy.detach())) / (NUM_ENVS * steps)
+            policy_bias += (-(onehot - p) * advantage + config.entropy_coef * p * (lp + entropy.detach())) / (
+                NUM_ENVS * steps
+            )
             value_bias += 2 * config.value_coef * (values[i].item() - target) / (NUM_ENVS * steps)
-            for name, term in (("loss/policy", policy_term), ("loss/value", value_term), ("loss/entropy", entropy_term)):
+            for name, term in (
+                ("loss/policy", policy_term),
+                ("loss/value", value_term),
+                ("loss/entropy", entropy_term),
+            ):
                 logged[name] += term.item() / (NUM_ENVS * steps)
             logged["stats/advantage_mean"] += advantage / (NUM_ENVS * steps)
     grads = torch.autograd.grad(total, list(ref.parameters()))
@@ -135,7 +160,7 @@ def test_a2c_td0_window_matches_the_reference_gradient_and_adam_step():
     torch.testing.assert_close(got["policy_head.bias"], policy_bias, rtol=1e-4, atol=1e-7)
     torch.testing.assert_close(got["value_head.bias"], value_bias.view(1), rtol=1e-4, atol=1e-7)
     # every parameter, torso included, against the float64 reference loss
-    for name, ref in zip(names, grads):
+    for name, ref in zip(names, grads, strict=False):
         torch.testing.assert_close(got[name], ref, rtol=1e-4, atol=1e-7, msg=name)
     summary = trainer.stats.summary()
     for key, value in logged.items():
@@ -148,7 +173,7 @@ def test_a2c_td0_window_matches_the_reference_gradient_and_adam_step():
     grad_norm = trainer.optimizer_step()
     assert float(grad_norm) == pytest.approx(norm, rel=1e-5)
     scale = min(1.0, config.grad_clip / (norm + 1e-6))
-    for (name, after), before, grad in zip(trainer.model.named_parameters(), initial.parameters(), grads):
+    for (name, after), before, grad in zip(trainer.model.named_parameters(), initial.parameters(), grads, strict=False):
         clipped = grad * scale
         expected = before.detach().double() - config.lr * clipped / (clipped.abs() + config.adam_eps)
         torch.testing.assert_close(after.detach().double(), expected, rtol=0, atol=2e-7, msg=name)
@@ -159,9 +184,23 @@ def test_a2c_td0_window_matches_the_reference_gradient_and_adam_step():
 
 # -- stream-AC(lambda) ---------------------------------------------------------------------
 def stream_config(run_dir, steps):
-    return A2CTrainConfig(algo="stream-ac", num_envs=1, lr=1.0, gamma=0.9, trace_lambda=0.7, kappa=2.0, entropy_coef=0.05,
-                          total_env_steps=steps, save_interval=1000, hidden=8, threads=1, device="cpu", seed=3,
-                          pixel_goal=PixelGoalConfig(grid_size=2, max_steps=2), log_dir=run_dir)
+    return A2CTrainConfig(
+        algo="stream-ac",
+        num_envs=1,
+        lr=1.0,
+        gamma=0.9,
+        trace_lambda=0.7,
+        kappa=2.0,
+        entropy_coef=0.05,
+        total_env_steps=steps,
+        save_interval=1000,
+        hidden=8,
+        threads=1,
+        device="cpu",
+        seed=3,
+        pixel_goal=PixelGoalConfig(grid_size=2, max_steps=2),
+        log_dir=run_dir,
+    )
 
 
 class ReferenceScaler:
@@ -176,7 +215,9 @@ class ReferenceScaler:
         self.history.append(self.ret)
         if finished:
             self.ret = 0.0
-        std = torch.tensor(self.history, dtype=torch.float64).std(unbiased=False).item() if len(self.history) > 1 else 1.0
+        std = (
+            torch.tensor(self.history, dtype=torch.float64).std(unbiased=False).item() if len(self.history) > 1 else 1.0
+        )
         return reward / (std + 1e-8)
 
 
@@ -201,8 +242,10 @@ def reference_stream_ac(model, transitions, config):
         log_probs = torch.log_softmax(logits[0].double(), dim=0)
         entropy = -(log_probs.exp() * log_probs).sum()
         # the actor ascends log pi(a|s) + c_H sign(delta) H, the critic ascends V(s)
-        objectives = {"actor": log_probs[int(action)] + config.entropy_coef * math.copysign(1.0, delta) * entropy,
-                      "critic": value[0]}
+        objectives = {
+            "actor": log_probs[int(action)] + config.entropy_coef * math.copysign(1.0, delta) * entropy,
+            "critic": value[0],
+        }
         sizes = {}
         for name, (params, kappa) in groups.items():
             grads = torch.autograd.grad(objectives[name], params, retain_graph=True)
@@ -213,7 +256,7 @@ def reference_stream_ac(model, transitions, config):
             bound = config.lr * kappa * max(abs(delta), 1.0) * z_l1  # M = alpha kappa max(|delta|, 1) ||z||_1
             sizes[name] = config.lr / max(bound, 1.0)
             with torch.no_grad():
-                for param, trace in zip(params, z):
+                for param, trace in zip(params, z, strict=False):
                     param += (sizes[name] * delta * trace).to(param.dtype)
             if finished:  # traces end with the episode
                 traces[name] = [torch.zeros_like(t) for t in z]
@@ -255,7 +298,7 @@ def test_stream_ac_updates_match_a_slow_reference_loop(tmp_path, monkeypatch):
     for name in ("actor", "critic"):
         saved = checkpoint["extra"][f"{name}_traces"]["traces"]
         assert len(saved) == len(traces[name])
-        for got, expected in zip(saved, traces[name]):
+        for got, expected in zip(saved, traces[name], strict=False):
             torch.testing.assert_close(got.double(), expected, rtol=1e-4, atol=1e-6)
     # the ObGD bound is active (alpha_eff < alpha) and the logged mean step sizes match
     assert all(actor < config.lr and critic < config.lr for actor, critic in step_sizes)
@@ -265,7 +308,9 @@ def test_stream_ac_updates_match_a_slow_reference_loop(tmp_path, monkeypatch):
 
 
 # -- a small learning test -------------------------------------------------------------------
-LEARN_BOARD = PixelGoalConfig(grid_size=3, cell_px=1, frames_per_step=1, max_steps=6, step_cost=0.0, alpha=0.0, goal_bonus=1.0)
+LEARN_BOARD = PixelGoalConfig(
+    grid_size=3, cell_px=1, frames_per_step=1, max_steps=6, step_cost=0.0, alpha=0.0, goal_bonus=1.0
+)
 
 
 @pytest.mark.slow
@@ -274,8 +319,18 @@ def test_a2c_learns_to_reach_the_goal_on_a_tiny_board():
     512 episodes (the initial network: 18 %). Without distance shaping the only reward is
     the goal bonus, so the critic must propagate it: with ``values`` detached in the loss
     (critic frozen) the same run ends at 20 %, with the policy loss's sign flipped at 0 %."""
-    config = A2CTrainConfig(num_envs=128, update_every=1, total_env_steps=128 * 200, pixel_goal=LEARN_BOARD, hidden=32,
-                            lr=1e-2, gamma=0.9, entropy_coef=0.01, device="cpu", seed=0)
+    config = A2CTrainConfig(
+        num_envs=128,
+        update_every=1,
+        total_env_steps=128 * 200,
+        pixel_goal=LEARN_BOARD,
+        hidden=32,
+        lr=1e-2,
+        gamma=0.9,
+        entropy_coef=0.01,
+        device="cpu",
+        seed=0,
+    )
     torch.manual_seed(config.seed)
     trainer = A2CTrainer(config, device=CPU)
 

@@ -10,6 +10,7 @@ step pin the gradient itself (Adam's first step only sees its sign).
 The reward test checks the GHM payout ``a_L - (1 + lambda) a_E`` on a deterministic
 (sigma = 0) batch computed by hand.
 """
+
 from __future__ import annotations
 
 import copy
@@ -29,8 +30,7 @@ DT = 0.1
 STEPS = 5
 LR = 0.05
 # rho = 0.5: per-step discount exp(-0.05) = 0.951, far enough from 1 that ignoring it shows
-PARAMS = dict(mu=0.1, sigma=0.4, r=0.05, lambda_dilution=0.25, rho=0.5,
-              initial_cash_low=0.02, initial_cash_high=0.5)
+PARAMS = dict(mu=0.1, sigma=0.4, r=0.05, lambda_dilution=0.25, rho=0.5, initial_cash_low=0.02, initial_cash_high=0.5)
 
 
 class GHM64(GHMModel):
@@ -55,7 +55,9 @@ def _flat(module: torch.nn.Module) -> torch.Tensor:
 def _grad(loss: torch.Tensor, module: torch.nn.Module) -> torch.Tensor:
     params = list(module.parameters())
     grads = torch.autograd.grad(loss, params, allow_unused=True)
-    return torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)])
+    return torch.cat(
+        [(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads, strict=False)]
+    )
 
 
 def _nets(seed: int = 0, mean_shift: tuple[float, float] = (0.0, 0.0)):
@@ -78,6 +80,7 @@ def _use_sgd(algo, policy_attr: str, critic_attr: str, policy, critic) -> None:
 
 
 # -- 1. the reward: dividends minus (1 + lambda) x issuance --------------------------------------
+
 
 class _ConstantRates(torch.nn.Module):
     def __init__(self, rates):
@@ -110,7 +113,7 @@ def test_ghm_reward_is_dividends_minus_diluted_issuance_on_a_deterministic_batch
         for t in range(steps):
             reward = (a_L - (1.0 + 0.25) * a_E) * dt if alive else 0.0
             row.append(reward)
-            total += gamma ** t * reward
+            total += gamma**t * reward
             if alive:
                 cash = cash + (0.1 + 0.05 * cash - a_L + a_E) * dt
                 alive = cash > 0.0
@@ -121,12 +124,15 @@ def test_ghm_reward_is_dividends_minus_diluted_issuance_on_a_deterministic_batch
     expected_rewards = torch.tensor(expected_rewards, dtype=torch.float64)
     assert expected_rewards[0, 0].item() == pytest.approx(0.035)  # (0.6 - 1.25 * 0.2) * 0.1
     torch.testing.assert_close(paths.rewards, expected_rewards, rtol=0, atol=1e-14)
-    torch.testing.assert_close(paths.states[:, :, 0], torch.tensor(expected_cash, dtype=torch.float64), rtol=0, atol=1e-14)
+    torch.testing.assert_close(
+        paths.states[:, :, 0], torch.tensor(expected_cash, dtype=torch.float64), rtol=0, atol=1e-14
+    )
     torch.testing.assert_close(paths.returns(), torch.tensor(expected_returns, dtype=torch.float64), rtol=0, atol=1e-14)
     assert paths.dones.tolist() == [[False] * 4, [False, True, True, True]]
 
 
 # -- 2. Monte Carlo policy gradient (REINFORCE with a learned baseline, reward-to-go) -----------
+
 
 def _value_slope_fd(baseline, x: float, h: float = 1e-5) -> float:
     """V'(x) by a central finite difference (not autograd, as the solver uses)."""
@@ -158,7 +164,7 @@ def _martingale_terms(policy, baseline, paths, gamma, params):
             v = 0.0
             if t % k == 0:
                 with torch.no_grad():
-                    mean = policy.mean_std(paths.states[i, t:t + 1])[0][0].tolist()
+                    mean = policy.mean_std(paths.states[i, t : t + 1])[0][0].tolist()
                 marginal = [1.0 - gamma * slope, gamma * slope - (1.0 + params.lambda_dilution)]
                 highs = [params.a_L_max, params.a_E_max]
                 for d in range(2):
@@ -168,8 +174,21 @@ def _martingale_terms(policy, baseline, paths, gamma, params):
     return total, own
 
 
-def _mc_reference(policy, baseline, paths, initial, gamma, perm_generator, *, advantage, policy_steps, baseline_steps,
-                  advantage_steps=0, control_variate="none", params=None):
+def _mc_reference(
+    policy,
+    baseline,
+    paths,
+    initial,
+    gamma,
+    perm_generator,
+    *,
+    advantage,
+    policy_steps,
+    baseline_steps,
+    advantage_steps=0,
+    control_variate="none",
+    params=None,
+):
     """Parameters of (policy, baseline) after one MC iteration with SGD, by slow loops.
 
     The scored (path, step) pairs are the alive decision steps (t % action_repeat == 0); the
@@ -196,11 +215,11 @@ def _mc_reference(policy, baseline, paths, initial, gamma, perm_generator, *, ad
     used = [decisions[j] for j in order]
     with torch.no_grad():
         if advantage == "trajectory":
-            path_adv = [rtg[i][0] - baseline(initial[i:i + 1]).item() for i in range(B)]
+            path_adv = [rtg[i][0] - baseline(initial[i : i + 1]).item() for i in range(B)]
             adv = torch.tensor([path_adv[i] for i, _ in used])
         elif advantage_steps == 0:
             # the decision's own exploration term is added back: it is the signal
-            adv = torch.tensor([rtg[i][t] + own[i][t] - baseline(states[i, t:t + 1]).item() for i, t in used])
+            adv = torch.tensor([rtg[i][t] + own[i][t] - baseline(states[i, t : t + 1]).item() for i, t in used])
         else:
             # n-step: the payout of steps t..t+n-1, then the critic (0 if liquidated by then)
             def n_step(i, t):
@@ -208,8 +227,14 @@ def _mc_reference(policy, baseline, paths, initial, gamma, perm_generator, *, ad
                     return rtg[i][t]
                 payout = sum(gamma**j * rewards[i, t + j].item() for j in range(advantage_steps))
                 alive = paths.masks[i, t + advantage_steps].item()
-                return payout + gamma**advantage_steps * alive * baseline(states[i, t + advantage_steps:t + advantage_steps + 1]).item()
-            adv = torch.tensor([n_step(i, t) - baseline(states[i, t:t + 1]).item() for i, t in used])
+                return (
+                    payout
+                    + gamma**advantage_steps
+                    * alive
+                    * baseline(states[i, t + advantage_steps : t + advantage_steps + 1]).item()
+                )
+
+            adv = torch.tensor([n_step(i, t) - baseline(states[i, t : t + 1]).item() for i, t in used])
     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
     for step in range(policy_steps):  # sequential SGD steps, each on its own chunk
         part = range(step * chunk, (step + 1) * chunk)
@@ -218,9 +243,9 @@ def _mc_reference(policy, baseline, paths, initial, gamma, perm_generator, *, ad
         mean, std = policy.mean_std(x)
         log_pi = (-0.5 * ((a - mean) / std) ** 2 - std.log() - 0.5 * math.log(2 * math.pi)).sum(-1)
         # a chunk's loss is rescaled to estimate -(1/B) sum over ALL decisions of log pi * A
-        loss = -(log_pi * adv[step * chunk:(step + 1) * chunk]).sum() * (len(decisions) / chunk) / B
+        loss = -(log_pi * adv[step * chunk : (step + 1) * chunk]).sum() * (len(decisions) / chunk) / B
         with torch.no_grad():
-            for p, g in zip(policy.parameters(), torch.autograd.grad(loss, list(policy.parameters()))):
+            for p, g in zip(policy.parameters(), torch.autograd.grad(loss, list(policy.parameters())), strict=False):
                 p -= LR * g
     for step in range(baseline_steps):
         if advantage == "trajectory":
@@ -231,7 +256,9 @@ def _mc_reference(policy, baseline, paths, initial, gamma, perm_generator, *, ad
             y = torch.tensor([rtg[used[j][0]][used[j][1]] for j in part])
         loss = ((baseline(x) - y) ** 2).mean()
         with torch.no_grad():
-            for p, g in zip(baseline.parameters(), torch.autograd.grad(loss, list(baseline.parameters()))):
+            for p, g in zip(
+                baseline.parameters(), torch.autograd.grad(loss, list(baseline.parameters())), strict=False
+            ):
                 p -= LR * g
     return _flat(policy), _flat(baseline), len(decisions)
 
@@ -251,26 +278,40 @@ def spy_on_rollouts(simulator) -> list:
     return captured
 
 
-@pytest.mark.parametrize("advantage, action_repeat, policy_steps, baseline_steps, advantage_steps, control_variate", [
-    ("reward_to_go", 1, 1, 1, 0, "none"),
-    ("reward_to_go", 2, 2, 3, 0, "none"),  # held actions, several policy steps
-    ("reward_to_go", 2, 2, 1, 2, "none"),  # the critic after 2 steps (advantage_horizon)
-    ("trajectory", 2, 1, 2, 0, "none"),
-    ("reward_to_go", 1, 1, 1, 0, "martingale"),
-    ("reward_to_go", 2, 2, 3, 0, "martingale"),
-])
-def test_mc_policy_gradient_step_matches_a_reference_loop(float64_default, advantage, action_repeat, policy_steps, baseline_steps,
-                                                          advantage_steps, control_variate):
+@pytest.mark.parametrize(
+    "advantage, action_repeat, policy_steps, baseline_steps, advantage_steps, control_variate",
+    [
+        ("reward_to_go", 1, 1, 1, 0, "none"),
+        ("reward_to_go", 2, 2, 3, 0, "none"),  # held actions, several policy steps
+        ("reward_to_go", 2, 2, 1, 2, "none"),  # the critic after 2 steps (advantage_horizon)
+        ("trajectory", 2, 1, 2, 0, "none"),
+        ("reward_to_go", 1, 1, 1, 0, "martingale"),
+        ("reward_to_go", 2, 2, 3, 0, "martingale"),
+    ],
+)
+def test_mc_policy_gradient_step_matches_a_reference_loop(
+    float64_default, advantage, action_repeat, policy_steps, baseline_steps, advantage_steps, control_variate
+):
     model = GHM64(GHMParams(**PARAMS))
     simulator = TrajectorySimulator(model, dt=DT, horizon=DT * STEPS, action_repeat=action_repeat)
     # with the control variate, a mean shift puts the issuance mean below 0 (outside the box,
     # where the exploration term is off) while the dividend mean stays inside
     policy, baseline = _nets(mean_shift=(0.0, 0.0) if control_variate == "none" else (0.2, 0.2))
     generator = torch.Generator().manual_seed(4)
-    algo = MonteCarloPolicyGradient(policy, simulator, baseline, n_trajectories=6, max_grad_norm=1e9,
-                                    advantage=advantage, terminal_value="critic", policy_steps=policy_steps,
-                                    baseline_steps=baseline_steps, advantage_steps=advantage_steps,
-                                    control_variate=control_variate, generator=generator)
+    algo = MonteCarloPolicyGradient(
+        policy,
+        simulator,
+        baseline,
+        n_trajectories=6,
+        max_grad_norm=1e9,
+        advantage=advantage,
+        terminal_value="critic",
+        policy_steps=policy_steps,
+        baseline_steps=baseline_steps,
+        advantage_steps=advantage_steps,
+        control_variate=control_variate,
+        generator=generator,
+    )
     _use_sgd(algo, "policy_optimizer", "baseline_optimizer", policy, baseline)
     policy0, baseline0 = copy.deepcopy(policy), copy.deepcopy(baseline)
     captured = spy_on_rollouts(simulator)
@@ -280,10 +321,19 @@ def test_mc_policy_gradient_step_matches_a_reference_loop(float64_default, advan
     # the batch exercises both a liquidation and a truncation (bootstrapped with V)
     assert bool(paths.dones[:, -1].any()) and bool((~paths.dones[:, -1]).any())
     new_policy, new_baseline, n_decisions = _mc_reference(
-        copy.deepcopy(policy0), copy.deepcopy(baseline0), paths, initial, math.exp(-PARAMS["rho"] * DT),
-        torch.Generator().set_state(perm_state), advantage=advantage, policy_steps=policy_steps,
-        baseline_steps=baseline_steps, advantage_steps=advantage_steps, control_variate=control_variate,
-        params=model.params)
+        copy.deepcopy(policy0),
+        copy.deepcopy(baseline0),
+        paths,
+        initial,
+        math.exp(-PARAMS["rho"] * DT),
+        torch.Generator().set_state(perm_state),
+        advantage=advantage,
+        policy_steps=policy_steps,
+        baseline_steps=baseline_steps,
+        advantage_steps=advantage_steps,
+        control_variate=control_variate,
+        params=model.params,
+    )
     assert n_decisions > 6
     assert (new_policy - _flat(policy0)).abs().max() > 1e-4  # the step is not negligible
     # the control variate's reference takes V' by finite differences (1e-10), not autograd
@@ -294,6 +344,7 @@ def test_mc_policy_gradient_step_matches_a_reference_loop(float64_default, advan
 
 
 # -- 3. pathwise gradient and the actor-critic's TD(lambda) + HJB critic ------------------------
+
 
 def _soft_clip(v, low, high, k_total):
     k = k_total / (high - low)
@@ -313,7 +364,7 @@ def _hand_rollout(policy, initial, noise, p, sharpness):
         a_L, a_E = u[:, 0], u[:, 1]
         nxt = cash + (p.mu + p.r * cash - a_L + a_E) * DT + p.sigma * math.sqrt(DT) * noise[:, t, 0]
         rewards.append((a_L - (1.0 + p.lambda_dilution) * a_E) * DT)
-        s = (1.0 - torch.exp(-2.0 * cash.clamp_min(0) * nxt.clamp_min(0) / (p.sigma ** 2 * DT))) * alive
+        s = (1.0 - torch.exp(-2.0 * cash.clamp_min(0) * nxt.clamp_min(0) / (p.sigma**2 * DT))) * alive
         survivals.append(s)
         alive = alive & (s > 0)
         cash = torch.where(alive, nxt, cash)
@@ -325,8 +376,18 @@ def _run_pathwise(cls, **kwargs):
     model = GHM64(GHMParams(**PARAMS))
     simulator = TrajectorySimulator(model, dt=DT, horizon=DT * STEPS)
     policy, critic = _nets(1)
-    algo = cls(policy, simulator, critic, n_trajectories=6, max_grad_norm=1e9, clip_sharpness=20.0,
-               critic_steps=1, critic_samples=10_000, generator=torch.Generator().manual_seed(2), **kwargs)
+    algo = cls(
+        policy,
+        simulator,
+        critic,
+        n_trajectories=6,
+        max_grad_norm=1e9,
+        clip_sharpness=20.0,
+        critic_steps=1,
+        critic_samples=10_000,
+        generator=torch.Generator().manual_seed(2),
+        **kwargs,
+    )
     _use_sgd(algo, "policy_optimizer", "critic_optimizer", policy, critic)
     policy0, critic0 = copy.deepcopy(policy), copy.deepcopy(critic)
     captured = []
@@ -348,8 +409,8 @@ def _pathwise_policy_reference(policy0, critic0, cashes, rewards, survivals, gam
     B = cashes[0].shape[0]
     weight = torch.ones(B)
     payout = torch.zeros(B)
-    for t, (r, s) in enumerate(zip(rewards, survivals)):
-        payout = payout + gamma ** t * weight * r
+    for t, (r, s) in enumerate(zip(rewards, survivals, strict=False)):
+        payout = payout + gamma**t * weight * r
         weight = weight * s
     payout = payout + gamma ** len(rewards) * weight * critic0(cashes[-1].unsqueeze(1))
     return _flat(policy0) - LR * _grad(-payout.mean(), policy0)
@@ -398,7 +459,8 @@ def test_pathwise_step_matches_autograd_through_a_hand_written_rollout(float64_d
 def test_actor_critic_td_lambda_and_hjb_critic_step_matches_a_reference(float64_default, hjb_weight):
     lam = 0.6
     model, algo, policy, critic, policy0, critic0, cashes, rewards, survivals = _run_pathwise(
-        ActorCritic, gae_lambda=lam, hjb_weight=hjb_weight, hjb_samples=10_000)
+        ActorCritic, gae_lambda=lam, hjb_weight=hjb_weight, hjb_samples=10_000
+    )
     p = model.params
     gamma = math.exp(-p.rho * DT)
     new_policy = _pathwise_policy_reference(policy0, critic0, cashes, rewards, survivals, gamma)
@@ -428,9 +490,10 @@ def test_actor_critic_td_lambda_and_hjb_critic_step_matches_a_reference(float64_
         c, a_L, a_E = x[:, 0], u[:, 0], u[:, 1]
         h = 1e-4
         v0, vp, vm = critic0(x), critic0(x + h), critic0(x - h)
-        first, second = (vp - vm) / (2 * h), (vp - 2 * v0 + vm) / h ** 2
-        hamiltonian = (a_L - (1 + p.lambda_dilution) * a_E) + (p.mu + p.r * c - a_L + a_E) * first \
-            + 0.5 * p.sigma ** 2 * second
+        first, second = (vp - vm) / (2 * h), (vp - 2 * v0 + vm) / h**2
+        hamiltonian = (
+            (a_L - (1 + p.lambda_dilution) * a_E) + (p.mu + p.r * c - a_L + a_E) * first + 0.5 * p.sigma**2 * second
+        )
         hjb = (p.rho * v0 - hamiltonian).pow(2).mean()
         assert hjb.item() > 1e-3  # the term is not negligible in this batch
         loss = loss + hjb_weight * hjb

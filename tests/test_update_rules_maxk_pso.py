@@ -15,6 +15,7 @@ instance's own swarm, and the trainer's per-step rewards, replayed step by step.
 Learning: a two-armed bandit on which the best-of-k objective and the mean objective
 disagree; the Max@K loss must find the arm the mean objective rejects.
 """
+
 import itertools
 import math
 import warnings
@@ -22,10 +23,11 @@ import warnings
 import pytest
 import torch
 
-from pglab.run.config import make_config
 from pglab.envs.pso_tsp import PSOTSPEnv, PSOTSPEnvConfig, SwarmState, fixed_coefficients, random_instances
 from pglab.losses.maxk import maxk_policy_loss
+from pglab.run.config import make_config
 from pglab.run.seeding import make_generator
+
 
 @pytest.fixture(autouse=True)
 def one_thread():
@@ -60,8 +62,9 @@ def subset_weights(row: list[float], k: int, mode: str) -> list[float]:
             loo = list(itertools.combinations(range(n - 1), k))
             weights.append(s_i - (k / n) * sum(max(others[j] for j in s) for s in loo) / len(loo))
         else:
-            weights.append(sum(max(row[j] for j in s) - max(row[j] for j in s if j != i) for s in containing)
-                           / len(subsets))
+            weights.append(
+                sum(max(row[j] for j in s) - max(row[j] for j in s if j != i) for s in containing) / len(subsets)
+            )
     return weights
 
 
@@ -81,8 +84,17 @@ def tiny_maxk_model(algo: str, k: int, mode: str):
     from pglab.algos.maxk_pomo import build_model
     from pglab.configs.maxk import MaxKPOMOTrainConfig
 
-    config = MaxKPOMOTrainConfig(algo=algo, num_loc=NUM_LOC, k=k, variance_reduction=mode, batch_size=BATCH,
-                                 embed_dim=16, num_encoder_layers=1, num_heads=2, device="cpu")
+    config = MaxKPOMOTrainConfig(
+        algo=algo,
+        num_loc=NUM_LOC,
+        k=k,
+        variance_reduction=mode,
+        batch_size=BATCH,
+        embed_dim=16,
+        num_encoder_layers=1,
+        num_heads=2,
+        device="cpu",
+    )
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # plain POMO stores env/policy in hparams and says so
@@ -107,10 +119,16 @@ def training_step_with_decoded_tours(model):
 
 
 @pytest.mark.co
-@pytest.mark.parametrize(("algo", "k", "mode"), [
-    ("maxk-pomo", 3, "none"), ("maxk-pomo", 3, "sample_loo"), ("maxk-pomo", 3, "subloo"),
-    ("maxk-pomo", 2, "subloo"), ("pomo", 3, "subloo"),
-])
+@pytest.mark.parametrize(
+    ("algo", "k", "mode"),
+    [
+        ("maxk-pomo", 3, "none"),
+        ("maxk-pomo", 3, "sample_loo"),
+        ("maxk-pomo", 3, "subloo"),
+        ("maxk-pomo", 2, "subloo"),
+        ("pomo", 3, "subloo"),
+    ],
+)
 def test_training_step_gradient_is_the_weighted_log_likelihood_gradient(algo, k, mode):
     model = tiny_maxk_model(algo, k, mode)
     assert type(model).__name__ == ("POMO" if algo == "pomo" else "MaxKPOMO")
@@ -119,8 +137,10 @@ def test_training_step_gradient_is_the_weighted_log_likelihood_gradient(algo, k,
     tours, flat_log_likelihood = out["actions"], out["log_likelihood"]
     assert tours.shape == (NUM_LOC * BATCH, NUM_LOC)
     log_likelihood = flat_log_likelihood.reshape(NUM_LOC, BATCH).T  # [B, n]
-    reward = torch.tensor([[-closed_tour_length(locs[b], tours[s * BATCH + b]) for s in range(NUM_LOC)]
-                           for b in range(BATCH)], dtype=torch.float64)
+    reward = torch.tensor(
+        [[-closed_tour_length(locs[b], tours[s * BATCH + b]) for s in range(NUM_LOC)] for b in range(BATCH)],
+        dtype=torch.float64,
+    )
     # POMO: one tour per forced start node.
     assert sorted(tours.reshape(NUM_LOC, BATCH, NUM_LOC)[:, 0, 0].tolist()) == list(range(NUM_LOC))
     if algo == "pomo":
@@ -134,7 +154,7 @@ def test_training_step_gradient_is_the_weighted_log_likelihood_gradient(algo, k,
     got = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
     want = torch.autograd.grad(reference, params, allow_unused=True)
     checked = 0
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=False):
         assert (g is None) == (w is None)
         if g is not None:
             torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-12)
@@ -152,8 +172,11 @@ def test_maxk_with_k_one_and_sample_loo_is_pomo_times_n_over_n_minus_one_on_real
     _, pomo_loss, pomo_out = training_step_with_decoded_tours(pomo)
     assert torch.equal(maxk_out["actions"], pomo_out["actions"])
     torch.testing.assert_close(maxk_loss, pomo_loss * NUM_LOC / (NUM_LOC - 1))
-    for a, b in zip(torch.autograd.grad(maxk_loss, list(maxk.parameters()), allow_unused=True),
-                    torch.autograd.grad(pomo_loss, list(pomo.parameters()), allow_unused=True)):
+    for a, b in zip(
+        torch.autograd.grad(maxk_loss, list(maxk.parameters()), allow_unused=True),
+        torch.autograd.grad(pomo_loss, list(pomo.parameters()), allow_unused=True),
+        strict=False,
+    ):
         if a is not None:
             torch.testing.assert_close(a, b * NUM_LOC / (NUM_LOC - 1), rtol=1e-9, atol=1e-12)
 
@@ -215,8 +238,9 @@ def test_maxk_loss_learns_the_best_of_k_optimum_of_a_bandit(mode):
 
 
 def pso_env(decode="sample", seed=0, **overrides):
-    config = PSOTSPEnvConfig(**{"num_cities": 7, "knn": 3, "n_particles": 3, "pso_iterations": 4, "v_max": 100.0,
-                                **overrides})
+    config = PSOTSPEnvConfig(
+        **{"num_cities": 7, "knn": 3, "n_particles": 3, "pso_iterations": 4, "v_max": 100.0, **overrides}
+    )
     return PSOTSPEnv(config, "cpu", make_generator(seed), decode=decode)
 
 
@@ -280,8 +304,9 @@ def test_gbest_is_the_position_of_the_best_personal_best_of_each_instance(decode
         assert_gbest_is_best_pbest_of_each_swarm(state)
         # personal best: replaced exactly where the new tour is strictly shorter
         improved = state.cost < before.pbest_cost
-        torch.testing.assert_close(state.pbest, torch.where(improved[..., None], state.position, before.pbest),
-                                   rtol=0, atol=0)
+        torch.testing.assert_close(
+            state.pbest, torch.where(improved[..., None], state.position, before.pbest), rtol=0, atol=0
+        )
         assert torch.equal(state.pbest_cost, torch.where(improved, state.cost, before.pbest_cost))
         leaders.append(state.pbest_cost.argmin(1))
         replaced += int(improved.sum())
@@ -331,8 +356,19 @@ class RecordingEnv(PSOTSPEnv):
 def test_rollout_rewards_actions_and_observed_bests_step_by_step(reward):
     from pglab.algos.pso_tsp import PSOTSPTrainConfig, build_model, collect_rollout
 
-    config = make_config(PSOTSPTrainConfig, num_cities=7, knn=3, n_particles=3, pso_iterations=4, emb_dim=8, num_heads=2,
-                               node_layers=1, instances_per_iteration=2, device="cpu", reward=reward)
+    config = make_config(
+        PSOTSPTrainConfig,
+        num_cities=7,
+        knn=3,
+        n_particles=3,
+        pso_iterations=4,
+        emb_dim=8,
+        num_heads=2,
+        node_layers=1,
+        instances_per_iteration=2,
+        device="cpu",
+        reward=reward,
+    )
     torch.manual_seed(0)
     model = build_model(config, torch.device("cpu"))
     env = RecordingEnv(config.env, "cpu", make_generator(0))

@@ -11,6 +11,7 @@
   a time limit bootstraps from ``V(final_obs)``, a termination bootstraps nothing.
 * A learning test on a two-step MDP with a known optimum and a known value function.
 """
+
 import copy
 
 import pytest
@@ -18,11 +19,11 @@ import torch
 from torch import nn
 
 import pglab.algos.ppo as ppo_module
-from pglab.run.config import make_config
 from pglab.algos.onpolicy import OnPolicyBatch, OnPolicyHyperparams, onpolicy_update
 from pglab.algos.ppo import PPOConfig, train_ppo
 from pglab.envs.base import ActionSpec
 from pglab.estimators import compute_gae
+from pglab.run.config import make_config
 
 LR = 0.3
 SEED = 7
@@ -73,7 +74,9 @@ def run_update(model, obs, actions, batch, hp, seed=SEED):
     def evaluate(index):
         return forward(dict(model.named_parameters()), obs[index], actions[index])
 
-    return onpolicy_update(evaluate, batch, model.parameters(), optimizer, hp, generator=torch.Generator().manual_seed(seed))
+    return onpolicy_update(
+        evaluate, batch, model.parameters(), optimizer, hp, generator=torch.Generator().manual_seed(seed)
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -89,11 +92,11 @@ def standardise(x):
 def sgd_step(params, loss, max_grad_norm):
     """``p -= LR * g * min(1, max_norm / (|g| + 1e-6))`` over all parameters; returns |g|."""
     grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
-    grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params.values(), grads)]
+    grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params.values(), grads, strict=False)]
     norm = sum(float((g * g).sum()) for g in grads) ** 0.5
     scale = min(1.0, max_grad_norm / (norm + 1e-6))
     with torch.no_grad():
-        for p, g in zip(params.values(), grads):
+        for p, g in zip(params.values(), grads, strict=False):
             p -= LR * scale * g
     return norm
 
@@ -119,9 +122,14 @@ def reference_single_step(model, obs, actions, batch, hp):
         value_loss = torch.zeros((), dtype=torch.float64)
     loss = policy_loss + hp.value_coef * value_loss - hp.entropy_coef * entropy.mean()
     grad_norm = sgd_step(params, loss, hp.max_grad_norm)
-    stats = {"loss/policy": float(policy_loss.detach()), "loss/value": float(value_loss.detach()),
-             "loss/entropy": -hp.entropy_coef * float(entropy.detach().mean()), "stats/entropy": float(entropy.detach().mean()),
-             "stats/grad_norm": grad_norm, "stats/epochs": 1.0}
+    stats = {
+        "loss/policy": float(policy_loss.detach()),
+        "loss/value": float(value_loss.detach()),
+        "loss/entropy": -hp.entropy_coef * float(entropy.detach().mean()),
+        "stats/entropy": float(entropy.detach().mean()),
+        "stats/grad_norm": grad_norm,
+        "stats/epochs": 1.0,
+    }
     return params, stats
 
 
@@ -132,7 +140,9 @@ def reference_ppo(model, obs, actions, batch, hp, seed=SEED):
     size = batch.size
     # num_minibatches consecutive slices of the shuffled order covering every sample once,
     # the first size % num_minibatches of them one sample longer.
-    bounds = [k * (size // hp.num_minibatches) + min(k, size % hp.num_minibatches) for k in range(hp.num_minibatches + 1)]
+    bounds = [
+        k * (size // hp.num_minibatches) + min(k, size % hp.num_minibatches) for k in range(hp.num_minibatches + 1)
+    ]
     generator = torch.Generator().manual_seed(seed)
     eps = hp.clip_coef
     rows, epochs = [], 0
@@ -147,8 +157,11 @@ def reference_ppo(model, obs, actions, batch, hp, seed=SEED):
                 advantages = standardise(advantages)
             ratio = torch.exp(log_probs - batch.old_log_probs[index])
             # Pessimistic bound: A >= 0 caps the ratio at 1 + eps, A < 0 floors it at 1 - eps.
-            surrogate = torch.where(advantages >= 0, torch.minimum(ratio, torch.full_like(ratio, 1 + eps)) * advantages,
-                                    torch.maximum(ratio, torch.full_like(ratio, 1 - eps)) * advantages)
+            surrogate = torch.where(
+                advantages >= 0,
+                torch.minimum(ratio, torch.full_like(ratio, 1 + eps)) * advantages,
+                torch.maximum(ratio, torch.full_like(ratio, 1 - eps)) * advantages,
+            )
             policy_loss = -surrogate.mean()
             returns, old_values = batch.returns[index], batch.old_values[index]
             if hp.value_clip_coef is None:
@@ -163,10 +176,17 @@ def reference_ppo(model, obs, actions, batch, hp, seed=SEED):
                 kl = float(((r - 1) - torch.log(r)).mean())
                 clipfrac = float(((r - 1).abs() > eps).double().mean())
             grad_norm = sgd_step(params, loss, hp.max_grad_norm)
-            rows.append({"loss/policy": float(policy_loss.detach()), "loss/value": float(value_loss.detach()),
-                         "loss/entropy": -hp.entropy_coef * float(entropy.detach().mean()),
-                         "stats/entropy": float(entropy.detach().mean()),
-                         "stats/approx_kl": kl, "stats/clipfrac": clipfrac, "stats/grad_norm": grad_norm})
+            rows.append(
+                {
+                    "loss/policy": float(policy_loss.detach()),
+                    "loss/value": float(value_loss.detach()),
+                    "loss/entropy": -hp.entropy_coef * float(entropy.detach().mean()),
+                    "stats/entropy": float(entropy.detach().mean()),
+                    "stats/approx_kl": kl,
+                    "stats/clipfrac": clipfrac,
+                    "stats/grad_norm": grad_norm,
+                }
+            )
             epoch_kls.append(kl)
         epochs += 1
         if hp.target_kl is not None and sum(epoch_kls) / len(epoch_kls) > hp.target_kl:
@@ -195,7 +215,9 @@ def assert_stats_equal(metrics, reference):
 def test_single_step_modes_match_the_hand_written_loss(mode, normalize):
     model = LinearActorCritic()
     obs, actions, batch = fixed_batch(model, 12)
-    hp = OnPolicyHyperparams(algo=mode, value_coef=0.7, entropy_coef=0.2, max_grad_norm=1e6, normalize_advantages=normalize)
+    hp = OnPolicyHyperparams(
+        algo=mode, value_coef=0.7, entropy_coef=0.2, max_grad_norm=1e6, normalize_advantages=normalize
+    )
     reference, stats = reference_single_step(model, obs, actions, batch, hp)
     before = copy.deepcopy(model)
     metrics = run_update(model, obs, actions, batch, hp)
@@ -207,7 +229,8 @@ def test_single_step_modes_match_the_hand_written_loss(mode, normalize):
     else:
         assert not torch.equal(model.value_weight, before.value_weight)
     assert float(metrics["stats/explained_variance"]) == pytest.approx(
-        1 - float((batch.returns - batch.old_values).var() / batch.returns.var()), rel=1e-5)
+        1 - float((batch.returns - batch.old_values).var() / batch.returns.var()), rel=1e-5
+    )
 
 
 def test_single_step_gradient_norm_clip_scales_the_whole_step():
@@ -258,24 +281,39 @@ def test_ppo_step_decomposes_into_policy_value_and_entropy_terms():
     obs, actions, batch = fixed_batch(model, 8)
     base = dict(algo="ppo", ppo_epochs=1, num_minibatches=1, max_grad_norm=1e6)
     after = {}
-    for name, coefs in {"policy": dict(value_coef=0.0, entropy_coef=0.0), "value": dict(value_coef=0.8, entropy_coef=0.0),
-                        "entropy": dict(value_coef=0.0, entropy_coef=0.6)}.items():
+    for name, coefs in {
+        "policy": dict(value_coef=0.0, entropy_coef=0.0),
+        "value": dict(value_coef=0.8, entropy_coef=0.0),
+        "entropy": dict(value_coef=0.0, entropy_coef=0.6),
+    }.items():
         trial = copy.deepcopy(model)
         run_update(trial, obs, actions, batch, OnPolicyHyperparams(**base, **coefs))
         after[name] = dict(trial.named_parameters())
     params = leaf_copy(model)
     _, entropy, values = forward(params, obs, actions)
     grad_entropy = torch.autograd.grad(entropy.mean(), list(params.values()), allow_unused=True)
-    grad_value = torch.autograd.grad(0.5 * ((values - batch.returns) ** 2).mean(), list(params.values()), allow_unused=True)
-    for name, g_entropy, g_value in zip(params, grad_entropy, grad_value):
+    grad_value = torch.autograd.grad(
+        0.5 * ((values - batch.returns) ** 2).mean(), list(params.values()), allow_unused=True
+    )
+    for name, g_entropy, g_value in zip(params, grad_entropy, grad_value, strict=False):
         zero = torch.zeros_like(params[name])
         policy_step = after["policy"][name].detach()
         value_term = after["value"][name].detach() - policy_step
         entropy_term = after["entropy"][name].detach() - policy_step
-        torch.testing.assert_close(value_term, -LR * 0.8 * (zero if g_value is None else g_value), rtol=0, atol=1e-12,
-                                   msg=lambda m: f"value term, {name}: {m}")
-        torch.testing.assert_close(entropy_term, LR * 0.6 * (zero if g_entropy is None else g_entropy), rtol=0, atol=1e-12,
-                                   msg=lambda m: f"entropy term, {name}: {m}")
+        torch.testing.assert_close(
+            value_term,
+            -LR * 0.8 * (zero if g_value is None else g_value),
+            rtol=0,
+            atol=1e-12,
+            msg=lambda m: f"value term, {name}: {m}",
+        )
+        torch.testing.assert_close(
+            entropy_term,
+            LR * 0.6 * (zero if g_entropy is None else g_entropy),
+            rtol=0,
+            atol=1e-12,
+            msg=lambda m: f"entropy term, {name}: {m}",
+        )
     # The policy term alone never touches the critic.
     assert torch.equal(after["policy"]["value_weight"], model.value_weight)
 
@@ -346,8 +384,9 @@ class ScriptedEnv:
         final_obs = self._obs()
         self.elapsed = torch.where(dones | truncs, torch.zeros_like(self.elapsed), self.elapsed)
         obs = self._obs()
-        self.record.append({"actions": actions.clone(), "rewards": rewards, "events": events, "final_obs": final_obs,
-                            "next_obs": obs})
+        self.record.append(
+            {"actions": actions.clone(), "rewards": rewards, "events": events, "final_obs": final_obs, "next_obs": obs}
+        )
         self.t += 1
         return obs, rewards, dones, truncs, {"final_obs": final_obs}
 
@@ -413,10 +452,32 @@ def test_ppo_trainer_advantages_bootstrap_time_limits_but_not_terminations(tmp_p
     monkeypatch.setattr(ppo_module, "build_agent", build_agent)
     monkeypatch.setattr(ppo_module, "onpolicy_update", capture)
     # Every update hyperparameter off its default, to see each one reach the update.
-    update = dict(gamma=0.9, gae_lambda=0.8, ppo_epochs=3, num_minibatches=2, clip_coef=0.3, value_clip_coef=0.4,
-                  value_coef=0.6, entropy_coef=0.02, max_grad_norm=0.7, target_kl=0.5, normalize_advantages=False)
-    config = make_config(PPOConfig, env="pglab:scripted", algo=mode, num_envs=4, num_steps=NUM_STEPS, total_steps=4 * NUM_STEPS,
-                       hidden_dims=(8,), log_dir=tmp_path / "run", tensorboard=False, eval_episodes=0, **update)
+    update = dict(
+        gamma=0.9,
+        gae_lambda=0.8,
+        ppo_epochs=3,
+        num_minibatches=2,
+        clip_coef=0.3,
+        value_clip_coef=0.4,
+        value_coef=0.6,
+        entropy_coef=0.02,
+        max_grad_norm=0.7,
+        target_kl=0.5,
+        normalize_advantages=False,
+    )
+    config = make_config(
+        PPOConfig,
+        env="pglab:scripted",
+        algo=mode,
+        num_envs=4,
+        num_steps=NUM_STEPS,
+        total_steps=4 * NUM_STEPS,
+        hidden_dims=(8,),
+        log_dir=tmp_path / "run",
+        tensorboard=False,
+        eval_episodes=0,
+        **update,
+    )
     train_ppo(config)
     assert seen["hp"] == OnPolicyHyperparams(algo=mode, **update)
     env, batch, net = ScriptedEnv.last, seen["batch"], seen["net"]
@@ -485,8 +546,11 @@ def two_step_batch(model, episodes, gamma, lam, generator):
 
     def evaluate(index):
         log_pi = torch.log_softmax(model.logits[flat_states[index]], -1)
-        return (log_pi.gather(-1, flat_actions[index, None]).squeeze(-1), -(log_pi.exp() * log_pi).sum(-1),
-                model.values[flat_states[index]])
+        return (
+            log_pi.gather(-1, flat_actions[index, None]).squeeze(-1),
+            -(log_pi.exp() * log_pi).sum(-1),
+            model.values[flat_states[index]],
+        )
 
     return batch, evaluate
 
@@ -495,8 +559,16 @@ def two_step_batch(model, episodes, gamma, lam, generator):
 def test_two_step_mdp_learns_the_optimal_path_and_its_values(mode, iterations):
     gamma, lam = 0.9, 0.9
     model = TabularActorCritic()
-    hp = OnPolicyHyperparams(algo=mode, gamma=gamma, gae_lambda=lam, ppo_epochs=2, num_minibatches=2, value_coef=1.0,
-                             entropy_coef=0.01, max_grad_norm=10.0)
+    hp = OnPolicyHyperparams(
+        algo=mode,
+        gamma=gamma,
+        gae_lambda=lam,
+        ppo_epochs=2,
+        num_minibatches=2,
+        value_coef=1.0,
+        entropy_coef=0.01,
+        max_grad_norm=10.0,
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     generator = torch.Generator().manual_seed(0)
     for _ in range(iterations):

@@ -11,6 +11,7 @@
   the adversary minimises what the forecaster maximises; the rewards passed to
   ``update`` are recomputed here from the series, the actions taken and the action grids.
 """
+
 import numpy as np
 import pytest
 
@@ -82,8 +83,13 @@ def random_transitions(seed, n, n_states, n_actions, p_terminal):
     rng = np.random.default_rng(seed)
     keys = list(range(n_states - 3)) + ["a", "b", "c"]  # int and str keys, as the tables allow
     for _ in range(n):
-        yield (keys[rng.integers(n_states)], int(rng.integers(n_actions)), float(rng.normal()),
-               keys[rng.integers(n_states)], bool(rng.random() < p_terminal))
+        yield (
+            keys[rng.integers(n_states)],
+            int(rng.integers(n_actions)),
+            float(rng.normal()),
+            keys[rng.integers(n_states)],
+            bool(rng.random() < p_terminal),
+        )
 
 
 # --- Q-learning --------------------------------------------------------------------------------
@@ -105,8 +111,15 @@ def test_q_update_matches_the_reference_step_by_step_with_terminals():
 
 def test_q_update_one_step_by_hand_terminal_and_not():
     agent = QTableAgent(2, alpha=0.5, gamma=0.8, epsilon=0.0, epsilon_min=0.0)
-    agent.set_state({"epsilon": 0.0, "entries": [{"state": "s", "q": [1.0, 3.0]},    # max_a Q(s, .) = 3
-                                                 {"state": "x", "q": [2.0, -1.0]}]})  # max_a Q(x, .) = 2
+    agent.set_state(
+        {
+            "epsilon": 0.0,
+            "entries": [
+                {"state": "s", "q": [1.0, 3.0]},  # max_a Q(s, .) = 3
+                {"state": "x", "q": [2.0, -1.0]},
+            ],
+        }
+    )  # max_a Q(x, .) = 2
     # non-terminal: td = 1 + 0.8 * 3 - (-1) = 4.4 -- uses s' = "s", not x's own max 2
     assert agent.update("x", 1, 1.0, "s") == pytest.approx(4.4)
     assert agent.q_values("x").tolist() == pytest.approx([2.0, -1.0 + 0.5 * 4.4])
@@ -125,7 +138,7 @@ def test_q_learning_reaches_the_optimal_values_of_a_chain_with_reset():
     right-move worth 1; bootstrapping from Q(s, .) instead of Q(s', .) would break both.
     """
     gamma = 0.9
-    v_star = [gamma ** 2, gamma, 1.0]
+    v_star = [gamma**2, gamma, 1.0]
     q_star = [[gamma * v_star[max(s - 1, 0)], v_star[s]] for s in range(3)]
     agent = QTableAgent(2, alpha=0.5, gamma=gamma, epsilon=1.0, epsilon_decay=0.999, epsilon_min=0.3, seed=0)
     state = 0
@@ -215,8 +228,15 @@ def expected_rounds(config, series, encoder, seed, forecaster_acts, adversary_ac
         action, perturbation = forecaster_acts[k][2], adversary_acts[k][2]
         forecast = series.target[t] + config.forecaster_space.deltas[action]
         realised = series.target[t + 1] + config.adversary_space.deltas[perturbation]
-        rounds.append((encoder(state_at(series, t)), encoder(state_at(series, t + 1)), action, perturbation,
-                       -abs(realised - forecast)))
+        rounds.append(
+            (
+                encoder(state_at(series, t)),
+                encoder(state_at(series, t + 1)),
+                action,
+                perturbation,
+                -abs(realised - forecast),
+            )
+        )
     return rounds
 
 
@@ -232,11 +252,13 @@ def test_rarl_learner_gets_its_own_reward_and_the_other_player_is_frozen():
     h = GAME.horizon
     forecaster_updates, adversary_updates = iter(forecaster.updates), iter(adversary.updates)
     for epoch in range(8):
-        acts_f, acts_a = forecaster.acts[epoch * h:(epoch + 1) * h], adversary.acts[epoch * h:(epoch + 1) * h]
+        acts_f, acts_a = forecaster.acts[epoch * h : (epoch + 1) * h], adversary.acts[epoch * h : (epoch + 1) * h]
         learner_is_forecaster = (epoch // 2) % 2 == 0
         assert [explore for _, explore, _ in acts_f] == [learner_is_forecaster] * h
         assert [explore for _, explore, _ in acts_a] == [not learner_is_forecaster] * h
-        for key, next_key, action, perturbation, reward in expected_rounds(GAME, series, encoder, 3 + epoch, acts_f, acts_a):
+        for key, next_key, action, perturbation, reward in expected_rounds(
+            GAME, series, encoder, 3 + epoch, acts_f, acts_a
+        ):
             if learner_is_forecaster:
                 got = next(forecaster_updates)
                 assert got[:2] == (key, action) and got[3:] == (next_key, False)
@@ -260,7 +282,8 @@ def test_training_loop_with_an_adversary_gives_it_the_negated_reward():
         window = slice(episode * h, (episode + 1) * h)
         rounds = expected_rounds(GAME, series, encoder, 7 + episode, forecaster.acts[window], adversary.acts[window])
         for (key, next_key, action, perturbation, reward), f_update, a_update in zip(
-                rounds, forecaster.updates[window], adversary.updates[window]):
+            rounds, forecaster.updates[window], adversary.updates[window], strict=False
+        ):
             assert f_update[:2] == (key, action) and f_update[3:] == (next_key, False)
             assert f_update[2] == pytest.approx(reward, abs=1e-12)
             assert a_update[:2] == (key, perturbation) and a_update[3:] == (next_key, False)
@@ -278,9 +301,12 @@ def test_best_response_adversary_learns_to_push_against_a_frozen_forecaster():
     series = ForecastSeries(np.arange(n) * 0.5 + 3.0, np.sin(np.arange(n)), tuple(f"t{i}" for i in range(n)), "ramp")
     config = SimulationConfig(horizon=10, state_key="hash")
     frozen = QTableAgent(config.forecaster_space, default_action=config.forecaster_space.delta_to_action(0.0))
-    adversary = QTableAgent(config.adversary_space, alpha=0.5, gamma=0.0, epsilon=1.0, epsilon_decay=0.99, epsilon_min=0.1,
-                            seed=0)
-    history = train_best_response(frozen, adversary, config, series=series, encoder=HashStateKey(1), episodes=150, seed=0)
+    adversary = QTableAgent(
+        config.adversary_space, alpha=0.5, gamma=0.0, epsilon=1.0, epsilon_decay=0.99, epsilon_min=0.1, seed=0
+    )
+    history = train_best_response(
+        frozen, adversary, config, series=series, encoder=HashStateKey(1), episodes=150, seed=0
+    )
     assert frozen.n_updates == 0 and frozen.n_states == 0
     assert adversary.state_keys == [0]
     np.testing.assert_allclose(adversary.q_values(0), 0.5 + config.adversary_space.deltas, rtol=0, atol=1e-4)

@@ -66,6 +66,7 @@ On an exception one line ``{"error": {"type", "message", "opt_steps", "env_steps
 "run_id"}}`` is appended to metrics.jsonl and the exception propagates (exit 1).
 SIGINT/SIGTERM finish the current window, save a checkpoint and exit 130.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -83,8 +84,18 @@ from torch import nn
 
 from pglab.agent import Agent
 from pglab.algos.a2c_common import (
-    DIST_KEYS, EPISODE_KEYS, LOG_NAME, RECORD_KEYS, WindowStats, build_env, error_record, evaluate_policy,
-    finished_episodes, format_postfix, present, sample_actions,
+    DIST_KEYS,
+    EPISODE_KEYS,
+    LOG_NAME,
+    RECORD_KEYS,
+    WindowStats,
+    build_env,
+    error_record,
+    evaluate_policy,
+    finished_episodes,
+    format_postfix,
+    present,
+    sample_actions,
 )
 from pglab.configs.a2c import KIND, KINDS, STREAM_AC_KIND, A2CTrainConfig
 from pglab.envs.base import EpisodeTracker
@@ -99,26 +110,48 @@ from pglab.run.shell import TrainerSpec, TrainingRun
 from pglab.run.signals import StopRequested
 
 __all__ = [
-    "A2C_RECORD_KEYS", "DIST_KEYS", "KIND", "KINDS", "LOG_NAME", "SPEC", "A2CAgent", "A2CTrainConfig", "A2CTrainer",
-    "agent_from_checkpoint", "build_env", "build_model", "evaluate_policy", "sample_actions", "self_test", "train_a2c",
+    "A2C_RECORD_KEYS",
+    "DIST_KEYS",
+    "KIND",
+    "KINDS",
+    "LOG_NAME",
+    "SPEC",
+    "A2CAgent",
+    "A2CTrainConfig",
+    "A2CTrainer",
+    "agent_from_checkpoint",
+    "build_env",
+    "build_model",
+    "evaluate_policy",
+    "sample_actions",
+    "self_test",
+    "train_a2c",
 ]
 
 A2C_RECORD_KEYS = (*RECORD_KEYS, "stats/grad_norm", "stats/lr")
 
 SPEC = TrainerSpec(
-    system="a2c", config_class=A2CTrainConfig, kinds=(KIND,), step_key="opt_steps",
-    resumable=frozenset({"total_env_steps"}), total_steps=lambda c: c.total_opt_steps(), budget_field="total_env_steps",
+    system="a2c",
+    config_class=A2CTrainConfig,
+    kinds=(KIND,),
+    step_key="opt_steps",
+    resumable=frozenset({"total_env_steps"}),
+    total_steps=lambda c: c.total_opt_steps(),
+    budget_field="total_env_steps",
 )
 
 
 def build_model(config: A2CTrainConfig, env) -> PixelActorCriticCNN:
     shape = tuple(env.observation_shape)
     if len(shape) != 3 or env.observation_dtype != torch.uint8:
-        raise ConfigError("env", config.env, f"needs uint8 pixel observations [K, H, W], got {env.observation_dtype} {list(shape)}")
+        raise ConfigError(
+            "env", config.env, f"needs uint8 pixel observations [K, H, W], got {env.observation_dtype} {list(shape)}"
+        )
     if env.action_spec.kind != "discrete":
         raise ConfigError("env", config.env, "needs a discrete action space")
-    return PixelActorCriticCNN(shape[0], shape[1], shape[2], int(env.action_spec.num_actions),
-                               hidden=config.hidden or None, torso=config.torso)
+    return PixelActorCriticCNN(
+        shape[0], shape[1], shape[2], int(env.action_spec.num_actions), hidden=config.hidden or None, torso=config.torso
+    )
 
 
 class A2CTrainer:
@@ -130,8 +163,16 @@ class A2CTrainer:
     single process leaves them at their defaults.
     """
 
-    def __init__(self, config: A2CTrainConfig, *, device: torch.device, checkpoint: dict[str, Any] | None = None,
-                 rank: int = 0, world_size: int = 1, wrap_model=None):
+    def __init__(
+        self,
+        config: A2CTrainConfig,
+        *,
+        device: torch.device,
+        checkpoint: dict[str, Any] | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        wrap_model=None,
+    ):
         self.config = config
         self.rank, self.world_size = rank, world_size
         self.is_main = rank == 0
@@ -173,17 +214,23 @@ class A2CTrainer:
 
     def checkpoint_dict(self, wall_time: float | None = None) -> dict[str, Any]:
         """Everything a resume needs: weights, Adam, counters, RNG streams, tracker, env."""
-        extra: dict[str, Any] = {"tracker": self.tracker.state_dict(), "run_id": self.run_id,
-                                 "architecture": self.model.architecture()}
+        extra: dict[str, Any] = {
+            "tracker": self.tracker.state_dict(),
+            "run_id": self.run_id,
+            "architecture": self.model.architecture(),
+        }
         if hasattr(self.env, "state_dict"):
             extra["env"] = self.env.state_dict()
         counters: dict[str, Any] = dict(self.counters)
         if wall_time is not None:
             counters["wall_time"] = wall_time
         return build_checkpoint(
-            kind=self.config.kind, config=config_to_dict(dataclasses.replace(self.config, resume=None, self_test=False)),
-            counters=counters, models={"model": self.model.state_dict()},
-            optimizers={"adam": self.optimizer.state_dict()}, rng=capture_rng_state({"actions": self.action_generator}),
+            kind=self.config.kind,
+            config=config_to_dict(dataclasses.replace(self.config, resume=None, self_test=False)),
+            counters=counters,
+            models={"model": self.model.state_dict()},
+            optimizers={"adam": self.optimizer.state_dict()},
+            rng=capture_rng_state({"actions": self.action_generator}),
             extra=extra,
         )
 
@@ -208,13 +255,32 @@ class A2CTrainer:
             with torch.no_grad():
                 _, v_next = self.model(next_obs)
             keep = None
-        losses = a2c_td0_losses(logits, actions, values, reward, done, trunc, v_next,
-                                gamma=cfg.gamma, value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef)
+        losses = a2c_td0_losses(
+            logits,
+            actions,
+            values,
+            reward,
+            done,
+            trunc,
+            v_next,
+            gamma=cfg.gamma,
+            value_coef=cfg.value_coef,
+            entropy_coef=cfg.entropy_coef,
+        )
         # accumulate: the window's gradient is the mean of its env-steps' gradients
         (losses["loss"] / cfg.update_every).backward()
         episode_returns, episode_lengths, ended, succeeded = finished_episodes(self.tracker, reward, done, trunc, info)
-        self.stats.add(losses, reward, done, trunc, episode_returns, episode_lengths.to(torch.float64), info.get("dist"),
-                       ended, succeeded)
+        self.stats.add(
+            losses,
+            reward,
+            done,
+            trunc,
+            episode_returns,
+            episode_lengths.to(torch.float64),
+            info.get("dist"),
+            ended,
+            succeeded,
+        )
         self.counters["env_steps"] += cfg.num_envs * self.world_size
         self.obs = next_obs
         return keep
@@ -241,18 +307,33 @@ class A2CTrainer:
     # -- the loop --------------------------------------------------------------------
     def meta(self) -> dict[str, Any]:
         """The first line of metrics.jsonl."""
-        return {"versions": library_versions(), "config": config_to_dict(self.config), "run_id": self.run_id,
-                "kind": self.config.kind, "env": {"observation_shape": list(self.env.observation_shape),
-                                                  "num_actions": int(self.env.action_spec.num_actions)},
-                "num_params": sum(p.numel() for p in self.model.parameters()), "world_size": self.world_size,
-                "device": str(self.device), "record_keys": ["opt_steps", *A2C_RECORD_KEYS]}
+        return {
+            "versions": library_versions(),
+            "config": config_to_dict(self.config),
+            "run_id": self.run_id,
+            "kind": self.config.kind,
+            "env": {
+                "observation_shape": list(self.env.observation_shape),
+                "num_actions": int(self.env.action_spec.num_actions),
+            },
+            "num_params": sum(p.numel() for p in self.model.parameters()),
+            "world_size": self.world_size,
+            "device": str(self.device),
+            "record_keys": ["opt_steps", *A2C_RECORD_KEYS],
+        }
 
     def record(self, grad_norm: torch.Tensor, elapsed: float) -> dict[str, Any]:
         """The log record of the window just finished (one host sync)."""
         record: dict[str, Any] = self.stats.summary()
-        record.update({"env_steps": self.counters["env_steps"], "stats/grad_norm": float(grad_norm),
-                       "perf/steps_per_s": self.config.env_steps_per_opt_step * self.world_size / max(elapsed, 1e-9),
-                       "perf/iter_s": elapsed, "stats/lr": self.optimizer.param_groups[0]["lr"]})
+        record.update(
+            {
+                "env_steps": self.counters["env_steps"],
+                "stats/grad_norm": float(grad_norm),
+                "perf/steps_per_s": self.config.env_steps_per_opt_step * self.world_size / max(elapsed, 1e-9),
+                "perf/iter_s": elapsed,
+                "stats/lr": self.optimizer.param_groups[0]["lr"],
+            }
+        )
         return record
 
     def train(self, run: TrainingRun | None, *, no_sync=None) -> dict[str, Any]:
@@ -266,8 +347,12 @@ class A2CTrainer:
         with ExitStack() as stack:
             if run is not None:
                 run.logger.write_meta(self.meta())
-                steps = run.steps(total, save=lambda: self.checkpoint_dict(run.counters.get("wall_time")),
-                                  desc="train a2c --algo a2c", unit="opt")
+                steps = run.steps(
+                    total,
+                    save=lambda: self.checkpoint_dict(run.counters.get("wall_time")),
+                    desc="train a2c --algo a2c",
+                    unit="opt",
+                )
                 local_stop = None
             else:
                 steps = range(self.counters["opt_steps"] + 1, total + 1)
@@ -293,8 +378,12 @@ class A2CTrainer:
                 raise
             finally:
                 self.env.close()
-        return {"run_dir": str(run.run_dir) if run is not None else None, **self.counters,
-                "interrupted": bool(run is not None and run.interrupted), "last": last}
+        return {
+            "run_dir": str(run.run_dir) if run is not None else None,
+            **self.counters,
+            "interrupted": bool(run is not None and run.interrupted),
+            "last": last,
+        }
 
     def _all_ranks_stop(self, run: TrainingRun | None, local_stop: StopRequested | None) -> bool:
         """Whether any rank was asked to stop (every rank must leave the loop together)."""
@@ -306,8 +395,9 @@ class A2CTrainer:
         return bool(flag.item() > 0)
 
 
-def train_a2c(config: A2CTrainConfig, *, given: frozenset[str] | None = None, echo=print,
-              stop_after: int | None = None) -> dict[str, Any]:
+def train_a2c(
+    config: A2CTrainConfig, *, given: frozenset[str] | None = None, echo=print, stop_after: int | None = None
+) -> dict[str, Any]:
     """Train (or resume) a single-process ``--algo a2c`` run inside the training shell.
 
     Args:
@@ -322,8 +412,12 @@ def train_a2c(config: A2CTrainConfig, *, given: frozenset[str] | None = None, ec
         (``last``: the last logged record).
     """
     if config.algo != "a2c":
-        raise ConfigError("algo", config.algo, "train_a2c trains --algo a2c; stream-ac runs train with "
-                          "pglab.algos.stream_ac.train_stream_ac (pglab train a2c chooses for you)")
+        raise ConfigError(
+            "algo",
+            config.algo,
+            "train_a2c trains --algo a2c; stream-ac runs train with "
+            "pglab.algos.stream_ac.train_stream_ac (pglab train a2c chooses for you)",
+        )
     with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
         trainer = A2CTrainer(run.config, device=run.device, checkpoint=run.checkpoint)
         result = trainer.train(run)
@@ -349,7 +443,9 @@ class A2CAgent(Agent):
         return self.policy
 
     @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+    def act(
+        self, obs: torch.Tensor, deterministic: bool = True, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """uint8 ``[N, K, H, W]`` -> int32 ``[N]`` (argmax, or a sample drawn with ``generator``)."""
         logits, _ = self.policy(obs)
         if deterministic:
@@ -365,8 +461,13 @@ class A2CAgent(Agent):
         """The environment the agent was trained on, with ``num_envs`` copies."""
         from pglab.envs.registry import make_env
 
-        return make_env(self.config.env, num_envs, device=torch.device(device) if device is not None else self.device,
-                        seed=seed, **self.config.env_kwargs())
+        return make_env(
+            self.config.env,
+            num_envs,
+            device=torch.device(device) if device is not None else self.device,
+            seed=seed,
+            **self.config.env_kwargs(),
+        )
 
 
 def agent_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str = "cpu") -> A2CAgent:
@@ -374,7 +475,9 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str
     from pglab.run.device import resolve_device
 
     if checkpoint.get("kind") not in KINDS:
-        raise CheckpointError(f"checkpoint {checkpoint.get('path')}: kind={checkpoint.get('kind')!r} is not an a2c checkpoint")
+        raise CheckpointError(
+            f"checkpoint {checkpoint.get('path')}: kind={checkpoint.get('kind')!r} is not an a2c checkpoint"
+        )
     device = resolve_device(device) if isinstance(device, str) else device
     config = config_from_dict(A2CTrainConfig, {**checkpoint["config"], "resume": None, "log_dir": None})
     arch = checkpoint.get("extra", {}).get("architecture")
@@ -387,8 +490,14 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str
         policy = PixelActorCriticCNN(**arch)
     load_state_dict_checked(policy, checkpoint["models"]["model"], name="model", source=str(checkpoint.get("path")))
     policy.to(device).eval()
-    return A2CAgent(policy=policy, config=config, kind=checkpoint["kind"], counters=dict(checkpoint["counters"]), device=device,
-                    extra={k: v for k, v in checkpoint.get("extra", {}).items() if k in ("architecture", "run_id", "obs_norm")})
+    return A2CAgent(
+        policy=policy,
+        config=config,
+        kind=checkpoint["kind"],
+        counters=dict(checkpoint["counters"]),
+        device=device,
+        extra={k: v for k, v in checkpoint.get("extra", {}).items() if k in ("architecture", "run_id", "obs_norm")},
+    )
 
 
 def self_test(echo=print) -> int:
@@ -426,8 +535,12 @@ def self_test(echo=print) -> int:
         checks["counters_increase"] = [r["opt_steps"] for r in records] == [1, 2] and records[-1]["env_steps"] == 32
         agent = agent_from_checkpoint(load_checkpoint_file(run_dir, kinds=KINDS))
         checks["checkpoint_loads"] = agent.counters["opt_steps"] == 2
-        summary = {"self_test": "pass" if all(checks.values()) else "fail", "checks": checks,
-                   "opt_steps": result["opt_steps"], "env_steps": result["env_steps"],
-                   "loss": records[-1]["loss"] if records else None}
+        summary = {
+            "self_test": "pass" if all(checks.values()) else "fail",
+            "checks": checks,
+            "opt_steps": result["opt_steps"],
+            "env_steps": result["env_steps"],
+            "loss": records[-1]["loss"] if records else None,
+        }
     echo(json.dumps(summary))
     return 0 if all(checks.values()) else 1

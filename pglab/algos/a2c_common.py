@@ -5,6 +5,7 @@ per-window statistics behind their log records, and the evaluation loop.
 Both trainers import this module; neither imports the other (``pglab train a2c``
 chooses between them in :mod:`pglab.commands.a2c`).
 """
+
 from __future__ import annotations
 
 import math
@@ -22,9 +23,24 @@ from pglab.validation import check_int
 # column ``opt_steps``. ``return/mean``, ``episode/success_rate`` and ``episode/length``
 # are left empty in a record whose window finished no episode.
 RECORD_KEYS = (
-    "env_steps", "loss", "loss/policy", "loss/value", "loss/entropy", "stats/entropy", "stats/advantage_mean",
-    "stats/value_mean", "stats/reward_mean", "stats/done_rate", "stats/trunc_rate", "stats/reset_rate",
-    "episode/count", "return/mean", "episode/success_rate", "episode/length", "perf/steps_per_s", "perf/iter_s",
+    "env_steps",
+    "loss",
+    "loss/policy",
+    "loss/value",
+    "loss/entropy",
+    "stats/entropy",
+    "stats/advantage_mean",
+    "stats/value_mean",
+    "stats/reward_mean",
+    "stats/done_rate",
+    "stats/trunc_rate",
+    "stats/reset_rate",
+    "episode/count",
+    "return/mean",
+    "episode/success_rate",
+    "episode/length",
+    "perf/steps_per_s",
+    "perf/iter_s",
 )
 EPISODE_KEYS = ("return/mean", "episode/success_rate", "episode/length")
 # Percentiles of info["dist"] at a window's last env-step (only envs that report it).
@@ -39,8 +55,9 @@ def build_env(config: A2CTrainConfig, device: torch.device, *, seed: int):
     return make_env(config.env, config.num_envs, device=device, seed=seed, **config.env_kwargs())
 
 
-def finished_episodes(tracker: EpisodeTracker, reward: torch.Tensor, done: torch.Tensor, trunc: torch.Tensor,
-                      info: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def finished_episodes(
+    tracker: EpisodeTracker, reward: torch.Tensor, done: torch.Tensor, trunc: torch.Tensor, info: dict[str, Any]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The episodes that ended at this env-step: ``(returns, lengths, finished, succeeded)``,
     all ``[N]`` (returns/lengths 0 where ``finished`` is false).
 
@@ -81,8 +98,18 @@ class WindowStats:
         self.env_steps = 0
         self.dist: torch.Tensor | None = None
 
-    def add(self, losses: dict[str, torch.Tensor], reward, done, trunc, episode_returns, episode_lengths, dist,
-            finished: torch.Tensor | None = None, succeeded: torch.Tensor | None = None) -> None:
+    def add(
+        self,
+        losses: dict[str, torch.Tensor],
+        reward,
+        done,
+        trunc,
+        episode_returns,
+        episode_lengths,
+        dist,
+        finished: torch.Tensor | None = None,
+        succeeded: torch.Tensor | None = None,
+    ) -> None:
         """One env-step: losses (scalars), reward/done/trunc ``[N]``, the returns and lengths
         of the episodes that ended (zero elsewhere) ``[N]``, ``info["dist"]`` or ``None``;
         which episodes ended and succeeded ``[N]`` (default ``done | trunc`` and ``done``;
@@ -108,7 +135,7 @@ class WindowStats:
         over its transitions, episode metrics over the episodes that ended in it)."""
         keys = list(self.losses) + list(self.sums)
         stacked = torch.stack([*self.losses.values(), *self.sums.values()]).tolist()
-        values = dict(zip(keys, stacked))
+        values = dict(zip(keys, stacked, strict=False))
         out: dict[str, float | None] = {name: values[name] / max(self.env_steps, 1) for name in self.losses}
         n = max(self.transitions, 1)
         out["stats/reward_mean"] = values["reward"] / n
@@ -124,8 +151,10 @@ class WindowStats:
         else:  # no episode ended in this window: no value (an empty cell), never a stale one
             out.update(dict.fromkeys(EPISODE_KEYS))
         if self.dist is not None:
-            quantiles = torch.quantile(self.dist.to(torch.float32), torch.tensor([0.1, 0.5, 0.9], device=self.dist.device)).tolist()
-            out.update(dict(zip(DIST_KEYS, quantiles)))
+            quantiles = torch.quantile(
+                self.dist.to(torch.float32), torch.tensor([0.1, 0.5, 0.9], device=self.dist.device)
+            ).tolist()
+            out.update(dict(zip(DIST_KEYS, quantiles, strict=False)))
         return out
 
 
@@ -141,6 +170,7 @@ def present(values: dict[str, float]) -> dict[str, float]:
 
 def format_postfix(record: dict[str, float]) -> dict[str, str]:
     """Progress-bar postfix of a logged record (``-`` where no episode ended)."""
+
     def fmt(key: str, spec: str) -> str:
         value = record.get(key, math.nan)
         return "-" if value is None or math.isnan(value) else format(value, spec)
@@ -149,7 +179,9 @@ def format_postfix(record: dict[str, float]) -> dict[str, str]:
 
 
 @torch.no_grad()
-def evaluate_policy(act, env, *, episodes: int, max_env_steps: int = 100_000, desc: str = "evaluate a2c") -> dict[str, float]:
+def evaluate_policy(
+    act, env, *, episodes: int, max_env_steps: int = 100_000, desc: str = "evaluate a2c"
+) -> dict[str, float]:
     """Run ``act(obs) -> int32 [N]`` until ``episodes`` episodes are counted; success rate
     (fraction terminated), mean return and length.
 
@@ -174,7 +206,9 @@ def evaluate_policy(act, env, *, episodes: int, max_env_steps: int = 100_000, de
     try:
         for _ in range(max_env_steps):
             obs, reward, done, trunc, info = env.step(act(obs))
-            episode_returns, episode_lengths, finished, succeeded = finished_episodes(tracker, reward, done, trunc, info)
+            episode_returns, episode_lengths, finished, succeeded = finished_episodes(
+                tracker, reward, done, trunc, info
+            )
             counted = finished & (taken < quota)
             taken += finished.long()
             returns.append(episode_returns[counted])
@@ -193,6 +227,11 @@ def evaluate_policy(act, env, *, episodes: int, max_env_steps: int = 100_000, de
     n = int(all_returns.numel())
     if n == 0:
         return {"episodes": 0, "success_rate": float("nan"), "return_mean": float("nan"), "length_mean": float("nan")}
-    return {"episodes": n, "success_rate": float(all_success.mean()), "return_mean": float(all_returns.mean()),
-            "return_std": float(all_returns.std()) if n > 1 else 0.0, "length_mean": float(all_lengths.mean()),
-            "success_stderr": float(all_success.std() / math.sqrt(n)) if n > 1 else 0.0}
+    return {
+        "episodes": n,
+        "success_rate": float(all_success.mean()),
+        "return_mean": float(all_returns.mean()),
+        "return_std": float(all_returns.std()) if n > 1 else 0.0,
+        "length_mean": float(all_lengths.mean()),
+        "success_stderr": float(all_success.std() / math.sqrt(n)) if n > 1 else 0.0,
+    }

@@ -19,6 +19,7 @@ compute. A stop request on any rank stops every rank after the same optimiser st
 ``--resume`` restores weights, optimiser, counters and rank 0's environment; the other
 ranks start fresh episodes (so a resumed DDP run is not bit-identical).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,8 +45,15 @@ def distributed_spec(world_size: int):
     return dataclasses.replace(SPEC, total_steps=lambda c: c.total_opt_steps(world_size))
 
 
-def run_worker(rank: int, world_size: int, config_dict: dict[str, Any], init_method: str, local_rank: int | None = None,
-               given: list[str] | None = None, on_result: Any = None) -> dict[str, Any]:
+def run_worker(
+    rank: int,
+    world_size: int,
+    config_dict: dict[str, Any],
+    init_method: str,
+    local_rank: int | None = None,
+    given: list[str] | None = None,
+    on_result: Any = None,
+) -> dict[str, Any]:
     """Train on one rank (called by torchrun's ``main`` or by ``torch.multiprocessing``).
 
     ``config_dict`` is the config as given (``resume`` may be set); ``given`` the fields
@@ -69,15 +77,24 @@ def run_worker(rank: int, world_size: int, config_dict: dict[str, Any], init_met
     spec = distributed_spec(world_size)
     given_fields = frozenset(given) if given is not None else None
     local_rank = rank if local_rank is None else local_rank
-    dist.init_process_group("nccl" if _device_for(local_rank, config.device).type == "cuda" else "gloo",
-                            init_method=init_method, rank=rank, world_size=world_size)
+    dist.init_process_group(
+        "nccl" if _device_for(local_rank, config.device).type == "cuda" else "gloo",
+        init_method=init_method,
+        rank=rank,
+        world_size=world_size,
+    )
     try:
+
         def build(run_config, checkpoint):
             device = _device_for(local_rank, run_config.device)
             if device.type == "cuda":
                 torch.cuda.set_device(device)
-            wrap = lambda module: DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)  # noqa: E731
-            return A2CTrainer(run_config, device=device, checkpoint=checkpoint, rank=rank, world_size=world_size, wrap_model=wrap)
+            wrap = lambda module: DistributedDataParallel(
+                module, device_ids=[device.index] if device.type == "cuda" else None
+            )  # noqa: E731
+            return A2CTrainer(
+                run_config, device=device, checkpoint=checkpoint, rank=rank, world_size=world_size, wrap_model=wrap
+            )
 
         if rank == 0:
             with TrainingRun(spec, config, given=given_fields) as run:
@@ -109,16 +126,26 @@ def run_worker(rank: int, world_size: int, config_dict: dict[str, Any], init_met
         dist.destroy_process_group()
 
 
-def _spawn_target(rank: int, world_size: int, config_dict: dict[str, Any], init_method: str, out_dir: str,
-                  given: list[str] | None) -> None:
+def _spawn_target(
+    rank: int, world_size: int, config_dict: dict[str, Any], init_method: str, out_dir: str, given: list[str] | None
+) -> None:
     def save(result: dict[str, Any]) -> None:
-        torch.save({"params": result["params"], "env_steps": result["env_steps"], "opt_steps": result["opt_steps"],
-                    "interrupted": result["interrupted"]}, Path(out_dir) / f"rank{rank}.pt")
+        torch.save(
+            {
+                "params": result["params"],
+                "env_steps": result["env_steps"],
+                "opt_steps": result["opt_steps"],
+                "interrupted": result["interrupted"],
+            },
+            Path(out_dir) / f"rank{rank}.pt",
+        )
 
     run_worker(rank, world_size, config_dict, init_method, given=given, on_result=save)
 
 
-def spawn_local(world_size: int, config_dict: dict[str, Any], init_file: str, out_dir: str, given: list[str] | None = None) -> None:
+def spawn_local(
+    world_size: int, config_dict: dict[str, Any], init_file: str, out_dir: str, given: list[str] | None = None
+) -> None:
     """Run ``world_size`` CPU ranks with gloo through ``torch.multiprocessing`` (tests).
 
     Each rank writes ``OUT_DIR/rank{r}.pt`` once every rank has finished, before the gloo
@@ -134,11 +161,18 @@ def spawn_local(world_size: int, config_dict: dict[str, Any], init_file: str, ou
     for output in outputs:
         output.unlink(missing_ok=True)
     try:
-        mp.spawn(_spawn_target, args=(world_size, config_dict, f"file://{init_file}", out_dir, given), nprocs=world_size, join=True)
+        mp.spawn(
+            _spawn_target,
+            args=(world_size, config_dict, f"file://{init_file}", out_dir, given),
+            nprocs=world_size,
+            join=True,
+        )
     except mp.ProcessExitedException as exc:
         if exc.signal_name is None or not all(output.exists() for output in outputs):
             raise
-        warnings.warn(f"spawn_local: {exc} after every rank had saved its result (gloo teardown)", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"spawn_local: {exc} after every rank had saved its result (gloo teardown)", RuntimeWarning, stacklevel=2
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     from pglab.configs.a2c import A2CTrainConfig
     from pglab.run.config import config_to_dict, parse_flags
 
-    parsed = parse_flags(A2CTrainConfig, sys.argv[1:] if argv is None else argv, prog="torchrun -m pglab.algos.a2c_distributed")
+    parsed = parse_flags(
+        A2CTrainConfig, sys.argv[1:] if argv is None else argv, prog="torchrun -m pglab.algos.a2c_distributed"
+    )
     config = parsed.config
     rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))

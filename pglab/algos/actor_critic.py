@@ -44,6 +44,7 @@ value update mixes Monte Carlo, TD and the HJB equation. Here, per iteration:
    HJB leaves one slowly varying mode free; the TD(lambda) regression on the visited
    states fixes it (see docs/ghm-validation.md for what that costs).
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -57,7 +58,9 @@ from pglab.hjb.residual import control_candidates, hjb_residual_for_training
 from pglab.losses.reinforce import value_regression_loss
 
 
-def policy_hjb_residual(model: ContinuousTimeModel, value_fn, states: torch.Tensor, controls: torch.Tensor) -> torch.Tensor:
+def policy_hjb_residual(
+    model: ContinuousTimeModel, value_fn, states: torch.Tensor, controls: torch.Tensor
+) -> torch.Tensor:
     """Residual of the policy-evaluation HJB equation of a 1-D model, ``[B]``:
     ``rho V - H(x, u)`` (:func:`~pglab.hjb.residual.hjb_residual_for_training`), kept
     differentiable in the value network's parameters."""
@@ -89,9 +92,16 @@ class ActorCritic(PathwisePolicyGradient):
             critic's batch (the visited states).
     """
 
-    def __init__(self, *args, gae_lambda: float = 0.995, hjb_weight: float = 0.0, hjb_samples: int = 4096,
-                 hjb_residual: Literal["policy", "optimal"] = "policy",
-                 hjb_interval: tuple[float, float] | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        gae_lambda: float = 0.995,
+        hjb_weight: float = 0.0,
+        hjb_samples: int = 4096,
+        hjb_residual: Literal["policy", "optimal"] = "policy",
+        hjb_interval: tuple[float, float] | None = None,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         if hjb_residual not in ("policy", "optimal"):
             raise ValueError(f"ActorCritic: hjb_residual must be 'policy' or 'optimal', got {hjb_residual!r}")
@@ -107,8 +117,9 @@ class ActorCritic(PathwisePolicyGradient):
         self.hjb_residual = hjb_residual
         self.hjb_interval = hjb_interval
 
-    def critic_targets(self, flat_states: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor,
-                       bootstrap: torch.Tensor) -> torch.Tensor:
+    def critic_targets(
+        self, flat_states: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor, bootstrap: torch.Tensor
+    ) -> torch.Tensor:
         """TD(lambda) targets ``A_t + V(x_t)`` from the shared GAE estimator, ``[B, T]``."""
         values = self.critic(flat_states).view(rewards.shape)
         _, targets = compute_gae(rewards, values, dones, None, bootstrap, self.simulator.discount, self.gae_lambda)
@@ -122,8 +133,9 @@ class ActorCritic(PathwisePolicyGradient):
         if self.hjb_interval is None:
             return batch_states[: self.hjb_samples]
         low, high = self.hjb_interval
-        unit = torch.rand((self.hjb_samples, 1), generator=self.generator, device=batch_states.device,
-                          dtype=batch_states.dtype)
+        unit = torch.rand(
+            (self.hjb_samples, 1), generator=self.generator, device=batch_states.device, dtype=batch_states.dtype
+        )
         return low + (high - low) * unit
 
     def critic_loss(self, states: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:

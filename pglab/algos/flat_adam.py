@@ -24,6 +24,7 @@ fall in the tail depends on the tensor boundaries. The clip's norm is one reduct
 all the numbers instead of a norm of per-tensor norms: also equal to float rounding. A run
 is reproducible either way; it is not bit-identical to one with the per-tensor step.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -58,13 +59,17 @@ class FlatAdam:
         if len(optimizer.param_groups) != 1:
             raise ValueError(f"FlatAdam: expected one parameter group, got {len(optimizer.param_groups)}")
         group = optimizer.param_groups[0]
-        unsupported = {key: group[key] for key in ("amsgrad", "maximize", "capturable", "differentiable") if group.get(key)}
+        unsupported = {
+            key: group[key] for key in ("amsgrad", "maximize", "capturable", "differentiable") if group.get(key)
+        }
         if unsupported:
             raise ValueError(f"FlatAdam: unsupported Adam options {unsupported}")
         params: list[nn.Parameter] = list(group["params"])
         if len({(p.device, p.dtype) for p in params}) != 1:
-            raise ValueError("FlatAdam: every parameter must share one device and dtype, got "
-                             f"{sorted({(str(p.device), str(p.dtype)) for p in params})}")
+            raise ValueError(
+                "FlatAdam: every parameter must share one device and dtype, got "
+                f"{sorted({(str(p.device), str(p.dtype)) for p in params})}"
+            )
         self.optimizer, self.params = optimizer, params
         total = sum(p.numel() for p in params)
         like = params[0]
@@ -92,7 +97,9 @@ class FlatAdam:
         state = self.optimizer.state
         steps = {float(state[p]["step"]) for p in self.params if "step" in state.get(p, {})}
         if len(steps) > 1:
-            raise ValueError(f"FlatAdam: the parameters' Adam step counts differ ({sorted(steps)}); one step count is needed")
+            raise ValueError(
+                f"FlatAdam: the parameters' Adam step counts differ ({sorted(steps)}); one step count is needed"
+            )
         self.step_count.fill_(steps.pop() if steps else 0.0)
         grad_views: list[torch.Tensor] = []
         offset = 0
@@ -125,7 +132,7 @@ class FlatAdam:
         """Point every ``.grad`` back at its slice of the flat gradient if something replaced
         it (``zero_grad()`` sets it to ``None``): the closed form writes into ``.grad`` and
         the step reads the flat buffer, so they must be the same memory."""
-        for param, view in zip(self.params, self._grad_views):
+        for param, view in zip(self.params, self._grad_views, strict=False):
             if param.grad is None or param.grad.data_ptr() != view.data_ptr():
                 param.grad = view
 
@@ -150,17 +157,54 @@ class FlatAdam:
             self.grad.mul_((max_grad_norm / (norm + 1e-6)).clamp_max(1.0))
         group = self.optimizer.param_groups[0]
         beta1, beta2 = group["betas"]
-        if (_FUSED_ADAM_KERNEL is not None and group.get("fused") and not group["weight_decay"]
-                and not group.get("decoupled_weight_decay", False) and not isinstance(group["lr"], torch.Tensor)):
+        if (
+            _FUSED_ADAM_KERNEL is not None
+            and group.get("fused")
+            and not group["weight_decay"]
+            and not group.get("decoupled_weight_decay", False)
+            and not isinstance(group["lr"], torch.Tensor)
+        ):
             # what torch.optim.adam._fused_adam does for one tensor: count the step, then the kernel
             self.step_count += 1
-            _FUSED_ADAM_KERNEL([self.values], [self.grad], [self.exp_avg], [self.exp_avg_sq], [], [self.step_count],
-                               amsgrad=False, lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=0.0, eps=group["eps"],
-                               maximize=False, grad_scale=None, found_inf=None)
+            _FUSED_ADAM_KERNEL(
+                [self.values],
+                [self.grad],
+                [self.exp_avg],
+                [self.exp_avg_sq],
+                [],
+                [self.step_count],
+                amsgrad=False,
+                lr=group["lr"],
+                beta1=beta1,
+                beta2=beta2,
+                weight_decay=0.0,
+                eps=group["eps"],
+                maximize=False,
+                grad_scale=None,
+                found_inf=None,
+            )
             return norm
-        adam([self.values], [self.grad], [self.exp_avg], [self.exp_avg_sq], [], [self.step_count],
-             foreach=group.get("foreach"), fused=group.get("fused"), amsgrad=False, beta1=beta1, beta2=beta2, lr=group["lr"],
-             weight_decay=group["weight_decay"], eps=group["eps"], maximize=False, capturable=False, differentiable=False,
-             grad_scale=None, found_inf=None, has_complex=False,
-             **({"decoupled_weight_decay": group.get("decoupled_weight_decay", False)} if _HAS_DECOUPLED else {}))
+        adam(
+            [self.values],
+            [self.grad],
+            [self.exp_avg],
+            [self.exp_avg_sq],
+            [],
+            [self.step_count],
+            foreach=group.get("foreach"),
+            fused=group.get("fused"),
+            amsgrad=False,
+            beta1=beta1,
+            beta2=beta2,
+            lr=group["lr"],
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=False,
+            capturable=False,
+            differentiable=False,
+            grad_scale=None,
+            found_inf=None,
+            has_complex=False,
+            **({"decoupled_weight_decay": group.get("decoupled_weight_decay", False)} if _HAS_DECOUPLED else {}),
+        )
         return norm

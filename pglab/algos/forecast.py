@@ -15,6 +15,7 @@
 
 The learners are NumPy tables on the CPU; nothing here runs on a GPU.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,11 +40,15 @@ from pglab.run.shell import TrainerSpec, TrainingRun
 KINDS = ("forecast-q", "forecast-wolf", "forecast-rarl")
 
 SPEC = TrainerSpec(
-    system="forecast", config_class=ForecastTrainConfig, kinds=KINDS, kind_of=lambda config: config.kind,
+    system="forecast",
+    config_class=ForecastTrainConfig,
+    kinds=KINDS,
+    kind_of=lambda config: config.kind,
     step_key="episode",
     # The budget, and where the final Q-table goes; anything else would change what is learned.
     resumable=frozenset({"episodes", "output"}),
-    total_steps=lambda config: config.episodes, budget_field="episodes",
+    total_steps=lambda config: config.episodes,
+    budget_field="episodes",
 )
 
 
@@ -61,23 +66,45 @@ def make_agents(config: ForecastLearnerConfig):
 
     game = config.game
     space = game.forecaster_space
-    common = dict(alpha=config.alpha, gamma=config.gamma, epsilon=config.epsilon, epsilon_decay=config.epsilon_decay,
-                  epsilon_min=config.epsilon_min)
+    common = dict(
+        alpha=config.alpha,
+        gamma=config.gamma,
+        epsilon=config.epsilon,
+        epsilon_decay=config.epsilon_decay,
+        epsilon_min=config.epsilon_min,
+    )
     # An unseen state falls back to delta 0: the random-walk forecast, not a random guess.
     zero = space.delta_to_action(0.0)
     if config.algo == "wolf":
-        forecaster = WoLFPHCAgent(space, delta_win=config.delta_win, delta_lose=config.delta_lose, seed=config.seed, default_action=zero, **common)
+        forecaster = WoLFPHCAgent(
+            space,
+            delta_win=config.delta_win,
+            delta_lose=config.delta_lose,
+            seed=config.seed,
+            default_action=zero,
+            **common,
+        )
     else:
         forecaster = QTableAgent(space, seed=config.seed, default_action=zero, **common)
     adversary = None
     if config.algo == "rarl":
-        adversary = QTableAgent(game.adversary_space, seed=config.seed + 1, default_action=game.adversary_space.delta_to_action(0.0), **common)
+        adversary = QTableAgent(
+            game.adversary_space,
+            seed=config.seed + 1,
+            default_action=game.adversary_space.delta_to_action(0.0),
+            **common,
+        )
     return forecaster, adversary
 
 
 # --- training ----------------------------------------------------------------------------------
-def train_forecast(config: ForecastTrainConfig, *, given: frozenset[str] | None = None,
-                   echo: Callable[..., None] = print, stop_after: int | None = None) -> dict[str, Any]:
+def train_forecast(
+    config: ForecastTrainConfig,
+    *,
+    given: frozenset[str] | None = None,
+    echo: Callable[..., None] = print,
+    stop_after: int | None = None,
+) -> dict[str, Any]:
     """Train a tabular forecaster (and, for RARL, its adversary) for ``config.episodes`` episodes.
 
     One step of the run is one episode of the game (one RARL epoch): play ``horizon``
@@ -106,7 +133,9 @@ def train_forecast(config: ForecastTrainConfig, *, given: frozenset[str] | None 
         series.require_length(game.horizon + 2, f"horizon={game.horizon}")
         forecaster, adversary = make_agents(config)
         if adversary is not None:
-            loop = RADversarialTrainer(game, alternation_schedule=config.alternation_schedule, total_epochs=config.episodes, seed=config.seed)
+            loop = RADversarialTrainer(
+                game, alternation_schedule=config.alternation_schedule, total_epochs=config.episodes, seed=config.seed
+            )
         else:
             loop = TrainingLoop(game, n_episodes=config.episodes, seed=config.seed)
         if run.checkpoint is not None:
@@ -122,11 +151,16 @@ def train_forecast(config: ForecastTrainConfig, *, given: frozenset[str] | None 
 
         def checkpoint() -> dict[str, Any]:
             # The tables go in as JSON: exact floats and the agents' RNG states.
-            extra = {"forecaster": json.dumps(agent_to_dict(forecaster)), "loop": json.dumps(loop.get_state()),
-                     "encoder": json.dumps(encoder.to_dict())}
+            extra = {
+                "forecaster": json.dumps(agent_to_dict(forecaster)),
+                "loop": json.dumps(loop.get_state()),
+                "encoder": json.dumps(encoder.to_dict()),
+            }
             if adversary is not None:
                 extra["adversary"] = json.dumps(agent_to_dict(adversary))
-            return build_checkpoint(kind=run.kind, config=config_dict, counters=dict(run.counters), models={}, extra=extra)
+            return build_checkpoint(
+                kind=run.kind, config=config_dict, counters=dict(run.counters), models={}, extra=extra
+            )
 
         # -- episodes ---------------------------------------------------------------------
         stats: dict[str, float] = {}
@@ -150,8 +184,13 @@ def train_forecast(config: ForecastTrainConfig, *, given: frozenset[str] | None 
         summary = loop.summary() if adversary is not None else loop.summary(forecaster)
         written: list[str] = []
         if not run.interrupted:
-            metadata = {"state_encoder": encoder.to_dict(), "series": series.name, "rows": len(series), "algorithm": config.algo,
-                        "config": config_dict}
+            metadata = {
+                "state_encoder": encoder.to_dict(),
+                "series": series.name,
+                "rows": len(series),
+                "algorithm": config.algo,
+                "config": config_dict,
+            }
             output = Path(config.output) if config.output else run.run_dir / "forecaster.json"
             save_q_table(forecaster, output, metadata={**metadata, "role": "forecaster"})
             written.append(str(output))
@@ -167,8 +206,13 @@ def train_forecast(config: ForecastTrainConfig, *, given: frozenset[str] | None 
             plot_learning_curves(run.run_dir, keys=["reward/mean", "stats/abs_td_error"], smooth=10)
         except UsageError:
             pass
-    return {"run_dir": str(run.run_dir), "summary": summary, "outputs": written, "interrupted": run.interrupted,
-            "exit_code": run.exit_code}
+    return {
+        "run_dir": str(run.run_dir),
+        "summary": summary,
+        "outputs": written,
+        "interrupted": run.interrupted,
+        "exit_code": run.exit_code,
+    }
 
 
 # --- the agent ---------------------------------------------------------------------------------
@@ -226,10 +270,14 @@ class ForecastAgent(Agent):
         if array.ndim == 1 and np.issubdtype(array.dtype, np.integer):
             return [int(key) for key in array]
         if array.ndim == 2 and array.shape[1] == 3 and np.issubdtype(array.dtype, np.floating):
-            return [self.encoder(ForecastState(float(value), float(exogenous), 0, float(change)))
-                    for value, exogenous, change in array.astype(np.float64)]
-        raise TensorContractError(f"{self.kind} agent: obs must be int state keys [B] or float observations [B, 3] "
-                                  f"(level, driver, last change); got {array.dtype}{list(array.shape)}")
+            return [
+                self.encoder(ForecastState(float(value), float(exogenous), 0, float(change)))
+                for value, exogenous, change in array.astype(np.float64)
+            ]
+        raise TensorContractError(
+            f"{self.kind} agent: obs must be int state keys [B] or float observations [B, 3] "
+            f"(level, driver, last change); got {array.dtype}{list(array.shape)}"
+        )
 
     # -- the Agent API ----------------------------------------------------------------
     def act(self, obs: Any, deterministic: bool = True) -> Any:
@@ -271,7 +319,9 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: Any = "cpu") ->
 
     source = checkpoint.get("path", "<checkpoint>")
     if checkpoint.get("kind") not in KINDS:
-        raise CheckpointError(f"checkpoint {source}: kind={checkpoint.get('kind')!r}, expected one of {', '.join(KINDS)}")
+        raise CheckpointError(
+            f"checkpoint {source}: kind={checkpoint.get('kind')!r}, expected one of {', '.join(KINDS)}"
+        )
     extra = checkpoint.get("extra", {})
     try:
         forecaster = agent_from_dict(json.loads(extra["forecaster"]), source=source)
@@ -280,7 +330,9 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: Any = "cpu") ->
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"checkpoint {source}: forecast agents missing or unreadable ({exc!r})") from exc
     config = config_from_dict(ForecastTrainConfig, {**checkpoint["config"], "resume": None})
-    return ForecastAgent(kind=checkpoint["kind"], config=config, policy=forecaster, encoder=encoder, adversary=adversary)
+    return ForecastAgent(
+        kind=checkpoint["kind"], config=config, policy=forecaster, encoder=encoder, adversary=adversary
+    )
 
 
 # --- evaluation --------------------------------------------------------------------------------
@@ -291,11 +343,15 @@ def load_player(path: Path, role: str):
 
     agent, metadata = load_q_table_with_metadata(path)
     if "state_encoder" not in metadata:
-        raise UsageError(f"{role}={str(path)!r}: the Q-table has no state_encoder metadata (not written by pglab train forecast)")
+        raise UsageError(
+            f"{role}={str(path)!r}: the Q-table has no state_encoder metadata (not written by pglab train forecast)"
+        )
     return agent, encoder_from_dict(metadata["state_encoder"]), metadata
 
 
-def evaluate_forecaster(series, forecaster, encoder, rows: range, adversary=None, adversary_encoder=None) -> dict[str, Any]:
+def evaluate_forecaster(
+    series, forecaster, encoder, rows: range, adversary=None, adversary_encoder=None
+) -> dict[str, Any]:
     """Greedy one-step forecasts of ``series.target[t]`` from row ``t - 1`` for ``t`` in ``rows``.
 
     With an adversary, the realised value is ``y_t + perturbation`` for both the model
@@ -306,11 +362,15 @@ def evaluate_forecaster(series, forecaster, encoder, rows: range, adversary=None
     forecasts, naive, realised = [], [], []
     for t in rows:
         state = state_at(series, t - 1)
-        forecasts.append(state.value + forecaster.action_space.action_to_delta(forecaster.act(encoder(state), explore=False)))
+        forecasts.append(
+            state.value + forecaster.action_space.action_to_delta(forecaster.act(encoder(state), explore=False))
+        )
         naive.append(state.value)
         perturbation = 0.0
         if adversary is not None:
-            perturbation = adversary.action_space.action_to_delta(adversary.act(adversary_encoder(state), explore=False))
+            perturbation = adversary.action_space.action_to_delta(
+                adversary.act(adversary_encoder(state), explore=False)
+            )
         realised.append(series.target[t] + perturbation)
     forecasts, naive, realised = map(np.asarray, (forecasts, naive, realised))
     return {
@@ -322,7 +382,9 @@ def evaluate_forecaster(series, forecaster, encoder, rows: range, adversary=None
     }
 
 
-def best_response_attack(series, forecaster, encoder, start: int, end: int, episodes: int, metadata: dict[str, Any]) -> dict[str, Any]:
+def best_response_attack(
+    series, forecaster, encoder, start: int, end: int, episodes: int, metadata: dict[str, Any]
+) -> dict[str, Any]:
     """Train a fresh adversary (the run's game settings) against the frozen forecaster on
     rows ``start - 1 .. end - 1``, then evaluate the forecaster under its greedy attack."""
     from pglab.algos.tabular import QTableAgent
@@ -333,51 +395,94 @@ def best_response_attack(series, forecaster, encoder, start: int, end: int, epis
     # Old tables may spell fields the old way (algorithm, checkpoint_every): map them first.
     renames = ForecastTrainConfig.DEPRECATED_NAMES
     fields = {f.name for f in dataclasses.fields(ForecastTrainConfig)}
-    run = config_from_dict(ForecastTrainConfig, {renames.get(k, k): v for k, v in stored.items()
-                                                 if renames.get(k, k) in fields and k not in ("output", "log_dir", "resume")})
+    run = config_from_dict(
+        ForecastTrainConfig,
+        {
+            renames.get(k, k): v
+            for k, v in stored.items()
+            if renames.get(k, k) in fields and k not in ("output", "log_dir", "resume")
+        },
+    )
     window = series.slice(start - 1, end)
     game = dataclasses.replace(run.game, horizon=min(run.game.horizon, len(window) - 2))
     space = game.adversary_space
-    adversary = QTableAgent(space, alpha=run.alpha, gamma=0.0, epsilon=1.0, epsilon_decay=run.epsilon_decay,
-                            epsilon_min=run.epsilon_min, seed=run.seed + 7, default_action=space.delta_to_action(0.0))
-    history = train_best_response(forecaster, adversary, game, series=window, encoder=encoder, episodes=episodes, seed=run.seed)
-    return {"episodes": episodes, "final_training_error": history[-1],
-            **evaluate_forecaster(series, forecaster, encoder, range(start, end), adversary, encoder)}
+    adversary = QTableAgent(
+        space,
+        alpha=run.alpha,
+        gamma=0.0,
+        epsilon=1.0,
+        epsilon_decay=run.epsilon_decay,
+        epsilon_min=run.epsilon_min,
+        seed=run.seed + 7,
+        default_action=space.delta_to_action(0.0),
+    )
+    history = train_best_response(
+        forecaster, adversary, game, series=window, encoder=encoder, episodes=episodes, seed=run.seed
+    )
+    return {
+        "episodes": episodes,
+        "final_training_error": history[-1],
+        **evaluate_forecaster(series, forecaster, encoder, range(start, end), adversary, encoder),
+    }
 
 
 def evaluate_model(config: ForecastModelEvaluateConfig) -> dict[str, Any]:
     """``pglab evaluate forecast``: a Q-table JSON (and optionally an adversary's) on rows
     ``start_row .. end_row - 1`` of a source."""
     forecaster, encoder, metadata = load_player(config.model, "model")
-    adversary, adversary_encoder, _ = load_player(config.adversary, "adversary") if config.adversary else (None, None, None)
+    adversary, adversary_encoder, _ = (
+        load_player(config.adversary, "adversary") if config.adversary else (None, None, None)
+    )
     series = load_data(config)
     end = len(series) if config.end_row is None else config.end_row
     if end > len(series):
         raise DataError(f"end_row: the series {series.name} has only {len(series)} rows (got {end})")
-    result = {"model": str(config.model), "series": series.name, "rows": [config.start_row, end],
-              "clean": evaluate_forecaster(series, forecaster, encoder, range(config.start_row, end))}
+    result = {
+        "model": str(config.model),
+        "series": series.name,
+        "rows": [config.start_row, end],
+        "clean": evaluate_forecaster(series, forecaster, encoder, range(config.start_row, end)),
+    }
     if adversary is not None:
         result["adversary"] = str(config.adversary)
-        result["attacked"] = evaluate_forecaster(series, forecaster, encoder, range(config.start_row, end), adversary, adversary_encoder)
+        result["attacked"] = evaluate_forecaster(
+            series, forecaster, encoder, range(config.start_row, end), adversary, adversary_encoder
+        )
     if config.best_response_episodes > 0:
-        result["best_response"] = best_response_attack(series, forecaster, encoder, config.start_row, end, config.best_response_episodes, metadata)
+        result["best_response"] = best_response_attack(
+            series, forecaster, encoder, config.start_row, end, config.best_response_episodes, metadata
+        )
     return result
 
 
-def evaluate_agent(agent: ForecastAgent, *, start_row: int | None = None, end_row: int | None = None,
-                   with_adversary: bool = True, checkpoint: str = "") -> dict[str, Any]:
+def evaluate_agent(
+    agent: ForecastAgent,
+    *,
+    start_row: int | None = None,
+    end_row: int | None = None,
+    with_adversary: bool = True,
+    checkpoint: str = "",
+) -> dict[str, Any]:
     """``pglab evaluate CHECKPOINT``: the agent on its run's own data, by default out of
     sample (from ``train_rows`` on)."""
     series = load_data(agent.config)
     start = start_row if start_row is not None else (agent.config.train_rows or 1)
     end = len(series) if end_row is None else end_row
     if not 1 <= start < end <= len(series):
-        raise DataError(f"rows {start}..{end}: must satisfy 1 <= start_row < end_row <= {len(series)} (rows of {series.name})")
+        raise DataError(
+            f"rows {start}..{end}: must satisfy 1 <= start_row < end_row <= {len(series)} (rows of {series.name})"
+        )
     rows = range(start, end)
-    result = {"checkpoint": checkpoint, "series": series.name, "rows": [start, end],
-              "clean": evaluate_forecaster(series, agent.policy, agent.encoder, rows)}
+    result = {
+        "checkpoint": checkpoint,
+        "series": series.name,
+        "rows": [start, end],
+        "clean": evaluate_forecaster(series, agent.policy, agent.encoder, rows),
+    }
     if agent.adversary is not None and with_adversary:
-        result["attacked"] = evaluate_forecaster(series, agent.policy, agent.encoder, rows, agent.adversary, agent.encoder)
+        result["attacked"] = evaluate_forecaster(
+            series, agent.policy, agent.encoder, rows, agent.adversary, agent.encoder
+        )
     return result
 
 
@@ -385,7 +490,9 @@ def evaluate_agent(agent: ForecastAgent, *, start_row: int | None = None, end_ro
 BASELINES = ("random_walk", "ar1", "ar1_diff", "arx_diff")
 
 
-def baseline_forecasts(train_y: np.ndarray, train_x: np.ndarray, history_y: np.ndarray, history_x: np.ndarray) -> dict[str, np.ndarray]:
+def baseline_forecasts(
+    train_y: np.ndarray, train_x: np.ndarray, history_y: np.ndarray, history_x: np.ndarray
+) -> dict[str, np.ndarray]:
     """One-step forecasts of ``y_t`` from ``y_{t-1}`` (and ``y_{t-2}``, ``x_{t-1}``), fitted on the window.
 
     Args:
@@ -422,8 +529,10 @@ def window_bounds(n_rows: int, window_size: int, step_size: int, max_windows: in
     The first window starts at row 1 so that its first state has a previous change.
     """
     if window_size + 2 > n_rows:
-        raise DataError(f"window_size: the series has only {n_rows} rows; a window needs window_size + 2 rows "
-                        f"(a training window and at least one row to forecast) (got {window_size})")
+        raise DataError(
+            f"window_size: the series has only {n_rows} rows; a window needs window_size + 2 rows "
+            f"(a training window and at least one row to forecast) (got {window_size})"
+        )
     bounds = []
     start = 1
     while start + window_size < n_rows and (max_windows is None or len(bounds) < max_windows):
@@ -464,7 +573,8 @@ def run_backtest(config: BacktestConfig) -> dict[str, Any]:
         forecaster, adversary = make_agents(window_config)
         if adversary is not None:
             RADversarialTrainer(game, config.alternation_schedule, config.episodes, window_config.seed).run(
-                forecaster, adversary, series=window, encoder=encoder)
+                forecaster, adversary, series=window, encoder=encoder
+            )
         else:
             TrainingLoop(game, config.episodes, window_config.seed).run(forecaster, series=window, encoder=encoder)
         feedback = IterativeFeedbackLoop(encoder=encoder)
@@ -472,37 +582,71 @@ def run_backtest(config: BacktestConfig) -> dict[str, Any]:
         learned = []
         for t in rows:
             state = state_at(series, t - 1)
-            forecast = state.value + forecaster.action_space.action_to_delta(forecaster.act(encoder(state), explore=False))
+            forecast = state.value + forecaster.action_space.action_to_delta(
+                forecaster.act(encoder(state), explore=False)
+            )
             learned.append(forecast)
             if config.feedback:
                 feedback.update_from_realized(forecaster, [(state, forecast, float(series.target[t]))])
-        baselines = baseline_forecasts(window.target, window.exogenous, series.target[train_end - 2:test_end], series.exogenous[train_end - 2:test_end])
+        baselines = baseline_forecasts(
+            window.target,
+            window.exogenous,
+            series.target[train_end - 2 : test_end],
+            series.exogenous[train_end - 2 : test_end],
+        )
         actual = series.target[train_end:test_end]
         methods = {"learned": np.asarray(learned), **baselines}
-        row = {"window": index, "train_start": series.dates[train_start], "train_end": series.dates[train_end - 1],
-               "test_start": series.dates[train_end], "test_end": series.dates[test_end - 1], "n": len(rows),
-               "states_seen": forecaster.n_states}
+        row = {
+            "window": index,
+            "train_start": series.dates[train_start],
+            "train_end": series.dates[train_end - 1],
+            "test_start": series.dates[train_end],
+            "test_end": series.dates[test_end - 1],
+            "n": len(rows),
+            "states_seen": forecaster.n_states,
+        }
         for name, forecasts in methods.items():
             errors = actual - forecasts
             row[f"mae_{name}"] = float(np.mean(np.abs(errors)))
-            row[f"rmse_{name}"] = float(np.sqrt(np.mean(errors ** 2)))
+            row[f"rmse_{name}"] = float(np.sqrt(np.mean(errors**2)))
         window_rows.append(row)
         for k, t in enumerate(rows):
-            prediction_rows.append({"window": index, "date": series.dates[t], "actual": float(actual[k]),
-                                    **{name: float(forecasts[k]) for name, forecasts in methods.items()}})
+            prediction_rows.append(
+                {
+                    "window": index,
+                    "date": series.dates[t],
+                    "actual": float(actual[k]),
+                    **{name: float(forecasts[k]) for name, forecasts in methods.items()},
+                }
+            )
         bar.update(1)
     bar.close()
     predictions = pd.DataFrame(prediction_rows)
     windows = pd.DataFrame(window_rows)
     summary = summarise(predictions, windows)
-    summary.update({"series": series.name, "algorithm": config.algo, "state_key": config.game.state_key, "n_windows": len(bounds),
-                    "window_size": config.window_size, "step_size": config.step_size, "episodes": config.episodes,
-                    "feedback": config.feedback, "wall_s": time.perf_counter() - started})
+    summary.update(
+        {
+            "series": series.name,
+            "algorithm": config.algo,
+            "state_key": config.game.state_key,
+            "n_windows": len(bounds),
+            "window_size": config.window_size,
+            "step_size": config.step_size,
+            "episodes": config.episodes,
+            "feedback": config.feedback,
+            "wall_s": time.perf_counter() - started,
+        }
+    )
     atomic_write_text(output_dir / "windows.csv", windows.to_csv(index=False))
     atomic_write_text(output_dir / "predictions.csv", predictions.to_csv(index=False))
     atomic_write_json(output_dir / "summary.json", {"summary": summary, "config": config_to_dict(config)})
-    plot_backtest(predictions, windows, output_dir / "backtest.png", title=f"{series.name}: {config.algo}, state_key={config.game.state_key}",
-                  target_label=target_label(series))
+    plot_backtest(
+        predictions,
+        windows,
+        output_dir / "backtest.png",
+        title=f"{series.name}: {config.algo}, state_key={config.game.state_key}",
+        target_label=target_label(series),
+    )
     return {"summary": summary, "output": str(output_dir), "windows": windows, "predictions": predictions}
 
 
@@ -514,12 +658,14 @@ def summarise(predictions, windows) -> dict[str, Any]:
     learned_loss = np.abs(actual - predictions["learned"].to_numpy())
     for name in ("learned",) + BASELINES:
         errors = actual - predictions[name].to_numpy()
-        entry = {"mae": float(np.mean(np.abs(errors))), "rmse": float(np.sqrt(np.mean(errors ** 2)))}
+        entry = {"mae": float(np.mean(np.abs(errors))), "rmse": float(np.sqrt(np.mean(errors**2)))}
         if name != "learned":
             # d_t = |e_learned| - |e_baseline|; DM = mean(d) / (sd(d) / sqrt(n)); < -2 favours the learner.
             diff = learned_loss - np.abs(errors)
             sd = diff.std(ddof=1) if diff.size > 1 else float("nan")
-            entry["dm_t_learned_minus_this"] = float(diff.mean() / (sd / np.sqrt(diff.size))) if sd and sd > 0 else float("nan")
+            entry["dm_t_learned_minus_this"] = (
+                float(diff.mean() / (sd / np.sqrt(diff.size))) if sd and sd > 0 else float("nan")
+            )
             entry["windows_learned_better_mae"] = float(np.mean(windows["mae_learned"] < windows[f"mae_{name}"]))
         out["methods"][name] = entry
     return out
@@ -555,7 +701,9 @@ def backtest_figure(predictions, windows, *, title: str, target_label: str = "y"
     top.legend(fontsize=8)
     top.grid(alpha=0.3)
     for name in ("learned",) + BASELINES:
-        bottom.plot(windows["window"], windows[f"mae_{name}"], marker="o" if name == "learned" else None, ms=3, lw=1, label=name)
+        bottom.plot(
+            windows["window"], windows[f"mae_{name}"], marker="o" if name == "learned" else None, ms=3, lw=1, label=name
+        )
     bottom.set_xlabel("window")
     bottom.set_ylabel(f"out-of-sample MAE ({target_label} units)")
     bottom.legend(fontsize=8, ncol=5)

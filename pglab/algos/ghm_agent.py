@@ -10,6 +10,7 @@ agent's networks work in the model's state, liquidity ``x = cash + credit_limit`
 ``act(cash)`` is ``agent.policy`` at ``agent.model.state_from_cash(cash)`` (and cash may be
 negative, down to ``-credit_limit``). For GHM the state is cash itself.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -83,7 +84,9 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: str | torch.dev
     """Build a :class:`GHMAgent` from a loaded, validated checkpoint dict on ``device``
     (``auto``, ``cpu``, ``cuda[:N]`` or a ``torch.device``)."""
     if checkpoint["kind"] not in GHM_KINDS:
-        raise CheckpointError(f"checkpoint {checkpoint.get('path')}: kind={checkpoint['kind']!r} is not a GHM checkpoint")
+        raise CheckpointError(
+            f"checkpoint {checkpoint.get('path')}: kind={checkpoint['kind']!r} is not a GHM checkpoint"
+        )
     config = config_from_dict(GHMTrainConfig, {**checkpoint["config"], "resume": None, "log_dir": None})
     model = build_model(config)
     if isinstance(device, str):
@@ -99,5 +102,12 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: str | torch.dev
         load_state_dict_checked(baseline, checkpoint["models"]["baseline"], name="baseline", source=source)
         baseline.eval()
     policy.eval()
-    return GHMAgent(policy=policy, baseline=baseline, model=model, config=config,
-                    iteration=int(checkpoint["counters"]["iteration"]), kind=checkpoint["kind"], device=device)
+    return GHMAgent(
+        policy=policy,
+        baseline=baseline,
+        model=model,
+        config=config,
+        iteration=int(checkpoint["counters"]["iteration"]),
+        kind=checkpoint["kind"],
+        device=device,
+    )

@@ -31,6 +31,7 @@ individual alive paths early gains little here: every alive path's remaining val
 at the same rate ``exp(-rho t)``, so the per-path bounds cross a tolerance at nearly the same
 time as their mean.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -64,7 +65,7 @@ class PolicyValue:
     def as_rows(self) -> list[dict]:
         return [
             {"initial_state": x, "value": m, "stderr": s, "tail_bound": tb}
-            for x, m, s, tb in zip(self.initial_states, self.mean, self.stderr, self.tail_bound)
+            for x, m, s, tb in zip(self.initial_states, self.mean, self.stderr, self.tail_bound, strict=False)
         ]
 
 
@@ -73,12 +74,14 @@ def corner_reward_bound(model: ContinuousTimeModel) -> Callable[[torch.Tensor], 
     bound of any policy's value for models whose reward rate ``f`` is linear in the
     controls and does not depend on the state (GHM: the corner (a_L_max, 0) gives
     ``a_L_max / rho``). For other models pass a ``value_bound`` (e.g. the FD optimum)."""
-    corners = torch.tensor(list(itertools.product(*zip(model.control.low, model.control.high))), dtype=torch.float32)
+    corners = torch.tensor(
+        list(itertools.product(*zip(model.control.low, model.control.high, strict=False))), dtype=torch.float32
+    )
 
     def bound(states: torch.Tensor) -> torch.Tensor:
-        rates = torch.stack([
-            model.reward_rate(states, corner.to(states).expand(states.shape[0], -1)) for corner in corners
-        ])  # [corners, B]
+        rates = torch.stack(
+            [model.reward_rate(states, corner.to(states).expand(states.shape[0], -1)) for corner in corners]
+        )  # [corners, B]
         return rates.max(0).values.clamp_min(0.0) / model.discount_rate
 
     return bound
@@ -177,8 +180,14 @@ def simulate_policy_value(
             means = totals.view(num_points, num_paths).mean(1).cpu()
             if bar is not None:
                 bar.update(step - chunk_start)
-                bar.set_postfix(alive=int(states.shape[0]), tail=f"{float((tail / means.abs().clamp_min(1e-12)).max()):.2g}")
-            if states.shape[0] == 0 or step >= max_steps or bool((tail <= tail_tolerance * means.abs().clamp_min(1e-12)).all()):
+                bar.set_postfix(
+                    alive=int(states.shape[0]), tail=f"{float((tail / means.abs().clamp_min(1e-12)).max()):.2g}"
+                )
+            if (
+                states.shape[0] == 0
+                or step >= max_steps
+                or bool((tail <= tail_tolerance * means.abs().clamp_min(1e-12)).all())
+            ):
                 break
     finally:
         if bar is not None:

@@ -23,6 +23,7 @@ see the same file system). Each run is a seeded single-threaded computation, so 
 result does not depend on where or alongside what it ran: a Ray sweep is bit-identical to
 ``--backend serial``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,9 +34,10 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pglab.configs.ghm import GHMTrainConfig
 from pglab.configs.sweep import CREDIT_LINE_PARAMETERS, SWEEP_RESUMABLE, SWEEPABLE, GHMSweepConfig
@@ -66,6 +68,7 @@ class Trial:
 
 # -- the grid ---------------------------------------------------------------------------------
 
+
 def calibrations(config: GHMSweepConfig) -> list[dict[str, float]]:
     """The calibrations of a sweep, in order: the product of the flags' lists, then the
     YAML grid's (a product of its lists, or its explicit ``calibrations:``). ``[{}]``
@@ -73,7 +76,7 @@ def calibrations(config: GHMSweepConfig) -> list[dict[str, float]]:
     grids: list[dict[str, float]] = []
     swept = config.swept()
     if swept:
-        grids += [dict(zip(swept, values)) for values in itertools.product(*swept.values())]
+        grids += [dict(zip(swept, values, strict=False)) for values in itertools.product(*swept.values())]
     if config.grid is not None:
         grids += _yaml_grid(Path(config.grid))
     unique: list[dict[str, float]] = []
@@ -96,7 +99,7 @@ def _yaml_grid(path: Path) -> list[dict[str, float]]:
     for name, values in mapping.items():
         values = values if isinstance(values, list) else [values]
         lists[name] = [_number(path, name, value) for value in values]
-    return [dict(zip(lists, values)) for values in itertools.product(*lists.values())]
+    return [dict(zip(lists, values, strict=False)) for values in itertools.product(*lists.values())]
 
 
 def _number(path: Path, name: str, value: Any) -> float:
@@ -117,7 +120,9 @@ def base_fields(config: GHMSweepConfig) -> dict[str, Any]:
     fields: dict[str, Any] = read_yaml_mapping(config.train_config) if config.train_config is not None else {}
     for name in ("log_dir", "resume"):
         if name in fields:
-            raise ConfigError("train_config", str(config.train_config), f"must not set {name} (the sweep places its runs)")
+            raise ConfigError(
+                "train_config", str(config.train_config), f"must not set {name} (the sweep places its runs)"
+            )
     if config.n_iterations is not None:
         fields["n_iterations"] = config.n_iterations
     return fields
@@ -135,17 +140,28 @@ def build_trials(config: GHMSweepConfig, sweep_dir: Path) -> list[Trial]:
         for algo in config.algo:
             for seed in config.seeds:
                 name = f"{calibration_name(calibration)}-{algo}-s{seed}"
-                fields = {**base, **calibration, "model": config.model, "algo": algo, "seed": seed,
-                          "device": config.device, "threads": 1, "log_dir": str((sweep_dir / "runs" / name).resolve())}
+                fields = {
+                    **base,
+                    **calibration,
+                    "model": config.model,
+                    "algo": algo,
+                    "seed": seed,
+                    "device": config.device,
+                    "threads": 1,
+                    "log_dir": str((sweep_dir / "runs" / name).resolve()),
+                }
                 try:
                     train_config = config_from_dict(GHMTrainConfig, fields)
                 except ConfigError as exc:
-                    raise ConfigError(exc.field, exc.value, f"{exc.expected} [calibration {calibration_name(calibration)}]") from exc
+                    raise ConfigError(
+                        exc.field, exc.value, f"{exc.expected} [calibration {calibration_name(calibration)}]"
+                    ) from exc
                 trials.append(Trial(name, dict(calibration), algo, seed, config_to_dict(train_config)))
     return trials
 
 
 # -- one run ----------------------------------------------------------------------------------
+
 
 def run_trial(trial: dict[str, Any]) -> dict[str, Any]:
     """Train (or resume, or read) one run and return its row of the table.
@@ -192,17 +208,28 @@ def trial_row(trial: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     summary = json.loads((run_dir / "summary.json").read_text())
     config = trial["config"]
     row: dict[str, Any] = {"run": trial["name"], "model": config["model"], "algo": trial["algo"], "seed": trial["seed"]}
-    row.update({name: _parameter(config, name) for name in SWEEPABLE
-                if name not in CREDIT_LINE_PARAMETERS or config["model"] == "credit-line"})
+    row.update(
+        {
+            name: _parameter(config, name)
+            for name in SWEEPABLE
+            if name not in CREDIT_LINE_PARAMETERS or config["model"] == "credit-line"
+        }
+    )
     for entry in evaluation["rows"]:
         row[f"pct_c{entry['initial_cash']:g}"] = entry["pct_of_optimum"]
     for entry in evaluation["rows"]:  # the exact (FD) value of the same policy, when evaluated
         if "exact_pct_of_optimum" in entry:
             row[f"exact_pct_c{entry['initial_cash']:g}"] = entry["exact_pct_of_optimum"]
     learned, fd = evaluation.get("learned_thresholds", {}), evaluation.get("fd_thresholds", {})
-    row.update({"barrier_rl": learned.get("dividend_rate"), "barrier_fd": fd.get("dividend_rate"),
-                "issuance_rl": learned.get("issuance_rate"), "issuance_fd": fd.get("issuance_rate"),
-                "train_s": summary.get("counters", {}).get("wall_time")})
+    row.update(
+        {
+            "barrier_rl": learned.get("dividend_rate"),
+            "barrier_fd": fd.get("dividend_rate"),
+            "issuance_rl": learned.get("issuance_rate"),
+            "issuance_fd": fd.get("issuance_rate"),
+            "train_s": summary.get("counters", {}).get("wall_time"),
+        }
+    )
     return row
 
 
@@ -213,8 +240,10 @@ def _parameter(config: dict[str, Any], name: str) -> float:
 
 # -- the comparative-statics lines ----------------------------------------------------------
 
-def fd_lines(config: GHMSweepConfig, trials: list[Trial], sweep_dir: Path,
-             echo: Callable[..., None]) -> dict[str, list[dict[str, Any]]]:
+
+def fd_lines(
+    config: GHMSweepConfig, trials: list[Trial], sweep_dir: Path, echo: Callable[..., None]
+) -> dict[str, list[dict[str, Any]]]:
     """FD dividend barrier and issuance point along each swept parameter (others held at
     each of their swept combinations), cached in ``fd_lines.json``."""
     cache = sweep_dir / "fd_lines.json"
@@ -230,8 +259,10 @@ def fd_lines(config: GHMSweepConfig, trials: list[Trial], sweep_dir: Path,
     for name, values in swept.items():
         if len(values) < 2:
             continue
-        points = sorted(set(values) | (set(_linspace(min(values), max(values), config.fd_line_points))
-                                       if config.fd_line_points else set()))
+        points = sorted(
+            set(values)
+            | (set(_linspace(min(values), max(values), config.fd_line_points)) if config.fd_line_points else set())
+        )
         for others in _slices(trials, name):
             jobs += [(name, others, value) for value in points]
     lines: dict[str, list[dict[str, Any]]] = {name: [] for name in swept}
@@ -241,8 +272,14 @@ def fd_lines(config: GHMSweepConfig, trials: list[Trial], sweep_dir: Path,
         model = build_model(config_from_dict(GHMTrainConfig, {**base, **others, name: value}))
         solution = solve_hjb_1d_extrapolated(model, x_max=x_max, num_nodes=config.fd_line_nodes)
         thresholds = thresholds_in_cash(model, solution.thresholds())  # in cash, as the runs' thresholds
-        lines[name].append({"others": others, "value": value, "barrier": thresholds.get("dividend_rate"),
-                            "issuance": thresholds.get("issuance_rate")})
+        lines[name].append(
+            {
+                "others": others,
+                "value": value,
+                "barrier": thresholds.get("dividend_rate"),
+                "issuance": thresholds.get("issuance_rate"),
+            }
+        )
         bar.update(1)
     bar.close()
     atomic_write_json(cache, lines)
@@ -272,8 +309,9 @@ def _slices(trials: list[Trial], name: str) -> list[dict[str, float]]:
     return slices
 
 
-def statics_figures(rows: list[dict[str, Any]], lines: dict[str, list[dict[str, Any]]], trials: list[Trial],
-                    sweep_dir: Path) -> list[Path]:
+def statics_figures(
+    rows: list[dict[str, Any]], lines: dict[str, list[dict[str, Any]]], trials: list[Trial], sweep_dir: Path
+) -> list[Path]:
     """``statics_<param>.png``: barrier and issuance point against each swept parameter,
     FD as lines, the learned policies as points (mean and spread over seeds, per solver)."""
     import matplotlib
@@ -292,12 +330,12 @@ def statics_figures(rows: list[dict[str, Any]], lines: dict[str, list[dict[str, 
         for others in _slices(trials, name):
             label = calibration_name(others)
             points = sorted((entry for entry in line if entry["others"] == others), key=lambda entry: entry["value"])
-            for axis, key in zip(axes, ("barrier", "issuance")):
+            for axis, key in zip(axes, ("barrier", "issuance"), strict=False):
                 xs = [entry["value"] for entry in points if entry[key] is not None]
                 ys = [entry[key] for entry in points if entry[key] is not None]
                 axis.plot(xs, ys, "-", label=f"FD {label}" if label != "base" else "FD")
             for algo in sorted({trial.algo for trial in trials}):
-                for axis, key in zip(axes, ("barrier", "issuance")):
+                for axis, key in zip(axes, ("barrier", "issuance"), strict=False):
                     groups: dict[float, list[float]] = {}
                     for trial in trials:
                         rest = {k: v for k, v in trial.calibration.items() if k != name}
@@ -309,21 +347,28 @@ def statics_figures(rows: list[dict[str, Any]], lines: dict[str, list[dict[str, 
                         xs = sorted(groups)
                         means = [sum(groups[x]) / len(groups[x]) for x in xs]
                         spread = [(max(groups[x]) - min(groups[x])) / 2 for x in xs]
-                        axis.errorbar(xs, means, yerr=spread, fmt="o", capsize=3, label=f"RL {algo} {label}".replace(" base", ""))
-        for axis, title in zip(axes, ("dividend barrier (half the maximal rate)", "issuance point (upper end)")):
+                        axis.errorbar(
+                            xs, means, yerr=spread, fmt="o", capsize=3, label=f"RL {algo} {label}".replace(" base", "")
+                        )
+        for axis, title in zip(
+            axes, ("dividend barrier (half the maximal rate)", "issuance point (upper end)"), strict=False
+        ):
             axis.set_xlabel(name)
             axis.set_ylabel("cash")
             axis.set_title(title)
             axis.grid(alpha=0.3)
             axis.legend(fontsize=7)
-        fig.suptitle(f"GHM comparative statics in {name}: FD optimum (lines) vs learned policies (points, spread over seeds)",
-                     fontsize=9)
+        fig.suptitle(
+            f"GHM comparative statics in {name}: FD optimum (lines) vs learned policies (points, spread over seeds)",
+            fontsize=9,
+        )
         fig.tight_layout()
         paths.append(save_figure(fig, sweep_dir / f"statics_{name}.png"))
     return paths
 
 
 # -- the table --------------------------------------------------------------------------------
+
 
 def write_table(rows: list[dict[str, Any]], sweep_dir: Path) -> None:
     """``sweep.csv`` (every column) and ``sweep.md`` (the readable subset)."""
@@ -352,6 +397,7 @@ def write_table(rows: list[dict[str, Any]], sweep_dir: Path) -> None:
 
 # -- the sweep --------------------------------------------------------------------------------
 
+
 def resolve_sweep(config: GHMSweepConfig, given: frozenset[str] | None) -> tuple[GHMSweepConfig, Path, bool]:
     """The sweep's config and directory: a fresh one, or the stored one on ``--resume``
     (where only where/how runs execute may change; anything else is refused, exit 2)."""
@@ -365,31 +411,45 @@ def resolve_sweep(config: GHMSweepConfig, given: frozenset[str] | None) -> tuple
     sweep_dir = Path(config.resume)
     if not (sweep_dir / SWEEP_FILE).is_file():
         raise ConfigError("resume", str(sweep_dir), f"not a sweep directory (no {SWEEP_FILE})")
-    stored = config_from_dict(GHMSweepConfig, {**json.loads((sweep_dir / SWEEP_FILE).read_text())["config"],
-                                               "resume": None, "log_dir": None})
-    given = given if given is not None else frozenset(
-        name for name, value in config_to_dict(config).items() if value != config_to_dict(GHMSweepConfig()).get(name))
+    stored = config_from_dict(
+        GHMSweepConfig, {**json.loads((sweep_dir / SWEEP_FILE).read_text())["config"], "resume": None, "log_dir": None}
+    )
+    given = (
+        given
+        if given is not None
+        else frozenset(
+            name
+            for name, value in config_to_dict(config).items()
+            if value != config_to_dict(GHMSweepConfig()).get(name)
+        )
+    )
     changes = {}
     for name in sorted(given - {"resume", "log_dir"}):
         new, old = getattr(config, name), getattr(stored, name)
         if config_to_dict(config)[name] == config_to_dict(stored)[name]:
             continue
         if name not in SWEEP_RESUMABLE:
-            raise ConfigError(name, new, f"differs from the resumed sweep's value {old!r}; a resume may change only "
-                              f"{', '.join(sorted(SWEEP_RESUMABLE - {'resume', 'log_dir'}))}")
+            raise ConfigError(
+                name,
+                new,
+                f"differs from the resumed sweep's value {old!r}; a resume may change only "
+                f"{', '.join(sorted(SWEEP_RESUMABLE - {'resume', 'log_dir'}))}",
+            )
         changes[name] = new
     return dataclasses.replace(stored, **changes), sweep_dir, True
 
 
-def run_sweep(config: GHMSweepConfig, *, given: frozenset[str] | None = None,
-              echo: Callable[..., None] = print) -> list[dict[str, Any]]:
+def run_sweep(
+    config: GHMSweepConfig, *, given: frozenset[str] | None = None, echo: Callable[..., None] = print
+) -> list[dict[str, Any]]:
     """Run (or continue) a sweep; returns the table's rows in the sweep's order."""
     config, sweep_dir, resumed = resolve_sweep(config, given)
     trials = build_trials(config, sweep_dir)
     if not resumed:
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(sweep_dir / SWEEP_FILE, {"config": config_to_dict(config),
-                                                   "runs": [trial.name for trial in trials]})
+        atomic_write_json(
+            sweep_dir / SWEEP_FILE, {"config": config_to_dict(config), "runs": [trial.name for trial in trials]}
+        )
     pending = [trial for trial in trials if not (Path(trial.config["log_dir"]) / TRIAL_FILE).exists()]
     echo(f"sweep {sweep_dir}: {len(trials)} runs ({len(trials) - len(pending)} done), backend {config.backend}")
     started = time.perf_counter()
@@ -407,8 +467,10 @@ def run_sweep(config: GHMSweepConfig, *, given: frozenset[str] | None = None,
     lines = fd_lines(config, trials, sweep_dir, echo)
     figures = statics_figures(rows, lines, trials, sweep_dir)
     echo((sweep_dir / "sweep.md").read_text())
-    echo(f"{len(pending)} runs in {time.perf_counter() - started:.1f} s; table {sweep_dir / 'sweep.csv'}"
-         + (f"; figures {', '.join(str(path) for path in figures)}" if figures else ""))
+    echo(
+        f"{len(pending)} runs in {time.perf_counter() - started:.1f} s; table {sweep_dir / 'sweep.csv'}"
+        + (f"; figures {', '.join(str(path) for path in figures)}" if figures else "")
+    )
     return rows
 
 
@@ -425,8 +487,12 @@ def _run_on_ray(config: GHMSweepConfig, payloads: list[dict[str, Any]]) -> None:
         if config.ray_address is not None:
             ray.init(address=config.ray_address, log_to_driver=False)
         else:  # "local": a fresh instance even if RAY_ADDRESS points elsewhere
-            ray.init(address="local", num_cpus=config.max_parallel or os.cpu_count() or 1,
-                     include_dashboard=False, log_to_driver=False)
+            ray.init(
+                address="local",
+                num_cpus=config.max_parallel or os.cpu_count() or 1,
+                include_dashboard=False,
+                log_to_driver=False,
+            )
     try:
         task = ray.remote(num_cpus=1, max_retries=0)(run_trial)
         refs = [task.remote(payload) for payload in payloads]
@@ -441,5 +507,16 @@ def _run_on_ray(config: GHMSweepConfig, payloads: list[dict[str, Any]]) -> None:
             ray.shutdown()
 
 
-__all__ = ["Trial", "build_trials", "calibrations", "calibration_name", "run_sweep", "run_trial", "trial_row",
-           "write_table", "fd_lines", "statics_figures", "TIMING_COLUMNS"]
+__all__ = [
+    "Trial",
+    "build_trials",
+    "calibrations",
+    "calibration_name",
+    "run_sweep",
+    "run_trial",
+    "trial_row",
+    "write_table",
+    "fd_lines",
+    "statics_figures",
+    "TIMING_COLUMNS",
+]

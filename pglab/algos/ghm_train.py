@@ -39,6 +39,7 @@ What ``--resume RUN`` guarantees (on the CPU, same machine and thread count):
   change on resume without changing the training trajectory (bit-identical rollouts on
   every backend); any other field is refused.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -58,7 +59,14 @@ from pglab.algos.actor_critic import ActorCritic
 from pglab.algos.ghm_eval import PolicyValue, simulate_policy_value
 from pglab.algos.mc_pg import MonteCarloPolicyGradient
 from pglab.algos.pathwise import PathwisePolicyGradient
-from pglab.configs.ghm import GHM_KINDS, RESUMABLE_FIELDS, SOLVER_DEFAULTS, GHMTrainConfig, budget_schedules, final_eval_dt
+from pglab.configs.ghm import (
+    GHM_KINDS,
+    RESUMABLE_FIELDS,
+    SOLVER_DEFAULTS,
+    GHMTrainConfig,
+    budget_schedules,
+    final_eval_dt,
+)
 from pglab.envs.ghm import GHMModel, GHMParams
 from pglab.envs.ghm_credit_line import GHMCreditLineModel
 from pglab.envs.simulator import TrajectorySimulator, interpolate_uniform
@@ -75,23 +83,49 @@ from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_sta
 from pglab.run.shell import TrainerSpec, TrainingRun
 
 __all__ = [
-    "GHM_KINDS", "GHMParams", "GHMRunResult", "GHMTrainConfig", "RESUMABLE_FIELDS", "SOLVER_DEFAULTS", "SPEC",
-    "action_repeat_at", "build_model", "build_networks", "build_simulator", "build_solver", "check_fd_grid",
+    "GHM_KINDS",
+    "GHMParams",
+    "GHMRunResult",
+    "GHMTrainConfig",
+    "RESUMABLE_FIELDS",
+    "SOLVER_DEFAULTS",
+    "SPEC",
+    "action_repeat_at",
+    "build_model",
+    "build_networks",
+    "build_simulator",
+    "build_solver",
+    "check_fd_grid",
     "check_rollout_memory",
-    "evaluate_against_reference", "fd_value_bound", "format_table", "policy_plot_data", "reference_solution",
+    "evaluate_against_reference",
+    "fd_value_bound",
+    "format_table",
+    "policy_plot_data",
+    "reference_solution",
     "train_ghm",
 ]
 
 SPEC = TrainerSpec(
-    system="ghm", config_class=GHMTrainConfig, kinds=GHM_KINDS, kind_of=lambda config: config.kind,
-    step_key="iteration", resumable=RESUMABLE_FIELDS, total_steps=lambda config: config.n_iterations,
+    system="ghm",
+    config_class=GHMTrainConfig,
+    kinds=GHM_KINDS,
+    kind_of=lambda config: config.kind,
+    step_key="iteration",
+    resumable=RESUMABLE_FIELDS,
+    total_steps=lambda config: config.n_iterations,
     budget_field="n_iterations",
     keep=None,  # every numbered checkpoint stays (a few kB each): pglab validate reads intermediate ones
     # A run made before these fields existed resumes the way it was trained: the policy
     # network in every rollout step, the policy-evaluation HJB residual at visited states.
-    stored_defaults={"policy_table_points": 0, "hjb_residual": "policy", "hjb_c_min": None, "model": "ghm",
-                     "control_variate": "none", "critic_boundary": "none",
-                     "absorption": "grid"},
+    stored_defaults={
+        "policy_table_points": 0,
+        "hjb_residual": "policy",
+        "hjb_c_min": None,
+        "model": "ghm",
+        "control_variate": "none",
+        "critic_boundary": "none",
+        "absorption": "grid",
+    },
 )
 
 
@@ -105,18 +139,31 @@ def build_model(config: GHMTrainConfig) -> GHMModel:
     return models[config.model](config.model_params())
 
 
-def build_networks(config: GHMTrainConfig, model: GHMModel, device: torch.device) -> tuple[GaussianPolicy, ValueNetwork | None]:
+def build_networks(
+    config: GHMTrainConfig, model: GHMModel, device: torch.device
+) -> tuple[GaussianPolicy, ValueNetwork | None]:
     """The policy and (unless ``no_baseline``) the value network of a config."""
     policy = GaussianPolicy(
-        model.state_dim, model.action_dim, config.policy_hidden_dims, activation=config.activation,
-        log_std_init=config.log_std_init, state_dependent_std=config.state_dependent_std,
-        min_std=config.min_std, max_std=config.max_std, action_high=model.control.high,
+        model.state_dim,
+        model.action_dim,
+        config.policy_hidden_dims,
+        activation=config.activation,
+        log_std_init=config.log_std_init,
+        state_dependent_std=config.state_dependent_std,
+        min_std=config.min_std,
+        max_std=config.max_std,
+        action_high=model.control.high,
         mean_init=[max(config.initial_rate_fraction * high, 1e-3) for high in model.control.high],
         mean_shift=[config.mean_shift_fraction * high for high in model.control.high],
     ).to(device)
     layer = boundary_layer_width(model) if config.critic_boundary == "hard" else None
-    baseline = None if config.no_baseline else ValueNetwork(model.state_dim, config.baseline_hidden_dims, activation=config.activation,
-                                                            boundary_layer=layer).to(device)
+    baseline = (
+        None
+        if config.no_baseline
+        else ValueNetwork(
+            model.state_dim, config.baseline_hidden_dims, activation=config.activation, boundary_layer=layer
+        ).to(device)
+    )
     return policy, baseline
 
 
@@ -129,50 +176,89 @@ def boundary_layer_width(model: GHMModel) -> float:
     import itertools
 
     zero = torch.zeros(1, 1, dtype=torch.float64)
-    corners = [torch.tensor([corner], dtype=torch.float64) for corner in itertools.product(*zip(model.control.low, model.control.high))]
+    corners = [
+        torch.tensor([corner], dtype=torch.float64)
+        for corner in itertools.product(*zip(model.control.low, model.control.high, strict=False))
+    ]
     drift = max(float(model.drift(zero, corner)[0, 0]) for corner in corners)
     volatility = max(float(model.diffusion(zero, corner)[0, 0]) for corner in corners)
     if not drift > 0 or not volatility > 0:
-        raise ConfigError("critic_boundary", "hard", f"needs a positive drift and volatility at the liquidation point "
-                          f"(largest drift {drift:g}, volatility {volatility:g}); use --critic_boundary none")
+        raise ConfigError(
+            "critic_boundary",
+            "hard",
+            f"needs a positive drift and volatility at the liquidation point "
+            f"(largest drift {drift:g}, volatility {volatility:g}); use --critic_boundary none",
+        )
     return volatility**2 / (2.0 * drift)
 
 
 def build_simulator(config: GHMTrainConfig, model: GHMModel):
     """The training rollouts' simulator: batched in this process, or spread over workers."""
     if config.simulator == "batched":
-        return TrajectorySimulator(model, config.dt, config.T, action_repeat=config.action_repeat, absorption=config.absorption)
+        return TrajectorySimulator(
+            model, config.dt, config.T, action_repeat=config.action_repeat, absorption=config.absorption
+        )
     from pglab.envs.parallel import ParallelTrajectorySimulator
 
-    return ParallelTrajectorySimulator(model, config.dt, config.T, action_repeat=config.action_repeat,
-                                       backend=config.simulator, n_workers=config.n_workers, ray_address=config.ray_address,
-                                       absorption=config.absorption)
+    return ParallelTrajectorySimulator(
+        model,
+        config.dt,
+        config.T,
+        action_repeat=config.action_repeat,
+        backend=config.simulator,
+        n_workers=config.n_workers,
+        ray_address=config.ray_address,
+        absorption=config.absorption,
+    )
 
 
 def build_solver(config: GHMTrainConfig, policy, baseline, simulator, generator):
     """The solver behind ``--algo`` (each provides ``train_step``, ``optimizers``)."""
     if config.algo == "mc":
         return MonteCarloPolicyGradient(
-            policy, simulator, baseline, n_trajectories=config.n_trajectories, lr_policy=config.lr_policy,
-            lr_baseline=config.lr_baseline, max_grad_norm=config.max_grad_norm, advantage=config.advantage,
-            advantage_normalization=config.advantage_normalization, terminal_value=config.terminal_value,
-            baseline_steps=config.baseline_steps, score_samples=config.score_samples,
-            policy_steps=config.policy_steps, rollout_table_points=config.policy_table_points,
+            policy,
+            simulator,
+            baseline,
+            n_trajectories=config.n_trajectories,
+            lr_policy=config.lr_policy,
+            lr_baseline=config.lr_baseline,
+            max_grad_norm=config.max_grad_norm,
+            advantage=config.advantage,
+            advantage_normalization=config.advantage_normalization,
+            terminal_value=config.terminal_value,
+            baseline_steps=config.baseline_steps,
+            score_samples=config.score_samples,
+            policy_steps=config.policy_steps,
+            rollout_table_points=config.policy_table_points,
             advantage_steps=int(round(config.advantage_horizon / config.dt)),
-            control_variate=config.control_variate, generator=generator,
+            control_variate=config.control_variate,
+            generator=generator,
         )
     # pathwise and actor-critic share the differentiable rollout and the critic's settings
     pathwise = dict(
-        n_trajectories=config.n_trajectories, lr_policy=config.lr_policy, lr_critic=config.lr_baseline,
-        max_grad_norm=config.max_grad_norm, clip_sharpness=config.clip_sharpness, critic_steps=config.baseline_steps,
-        critic_samples=config.score_samples or 10**9, generator=generator,
+        n_trajectories=config.n_trajectories,
+        lr_policy=config.lr_policy,
+        lr_critic=config.lr_baseline,
+        max_grad_norm=config.max_grad_norm,
+        clip_sharpness=config.clip_sharpness,
+        critic_steps=config.baseline_steps,
+        critic_samples=config.score_samples or 10**9,
+        generator=generator,
     )
     if config.algo == "pathwise":
         return PathwisePolicyGradient(policy, simulator, baseline, **pathwise)
     if config.algo == "actor-critic":
-        return ActorCritic(policy, simulator, baseline, **pathwise, gae_lambda=config.gae_lambda,
-                           hjb_weight=config.hjb_weight, hjb_samples=config.hjb_samples,
-                           hjb_residual=config.hjb_residual, hjb_interval=config.hjb_interval())
+        return ActorCritic(
+            policy,
+            simulator,
+            baseline,
+            **pathwise,
+            gae_lambda=config.gae_lambda,
+            hjb_weight=config.hjb_weight,
+            hjb_samples=config.hjb_samples,
+            hjb_residual=config.hjb_residual,
+            hjb_interval=config.hjb_interval(),
+        )
     raise ConfigError("algo", config.algo, "unknown solver")
 
 
@@ -180,14 +266,25 @@ def reference_solution(config: GHMTrainConfig, model: GHMModel, cache: Path | No
     """The FD optimum for the config's model (cached as ``fd_reference.npz``)."""
     if cache is not None and cache.exists():
         stored = np.load(cache)
-        return FDSolution(grid=stored["grid"], value=stored["value"], controls=stored["controls"],
-                          iterations=int(stored["iterations"]), converged=bool(stored["converged"]),
-                          control_names=tuple(model.control.names))
+        return FDSolution(
+            grid=stored["grid"],
+            value=stored["value"],
+            controls=stored["controls"],
+            iterations=int(stored["iterations"]),
+            converged=bool(stored["converged"]),
+            control_names=tuple(model.control.names),
+        )
     solution = solve_hjb_1d_extrapolated(model, x_max=config.fd_x_max, num_nodes=config.fd_nodes)
     if cache is not None:
         tmp = cache.with_name(f".{cache.stem}.tmp.npz")
-        np.savez(tmp, grid=solution.grid, value=solution.value, controls=solution.controls,
-                 iterations=solution.iterations, converged=solution.converged)
+        np.savez(
+            tmp,
+            grid=solution.grid,
+            value=solution.value,
+            controls=solution.controls,
+            iterations=solution.iterations,
+            converged=solution.converged,
+        )
         tmp.replace(cache)
     return solution
 
@@ -201,7 +298,9 @@ GRID_CHECK_VALUE_TOLERANCE = 0.005
 _GRID_CHECKS: dict[tuple, tuple[tuple[float | None, float | None], float]] = {}
 
 
-def _fd_on_two_grids(model: GHMModel, x_max: float, states: tuple[float, ...]) -> tuple[tuple[float | None, float | None], float]:
+def _fd_on_two_grids(
+    model: GHMModel, x_max: float, states: tuple[float, ...]
+) -> tuple[tuple[float | None, float | None], float]:
     """The FD dividend barriers (state) on ``[0, x_max]`` and on ``[0, 2 x_max]``, one step
     :data:`GRID_CHECK_STEP`, and the largest relative change of ``V`` at ``states`` between
     the two (remembered per model class, parameters, grid end and states: a sweep or a
@@ -209,7 +308,9 @@ def _fd_on_two_grids(model: GHMModel, x_max: float, states: tuple[float, ...]) -
     key = (type(model), model.params, x_max, states)
     if key not in _GRID_CHECKS:
         nodes = max(int(round(x_max / GRID_CHECK_STEP)), 10)
-        short, long = (solve_hjb_1d(model, x_max=end, num_nodes=count) for end, count in ((x_max, nodes), (2 * x_max, 2 * nodes)))
+        short, long = (
+            solve_hjb_1d(model, x_max=end, num_nodes=count) for end, count in ((x_max, nodes), (2 * x_max, 2 * nodes))
+        )
         values = short.value_at(states), long.value_at(states)
         change = float(np.max(np.abs(values[0] - values[1]) / np.maximum(np.abs(values[1]), 1e-12)))
         _GRID_CHECKS[key] = (short.thresholds()["dividend_rate"], long.thresholds()["dividend_rate"]), change
@@ -228,19 +329,31 @@ def check_fd_grid(config: GHMTrainConfig, model: GHMModel) -> None:
     if model.params.a_L_max <= 0:  # no dividends, no barrier
         return
     step, x_max = GRID_CHECK_STEP, float(config.fd_x_max)
-    states = tuple(sorted({min(float(model.state_from_cash(cash)), x_max) for cash in config.eval_cash}
-                          | {min(plot_high(model), x_max)}))
+    states = tuple(
+        sorted(
+            {min(float(model.state_from_cash(cash)), x_max) for cash in config.eval_cash}
+            | {min(plot_high(model), x_max)}
+        )
+    )
     (on_grid, on_longer), change = _fd_on_two_grids(model, x_max, states)
     if on_longer is None or on_longer >= x_max - 3 * step:
         where = "no dividend barrier" if on_longer is None else f"its dividend barrier at state {on_longer:.3g}"
-        raise ConfigError("fd_x_max", config.fd_x_max, f"the FD reference on [0, 2 fd_x_max] = [0, {2 * x_max:g}] has "
-                          f"{where}: the barrier lies beyond the grid, so the FD optimum is not the model's; raise "
-                          "fd_x_max (or the problem is ill-posed for these parameters)")
+        raise ConfigError(
+            "fd_x_max",
+            config.fd_x_max,
+            f"the FD reference on [0, 2 fd_x_max] = [0, {2 * x_max:g}] has "
+            f"{where}: the barrier lies beyond the grid, so the FD optimum is not the model's; raise "
+            "fd_x_max (or the problem is ill-posed for these parameters)",
+        )
     if on_grid is None or abs(on_grid - on_longer) > 3 * step or change > GRID_CHECK_VALUE_TOLERANCE:
-        raise ConfigError("fd_x_max", config.fd_x_max, f"the FD solution depends on the grid's end: its dividend barrier "
-                          f"is at state {on_grid if on_grid is None else f'{on_grid:.3g}'} on [0, {x_max:g}] and "
-                          f"{on_longer:.3g} on [0, {2 * x_max:g}], its value changes by {100 * change:.2g}% at the "
-                          f"evaluated states; raise fd_x_max to {2 * x_max:g} or more")
+        raise ConfigError(
+            "fd_x_max",
+            config.fd_x_max,
+            f"the FD solution depends on the grid's end: its dividend barrier "
+            f"is at state {on_grid if on_grid is None else f'{on_grid:.3g}'} on [0, {x_max:g}] and "
+            f"{on_longer:.3g} on [0, {2 * x_max:g}], its value changes by {100 * change:.2g}% at the "
+            f"evaluated states; raise fd_x_max to {2 * x_max:g} or more",
+        )
 
 
 # The calibrations the mc defaults were chosen and checked on (issue 24: docs/ghm.md, "The
@@ -249,8 +362,15 @@ def check_fd_grid(config: GHMTrainConfig, model: GHMModel) -> None:
 # range. Outside them the defaults are untested, not wrong: train_ghm warns, naming the field
 # (inside them they are tested, not always right: lambda 0.3 missed 98% on two seeds).
 CHECKED_RANGES: dict[str, tuple[float, float]] = {
-    "mu": (0.1, 0.15), "sigma": (0.15, 0.4), "r": (0.03, 0.05), "lambda_dilution": (0.1, 0.4), "rho": (0.06, 0.12),
-    "a_L_max": (1.0, 1.0), "a_E_max": (1.0, 1.0), "initial_cash_low": (0.0, 0.0), "initial_cash_high": (2.0, 2.0),
+    "mu": (0.1, 0.15),
+    "sigma": (0.15, 0.4),
+    "r": (0.03, 0.05),
+    "lambda_dilution": (0.1, 0.4),
+    "rho": (0.06, 0.12),
+    "a_L_max": (1.0, 1.0),
+    "a_E_max": (1.0, 1.0),
+    "initial_cash_low": (0.0, 0.0),
+    "initial_cash_high": (2.0, 2.0),
 }
 CHECKED_BARRIER_FRACTION = 0.7  # FD barrier 1.32 (1.35 on the check's coarse grid) with initial cash on [0, 2]
 
@@ -265,14 +385,22 @@ def calibration_warnings(config: GHMTrainConfig, model: GHMModel) -> list[str]:
         value = getattr(params, name)
         if not low <= value <= high:
             checked = f"{low:g}" if low == high else f"[{low:g}, {high:g}]"
-            lines.append(f"pglab: warning: {name}={value:g} is outside the calibrations the defaults were checked on "
-                         f"({name} {checked}); compare the final table with the FD optimum (exact %) before trusting it")
+            lines.append(
+                f"pglab: warning: {name}={value:g} is outside the calibrations the defaults were checked on "
+                f"({name} {checked}); compare the final table with the FD optimum (exact %) before trusting it"
+            )
     (barrier, _), _ = _fd_on_two_grids(model, float(config.fd_x_max), (0.0,))
     span = params.initial_cash_high - params.initial_cash_low
-    if barrier is not None and span > 0 and (model.cash_from_state(barrier) - params.initial_cash_low) > CHECKED_BARRIER_FRACTION * span:
-        lines.append(f"pglab: warning: initial_cash_high={params.initial_cash_high:g}: the FD dividend barrier "
-                     f"({float(model.cash_from_state(barrier)):.3g}) lies in the top third of the initial-cash range, where "
-                     f"few paths start above it; raise initial_cash_high to about {2 * float(model.cash_from_state(barrier)):.2g}")
+    if (
+        barrier is not None
+        and span > 0
+        and (model.cash_from_state(barrier) - params.initial_cash_low) > CHECKED_BARRIER_FRACTION * span
+    ):
+        lines.append(
+            f"pglab: warning: initial_cash_high={params.initial_cash_high:g}: the FD dividend barrier "
+            f"({float(model.cash_from_state(barrier)):.3g}) lies in the top third of the initial-cash range, where "
+            f"few paths start above it; raise initial_cash_high to about {2 * float(model.cash_from_state(barrier)):.2g}"
+        )
     return lines
 
 
@@ -353,23 +481,41 @@ def evaluate_against_reference(
         policy_fn = deterministic_policy_fn(policy)
     with torch.no_grad():
         result = simulate_policy_value(
-            model, policy_fn, states, num_paths=num_paths, dt=dt, generator=generator,
-            value_bound=fd_value_bound(solution), tail_tolerance=tail_tolerance, device=device,
-            progress=progress, table_points=table_points, value_slope=fd_value_slope(solution) if control_variate else None,
+            model,
+            policy_fn,
+            states,
+            num_paths=num_paths,
+            dt=dt,
+            generator=generator,
+            value_bound=fd_value_bound(solution),
+            tail_tolerance=tail_tolerance,
+            device=device,
+            progress=progress,
+            table_points=table_points,
+            value_slope=fd_value_slope(solution) if control_variate else None,
             absorption=absorption,
         )
     optimum = solution.value_at(states)
     rows = []
-    for cash, value, stderr, tail, best in zip(cash_levels, result.mean, result.stderr, result.tail_bound, optimum):
-        rows.append({
-            "initial_cash": float(cash), "value": value, "stderr": stderr, "tail_bound": tail,
-            "fd_optimum": float(best), "pct_of_optimum": 100.0 * value / float(best),
-        })
+    for cash, value, stderr, tail, best in zip(
+        cash_levels, result.mean, result.stderr, result.tail_bound, optimum, strict=False
+    ):
+        rows.append(
+            {
+                "initial_cash": float(cash),
+                "value": value,
+                "stderr": stderr,
+                "tail_bound": tail,
+                "fd_optimum": float(best),
+                "pct_of_optimum": 100.0 * value / float(best),
+            }
+        )
     return result, rows
 
 
-def exact_policy_value(policy: GaussianPolicy, model: GHMModel, solution: FDSolution,
-                       cash_levels: Sequence[float]) -> list[dict[str, float]]:
+def exact_policy_value(
+    policy: GaussianPolicy, model: GHMModel, solution: FDSolution, cash_levels: Sequence[float]
+) -> list[dict[str, float]]:
     """The deterministic policy's value at ``cash_levels`` with neither Monte Carlo noise
     nor time step: the FD evaluation of the continuously applied policy (its mean clipped
     to the control box) on the reference's grid (:func:`pglab.hjb.fd.evaluate_policy_1d`,
@@ -386,8 +532,14 @@ def exact_policy_value(policy: GaussianPolicy, model: GHMModel, solution: FDSolu
     evaluated = evaluate_policy_1d(model, controls, x_max=float(solution.grid[-1]), num_nodes=nodes)
     states = [float(model.state_from_cash(float(cash))) for cash in cash_levels]
     values, optimum = evaluated.value_at(states), solution.value_at(states)
-    return [{"initial_cash": float(cash), "exact_value": float(value), "exact_pct_of_optimum": 100.0 * float(value) / float(best)}
-            for cash, value, best in zip(cash_levels, values, optimum)]
+    return [
+        {
+            "initial_cash": float(cash),
+            "exact_value": float(value),
+            "exact_pct_of_optimum": 100.0 * float(value) / float(best),
+        }
+        for cash, value, best in zip(cash_levels, values, optimum, strict=False)
+    ]
 
 
 def thresholds_in_cash(model: GHMModel, thresholds: dict[str, float | None]) -> dict[str, float | None]:
@@ -407,7 +559,9 @@ def plot_high(model: GHMModel) -> float:
     return max(float(model.state_from_cash(model.params.initial_cash_high)), 2.0)
 
 
-def format_table(rows: list[dict[str, float]], simulated_time: float, num_paths: int, *, dt: float | None = None) -> str:
+def format_table(
+    rows: list[dict[str, float]], simulated_time: float, num_paths: int, *, dt: float | None = None
+) -> str:
     step = "" if dt is None else f" in steps of dt={dt:g}"
     lines = [
         f"Deterministic policy vs finite-difference optimum ({num_paths} paths per row, simulated to t={simulated_time:.1f}{step})",
@@ -419,12 +573,20 @@ def format_table(rows: list[dict[str, float]], simulated_time: float, num_paths:
             f"{row['initial_cash']:>6.2f} {row['value']:>9.4f} {row['stderr']:>7.4f} {row['fd_optimum']:>9.4f} "
             f"{row['pct_of_optimum']:>7.2f}% {row['tail_bound']:>8.4f} {exact}"
         )
-    lines.append("exact %: the same policy applied continuously, valued by FD policy evaluation (no Monte Carlo noise, no dt)")
+    lines.append(
+        "exact %: the same policy applied continuously, valued by FD policy evaluation (no Monte Carlo noise, no dt)"
+    )
     return "\n".join(lines)
 
 
-def policy_plot_data(policy: GaussianPolicy, baseline: ValueNetwork | None, model: GHMModel, high: float,
-                     device: torch.device, points: int = 201) -> PolicyPlotData:
+def policy_plot_data(
+    policy: GaussianPolicy,
+    baseline: ValueNetwork | None,
+    model: GHMModel,
+    high: float,
+    device: torch.device,
+    points: int = 201,
+) -> PolicyPlotData:
     """What the policy/value figure shows on ``points`` cash levels in ``[0, high]``: the
     deterministic policy's applied rates (its mean clipped to the control box, as the
     simulator applies it), the pre-clip mean, the std, the learned value and the net payout
@@ -438,9 +600,13 @@ def policy_plot_data(policy: GaussianPolicy, baseline: ValueNetwork | None, mode
     rates_np = rates.cpu().numpy()
     lam = model.params.lambda_dilution
     return PolicyPlotData(
-        states=states[:, 0].cpu().numpy(), rates=rates_np, pre_clip_means=mean.cpu().numpy(), std=std.cpu().numpy(),
+        states=states[:, 0].cpu().numpy(),
+        rates=rates_np,
+        pre_clip_means=mean.cpu().numpy(),
+        std=std.cpu().numpy(),
         values=None if values is None else values.cpu().numpy(),
-        payout=rates_np[:, 0] - (1 + lam) * rates_np[:, 1], control_names=tuple(model.control.names),
+        payout=rates_np[:, 0] - (1 + lam) * rates_np[:, 1],
+        control_names=tuple(model.control.names),
         state_label=state_label(model),
     )
 
@@ -473,15 +639,21 @@ def check_rollout_memory(config: GHMTrainConfig, device: torch.device) -> None:
     num_steps = int(round(config.T / config.dt))
     rollout = config.n_trajectories * (num_steps + 1) * ROLLOUT_FLOATS_PER_STEP * 4
     if rollout > memory:
-        raise ConfigError("n_trajectories", config.n_trajectories,
-                          f"one iteration's rollout needs at least {rollout / 2**30:,.1f} GiB ({num_steps} steps x "
-                          f"{ROLLOUT_FLOATS_PER_STEP} float32 per path), more than the {memory / 2**30:,.1f} GiB of "
-                          f"{device.type}; use fewer paths")
+        raise ConfigError(
+            "n_trajectories",
+            config.n_trajectories,
+            f"one iteration's rollout needs at least {rollout / 2**30:,.1f} GiB ({num_steps} steps x "
+            f"{ROLLOUT_FLOATS_PER_STEP} float32 per path), more than the {memory / 2**30:,.1f} GiB of "
+            f"{device.type}; use fewer paths",
+        )
     evaluation = config.eval_paths * len(config.eval_cash) * EVAL_BYTES_PER_PATH
     if evaluation > memory:
-        raise ConfigError("eval_paths", config.eval_paths,
-                          f"the final evaluation needs at least {evaluation / 2**30:,.1f} GiB, more than the "
-                          f"{memory / 2**30:,.1f} GiB of {device.type}; use fewer paths")
+        raise ConfigError(
+            "eval_paths",
+            config.eval_paths,
+            f"the final evaluation needs at least {evaluation / 2**30:,.1f} GiB, more than the "
+            f"{memory / 2**30:,.1f} GiB of {device.type}; use fewer paths",
+        )
 
 
 @dataclass
@@ -513,14 +685,22 @@ def _note_budget_change(run: TrainingRun, echo: Callable[..., None]) -> None:
     schedules = budget_schedules(run.config)
     if before == after or not schedules:
         return
-    echo(f"pglab: note: n_iterations: {before} -> {after} changes the schedules {', '.join(schedules)} from iteration "
-         f"{run.start + 1} on (they are functions of n_iterations), so this run will differ from one uninterrupted "
-         f"{after}-iteration run; constant schedules (--lr_final_fraction 1 --final_max_std None, no "
-         "final_action_repeat/td_final_fraction) extend exactly", file=sys.stderr)
+    echo(
+        f"pglab: note: n_iterations: {before} -> {after} changes the schedules {', '.join(schedules)} from iteration "
+        f"{run.start + 1} on (they are functions of n_iterations), so this run will differ from one uninterrupted "
+        f"{after}-iteration run; constant schedules (--lr_final_fraction 1 --final_max_std None, no "
+        "final_action_repeat/td_final_fraction) extend exactly",
+        file=sys.stderr,
+    )
 
 
-def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, echo: Callable[..., None] = print,
-              stop_after: int | None = None) -> GHMRunResult:
+def train_ghm(
+    config: GHMTrainConfig,
+    *,
+    given: frozenset[str] | None = None,
+    echo: Callable[..., None] = print,
+    stop_after: int | None = None,
+) -> GHMRunResult:
     """Train (or resume) a GHM run; see the module docstring for what a resume reproduces.
 
     Args:
@@ -556,23 +736,33 @@ def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, ec
                 source = run.checkpoint["path"]
                 load_state_dict_checked(policy, run.checkpoint["models"]["policy"], name="policy", source=source)
                 if baseline is not None:
-                    load_state_dict_checked(baseline, run.checkpoint["models"]["baseline"], name="baseline", source=source)
+                    load_state_dict_checked(
+                        baseline, run.checkpoint["models"]["baseline"], name="baseline", source=source
+                    )
                 for name, optimizer in solver.optimizers().items():
                     optimizer.load_state_dict(run.checkpoint["optimizers"][name])
                 restore_rng_state(run.checkpoint["rng"], {"sim": generator})
             run.counters.setdefault("sim_steps", 0)
-            eval_logger = MetricsLogger(run_dir, csv_name="eval.csv", jsonl_name="eval.jsonl", tensorboard_dir="tensorboard",
-                                        resume_step=run.start if run.resumed else None)
+            eval_logger = MetricsLogger(
+                run_dir,
+                csv_name="eval.csv",
+                jsonl_name="eval.jsonl",
+                tensorboard_dir="tensorboard",
+                resume_step=run.start if run.resumed else None,
+            )
 
             def save() -> dict[str, Any]:
                 models = {"policy": policy.state_dict()}
                 if baseline is not None:
                     models["baseline"] = baseline.state_dict()
                 return build_checkpoint(
-                    kind=run.kind, config=config_to_dict(dataclasses.replace(config, resume=None)),
-                    counters=dict(run.counters), models=models,
+                    kind=run.kind,
+                    config=config_to_dict(dataclasses.replace(config, resume=None)),
+                    counters=dict(run.counters),
+                    models=models,
                     optimizers={n: o.state_dict() for n, o in solver.optimizers().items()},
-                    rng=capture_rng_state({"sim": generator}), extra={"model": model.describe()},
+                    rng=capture_rng_state({"sim": generator}),
+                    extra={"model": model.describe()},
                 )
 
             def quick_check(iteration: int, wall_time: float) -> None:
@@ -582,15 +772,22 @@ def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, ec
                 from pglab.run.ghm_plots import plot_policy_value
 
                 plot_policy_value(
-                    data=data, iteration=iteration, output=run_dir / "plots" / f"policy_value_iter_{iteration:06d}.png",
-                    reference_states=fd_states, reference_values=solution.value[: len(fd_states)],
-                    reference_controls=solution.controls[: len(fd_states)], title=f"{config.kind} — {run_dir}",
+                    data=data,
+                    iteration=iteration,
+                    output=run_dir / "plots" / f"policy_value_iter_{iteration:06d}.png",
+                    reference_states=fd_states,
+                    reference_values=solution.value[: len(fd_states)],
+                    reference_controls=solution.controls[: len(fd_states)],
+                    title=f"{config.kind} — {run_dir}",
                 )
                 record: dict[str, float | None] = {"wall_time": wall_time, "sim_steps": run.counters["sim_steps"]}
-                record["policy/dividend_threshold"] = thresholds_in_cash(model, {
-                    "dividend_rate": _threshold(data.states, data.rates[:, 0], model.params.a_L_max)})["dividend_rate"]
+                record["policy/dividend_threshold"] = thresholds_in_cash(
+                    model, {"dividend_rate": _threshold(data.states, data.rates[:, 0], model.params.a_L_max)}
+                )["dividend_rate"]
                 if data.values is not None:
-                    record["value/max_abs_error_vs_fd"] = float(np.abs(data.values - solution.value_at(data.states)).max())
+                    record["value/max_abs_error_vs_fd"] = float(
+                        np.abs(data.values - solution.value_at(data.states)).max()
+                    )
                 # the exact (FD) value of the deterministic policy: noise-free learning curves
                 exact = exact_policy_value(policy, model, solution, config.eval_cash)
                 for row in exact:
@@ -598,8 +795,16 @@ def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, ec
                 record["exact/pct_optimal_min"] = min(row["exact_pct_of_optimum"] for row in exact)
                 if config.eval_quick_paths > 0:
                     _, rows = evaluate_against_reference(
-                        policy, model, solution, config.eval_cash, num_paths=config.eval_quick_paths, dt=config.dt,
-                        seed=config.seed + 1, tail_tolerance=0.02, device=device, table_points=config.policy_table_points,
+                        policy,
+                        model,
+                        solution,
+                        config.eval_cash,
+                        num_paths=config.eval_quick_paths,
+                        dt=config.dt,
+                        seed=config.seed + 1,
+                        tail_tolerance=0.02,
+                        device=device,
+                        table_points=config.policy_table_points,
                         absorption=config.absorption,
                     )
                     for row in rows:
@@ -633,14 +838,20 @@ def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, ec
                 run.counters["sim_steps"] += config.n_trajectories * simulator.num_steps
                 if iteration % config.log_interval == 0 or iteration == config.n_iterations:
                     window = time.perf_counter() - window_start
-                    last_values = run.log(iteration, {
-                        **metrics,
-                        "perf/iter_s": elapsed,
-                        "perf/steps_per_s": config.n_trajectories * simulator.num_steps / max(elapsed, 1e-9),
-                        "perf/window_s": window,
-                    })
+                    last_values = run.log(
+                        iteration,
+                        {
+                            **metrics,
+                            "perf/iter_s": elapsed,
+                            "perf/steps_per_s": config.n_trajectories * simulator.num_steps / max(elapsed, 1e-9),
+                            "perf/window_s": window,
+                        },
+                    )
                     window_start = time.perf_counter()
-                    run.set_postfix(ret=f"{last_values['return/mean']:.3f}", base=f"{last_values.get('loss/baseline', float('nan')):.4f}")
+                    run.set_postfix(
+                        ret=f"{last_values['return/mean']:.3f}",
+                        base=f"{last_values.get('loss/baseline', float('nan')):.4f}",
+                    )
                 if iteration % config.eval_interval == 0 or iteration == config.n_iterations:
                     quick_check(iteration, wall_time=float(run.counters["wall_time"]) + elapsed)
         finally:
@@ -653,54 +864,90 @@ def train_ghm(config: GHMTrainConfig, *, given: frozenset[str] | None = None, ec
         rows = None
         summary: dict[str, Any] = {"return/mean": last_values.get("return/mean")}
         if config.final_eval and not run.interrupted:
-            rows = final_evaluation(config, policy, baseline, model, solution, run_dir,
-                                    int(run.counters["iteration"]), device, echo)
+            rows = final_evaluation(
+                config, policy, baseline, model, solution, run_dir, int(run.counters["iteration"]), device, echo
+            )
             summary["eval/pct_optimal_min"] = min(row["pct_of_optimum"] for row in rows)
             summary["evaluation"] = rows
         run.finish(summary)
-    return GHMRunResult(run_dir=run.run_dir, iterations=int(run.counters["iteration"]), final_rows=rows,
-                        interrupted=run.interrupted, exit_code=run.exit_code, config=config)
+    return GHMRunResult(
+        run_dir=run.run_dir,
+        iterations=int(run.counters["iteration"]),
+        final_rows=rows,
+        interrupted=run.interrupted,
+        exit_code=run.exit_code,
+        config=config,
+    )
 
 
-def final_evaluation(config: GHMTrainConfig, policy: GaussianPolicy, baseline: ValueNetwork | None, model: GHMModel,
-                     solution: FDSolution, run_dir: Path, iteration: int, device: torch.device,
-                     echo: Callable[..., None]) -> list[dict[str, float]]:
+def final_evaluation(
+    config: GHMTrainConfig,
+    policy: GaussianPolicy,
+    baseline: ValueNetwork | None,
+    model: GHMModel,
+    solution: FDSolution,
+    run_dir: Path,
+    iteration: int,
+    device: torch.device,
+    echo: Callable[..., None],
+) -> list[dict[str, float]]:
     """The deterministic policy against ``V*`` at ``eval_cash`` (``eval_paths`` paths each,
     with a progress bar): writes ``evaluation.json`` / ``evaluation.csv``, prints the table."""
     result, rows = evaluate_against_reference(
-        policy, model, solution, config.eval_cash, num_paths=config.eval_paths, dt=final_eval_dt(config),
-        seed=config.seed + 2, tail_tolerance=config.eval_tail_tolerance, device=device,
+        policy,
+        model,
+        solution,
+        config.eval_cash,
+        num_paths=config.eval_paths,
+        dt=final_eval_dt(config),
+        seed=config.seed + 2,
+        tail_tolerance=config.eval_tail_tolerance,
+        device=device,
         progress=f"final evaluation ({config.eval_paths} paths x {len(config.eval_cash)} cash levels)",
-        table_points=config.policy_table_points, absorption=config.absorption,
+        table_points=config.policy_table_points,
+        absorption=config.absorption,
     )
-    for row, exact in zip(rows, exact_policy_value(policy, model, solution, config.eval_cash)):
+    for row, exact in zip(rows, exact_policy_value(policy, model, solution, config.eval_cash), strict=False):
         row.update(exact_value=exact["exact_value"], exact_pct_of_optimum=exact["exact_pct_of_optimum"])
     # thresholds in cash, as the rows' initial cash (the FD grid and the plot are in the state)
     fd_thresholds = thresholds_in_cash(model, solution.thresholds())
     payload = {
-        "iteration": iteration, "rows": rows, "simulated_time": result.simulated_time,
-        "num_paths": result.num_paths, "fd_thresholds": fd_thresholds,
+        "iteration": iteration,
+        "rows": rows,
+        "simulated_time": result.simulated_time,
+        "num_paths": result.num_paths,
+        "fd_thresholds": fd_thresholds,
         "policy_table_error": result.table_error,
     }
     data = policy_plot_data(policy, baseline, model, plot_high(model), device)
-    payload["learned_thresholds"] = thresholds_in_cash(model, {
-        "dividend_rate": _threshold(data.states, data.rates[:, 0], model.params.a_L_max),
-        "issuance_rate": _upper_threshold(data.states, data.rates[:, 1], model.params.a_E_max),
-    })
+    payload["learned_thresholds"] = thresholds_in_cash(
+        model,
+        {
+            "dividend_rate": _threshold(data.states, data.rates[:, 0], model.params.a_L_max),
+            "issuance_rate": _upper_threshold(data.states, data.rates[:, 1], model.params.a_E_max),
+        },
+    )
     atomic_write_json(run_dir / "evaluation.json", payload)
     header = list(rows[0])
-    atomic_write_text(run_dir / "evaluation.csv", ",".join(header) + "\n" + "".join(
-        ",".join(f"{row[k]:.6g}" for k in header) + "\n" for row in rows))
+    atomic_write_text(
+        run_dir / "evaluation.csv",
+        ",".join(header) + "\n" + "".join(",".join(f"{row[k]:.6g}" for k in header) + "\n" for row in rows),
+    )
     echo(format_table(rows, result.simulated_time, result.num_paths, dt=final_eval_dt(config)))
     if result.table_error is not None:
-        echo(f"policy read from a {config.policy_table_points}-point table (largest difference to the network: "
-             f"{result.table_error:.1e})")
+        echo(
+            f"policy read from a {config.policy_table_points}-point table (largest difference to the network: "
+            f"{result.table_error:.1e})"
+        )
+
     def cash_label(value: float | None) -> str:
         return "none" if value is None else f"{value:.3f}"
 
     learned = payload["learned_thresholds"]
-    echo(f"dividend threshold (cash): learned {cash_label(learned['dividend_rate'])}, FD {cash_label(fd_thresholds['dividend_rate'])}; "
-         f"issuance below: learned {cash_label(learned['issuance_rate'])}, FD {cash_label(fd_thresholds['issuance_rate'])}")
+    echo(
+        f"dividend threshold (cash): learned {cash_label(learned['dividend_rate'])}, FD {cash_label(fd_thresholds['dividend_rate'])}; "
+        f"issuance below: learned {cash_label(learned['issuance_rate'])}, FD {cash_label(fd_thresholds['issuance_rate'])}"
+    )
     echo(f"run directory: {run_dir}")
     return rows
 

@@ -21,6 +21,7 @@ rl4co is an optional dependency (``pip install 'pglab[co]'``): this module impor
 the top, so import *this module* only where rl4co is wanted; nothing in pglab's core
 imports it.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -88,7 +89,9 @@ class MaxKPOMO(POMO):
             raise ConfigError("stable_sort", stable_sort, "must be true or false")
         if env is None:
             if env_name is None:
-                raise ConfigError("env", None, "give an RL4CO environment (env=TSPEnv(...)) or env_name (and env_kwargs)")
+                raise ConfigError(
+                    "env", None, "give an RL4CO environment (env=TSPEnv(...)) or env_name (and env_kwargs)"
+                )
             from rl4co.envs import get_env
 
             env = get_env(env_name, **(env_kwargs or {}))
@@ -171,8 +174,11 @@ def _plain_generator_params(env: Any) -> dict[str, Any]:
     generator = getattr(env, "generator", None)
     if generator is None:
         return {}
-    return {name: value for name, value in vars(generator).items()
-            if not name.startswith("_") and isinstance(value, (bool, int, float, str))}
+    return {
+        name: value
+        for name, value in vars(generator).items()
+        if not name.startswith("_") and isinstance(value, (bool, int, float, str))
+    }
 
 
 # -- building and loading ---------------------------------------------------------------
@@ -284,20 +290,23 @@ class MaxKPOMOAgent(Agent):
             ``(tours, lengths)``: int64 ``[B, n]`` (each row a permutation of the nodes,
             in visiting order) and float ``[B]`` tour lengths, on ``self.device``.
         """
-        from tensordict import TensorDict, TensorDictBase
-
         from rl4co.utils.ops import unbatchify
+        from tensordict import TensorDict, TensorDictBase
 
         if isinstance(locs, TensorDictBase):
             locs = locs["locs"]
         locs = torch.as_tensor(locs, device=self.device)
         if locs.dim() != 3 or locs.shape[-1] != 2 or locs.shape[1] < 2 or not locs.is_floating_point():
-            raise ValueError(f"{KIND} agent: expects float node coordinates [B, n, 2] with n >= 2, "
-                             f"got {locs.dtype} {tuple(locs.shape)}")
+            raise ValueError(
+                f"{KIND} agent: expects float node coordinates [B, n, 2] with n >= 2, "
+                f"got {locs.dtype} {tuple(locs.shape)}"
+            )
         batch, num_nodes = locs.shape[0], locs.shape[1]
         td = self.env.reset(TensorDict({"locs": locs.float()}, batch_size=[batch], device=self.device))
         decode_type = "multistart_greedy" if deterministic else "multistart_sampling"
-        out = self.policy(td, self.env, phase="test", decode_type=decode_type, num_starts=num_nodes, return_actions=True)
+        out = self.policy(
+            td, self.env, phase="test", decode_type=decode_type, num_starts=num_nodes, return_actions=True
+        )
         tours = unbatchify(out["actions"], num_nodes)  # [B, n starts, n]
         reward = unbatchify(out["reward"], num_nodes)  # [B, n starts], reward = -length
         if deterministic:
@@ -313,8 +322,9 @@ class MaxKPOMOAgent(Agent):
         return self.solve(obs, deterministic)[0]
 
     def value(self, obs: Any) -> Any:
-        raise NoCritic(f"{KIND} agent: has no value function (POMO's baseline is the mean reward of its "
-                       "n starts, not a critic)")
+        raise NoCritic(
+            f"{KIND} agent: has no value function (POMO's baseline is the mean reward of its n starts, not a critic)"
+        )
 
 
 def agent_from_checkpoint(checkpoint: dict[str, Any], device: str | torch.device = "auto") -> MaxKPOMOAgent:
@@ -355,10 +365,10 @@ def evaluate_tsp_policy(
     Returns:
         dict of float ``[N]`` tensors (tour lengths, lower is better), on the CPU.
     """
+    from rl4co.utils.ops import unbatchify
     from tensordict import TensorDict
 
     from pglab.estimators.maxk import maxk_reward_estimate
-    from rl4co.utils.ops import unbatchify
 
     was_training = model.training
     model.eval()
@@ -423,17 +433,24 @@ def evaluate_models(config: MaxKEvalConfig, *, echo=print) -> list[dict[str, Any
     if config.optimal == "elkai":
         tick = time.perf_counter()
         reference = reference_tour_lengths(locs, runs=config.elkai_runs)
-        echo(f"reference tours (elkai, {config.elkai_runs} runs): mean length {float(reference.mean()):.4f} "
-             f"in {time.perf_counter() - tick:.1f} s", file=sys.stderr)
+        echo(
+            f"reference tours (elkai, {config.elkai_runs} runs): mean length {float(reference.mean()):.4f} "
+            f"in {time.perf_counter() - tick:.1f} s",
+            file=sys.stderr,
+        )
     rows = []
     first: dict[str, torch.Tensor] | None = None
     with progress_bar(len(loaded), desc=f"evaluate {KIND}", unit="model") as bar:
-        for (model, train_config, checkpoint), path in zip(loaded, config.checkpoints):
+        for (model, train_config, checkpoint), path in zip(loaded, config.checkpoints, strict=False):
             torch.manual_seed(config.seed)  # the sampled tours are reproducible too
             lengths = evaluate_tsp_policy(model, locs.to(device), config.k, batch_size=config.batch_size)
             row: dict[str, Any] = {
-                "checkpoint": str(path), "label": train_config.label, "step": int(checkpoint["counters"]["step"]),
-                "k": config.k, "num_loc": num_loc, "num_instances": config.episodes,
+                "checkpoint": str(path),
+                "label": train_config.label,
+                "step": int(checkpoint["counters"]["step"]),
+                "k": config.k,
+                "num_loc": num_loc,
+                "num_instances": config.episodes,
             }
             for name, values in lengths.items():
                 row[f"{name}_length"] = float(values.double().mean())
@@ -448,7 +465,9 @@ def evaluate_models(config: MaxKEvalConfig, *, echo=print) -> list[dict[str, Any
             for name, values in lengths.items():
                 diff = values.double() - first[name].double()
                 row[f"{name}_diff_vs_first"] = float(diff.mean())
-                row[f"{name}_diff_vs_first_se"] = float(diff.std() / len(diff) ** 0.5) if len(diff) > 1 else float("nan")
+                row[f"{name}_diff_vs_first_se"] = (
+                    float(diff.std() / len(diff) ** 0.5) if len(diff) > 1 else float("nan")
+                )
             rows.append(row)
             bar.update(1)
     return rows

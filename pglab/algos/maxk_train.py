@@ -18,6 +18,7 @@ module with RL4CO's ``RL4COTrainer`` instead (one epoch of ``n_steps`` batches; 
 
 ``--algo pomo`` trains plain RL4CO POMO with the same loop and budget (the baseline).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,11 +34,15 @@ from pglab.configs.maxk import MaxKPOMOTrainConfig
 from pglab.run.shell import TrainerSpec, TrainingRun
 
 SPEC = TrainerSpec(
-    system=KIND, config_class=MaxKPOMOTrainConfig, kinds=(KIND,), step_key="step",
+    system=KIND,
+    config_class=MaxKPOMOTrainConfig,
+    kinds=(KIND,),
+    step_key="step",
     # A resume may extend the budget and change the logging cadence: neither alters what
     # is trained (the instance stream is one generator, the optimiser has no schedule).
     resumable=frozenset({"n_steps", "log_every"}),
-    total_steps=lambda config: config.n_steps, budget_field="n_steps",
+    total_steps=lambda config: config.n_steps,
+    budget_field="n_steps",
 )
 
 
@@ -80,8 +85,9 @@ class MetricWindow:
         return {name: to_float(value) for name, value in row.items()}
 
 
-def train_maxk_pomo(config: MaxKPOMOTrainConfig, *, given: frozenset[str] | None = None, echo=print,
-                    stop_after: int | None = None) -> dict[str, Any]:
+def train_maxk_pomo(
+    config: MaxKPOMOTrainConfig, *, given: frozenset[str] | None = None, echo=print, stop_after: int | None = None
+) -> dict[str, Any]:
     """Train (or resume) a run.
 
     Args:
@@ -103,8 +109,14 @@ def train_maxk_pomo(config: MaxKPOMOTrainConfig, *, given: frozenset[str] | None
         else:
             last = _train_with_pglab_loop(run)
         run.finish({"label": run.config.label, **last})
-    return {"run_dir": run.run_dir, "step": int(run.counters["step"]), "interrupted": run.interrupted,
-            "exit_code": run.exit_code, "last": last, "config": run.config}
+    return {
+        "run_dir": run.run_dir,
+        "step": int(run.counters["step"]),
+        "interrupted": run.interrupted,
+        "exit_code": run.exit_code,
+        "last": last,
+        "config": run.config,
+    }
 
 
 def _build_checkpoint(run: TrainingRun, model, optimizer, rng: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -113,9 +125,13 @@ def _build_checkpoint(run: TrainingRun, model, optimizer, rng: dict[str, Any], *
 
     config = dataclasses.replace(run.config, resume=None)
     return build_checkpoint(
-        kind=KIND, config=config_to_dict(config), counters=dict(run.counters),
-        models={"model": model.state_dict()}, optimizers={"adam": optimizer.state_dict()},
-        rng=rng, extra={"label": config.label, **extra},
+        kind=KIND,
+        config=config_to_dict(config),
+        counters=dict(run.counters),
+        models={"model": model.state_dict()},
+        optimizers={"adam": optimizer.state_dict()},
+        rng=rng,
+        extra={"label": config.label, **extra},
     )
 
 
@@ -184,8 +200,13 @@ def _fit_with_lightning(run: TrainingRun) -> dict[str, float]:
     from rl4co.utils.trainer import RL4COTrainer
 
     config, device = run.config, run.device
-    model = build_model(config, device, train_data_size=config.n_steps * config.batch_size,
-                        val_data_size=2 * config.batch_size, test_data_size=config.batch_size)
+    model = build_model(
+        config,
+        device,
+        train_data_size=config.n_steps * config.batch_size,
+        val_data_size=2 * config.batch_size,
+        test_data_size=config.batch_size,
+    )
     last: dict[str, float] = {}
 
     class PglabMetrics(Callback):
@@ -209,10 +230,17 @@ def _fit_with_lightning(run: TrainingRun) -> dict[str, float]:
                 trainer.should_stop = True
 
     trainer = RL4COTrainer(
-        max_epochs=1, accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, precision="32-true",
-        matmul_precision=None, gradient_clip_val=config.max_grad_norm, log_every_n_steps=config.log_every,
-        logger=[CSVLogger(run.run_dir, name="", version="lightning")], callbacks=[PglabMetrics()],
-        enable_checkpointing=False, enable_model_summary=False,
+        max_epochs=1,
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=1,
+        precision="32-true",
+        matmul_precision=None,
+        gradient_clip_val=config.max_grad_norm,
+        log_every_n_steps=config.log_every,
+        logger=[CSVLogger(run.run_dir, name="", version="lightning")],
+        callbacks=[PglabMetrics()],
+        enable_checkpointing=False,
+        enable_model_summary=False,
         enable_progress_bar=os.environ.get("PGLAB_NO_PROGRESS", "") in ("", "0"),
     )
     tick = time.perf_counter()

@@ -50,6 +50,7 @@ critic's errors cost variance, never bias (unlike ``advantage_steps``, which rep
 far future by the critic). ``V'`` is the baseline's autograd slope, read from a table on
 1-D states.
 """
+
 from __future__ import annotations
 
 from typing import Literal
@@ -127,8 +128,10 @@ class MonteCarloPolicyGradient:
         if control_variate not in ("none", "martingale"):
             raise ValueError(f"control_variate must be 'none' or 'martingale', got {control_variate!r}")
         if control_variate == "martingale" and (baseline is None or advantage != "reward_to_go"):
-            raise ValueError("control_variate='martingale' needs a baseline and advantage='reward_to_go' "
-                             f"(got baseline={'None' if baseline is None else 'given'}, advantage={advantage!r})")
+            raise ValueError(
+                "control_variate='martingale' needs a baseline and advantage='reward_to_go' "
+                f"(got baseline={'None' if baseline is None else 'given'}, advantage={advantage!r})"
+            )
         self.control_variate = control_variate
         self.policy, self.simulator, self.baseline = policy, simulator, baseline
         self.model = simulator.model
@@ -144,7 +147,9 @@ class MonteCarloPolicyGradient:
         self.advantage_steps = advantage_steps
         self.generator = generator
         self.policy_optimizer = torch.optim.Adam(policy.parameters(), lr=lr_policy)
-        self.baseline_optimizer = torch.optim.Adam(baseline.parameters(), lr=lr_baseline) if baseline is not None else None
+        self.baseline_optimizer = (
+            torch.optim.Adam(baseline.parameters(), lr=lr_baseline) if baseline is not None else None
+        )
 
     @property
     def device(self) -> torch.device:
@@ -164,13 +169,16 @@ class MonteCarloPolicyGradient:
         if self.rollout_table_points <= 0 or self.model.state_dim != 1:
             return self.policy
         low, high = self.model.state_low[0], self.model.state_high[0]
-        return TabulatedPolicy(self.policy, low, low + 2.0 * (high - low), self.rollout_table_points, device=self.device)
+        return TabulatedPolicy(
+            self.policy, low, low + 2.0 * (high - low), self.rollout_table_points, device=self.device
+        )
 
     def _value_slope(self, states: torch.Tensor) -> torch.Tensor:
         """``dV/dx`` of the baseline at ``states [N, S]``, ``[N, S]`` (no graph). On a 1-D
         state with a rollout table it is read from a table of the same size and range
         (linear interpolation, clamped at the table's ends): any slope keeps the control
         variate unbiased, so the table's error costs nothing but a little variance."""
+
         def autograd_slope(points: torch.Tensor) -> torch.Tensor:
             with torch.enable_grad():
                 points = points.detach().requires_grad_(True)
@@ -210,13 +218,17 @@ class MonteCarloPolicyGradient:
         with torch.enable_grad():
             control = torch.maximum(torch.minimum(mean, high), low).detach().requires_grad_(True)
             # each row depends on its own control only, so the gradient of the sum is per row
-            flow = model.reward_rate(decision_states, control) + gamma * (slope[decisions] * model.drift(decision_states, control)).sum(1)
+            flow = model.reward_rate(decision_states, control) + gamma * (
+                slope[decisions] * model.drift(decision_states, control)
+            ).sum(1)
             (marginal,) = torch.autograd.grad(flow.sum(), control)  # [D, A]
         held_discount = dt * sum(gamma**step for step in range(paths.action_repeat))
         inside = ((mean > low) & (mean < high)).to(mean.dtype)
         exploration_noise = paths.actions.reshape(num_pairs, -1)[decisions] - mean  # std * xi
         exploration = torch.zeros(num_pairs, device=states.device, dtype=states.dtype)
-        exploration = exploration.index_copy(0, decisions, held_discount * (marginal * inside * exploration_noise).sum(1))
+        exploration = exploration.index_copy(
+            0, decisions, held_discount * (marginal * inside * exploration_noise).sum(1)
+        )
         return (brownian + exploration).view(num_paths, num_steps), exploration.view(num_paths, num_steps)
 
     def train_step(self) -> dict[str, torch.Tensor]:
@@ -319,31 +331,37 @@ class MonteCarloPolicyGradient:
         with torch.no_grad():
             alive_float = masks.sum()
             controls = paths.controls.reshape(num_paths * num_steps, -1)[decision_index]
-            std = policy.mean_std(flat_states[decision_index[:1]])[1][0] if not policy.state_dependent_std else policy.mean_std(flat_states[decision_index])[1].mean(0)
+            std = (
+                policy.mean_std(flat_states[decision_index[:1]])[1][0]
+                if not policy.state_dependent_std
+                else policy.mean_std(flat_states[decision_index])[1].mean(0)
+            )
             episode_length = masks.sum(1)
             valid_adv = advantages
-            metrics.update({
-                "loss/policy": policy_out["loss/policy"],
-                "return/mean": returns.mean(),
-                "return/std": returns.std(),
-                "return/min": returns.min(),
-                "return/max": returns.max(),
-                "stats/advantage_mean": valid_adv.mean(),
-                "stats/advantage_std": valid_adv.std(),
-                "stats/advantage_max": valid_adv.max(),
-                "stats/advantage_min": valid_adv.min(),
-                "episode/length": episode_length.mean(),
-                "episode/length_std": episode_length.std(),
-                "stats/termination_rate": 1.0 - paths.alive_at_end.float().mean(),
-                "policy/mean_action_L": controls[:, 0].mean(),
-                "policy/mean_action_E": controls[:, 1].mean(),
-                "policy/std_action_L": std[0],
-                "policy/std_action_E": std[1],
-                "policy/entropy": policy.entropy(flat_states[decision_index[:4096]]).mean(),
-                "stats/grad_norm/policy": policy_grad_norm,
-                "stats/lr/policy": torch.tensor(self.policy_optimizer.param_groups[0]["lr"]),
-                "stats/alive_steps": alive_float,
-            })
+            metrics.update(
+                {
+                    "loss/policy": policy_out["loss/policy"],
+                    "return/mean": returns.mean(),
+                    "return/std": returns.std(),
+                    "return/min": returns.min(),
+                    "return/max": returns.max(),
+                    "stats/advantage_mean": valid_adv.mean(),
+                    "stats/advantage_std": valid_adv.std(),
+                    "stats/advantage_max": valid_adv.max(),
+                    "stats/advantage_min": valid_adv.min(),
+                    "episode/length": episode_length.mean(),
+                    "episode/length_std": episode_length.std(),
+                    "stats/termination_rate": 1.0 - paths.alive_at_end.float().mean(),
+                    "policy/mean_action_L": controls[:, 0].mean(),
+                    "policy/mean_action_E": controls[:, 1].mean(),
+                    "policy/std_action_L": std[0],
+                    "policy/std_action_E": std[1],
+                    "policy/entropy": policy.entropy(flat_states[decision_index[:4096]]).mean(),
+                    "stats/grad_norm/policy": policy_grad_norm,
+                    "stats/lr/policy": torch.tensor(self.policy_optimizer.param_groups[0]["lr"]),
+                    "stats/alive_steps": alive_float,
+                }
+            )
             if self.baseline_optimizer is not None:
                 metrics["stats/lr/baseline"] = torch.tensor(self.baseline_optimizer.param_groups[0]["lr"])
         return metrics

@@ -17,6 +17,7 @@ supplies ``evaluate(indices)``: re-run the current networks on the flat samples
 care whether a sample is an (env, step) pair of CartPole or a (particle, iteration) pair
 of a swarm.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -35,8 +36,16 @@ from pglab.contracts import check_tensor
 from pglab.estimators import normalize_advantages
 from pglab.losses.ppo import ppo_clip_loss
 
-__all__ = ["Evaluate", "OnPolicyBatch", "OnPolicyHyperparams", "RLMode", "explained_variance", "gradient_step",
-           "minibatch_indices", "onpolicy_update"]
+__all__ = [
+    "Evaluate",
+    "OnPolicyBatch",
+    "OnPolicyHyperparams",
+    "RLMode",
+    "explained_variance",
+    "gradient_step",
+    "minibatch_indices",
+    "onpolicy_update",
+]
 
 Evaluate = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
@@ -68,7 +77,9 @@ class OnPolicyBatch:
     def __post_init__(self):
         dims: dict[str, int] = {}
         for name in ("old_log_probs", "advantages", "returns", "old_values"):
-            check_tensor(name, getattr(self, name), ("M",), (torch.float32, torch.float64), dims=dims, where="OnPolicyBatch")
+            check_tensor(
+                name, getattr(self, name), ("M",), (torch.float32, torch.float64), dims=dims, where="OnPolicyBatch"
+            )
 
     @property
     def size(self) -> int:
@@ -79,8 +90,10 @@ def gradient_step(loss: torch.Tensor, params, optimizer: torch.optim.Optimizer, 
     """``zero_grad -> backward -> clip the gradient norm to max_grad_norm -> step``; returns
     the pre-clip gradient norm (0-d, detached). The one optimiser step of every trainer."""
     if isinstance(optimizer, FlatAdam):  # it steps on its flat .grad buffer, which backward() would not fill
-        raise TypeError("gradient_step: a FlatAdam steps only on gradients written into its buffers "
-                        "(the closed-form PPO update), not on loss.backward()'s; pass the torch optimizer")
+        raise TypeError(
+            "gradient_step: a FlatAdam steps only on gradients written into its buffers "
+            "(the closed-form PPO update), not on loss.backward()'s; pass the torch optimizer"
+        )
     params = list(params)
     # optimizer.zero_grad(set_to_none=True) without its profiler bookkeeping, which
     # costs more than the assignments themselves with a dozen small tensors.
@@ -91,7 +104,9 @@ def gradient_step(loss: torch.Tensor, params, optimizer: torch.optim.Optimizer, 
     return clip_and_step(params, optimizer, max_grad_norm)
 
 
-def clip_and_step(params: list[nn.Parameter], optimizer: torch.optim.Optimizer | FlatAdam, max_grad_norm: float) -> torch.Tensor:
+def clip_and_step(
+    params: list[nn.Parameter], optimizer: torch.optim.Optimizer | FlatAdam, max_grad_norm: float
+) -> torch.Tensor:
     """Clip the gradients' global norm to ``max_grad_norm``, take the optimiser step;
     returns the pre-clip norm (0-d, detached). A :class:`~pglab.algos.flat_adam.FlatAdam`
     does both over its flat buffers."""
@@ -159,14 +174,20 @@ def onpolicy_update(
             advantages = normalize_advantages(advantages)
         policy_loss = -(advantages.detach() * log_probs).mean()
         mean_entropy = entropy.mean()
-        value_loss = 0.5 * (values - batch.returns).pow(2).mean() if hp.algo == "vpg_gae" else torch.zeros((), device=device)
+        value_loss = (
+            0.5 * (values - batch.returns).pow(2).mean() if hp.algo == "vpg_gae" else torch.zeros((), device=device)
+        )
         loss = policy_loss + hp.value_coef * value_loss - hp.entropy_coef * mean_entropy
         grad_norm = gradient_step(loss, params, optimizer, hp.max_grad_norm)
-        accumulate({
-            "loss/policy": policy_loss, "loss/value": value_loss,
-            "loss/entropy": -hp.entropy_coef * mean_entropy, "stats/entropy": mean_entropy,
-            "stats/grad_norm": grad_norm,
-        })
+        accumulate(
+            {
+                "loss/policy": policy_loss,
+                "loss/value": value_loss,
+                "loss/entropy": -hp.entropy_coef * mean_entropy,
+                "stats/entropy": mean_entropy,
+                "stats/grad_norm": grad_norm,
+            }
+        )
         epochs_run = 1
     else:
         epochs_run = 0
@@ -192,9 +213,17 @@ def onpolicy_update(
                         advantages = normalize_advantages(advantages)
                     log_probs, entropy, values = evaluate(index)
                     out = ppo_clip_loss(
-                        log_probs, batch.old_log_probs[index], advantages, values, batch.returns[index],
-                        entropy=entropy, old_values=batch.old_values[index], clip_coef=hp.clip_coef,
-                        value_clip_coef=hp.value_clip_coef, value_coef=hp.value_coef, entropy_coef=hp.entropy_coef,
+                        log_probs,
+                        batch.old_log_probs[index],
+                        advantages,
+                        values,
+                        batch.returns[index],
+                        entropy=entropy,
+                        old_values=batch.old_values[index],
+                        clip_coef=hp.clip_coef,
+                        value_clip_coef=hp.value_clip_coef,
+                        value_coef=hp.value_coef,
+                        entropy_coef=hp.entropy_coef,
                     )
                     out["stats/grad_norm"] = gradient_step(out["loss"], params, optimizer, hp.max_grad_norm)
                     accumulate(out)

@@ -29,6 +29,7 @@ reward-to-go ``G_t = r_t + gamma s_t G_{t+1}`` (``s_t`` the step survival, ``G_T
 over states alive on the grid, computed with the shared estimator ``reward_to_go``
 (fractional ``dones = 1 - s_t``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -85,7 +86,9 @@ class PathwisePolicyGradient:
         generator: torch.Generator | None = None,
     ):
         if critic is None:
-            raise ValueError("PathwisePolicyGradient needs a critic to bootstrap the truncated horizon (no_baseline is not supported)")
+            raise ValueError(
+                "PathwisePolicyGradient needs a critic to bootstrap the truncated horizon (no_baseline is not supported)"
+            )
         self.policy, self.simulator, self.critic = policy, simulator, critic
         self.model = simulator.model
         self.n_trajectories = n_trajectories
@@ -108,7 +111,9 @@ class PathwisePolicyGradient:
     def _step(self, loss: torch.Tensor, module: nn.Module, optimizer: torch.optim.Optimizer) -> torch.Tensor:
         return gradient_step(loss, module.parameters(), optimizer, self.max_grad_norm)
 
-    def rollout(self, initial_states: torch.Tensor, state_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def rollout(
+        self, initial_states: torch.Tensor, state_noise: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Differentiable rollout of the deterministic, softly clipped policy.
 
         Args:
@@ -137,8 +142,9 @@ class PathwisePolicyGradient:
             states.append(state)
         return torch.stack(states, 1), torch.stack(rewards, 1), torch.stack(survivals, 1)
 
-    def critic_targets(self, flat_states: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor,
-                       bootstrap: torch.Tensor) -> torch.Tensor:
+    def critic_targets(
+        self, flat_states: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor, bootstrap: torch.Tensor
+    ) -> torch.Tensor:
         """Regression targets of the critic, ``[B, T]`` (all inputs detached): the weighted
         Monte Carlo reward-to-go ``G_t = r_t + gamma s_t G_{t+1}``, ``G_T = V(x_T)``."""
         return reward_to_go(rewards, dones, self.simulator.discount, bootstrap)
@@ -151,8 +157,9 @@ class PathwisePolicyGradient:
         """One iteration; returns metrics as 0-d tensors (no host sync here)."""
         policy, critic, model, simulator = self.policy, self.critic, self.model, self.simulator
         initial = model.initial_states(self.n_trajectories, self.generator, device=self.device)
-        state_noise = torch.randn((self.n_trajectories, simulator.num_steps, model.state_dim),
-                                  generator=self.generator, device=self.device)
+        state_noise = torch.randn(
+            (self.n_trajectories, simulator.num_steps, model.state_dim), generator=self.generator, device=self.device
+        )
 
         # -- policy: ascend the weighted payout, differentiated through the dynamics -------
         states, rewards, survival = self.rollout(initial, state_noise)
@@ -164,14 +171,16 @@ class PathwisePolicyGradient:
         # -- critic: regression on states alive on the grid -------------------------------
         with torch.no_grad():
             flat_states = states[:, :-1].detach().reshape(-1, model.state_dim)
-            flat_targets = self.critic_targets(flat_states, rewards.detach(), dones.detach(), bootstrap.detach()).reshape(-1)
+            flat_targets = self.critic_targets(
+                flat_states, rewards.detach(), dones.detach(), bootstrap.detach()
+            ).reshape(-1)
             # weight w_t > 0 <=> the path is alive at the start of step t
             alive_before = torch.cat([torch.ones_like(survival[:, :1]), survival[:, :-1]], 1).cumprod(1) > 0
             flat_index = alive_before.reshape(-1).nonzero().squeeze(1)
             # critic_steps disjoint uniform subsamples of the alive pairs
             chunk = max(1, min(self.critic_samples, flat_index.numel() // self.critic_steps))
             order = torch.randperm(flat_index.numel(), generator=self.generator, device=self.device)
-            draws = [flat_index[order[step * chunk:(step + 1) * chunk]] for step in range(self.critic_steps)]
+            draws = [flat_index[order[step * chunk : (step + 1) * chunk]] for step in range(self.critic_steps)]
             critic_explained_variance = explained_variance(critic(flat_states[draws[0]]), flat_targets[draws[0]])
         metrics: dict[str, torch.Tensor] = {}
         for draw in draws:
@@ -182,22 +191,24 @@ class PathwisePolicyGradient:
         with torch.no_grad():
             low, high = model.control.bounds(flat_states)
             controls = torch.maximum(torch.minimum(policy.mean_std(flat_states[draws[0][:4096]])[0], high), low)
-            metrics.update({
-                "loss/policy": -payout.detach().mean(),
-                "loss/baseline": metrics.pop("loss/value"),
-                "return/mean": payout.detach().mean(),
-                "return/std": payout.detach().std(),
-                "return/min": payout.detach().min(),
-                "return/max": payout.detach().max(),
-                "episode/length": alive_before.sum(1).float().mean(),
-                "stats/termination_rate": 1.0 - survival.prod(1).mean(),
-                "policy/mean_action_L": controls[:, 0].mean(),
-                "policy/mean_action_E": controls[:, 1].mean(),
-                "stats/grad_norm/policy": policy_grad_norm,
-                "stats/grad_norm/baseline": critic_grad_norm,
-                "value/explained_variance": critic_explained_variance,
-                "stats/lr/policy": torch.tensor(self.policy_optimizer.param_groups[0]["lr"]),
-                "stats/lr/baseline": torch.tensor(self.critic_optimizer.param_groups[0]["lr"]),
-                "stats/alive_steps": alive_before.sum().float(),
-            })
+            metrics.update(
+                {
+                    "loss/policy": -payout.detach().mean(),
+                    "loss/baseline": metrics.pop("loss/value"),
+                    "return/mean": payout.detach().mean(),
+                    "return/std": payout.detach().std(),
+                    "return/min": payout.detach().min(),
+                    "return/max": payout.detach().max(),
+                    "episode/length": alive_before.sum(1).float().mean(),
+                    "stats/termination_rate": 1.0 - survival.prod(1).mean(),
+                    "policy/mean_action_L": controls[:, 0].mean(),
+                    "policy/mean_action_E": controls[:, 1].mean(),
+                    "stats/grad_norm/policy": policy_grad_norm,
+                    "stats/grad_norm/baseline": critic_grad_norm,
+                    "value/explained_variance": critic_explained_variance,
+                    "stats/lr/policy": torch.tensor(self.policy_optimizer.param_groups[0]["lr"]),
+                    "stats/lr/baseline": torch.tensor(self.critic_optimizer.param_groups[0]["lr"]),
+                    "stats/alive_steps": alive_before.sum().float(),
+                }
+            )
         return metrics

@@ -42,6 +42,7 @@ So on the CPU, N iterations + ``--resume`` + N more == 2N iterations, bit for bi
 the budget of the first run was already 2N or both schedules are constant (a linear
 schedule is a function of the total budget, so extending the budget changes the rest of it).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -59,7 +60,10 @@ import torch
 from pglab.agent import Agent
 from pglab.algos.flat_adam import FlatAdam
 from pglab.algos.onpolicy import OnPolicyBatch, onpolicy_update
-from pglab.configs.ppo import PPOConfig, schedule_fraction  # PPOConfig re-exported: pglab.algos.ppo.PPOConfig keeps working
+from pglab.configs.ppo import (
+    PPOConfig,
+    schedule_fraction,
+)  # PPOConfig re-exported: pglab.algos.ppo.PPOConfig keeps working
 from pglab.envs.atari import evaluation_options, reported_episodes
 from pglab.envs.base import ActionSpec, EpisodeTracker
 from pglab.envs.normalize import ObsRewardNormalizer
@@ -83,9 +87,15 @@ KIND = "ppo"
 # What a resume may change besides the shell's own fields (device, threads, log_dir,
 # save_interval, tensorboard): the budget, the logging cadence and the final evaluation.
 # Extending total_steps with a linear schedule changes the rest of that schedule.
-SPEC = TrainerSpec(system="ppo", config_class=PPOConfig, kinds=(KIND,), step_key="iteration",
-                   resumable=frozenset({"total_steps", "log_interval", "eval_episodes"}),
-                   total_steps=lambda config: config.num_iterations, budget_field="total_steps")
+SPEC = TrainerSpec(
+    system="ppo",
+    config_class=PPOConfig,
+    kinds=(KIND,),
+    step_key="iteration",
+    resumable=frozenset({"total_steps", "log_interval", "eval_episodes"}),
+    total_steps=lambda config: config.num_iterations,
+    budget_field="total_steps",
+)
 
 # Per-step rollout outputs, in the order the trainer stacks them into [N, T, ...] buffers.
 ROLLOUT_FIELDS = ("obs", "actions", "log_probs", "values", "rewards", "dones", "truncs", "trunc_values")
@@ -106,7 +116,7 @@ class ActionInfo:
     high: tuple[float, ...] | None = None
 
     @classmethod
-    def from_spec(cls, spec: ActionSpec) -> "ActionInfo":
+    def from_spec(cls, spec: ActionSpec) -> ActionInfo:
         if spec.kind == "discrete":
             if spec.num_actions is None or spec.num_actions < 2:
                 raise ConfigError("env", f"Discrete({spec.num_actions})", "needs at least 2 actions")
@@ -117,13 +127,23 @@ class ActionInfo:
         raise ConfigError("env", spec.kind, "unsupported action space: ppo handles Discrete and Box actions")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "size": self.size, "shape": list(self.shape),
-                "low": None if self.low is None else list(self.low), "high": None if self.high is None else list(self.high)}
+        return {
+            "kind": self.kind,
+            "size": self.size,
+            "shape": list(self.shape),
+            "low": None if self.low is None else list(self.low),
+            "high": None if self.high is None else list(self.high),
+        }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ActionInfo":
-        return cls(data["kind"], int(data["size"]), tuple(data["shape"]),
-                   None if data["low"] is None else tuple(data["low"]), None if data["high"] is None else tuple(data["high"]))
+    def from_dict(cls, data: dict[str, Any]) -> ActionInfo:
+        return cls(
+            data["kind"],
+            int(data["size"]),
+            tuple(data["shape"]),
+            None if data["low"] is None else tuple(data["low"]),
+            None if data["high"] is None else tuple(data["high"]),
+        )
 
 
 class PPOAgent(Agent):
@@ -146,8 +166,15 @@ class PPOAgent(Agent):
 
     kind = KIND
 
-    def __init__(self, policy: ActorCritic, config: PPOConfig, action: ActionInfo, obs_dim: int, device: torch.device,
-                 normalizer: ObsRewardNormalizer | None = None):
+    def __init__(
+        self,
+        policy: ActorCritic,
+        config: PPOConfig,
+        action: ActionInfo,
+        obs_dim: int,
+        device: torch.device,
+        normalizer: ObsRewardNormalizer | None = None,
+    ):
         self.policy, self.config, self.action, self.obs_dim = policy, config, action, obs_dim
         self.device = device
         self.normalizer = normalizer
@@ -185,7 +212,9 @@ class PPOAgent(Agent):
         shaped = raw_actions.reshape(raw_actions.shape[0], *self._low.shape)
         return torch.maximum(torch.minimum(shaped, self._high), self._low)
 
-    def act(self, obs: torch.Tensor, deterministic: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+    def act(
+        self, obs: torch.Tensor, deterministic: bool = True, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """Environment-ready actions for ``obs [B, *obs_shape]``: the mode/mean when
         ``deterministic``, else a sample (drawn with ``generator`` when given)."""
         self.policy.check_obs(obs, "act")
@@ -195,8 +224,15 @@ class PPOAgent(Agent):
         return self.to_env(raw)
 
 
-def build_agent(config: PPOConfig, obs_dim: int, action: ActionInfo, device: torch.device,
-                normalizer: ObsRewardNormalizer | None = None, *, image_shape: tuple[int, ...] | None = None) -> PPOAgent:
+def build_agent(
+    config: PPOConfig,
+    obs_dim: int,
+    action: ActionInfo,
+    device: torch.device,
+    normalizer: ObsRewardNormalizer | None = None,
+    *,
+    image_shape: tuple[int, ...] | None = None,
+) -> PPOAgent:
     """The agent's network: the Nature CNN for image observations (``image_shape`` given,
     see :func:`image_shape_of`), else actor and critic MLPs of ``config.hidden_dims``."""
     if image_shape is not None:
@@ -206,8 +242,16 @@ def build_agent(config: PPOConfig, obs_dim: int, action: ActionInfo, device: tor
         return PPOAgent(net, config, action, obs_dim, device, normalizer)
     if config.use_sde and action.kind != "continuous":
         raise ConfigError("use_sde", True, "gSDE needs Box actions; this environment's actions are Discrete")
-    net = build_actor_critic(obs_dim, action.kind, action.size, config.hidden_dims, activation=config.activation,
-                             log_std_init=config.log_std_init, ortho_init=config.ortho_init, use_sde=config.use_sde).to(device)
+    net = build_actor_critic(
+        obs_dim,
+        action.kind,
+        action.size,
+        config.hidden_dims,
+        activation=config.activation,
+        log_std_init=config.log_std_init,
+        ortho_init=config.ortho_init,
+        use_sde=config.use_sde,
+    ).to(device)
     return PPOAgent(net, config, action, obs_dim, device, normalizer)
 
 
@@ -226,10 +270,16 @@ def build_normalizer(config: PPOConfig, obs_shape: tuple[int, ...]) -> ObsReward
     the reward's discounted return uses the update's ``gamma`` (as RL-Zoo does)."""
     if not config.normalizes:
         return None
-    return ObsRewardNormalizer(obs_shape, config.num_envs, normalize_obs=config.normalize_obs,
-                               normalize_reward=config.normalize_reward, clip_obs=config.clip_obs,
-                               clip_reward=config.clip_reward, gamma=config.update.gamma,
-                               epsilon=config.normalize_epsilon)
+    return ObsRewardNormalizer(
+        obs_shape,
+        config.num_envs,
+        normalize_obs=config.normalize_obs,
+        normalize_reward=config.normalize_reward,
+        clip_obs=config.clip_obs,
+        clip_reward=config.clip_reward,
+        gamma=config.update.gamma,
+        epsilon=config.normalize_epsilon,
+    )
 
 
 def agent_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str = "auto") -> PPOAgent:
@@ -251,18 +301,38 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str
     except (KeyError, TypeError) as exc:
         raise CheckpointError(f"checkpoint {source}: not a complete ppo checkpoint (missing {exc})") from exc
     image_shape = checkpoint["extra"].get("image_shape")  # absent in checkpoints of MLP agents
-    agent = build_agent(config, obs_dim, action, device, normalizer, image_shape=None if image_shape is None else tuple(image_shape))
+    agent = build_agent(
+        config, obs_dim, action, device, normalizer, image_shape=None if image_shape is None else tuple(image_shape)
+    )
     load_state_dict_checked(agent.policy, checkpoint["models"]["agent"], name="agent", source=source)
     agent.policy.eval()
     return agent
+
 
 # --------------------------------------------------------------------------------------
 # Environment snapshots (exact resume)
 # --------------------------------------------------------------------------------------
 # Attributes that are configuration, rendering or links, not simulation state.
-_SKIP_ATTRIBUTES = {"env", "envs", "env_fns", "spec", "_saved_kwargs", "metadata", "_metadata", "render_mode",
-                    "_cached_spec", "action_space", "observation_space", "_action_space", "_observation_space",
-                    "single_action_space", "single_observation_space", "screen", "clock", "autoreset_mode"}
+_SKIP_ATTRIBUTES = {
+    "env",
+    "envs",
+    "env_fns",
+    "spec",
+    "_saved_kwargs",
+    "metadata",
+    "_metadata",
+    "render_mode",
+    "_cached_spec",
+    "action_space",
+    "observation_space",
+    "_action_space",
+    "_observation_space",
+    "single_action_space",
+    "single_observation_space",
+    "screen",
+    "clock",
+    "autoreset_mode",
+}
 
 
 def _storable(value: Any) -> Any:
@@ -298,7 +368,11 @@ def _restored(stored: dict[str, Any], current: Any) -> Any:
         array = stored["ndarray"].numpy().astype(stored["dtype"], copy=True)
         return array[()] if stored.get("scalar") else array
     state = stored["np_generator"]
-    generator = current if isinstance(current, np.random.Generator) else np.random.Generator(getattr(np.random, state["bit_generator"])())
+    generator = (
+        current
+        if isinstance(current, np.random.Generator)
+        else np.random.Generator(getattr(np.random, state["bit_generator"])())
+    )
     generator.bit_generator.state = state
     return generator
 
@@ -350,8 +424,10 @@ def restore_env_state(env: Any, state: dict[str, Any] | None, *, source: str) ->
         return True
     holders = _state_holders(getattr(env, "env", None)) if hasattr(env, "env") else None
     if holders is None or len(holders) != len(state["layers"]):
-        raise CheckpointError(f"checkpoint {source}: its environment snapshot does not match the environment built from the config")
-    for holder, layer in zip(holders, state["layers"]):
+        raise CheckpointError(
+            f"checkpoint {source}: its environment snapshot does not match the environment built from the config"
+        )
+    for holder, layer in zip(holders, state["layers"], strict=False):
         if type(holder).__name__ != layer["type"]:
             raise CheckpointError(f"checkpoint {source}: environment layer {layer['type']} != {type(holder).__name__}")
         for name, stored in layer["fields"].items():
@@ -403,7 +479,7 @@ class StepInfo:
     obs: torch.Tensor
     """the next observations ``[N, *obs_shape]`` as the policy sees them (normalised if enabled;
     reset ones where an episode ended)"""
-    agent: "PPOAgent"
+    agent: PPOAgent
 
 
 @dataclass(frozen=True)
@@ -421,7 +497,7 @@ class RolloutInfo:
     """the batch-major ``[N, T, ...]`` buffers: ``obs``, ``actions`` (network output, unclipped),
     ``log_probs``, ``values``, ``rewards`` (what the update sees: normalised if enabled),
     ``dones``, ``truncs``"""
-    agent: "PPOAgent"
+    agent: PPOAgent
 
 
 class PPOCallback:
@@ -442,7 +518,9 @@ def _hooks(callbacks: list[Any], name: str) -> list[Callable[[Any], Any]]:
     """The bound ``name`` methods of ``callbacks``; rejects objects that have neither hook."""
     for callback in callbacks:
         if not any(callable(getattr(callback, hook, None)) for hook in ("on_step", "on_rollout_end")):
-            raise ConfigError("callbacks", type(callback).__name__, "each callback needs an on_step and/or on_rollout_end method")
+            raise ConfigError(
+                "callbacks", type(callback).__name__, "each callback needs an on_step and/or on_rollout_end method"
+            )
     return [getattr(callback, name) for callback in callbacks if callable(getattr(callback, name, None))]
 
 
@@ -490,8 +568,14 @@ class EpisodeWindow:
         self.sums = {name: value.to(device) for name, value in state.items()}
 
 
-def train_ppo(config: PPOConfig, *, given: frozenset[str] | None = None, echo: Callable[..., None] = print,
-              stop_after: int | None = None, callbacks: list[Any] | tuple[Any, ...] = ()) -> PPORunResult:
+def train_ppo(
+    config: PPOConfig,
+    *,
+    given: frozenset[str] | None = None,
+    echo: Callable[..., None] = print,
+    stop_after: int | None = None,
+    callbacks: list[Any] | tuple[Any, ...] = (),
+) -> PPORunResult:
     """Train (or, with ``config.resume``, continue) a run.
 
     Args:
@@ -510,12 +594,18 @@ def train_ppo(config: PPOConfig, *, given: frozenset[str] | None = None, echo: C
     with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
         config, device = run.config, run.device
         action_generator = make_generator(config.seed, device)  # policy sampling
-        minibatch_generator = make_generator(config.seed + 1)   # minibatch shuffles (CPU)
-        env = make_env(config.env, config.num_envs, device=device, seed=config.seed,
-                       **({"vectorization": config.vectorization} if config.env.startswith("gym:") else {}))
+        minibatch_generator = make_generator(config.seed + 1)  # minibatch shuffles (CPU)
+        env = make_env(
+            config.env,
+            config.num_envs,
+            device=device,
+            seed=config.seed,
+            **({"vectorization": config.vectorization} if config.env.startswith("gym:") else {}),
+        )
         try:
-            agent, train_seconds, stopped_by_callback = _train_iterations(run, config, env, action_generator,
-                                                                          minibatch_generator, callbacks)
+            agent, train_seconds, stopped_by_callback = _train_iterations(
+                run, config, env, action_generator, minibatch_generator, callbacks
+            )
         finally:
             env.close()
 
@@ -523,18 +613,37 @@ def train_ppo(config: PPOConfig, *, given: frozenset[str] | None = None, echo: C
         iteration, env_steps = int(run.counters["iteration"]), int(run.counters["env_steps"])
         evaluation = None
         if config.eval_episodes > 0 and not run.interrupted:
-            evaluation = evaluate_agent(agent, config.env, episodes=config.eval_episodes, seed=config.seed + 10_000, device=device)
-            atomic_write_json(run.run_dir / "evaluation.json", {"iteration": iteration, "env_steps": env_steps, **evaluation})
-            echo(f"evaluation ({config.eval_episodes} episodes, deterministic): return {evaluation['return/mean']:.2f} "
-                 f"+- {evaluation['return/std']:.2f}; run directory: {run.run_dir}")
+            evaluation = evaluate_agent(
+                agent, config.env, episodes=config.eval_episodes, seed=config.seed + 10_000, device=device
+            )
+            atomic_write_json(
+                run.run_dir / "evaluation.json", {"iteration": iteration, "env_steps": env_steps, **evaluation}
+            )
+            echo(
+                f"evaluation ({config.eval_episodes} episodes, deterministic): return {evaluation['return/mean']:.2f} "
+                f"+- {evaluation['return/std']:.2f}; run directory: {run.run_dir}"
+            )
         run.finish({"env_steps": env_steps, **{f"eval/{key}": value for key, value in (evaluation or {}).items()}})
-    return PPORunResult(run_dir=run.run_dir, iterations=iteration, env_steps=env_steps, train_seconds=train_seconds,
-                        evaluation=evaluation, interrupted=run.interrupted, exit_code=run.exit_code,
-                        stopped_by_callback=stopped_by_callback)
+    return PPORunResult(
+        run_dir=run.run_dir,
+        iterations=iteration,
+        env_steps=env_steps,
+        train_seconds=train_seconds,
+        evaluation=evaluation,
+        interrupted=run.interrupted,
+        exit_code=run.exit_code,
+        stopped_by_callback=stopped_by_callback,
+    )
 
 
-def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_generator: torch.Generator,
-                      minibatch_generator: torch.Generator, callbacks: list[Any] = ()) -> tuple[PPOAgent, float, bool]:
+def _train_iterations(
+    run: TrainingRun,
+    config: PPOConfig,
+    env: Any,
+    action_generator: torch.Generator,
+    minibatch_generator: torch.Generator,
+    callbacks: list[Any] = (),
+) -> tuple[PPOAgent, float, bool]:
     """Build the agent (restoring ``run.checkpoint``) and run the iterations.
 
     Returns the agent, the seconds spent in iterations (rollout + update) and whether a
@@ -552,7 +661,9 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
     stopped_by_callback = False
     # fused: one kernel for the whole Adam step instead of a Python loop over parameters
     # (the networks are tiny, so per-op dispatch dominates the update's cost).
-    optimizer = torch.optim.Adam(net.parameters(), lr=config.lr, eps=config.adam_eps, fused=device.type in ("cpu", "cuda"))
+    optimizer = torch.optim.Adam(
+        net.parameters(), lr=config.lr, eps=config.adam_eps, fused=device.type in ("cpu", "cuda")
+    )
     # PPO's gradient in closed form where the network allows it (pglab.losses.ppo_fused)
     closed_form = fused_ppo_gradient(net) if config.fused_update and config.algo == "ppo" else None
     # ... and its Adam step over flat buffers (the same state, checkpointed through `optimizer`)
@@ -568,7 +679,10 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
     if run.checkpoint is not None:
         checkpoint = run.checkpoint
         source = checkpoint["path"]
-        if ActionInfo.from_dict(checkpoint["extra"]["action"]) != action or int(checkpoint["extra"]["obs_dim"]) != obs_dim:
+        if (
+            ActionInfo.from_dict(checkpoint["extra"]["action"]) != action
+            or int(checkpoint["extra"]["obs_dim"]) != obs_dim
+        ):
             raise CheckpointError(f"checkpoint {source}: its spaces do not match env={config.env!r}")
         load_state_dict_checked(net, checkpoint["models"]["agent"], name="agent", source=source)
         optimizer.load_state_dict(checkpoint["optimizers"]["agent"])
@@ -579,8 +693,11 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
                 raise CheckpointError(f"checkpoint {source}: holds no normalisation statistics")
             normalizer.load_state_dict(extra["normalizer"])
         if not restore_env_state(env, extra["env_state"], source=source):
-            warnings.warn(f"env={config.env}: its state could not be checkpointed; the resumed run continues from "
-                          "freshly reset environments and is not bit-identical to an uninterrupted one", stacklevel=2)
+            warnings.warn(
+                f"env={config.env}: its state could not be checkpointed; the resumed run continues from "
+                "freshly reset environments and is not bit-identical to an uninterrupted one",
+                stacklevel=2,
+            )
         else:
             obs = extra["obs"].to(device)
             # Running episode returns belong to the restored episodes only.
@@ -592,21 +709,33 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
             # fraction 1 - (k-1)/K with the new K from here on: the rates jump to the new run's schedule
             before = schedule_fraction("linear", run.start, stored_iterations)
             after = schedule_fraction("linear", run.start + 1, config.num_iterations)
-            warnings.warn(f"total_steps: the linear lr/clip schedule now spans {config.num_iterations} iterations, not "
-                          f"{stored_iterations}: from iteration {run.start + 1} the rates follow the new budget's schedule "
-                          f"and {'rise' if after > before else 'fall'} from {before:.3g} to {after:.3g} of their initial "
-                          "values", stacklevel=2)
+            warnings.warn(
+                f"total_steps: the linear lr/clip schedule now spans {config.num_iterations} iterations, not "
+                f"{stored_iterations}: from iteration {run.start + 1} the rates follow the new budget's schedule "
+                f"and {'rise' if after > before else 'fall'} from {before:.3g} to {after:.3g} of their initial "
+                "values",
+                stacklevel=2,
+            )
     run.logger.write_meta({"kind": KIND, "env": config.env, "algo": config.algo})
 
     def make_checkpoint() -> dict[str, Any]:
         return build_checkpoint(
-            kind=KIND, config=config_to_dict(replace(config, resume=None)), counters=dict(run.counters),
-            models={"agent": net.state_dict()}, optimizers={"agent": optimizer.state_dict()},
+            kind=KIND,
+            config=config_to_dict(replace(config, resume=None)),
+            counters=dict(run.counters),
+            models={"agent": net.state_dict()},
+            optimizers={"agent": optimizer.state_dict()},
             rng=capture_rng_state({"action": action_generator, "minibatch": minibatch_generator}),
-            extra={"obs": obs.detach().cpu().clone(), "tracker": tracker.state_dict(), "window": window.state_dict(),
-                   "env_state": capture_env_state(env), "action": action.to_dict(), "obs_dim": obs_dim,
-                   "image_shape": None if image_shape is None else list(image_shape),
-                   "normalizer": None if normalizer is None else normalizer.state_dict()},
+            extra={
+                "obs": obs.detach().cpu().clone(),
+                "tracker": tracker.state_dict(),
+                "window": window.state_dict(),
+                "env_state": capture_env_state(env),
+                "action": action.to_dict(),
+                "obs_dim": obs_dim,
+                "image_shape": None if image_shape is None else list(image_shape),
+                "normalizer": None if normalizer is None else normalizer.state_dict(),
+            },
         )
 
     # Rollout storage: per-step tensors are appended to lists and stacked once per
@@ -616,7 +745,9 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
     num_iterations = config.num_iterations
     train_seconds = 0.0
     window_start, window_steps = time.perf_counter(), 0
-    for iteration in run.steps(num_iterations, save=make_checkpoint, desc=f"train ppo {config.env} --algo {config.algo}"):
+    for iteration in run.steps(
+        num_iterations, save=make_checkpoint, desc=f"train ppo {config.env} --algo {config.algo}"
+    ):
         tick = time.perf_counter()
         if config.lr_schedule == "linear":
             # lr_k = lr * (1 - (k - 1) / K): linear decay to 0 (CleanRL)
@@ -624,7 +755,9 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
         if hp.clip_schedule == "constant":
             iteration_hp = hp
         else:  # the same fraction for the clip range (RL-Zoo's clip_range: lin_0.2)
-            iteration_hp = replace(hp, clip_coef=hp.clip_coef * schedule_fraction(hp.clip_schedule, iteration, num_iterations))
+            iteration_hp = replace(
+                hp, clip_coef=hp.clip_coef * schedule_fraction(hp.clip_schedule, iteration, num_iterations)
+            )
 
         # -- 1. collect a rollout with the current policy ------------------------------
         steps: dict[str, list[torch.Tensor]] = {name: [] for name in ROLLOUT_FIELDS}
@@ -637,7 +770,9 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
         with torch.inference_mode():
             policy_step = net.rollout_actor()  # actor + critic side by side, weights frozen
             for rollout_step in range(T):
-                if use_sde and (rollout_step == 0 or (config.sde_sample_freq > 0 and rollout_step % config.sde_sample_freq == 0)):
+                if use_sde and (
+                    rollout_step == 0 or (config.sde_sample_freq > 0 and rollout_step % config.sde_sample_freq == 0)
+                ):
                     net.reset_noise(N, action_generator)  # gSDE: new exploration matrices
                 actions, log_probs, values = policy_step(obs, action_generator)
                 steps["obs"].append(obs)
@@ -648,8 +783,14 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
                     obs, rewards = normalizer.step(obs, rewards, dones | truncs)
                 if (episodes := reported_episodes(info)) is not None:  # Atari: whole games, raw score
                     reported.append(episodes)
-                for name, value in (("actions", actions), ("log_probs", log_probs), ("values", values),
-                                    ("rewards", rewards), ("dones", dones), ("truncs", truncs)):
+                for name, value in (
+                    ("actions", actions),
+                    ("log_probs", log_probs),
+                    ("values", values),
+                    ("rewards", rewards),
+                    ("dones", dones),
+                    ("truncs", truncs),
+                ):
                     steps[name].append(value)
                 # A time limit: the future of the pre-reset state is bootstrapped.
                 if bool(truncs.any()):
@@ -660,16 +801,26 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
                 else:
                     steps["trunc_values"].append(no_trunc_value)
                 if step_hooks:
-                    step_info = StepInfo(iteration, rollout_step, rollout_start_steps + (rollout_step + 1) * N, env_actions,
-                                         raw_rewards[-1] if raw_rewards else rewards, dones, truncs, obs, agent)
+                    step_info = StepInfo(
+                        iteration,
+                        rollout_step,
+                        rollout_start_steps + (rollout_step + 1) * N,
+                        env_actions,
+                        raw_rewards[-1] if raw_rewards else rewards,
+                        dones,
+                        truncs,
+                        obs,
+                        agent,
+                    )
                     stopped_by_callback |= any([hook(step_info) is False for hook in step_hooks])
 
             # -- 2. bootstrap value of the state after the rollout ---------------------
             last_value = net.value(obs)
         obs_buf, action_buf, log_prob_buf, value_buf, reward_buf, done_buf, trunc_buf, trunc_value_buf = (
-            torch.stack(steps[name], dim=1) for name in ROLLOUT_FIELDS)
+            torch.stack(steps[name], dim=1) for name in ROLLOUT_FIELDS
+        )
         if reported:  # the env's own episode statistics (Atari: not the clipped per-life rewards)
-            episode_returns, episode_lengths = (torch.stack(column, dim=1) for column in zip(*reported))
+            episode_returns, episode_lengths = (torch.stack(column, dim=1) for column in zip(*reported, strict=False))
         else:  # raw rewards: the returns the user cares about, not the normalised ones
             raw_reward_buf = torch.stack(raw_rewards, dim=1) if raw_rewards else reward_buf
             episode_returns, episode_lengths = tracker.update_rollout(raw_reward_buf, done_buf | trunc_buf)
@@ -677,9 +828,21 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
         if rollout_hooks:
             ended = episode_lengths > 0
             rollout_info = RolloutInfo(
-                iteration, rollout_start_steps + N * T, episode_returns[ended].double(), episode_lengths[ended],
-                {"obs": obs_buf, "actions": action_buf, "log_probs": log_prob_buf, "values": value_buf,
-                 "rewards": reward_buf, "dones": done_buf, "truncs": trunc_buf}, agent)
+                iteration,
+                rollout_start_steps + N * T,
+                episode_returns[ended].double(),
+                episode_lengths[ended],
+                {
+                    "obs": obs_buf,
+                    "actions": action_buf,
+                    "log_probs": log_prob_buf,
+                    "values": value_buf,
+                    "rewards": reward_buf,
+                    "dones": done_buf,
+                    "truncs": trunc_buf,
+                },
+                agent,
+            )
             stopped_by_callback |= any([hook(rollout_info) is False for hook in rollout_hooks])
 
         # -- 3. advantages and value targets -------------------------------------------
@@ -692,13 +855,23 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
             # limit, last_value after the final step.
             next_values = torch.cat([value_buf[:, 1:], last_value[:, None]], dim=1)
             next_values = torch.where(trunc_buf, trunc_value_buf, next_values)
-            advantages, returns = compute_gae(reward_buf, value_buf, done_buf, trunc_buf, last_value,
-                                              config.update.gamma, config.update.gae_lambda, next_values=next_values)
+            advantages, returns = compute_gae(
+                reward_buf,
+                value_buf,
+                done_buf,
+                trunc_buf,
+                last_value,
+                config.update.gamma,
+                config.update.gae_lambda,
+                next_values=next_values,
+            )
 
         # -- 4. optimise: K epochs of minibatches (ppo) or one step --------------------
         flat_obs = obs_buf.reshape(N * T, *env.observation_shape)
         flat_actions = action_buf.reshape(N * T, *action_buf.shape[2:])
-        batch = OnPolicyBatch(log_prob_buf.reshape(-1), advantages.reshape(-1), returns.reshape(-1), value_buf.reshape(-1))
+        batch = OnPolicyBatch(
+            log_prob_buf.reshape(-1), advantages.reshape(-1), returns.reshape(-1), value_buf.reshape(-1)
+        )
 
         def evaluate(index: torch.Tensor):
             return net.evaluate_actions(flat_obs[index], flat_actions[index])
@@ -708,8 +881,15 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
         fused_gradient = None if closed_form is None else closed_form.bind(flat_obs, flat_actions, batch)
         # the closed form's matrix products run on NumPy's BLAS: as many threads as torch's
         with blas_threads(torch.get_num_threads()) if fused_gradient is not None else contextlib.nullcontext():
-            update_metrics = onpolicy_update(evaluate, batch, net.parameters(), flat_optimizer or optimizer, iteration_hp,
-                                             generator=minibatch_generator, fused_gradient=fused_gradient)
+            update_metrics = onpolicy_update(
+                evaluate,
+                batch,
+                net.parameters(),
+                flat_optimizer or optimizer,
+                iteration_hp,
+                generator=minibatch_generator,
+                fused_gradient=fused_gradient,
+            )
 
         # -- 5. log (the shell saves checkpoints after this body) ----------------------
         elapsed = time.perf_counter() - tick
@@ -730,8 +910,10 @@ def _train_iterations(run: TrainingRun, config: PPOConfig, env: Any, action_gene
             window.reset()
             window_start, window_steps = time.perf_counter(), 0
             mean_return = logged["return/mean"]
-            run.set_postfix(ret="-" if math.isnan(mean_return) else f"{mean_return:.1f}",
-                            kl=f"{logged.get('stats/approx_kl', 0.0):.4f}")
+            run.set_postfix(
+                ret="-" if math.isnan(mean_return) else f"{mean_return:.1f}",
+                kl=f"{logged.get('stats/approx_kl', 0.0):.4f}",
+            )
         if stopped_by_callback:
             run.request_stop()  # the shell saves a checkpoint after this iteration and ends the loop
 

@@ -21,6 +21,7 @@ estimate of the optimal length in the unit square) so the critic's targets are O
 the ``tour_length`` reward is also shifted by the initial swarm's mean length of the same
 instance. Per-instance shifts and scales leave the optimal policy unchanged.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,13 +36,28 @@ import torch
 
 from pglab.agent import Agent, NoCritic
 from pglab.algos.onpolicy import OnPolicyBatch, OnPolicyHyperparams, onpolicy_update
-from pglab.configs.pso_tsp import KIND, PSOTSPTrainConfig  # re-exported: `from pglab.algos.pso_tsp import PSOTSPTrainConfig`
+from pglab.configs.pso_tsp import (
+    KIND,
+    PSOTSPTrainConfig,
+)  # re-exported: `from pglab.algos.pso_tsp import PSOTSPTrainConfig`
 from pglab.envs.pso_tsp import (
-    CLASSIC_C1, CLASSIC_C2, CLASSIC_W, PSOTSPEnv, PSOTSPEnvConfig, SwarmState, fixed_coefficients, random_instances,
+    CLASSIC_C1,
+    CLASSIC_C2,
+    CLASSIC_W,
+    PSOTSPEnv,
+    PSOTSPEnvConfig,
+    SwarmState,
+    fixed_coefficients,
+    random_instances,
 )
 from pglab.estimators import compute_gae
 from pglab.nets.tsp_pso import (
-    HyperparamTSPModel, SwarmController, gaussian_log_prob_entropy, sample_coefficients, swarm_features, swarm_scalars,
+    HyperparamTSPModel,
+    SwarmController,
+    gaussian_log_prob_entropy,
+    sample_coefficients,
+    swarm_features,
+    swarm_scalars,
 )
 from pglab.run.atomic import atomic_write_json
 from pglab.run.checkpoint import build_checkpoint, load_state_dict_checked, save_checkpoint
@@ -51,8 +67,17 @@ from pglab.run.logger import MetricsLogger
 from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state
 from pglab.run.shell import TrainerSpec, TrainingRun
 
-__all__ = ["KIND", "SPEC", "PSOTSPAgent", "PSOTSPEnvConfig", "PSOTSPRunResult", "PSOTSPTrainConfig",
-           "agent_from_checkpoint", "build_model", "train_pso_tsp"]
+__all__ = [
+    "KIND",
+    "SPEC",
+    "PSOTSPAgent",
+    "PSOTSPEnvConfig",
+    "PSOTSPRunResult",
+    "PSOTSPTrainConfig",
+    "agent_from_checkpoint",
+    "build_model",
+    "train_pso_tsp",
+]
 
 BHH_CONSTANT = 0.7124  # E[L*] ~ 0.7124 sqrt(n A) for n uniform cities in area A
 
@@ -62,12 +87,22 @@ BHH_CONSTANT = 0.7124  # E[L*] ~ 0.7124 sqrt(n A) for n uniform cities in area A
 # checkpoint_best.pt is chosen by comparing validations on one fixed instance set.
 RESUMABLE_FIELDS = frozenset({"n_iterations", "log_interval", "eval_interval"})
 
-SPEC = TrainerSpec(system=KIND, config_class=PSOTSPTrainConfig, kinds=(KIND,), step_key="iteration",
-                   resumable=RESUMABLE_FIELDS, total_steps=lambda c: c.n_iterations, budget_field="n_iterations")
+SPEC = TrainerSpec(
+    system=KIND,
+    config_class=PSOTSPTrainConfig,
+    kinds=(KIND,),
+    step_key="iteration",
+    resumable=RESUMABLE_FIELDS,
+    total_steps=lambda c: c.n_iterations,
+    budget_field="n_iterations",
+)
 
 
-def build_controller(config: PSOTSPTrainConfig, device: torch.device,
-                     base: tuple[float, float, float] = (CLASSIC_W, CLASSIC_C1, CLASSIC_C2)) -> SwarmController:
+def build_controller(
+    config: PSOTSPTrainConfig,
+    device: torch.device,
+    base: tuple[float, float, float] = (CLASSIC_W, CLASSIC_C1, CLASSIC_C2),
+) -> SwarmController:
     """The ``swarm_es`` controller, its hidden layer drawn from the run's seed (its output
     layer is zero: it starts as the constant PSO ``base``)."""
     return SwarmController(base, hidden=config.hidden, generator=make_generator(config.seed * 4 + 3)).to(device)
@@ -82,9 +117,18 @@ def build_model(config: PSOTSPTrainConfig, device: torch.device) -> HyperparamTS
     """The ``edge_policy`` network (:class:`HyperparamTSPModel`)."""
     env_cfg = config.env
     return HyperparamTSPModel(
-        config.env.num_cities, env_cfg.k, emb_dim=config.emb_dim, num_heads=config.num_heads, node_layers=config.node_layers,
-        swarm_layers=config.swarm_layers, log_std_init=config.log_std_init, min_std=config.min_std, max_std=config.max_std,
-        mu_scale=config.mu_scale, particle_noise_std=config.particle_noise_std, noise_scope=config.noise_scope,
+        config.env.num_cities,
+        env_cfg.k,
+        emb_dim=config.emb_dim,
+        num_heads=config.num_heads,
+        node_layers=config.node_layers,
+        swarm_layers=config.swarm_layers,
+        log_std_init=config.log_std_init,
+        min_std=config.min_std,
+        max_std=config.max_std,
+        mu_scale=config.mu_scale,
+        particle_noise_std=config.particle_noise_std,
+        noise_scope=config.noise_scope,
     ).to(device)
 
 
@@ -104,8 +148,13 @@ class PSOTSPAgent(Agent):
 
     kind = KIND
 
-    def __init__(self, model: HyperparamTSPModel | SwarmController, config: PSOTSPTrainConfig, device: torch.device,
-                 pso_iterations: int | None = None):
+    def __init__(
+        self,
+        model: HyperparamTSPModel | SwarmController,
+        config: PSOTSPTrainConfig,
+        device: torch.device,
+        pso_iterations: int | None = None,
+    ):
         self.model = model
         self.config = config
         self.device = device
@@ -115,7 +164,9 @@ class PSOTSPAgent(Agent):
     def policy(self) -> HyperparamTSPModel | SwarmController:
         return self.model
 
-    def act(self, obs: SwarmState, deterministic: bool = True, *, generator: torch.Generator | None = None) -> torch.Tensor:
+    def act(
+        self, obs: SwarmState, deterministic: bool = True, *, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """Coefficients ``wc1c2 [B, P, D, 3]``: the Gaussian mean, or a sample drawn with
         ``generator`` (``deterministic=False``)."""
         return self.model.act(obs, self.pso_iterations, deterministic=deterministic, generator=generator)
@@ -123,18 +174,30 @@ class PSOTSPAgent(Agent):
     def value(self, obs: SwarmState) -> torch.Tensor:
         """The critic's per-particle value ``V(s_t, p)`` ``[B, P]`` (in units of ``L_ref``)."""
         if self.config.controller == "swarm_es":
-            raise NoCritic(f"{self.kind} agent: the swarm_es controller is trained by evolution strategies "
-                           "and has no critic")
+            raise NoCritic(
+                f"{self.kind} agent: the swarm_es controller is trained by evolution strategies and has no critic"
+            )
         if self.config.algo == "reinforce_raw":
-            raise NoCritic(f"{self.kind} agent: trained with --algo reinforce_raw, whose value head is never "
-                           "trained (vpg_gae and ppo train one)")
+            raise NoCritic(
+                f"{self.kind} agent: trained with --algo reinforce_raw, whose value head is never "
+                "trained (vpg_gae and ppo train one)"
+            )
         with torch.no_grad():
             node_emb, edge_emb = self.model.encode_instances(obs.coords, obs.neighbours, obs.edge_dist)
-            _, _, values = self.model(node_emb, edge_emb, obs.position, obs.velocity, obs.pbest, obs.gbest,
-                                      swarm_scalars(obs, self.pso_iterations))
+            _, _, values = self.model(
+                node_emb,
+                edge_emb,
+                obs.position,
+                obs.velocity,
+                obs.pbest,
+                obs.gbest,
+                swarm_scalars(obs, self.pso_iterations),
+            )
         return values
 
-    def predict(self, obs: SwarmState, deterministic: bool = True, *, generator: torch.Generator | None = None) -> np.ndarray:
+    def predict(
+        self, obs: SwarmState, deterministic: bool = True, *, generator: torch.Generator | None = None
+    ) -> np.ndarray:
         """:meth:`act` for a swarm whose fields are NumPy arrays (or tensors): ``wc1c2`` as a
         NumPy array ``[B, P, D, 3]``."""
         fields = {}
@@ -154,7 +217,9 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], device: str | torch.device
     device = resolve_device(device) if isinstance(device, str) else device
     config = config_from_dict(PSOTSPTrainConfig, upgrade_stored_config(checkpoint["config"]))
     model = build_policy(config, device)
-    load_state_dict_checked(model, checkpoint["models"]["model"], name="model", source=checkpoint.get("path", "checkpoint"))
+    load_state_dict_checked(
+        model, checkpoint["models"]["model"], name="model", source=checkpoint.get("path", "checkpoint")
+    )
     model.eval()
     return PSOTSPAgent(model, config, device)
 
@@ -174,49 +239,93 @@ class Rollout:
     coords: torch.Tensor
     neighbours: torch.Tensor
     edge_dist: torch.Tensor
-    position: torch.Tensor   # [T, B, P, D]
-    velocity: torch.Tensor   # [T, B, P, D]
-    pbest: torch.Tensor      # [T, B, P, D]
-    gbest: torch.Tensor      # [T, B, D]
-    scalars: torch.Tensor    # [T, B, P, 3]
-    actions: torch.Tensor    # [T, B, P, D, 3]
+    position: torch.Tensor  # [T, B, P, D]
+    velocity: torch.Tensor  # [T, B, P, D]
+    pbest: torch.Tensor  # [T, B, P, D]
+    gbest: torch.Tensor  # [T, B, D]
+    scalars: torch.Tensor  # [T, B, P, 3]
+    actions: torch.Tensor  # [T, B, P, D, 3]
     log_probs: torch.Tensor  # [T, B, P]
-    values: torch.Tensor     # [T, B, P]
-    rewards: torch.Tensor    # [T, B, P]
+    values: torch.Tensor  # [T, B, P]
+    rewards: torch.Tensor  # [T, B, P]
     tour_length: torch.Tensor  # [T, B, P]
     best_cost: torch.Tensor  # [B]
 
 
-def collect_rollout(model: HyperparamTSPModel, env: PSOTSPEnv, coords: torch.Tensor, config: PSOTSPTrainConfig,
-                    action_generator: torch.Generator) -> Rollout:
+def collect_rollout(
+    model: HyperparamTSPModel,
+    env: PSOTSPEnv,
+    coords: torch.Tensor,
+    config: PSOTSPTrainConfig,
+    action_generator: torch.Generator,
+) -> Rollout:
     T = config.env.pso_iterations
     state = env.reset(coords)
     reference = BHH_CONSTANT * math.sqrt(config.env.num_cities)
     initial_mean = state.cost.mean(dim=1, keepdim=True)  # [B, 1]
-    store: dict[str, list[torch.Tensor]] = {k: [] for k in ("position", "velocity", "pbest", "gbest", "scalars", "actions", "log_probs", "values", "rewards", "tour_length")}
+    store: dict[str, list[torch.Tensor]] = {
+        k: []
+        for k in (
+            "position",
+            "velocity",
+            "pbest",
+            "gbest",
+            "scalars",
+            "actions",
+            "log_probs",
+            "values",
+            "rewards",
+            "tour_length",
+        )
+    }
     with torch.no_grad():
         node_emb, edge_emb = model.encode_instances(state.coords, state.neighbours, state.edge_dist)
         for _ in range(T):
             scalars = swarm_scalars(state, T)
-            mu, sigma, values = model(node_emb, edge_emb, state.position, state.velocity, state.pbest, state.gbest, scalars)
-            actions = sample_coefficients(mu, sigma, config.particle_noise_std, action_generator, config.noise_scope,
-                                          antithetic=config.antithetic)
-            log_probs, _ = gaussian_log_prob_entropy(mu, sigma, actions, config.log_prob_reduction, config.particle_noise_std,
-                                                     config.noise_scope)
-            for name, tensor in (("position", state.position), ("velocity", state.velocity), ("pbest", state.pbest),
-                                 ("gbest", state.gbest), ("scalars", scalars), ("actions", actions),
-                                 ("log_probs", log_probs), ("values", values)):
+            mu, sigma, values = model(
+                node_emb, edge_emb, state.position, state.velocity, state.pbest, state.gbest, scalars
+            )
+            actions = sample_coefficients(
+                mu, sigma, config.particle_noise_std, action_generator, config.noise_scope, antithetic=config.antithetic
+            )
+            log_probs, _ = gaussian_log_prob_entropy(
+                mu, sigma, actions, config.log_prob_reduction, config.particle_noise_std, config.noise_scope
+            )
+            for name, tensor in (
+                ("position", state.position),
+                ("velocity", state.velocity),
+                ("pbest", state.pbest),
+                ("gbest", state.gbest),
+                ("scalars", scalars),
+                ("actions", actions),
+                ("log_probs", log_probs),
+                ("values", values),
+            ):
                 store[name].append(tensor)
             previous_pbest, previous_best = state.pbest_cost, state.best_cost
             state, _, _ = env.step(actions)
-            store["rewards"].append(shaped_reward(config.reward, state, previous_pbest, previous_best, initial_mean, reference))
+            store["rewards"].append(
+                shaped_reward(config.reward, state, previous_pbest, previous_best, initial_mean, reference)
+            )
             store["tour_length"].append(state.cost)
     stacked = {name: torch.stack(tensors) for name, tensors in store.items()}
-    return Rollout(coords=state.coords, neighbours=state.neighbours, edge_dist=state.edge_dist, best_cost=state.best_cost, **stacked)
+    return Rollout(
+        coords=state.coords,
+        neighbours=state.neighbours,
+        edge_dist=state.edge_dist,
+        best_cost=state.best_cost,
+        **stacked,
+    )
 
 
-def shaped_reward(kind: str, state: SwarmState, previous_pbest: torch.Tensor, previous_best: torch.Tensor,
-                  initial_mean: torch.Tensor, reference: float) -> torch.Tensor:
+def shaped_reward(
+    kind: str,
+    state: SwarmState,
+    previous_pbest: torch.Tensor,
+    previous_best: torch.Tensor,
+    initial_mean: torch.Tensor,
+    reference: float,
+) -> torch.Tensor:
     """Per-particle reward ``[B, P]`` after one PSO step (all divided by ``L_ref``):
 
     * ``tour_length``: ``(L0_mean - L_t)``, the note's ``-L_t`` shifted per instance;
@@ -271,10 +380,18 @@ def make_evaluate(model: HyperparamTSPModel, rollout: Rollout, config: PSOTSPTra
         unique, inverse = torch.unique(swarm, return_inverse=True)
         t, b = unique // B, unique % B
         node_emb, edge_emb = model.encode_instances(rollout.coords, rollout.neighbours, rollout.edge_dist)
-        mu, sigma, values = model(node_emb[b], edge_emb[b], rollout.position[t, b], rollout.velocity[t, b],
-                                  rollout.pbest[t, b], rollout.gbest[t, b], rollout.scalars[t, b])
-        log_probs, entropy = gaussian_log_prob_entropy(mu, sigma, rollout.actions[t, b], config.log_prob_reduction,
-                                                       config.particle_noise_std, config.noise_scope)
+        mu, sigma, values = model(
+            node_emb[b],
+            edge_emb[b],
+            rollout.position[t, b],
+            rollout.velocity[t, b],
+            rollout.pbest[t, b],
+            rollout.gbest[t, b],
+            rollout.scalars[t, b],
+        )
+        log_probs, entropy = gaussian_log_prob_entropy(
+            mu, sigma, rollout.actions[t, b], config.log_prob_reduction, config.particle_noise_std, config.noise_scope
+        )
         particle = indices % P
         return log_probs[inverse, particle], entropy[inverse, particle], values[inverse, particle]
 
@@ -290,7 +407,9 @@ def run_swarm(env: PSOTSPEnv, coords: torch.Tensor, policy) -> torch.Tensor:
     return state.best_cost
 
 
-def greedy_validation(model: HyperparamTSPModel, config: PSOTSPTrainConfig, coords: torch.Tensor, seed: int) -> torch.Tensor:
+def greedy_validation(
+    model: HyperparamTSPModel, config: PSOTSPTrainConfig, coords: torch.Tensor, seed: int
+) -> torch.Tensor:
     env = PSOTSPEnv(config.env, coords.device, make_generator(seed, coords.device), decode="greedy")
     return run_swarm(env, coords, lambda s: model.act(s, config.env.pso_iterations, deterministic=True)).mean()
 
@@ -301,8 +420,13 @@ def classic_validation(config: PSOTSPTrainConfig, coords: torch.Tensor, seed: in
 
 
 # -- constant coefficients: the tuned baseline and the ES controller ----------------------------------
-def constant_swarm_lengths(env_config: PSOTSPEnvConfig, coords: torch.Tensor, coefficients: torch.Tensor, seed: int,
-                           max_batch_cells: int = 2**24) -> torch.Tensor:
+def constant_swarm_lengths(
+    env_config: PSOTSPEnvConfig,
+    coords: torch.Tensor,
+    coefficients: torch.Tensor,
+    seed: int,
+    max_batch_cells: int = 2**24,
+) -> torch.Tensor:
     """Best tour lengths ``[K, I]`` of K constant-coefficient swarms ``coefficients [K, 3]``
     (w, c1, c2) on instances ``coords [I, n, 2]``, greedy decoding.
 
@@ -317,7 +441,7 @@ def constant_swarm_lengths(env_config: PSOTSPEnvConfig, coords: torch.Tensor, co
     chunk = max(1, min(K, max_batch_cells // max(1, I * P * n * n)))
     out = []
     for start in range(0, K, chunk):
-        block = coefficients[start:start + chunk].to(coords.device, torch.float32)  # [R, 3]
+        block = coefficients[start : start + chunk].to(coords.device, torch.float32)  # [R, 3]
         R = block.shape[0]
         env = PSOTSPEnv(env_config, coords.device, make_generator(seed, coords.device), decode="greedy", replicas=R)
         wc1c2 = block.repeat_interleave(I, dim=0)[:, None, None, :]  # [R*I, 1, 1, 3], candidate-major
@@ -326,8 +450,15 @@ def constant_swarm_lengths(env_config: PSOTSPEnvConfig, coords: torch.Tensor, co
     return torch.cat(out)
 
 
-def tune_constant_coefficients(env_config: PSOTSPEnvConfig, *, candidates: int, instances: int, seed: int,
-                               device: torch.device | str = "cpu", finalists: int = 5) -> dict[str, Any]:
+def tune_constant_coefficients(
+    env_config: PSOTSPEnvConfig,
+    *,
+    candidates: int,
+    instances: int,
+    seed: int,
+    device: torch.device | str = "cpu",
+    finalists: int = 5,
+) -> dict[str, Any]:
     """Random search for the best constant ``(w, c1, c2)`` on the training distribution.
 
     Stage 1: ``candidates`` coefficient triples (classic PSO first, then ``w ~ U(w_min,
@@ -351,8 +482,12 @@ def tune_constant_coefficients(env_config: PSOTSPEnvConfig, *, candidates: int, 
 
     def score(coefficients: torch.Tensor, count: int) -> torch.Tensor:
         coords = random_instances(count, env_config.num_cities, generator, device)
-        lengths = constant_swarm_lengths(env_config, coords, torch.cat([classic, coefficients]),
-                                         seed=int(torch.randint(2**31, (1,), generator=generator, device=device)))
+        lengths = constant_swarm_lengths(
+            env_config,
+            coords,
+            torch.cat([classic, coefficients]),
+            seed=int(torch.randint(2**31, (1,), generator=generator, device=device)),
+        )
         return (lengths[1:] / lengths[:1]).mean(dim=1)  # [K] mean ratio to classic
 
     stage1 = score(pool, instances)
@@ -365,16 +500,29 @@ def tune_constant_coefficients(env_config: PSOTSPEnvConfig, *, candidates: int, 
     w, c1, c2 = (float(x) for x in pool[winner])
     as_rows = lambda idx, values: [  # noqa: E731
         {"w": float(pool[i, 0]), "c1": float(pool[i, 1]), "c2": float(pool[i, 2]), "score": float(v)}
-        for i, v in zip(idx.tolist(), values.tolist())]
-    return {"w": w, "c1": c1, "c2": c2, "score": float(stage2.min()),
-            "classic_score": float(stage2[(finalists_idx == 0).nonzero()[0, 0]]),
-            "num_cities": env_config.num_cities, "n_particles": env_config.n_particles,
-            "pso_iterations": env_config.pso_iterations, "knn": env_config.knn, "seed": seed,
-            "candidates": candidates, "instances": instances,
-            "stage1": as_rows(torch.arange(len(pool)), stage1), "stage2": as_rows(finalists_idx, stage2)}
+        for i, v in zip(idx.tolist(), values.tolist(), strict=False)
+    ]
+    return {
+        "w": w,
+        "c1": c1,
+        "c2": c2,
+        "score": float(stage2.min()),
+        "classic_score": float(stage2[(finalists_idx == 0).nonzero()[0, 0]]),
+        "num_cities": env_config.num_cities,
+        "n_particles": env_config.n_particles,
+        "pso_iterations": env_config.pso_iterations,
+        "knn": env_config.knn,
+        "seed": seed,
+        "candidates": candidates,
+        "instances": instances,
+        "stage1": as_rows(torch.arange(len(pool)), stage1),
+        "stage2": as_rows(finalists_idx, stage2),
+    }
 
 
-def controller_swarm_lengths(controller: SwarmController, env: PSOTSPEnv, coords: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+def controller_swarm_lengths(
+    controller: SwarmController, env: PSOTSPEnv, coords: torch.Tensor, flat: torch.Tensor
+) -> torch.Tensor:
     """Best tour lengths ``[K, I]`` of K controllers (parameter vectors ``flat [K, M]``) on
     instances ``coords [I, n, 2]``: one batch of K * I swarms, candidate-major, in ``env``
     (greedy decoding, ``replicas=K``: common random numbers)."""
@@ -399,8 +547,14 @@ def centered_ranks(values: torch.Tensor) -> torch.Tensor:
     return ranks / max(1, len(values) - 1) - 0.5
 
 
-def es_gradient(controller: SwarmController, env: PSOTSPEnv, coords: torch.Tensor, pairs: int, sigma: float,
-                generator: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+def es_gradient(
+    controller: SwarmController,
+    env: PSOTSPEnv,
+    coords: torch.Tensor,
+    pairs: int,
+    sigma: float,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """One antithetic ES estimate of the ascent direction of the deterministic controller's
     fitness, ``F(theta) = -mean_i L_theta(i) / L_base(i)`` (best tour of the greedy swarm
     relative to the constant PSO the controller starts from, on the same instance):
@@ -414,16 +568,19 @@ def es_gradient(controller: SwarmController, env: PSOTSPEnv, coords: torch.Tenso
     theta = controller.flat_parameters()
     eps = torch.randn((pairs, theta.numel()), generator=generator, device=theta.device)
     base = theta.clone()
-    base[-(controller.w2.numel() + controller.b2.numel()):] = 0.0  # output layer 0: the base constants
+    base[-(controller.w2.numel() + controller.b2.numel()) :] = 0.0  # output layer 0: the base constants
     flat = torch.cat([theta[None], base[None], theta + sigma * eps, theta - sigma * eps])
     lengths = controller_swarm_lengths(controller, env, coords, flat)  # [2 + 2 pairs, I]
     fitness = -(lengths / lengths[1:2]).mean(dim=1)
     ranks = centered_ranks(fitness[2:])
     gradient = ((ranks[:pairs] - ranks[pairs:])[:, None] * eps).sum(0) / (pairs * sigma)
     # improvement over the base constant PSO in % (> 0: shorter tours than the base)
-    return gradient, {"es/centre_vs_base_pct": float(100.0 * (1.0 + fitness[0])),
-                      "es/population_vs_base_pct": float(100.0 * (1.0 + fitness[2:].mean())),
-                      "tour_length/best": float(lengths[0].mean()), "tour_length/base": float(lengths[1].mean())}
+    return gradient, {
+        "es/centre_vs_base_pct": float(100.0 * (1.0 + fitness[0])),
+        "es/population_vs_base_pct": float(100.0 * (1.0 + fitness[2:].mean())),
+        "tour_length/best": float(lengths[0].mean()),
+        "tour_length/base": float(lengths[1].mean()),
+    }
 
 
 # -- the training loop ------------------------------------------------------------------------------
@@ -440,8 +597,9 @@ class PSOTSPRunResult:
     last_metrics: dict[str, float]
 
 
-def train_pso_tsp(config: PSOTSPTrainConfig, *, given: frozenset[str] | None = None, echo=print,
-                  stop_after: int | None = None) -> PSOTSPRunResult:
+def train_pso_tsp(
+    config: PSOTSPTrainConfig, *, given: frozenset[str] | None = None, echo=print, stop_after: int | None = None
+) -> PSOTSPRunResult:
     """Train (or resume) a Deep-PSO run; see the module docstring.
 
     Args:
@@ -457,16 +615,27 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, given: frozenset[str] | None = N
             config = dataclasses.replace(config, controller="edge_policy")  # a run from before the field
         if config.controller == "swarm_es":
             controller, iteration, last_metrics = _train_swarm_es(run, config)
-            return PSOTSPRunResult(run_dir=run.run_dir, iterations=iteration, interrupted=run.interrupted,
-                                   exit_code=run.exit_code, model=controller, last_metrics=last_metrics)
+            return PSOTSPRunResult(
+                run_dir=run.run_dir,
+                iterations=iteration,
+                interrupted=run.interrupted,
+                exit_code=run.exit_code,
+                model=controller,
+                last_metrics=last_metrics,
+            )
         # -- build ----------------------------------------------------------------------------
         model = build_model(config, device)
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, eps=1e-5)
         hp = config.update
         # Separate streams: instances, env noise (decode, r1, r2), policy sampling, minibatch order.
-        generators = {name: make_generator(config.seed * 4 + i, device) for i, name in enumerate(("instances", "env", "action", "update"))}
+        generators = {
+            name: make_generator(config.seed * 4 + i, device)
+            for i, name in enumerate(("instances", "env", "action", "update"))
+        }
         env = PSOTSPEnv(config.env, device, generators["env"], decode=config.train_decode, paired=config.antithetic)
-        validation_coords = random_instances(config.eval_instances, config.env.num_cities, make_generator(10_000 + config.seed, device), device)
+        validation_coords = random_instances(
+            config.eval_instances, config.env.num_cities, make_generator(10_000 + config.seed, device), device
+        )
         # The shell's counters (iteration, wall_time) plus ours; best_validation_pct is the best
         # greedy validation improvement over classic PSO so far (its model is
         # checkpoints/checkpoint_best.pt), -inf before the first validation.
@@ -474,7 +643,9 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, given: frozenset[str] | None = N
         counters.setdefault("env_steps", 0)
         counters.setdefault("best_validation_pct", float("-inf"))
         if run.checkpoint is not None:
-            load_state_dict_checked(model, run.checkpoint["models"]["model"], name="model", source=run.checkpoint["path"])
+            load_state_dict_checked(
+                model, run.checkpoint["models"]["model"], name="model", source=run.checkpoint["path"]
+            )
             optimizer.load_state_dict(run.checkpoint["optimizers"]["adam"])
             restore_rng_state(run.checkpoint["rng"], generators)
         run.logger.write_meta({"kind": KIND, "config": config_to_dict(config)})
@@ -482,8 +653,11 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, given: frozenset[str] | None = N
 
         def checkpoint_state() -> dict[str, Any]:
             return build_checkpoint(
-                kind=KIND, config=config_to_dict(dataclasses.replace(config, resume=None)), counters=dict(counters),
-                models={"model": model.state_dict()}, optimizers={"adam": optimizer.state_dict()},
+                kind=KIND,
+                config=config_to_dict(dataclasses.replace(config, resume=None)),
+                counters=dict(counters),
+                models={"model": model.state_dict()},
+                optimizers={"adam": optimizer.state_dict()},
                 rng=capture_rng_state(generators),
             )
 
@@ -492,26 +666,47 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, given: frozenset[str] | None = N
         iteration = run.start
         steps_per_iteration = config.instances_per_iteration * config.env.n_particles * config.env.pso_iterations
         # eval.csv / eval.jsonl: the validations, a second log beside the shell's metrics.
-        with MetricsLogger(run.run_dir, csv_name="eval.csv", jsonl_name="eval.jsonl", tensorboard_dir=None,
-                           resume_step=run.start if run.resumed else None) as eval_logger:
-            for iteration in run.steps(config.n_iterations, save=checkpoint_state, desc=f"train pso-tsp --algo {config.algo}"):
+        with MetricsLogger(
+            run.run_dir,
+            csv_name="eval.csv",
+            jsonl_name="eval.jsonl",
+            tensorboard_dir=None,
+            resume_step=run.start if run.resumed else None,
+        ) as eval_logger:
+            for iteration in run.steps(
+                config.n_iterations, save=checkpoint_state, desc=f"train pso-tsp --algo {config.algo}"
+            ):
                 tick = time.perf_counter()
                 # -- rollout ----------------------------------------------------------------
                 if config.antithetic:  # each instance twice: a mirrored pair
-                    coords = random_instances(config.instances_per_iteration // 2, config.env.num_cities, generators["instances"], device)
+                    coords = random_instances(
+                        config.instances_per_iteration // 2, config.env.num_cities, generators["instances"], device
+                    )
                     coords = torch.cat([coords, coords])
                 else:
-                    coords = random_instances(config.instances_per_iteration, config.env.num_cities, generators["instances"], device)
+                    coords = random_instances(
+                        config.instances_per_iteration, config.env.num_cities, generators["instances"], device
+                    )
                 model.eval()
                 rollout = collect_rollout(model, env, coords, config, generators["action"])
                 # -- advantages -------------------------------------------------------------
                 advantages, returns = advantages_and_returns(rollout, hp)
-                batch = OnPolicyBatch(old_log_probs=rollout.log_probs.reshape(-1), advantages=advantages,
-                                      returns=returns, old_values=rollout.values.reshape(-1))
+                batch = OnPolicyBatch(
+                    old_log_probs=rollout.log_probs.reshape(-1),
+                    advantages=advantages,
+                    returns=returns,
+                    old_values=rollout.values.reshape(-1),
+                )
                 # -- optimise ---------------------------------------------------------------
                 model.train()
-                metrics = onpolicy_update(make_evaluate(model, rollout, config), batch, model.parameters(), optimizer, hp,
-                                          generator=generators["update"])
+                metrics = onpolicy_update(
+                    make_evaluate(model, rollout, config),
+                    batch,
+                    model.parameters(),
+                    optimizer,
+                    hp,
+                    generator=generators["update"],
+                )
                 elapsed = time.perf_counter() - tick
                 # The shell advances counters["iteration"] after the step; checkpoint_best.pt
                 # below is written inside it, so set it here.
@@ -522,37 +717,60 @@ def train_pso_tsp(config: PSOTSPTrainConfig, *, given: frozenset[str] | None = N
                 last = iteration == config.n_iterations
                 if iteration % config.log_interval == 0 or last:
                     episode_return = rollout.rewards.sum(0)  # [B, P], undiscounted
-                    last_metrics = run.log(iteration, {
-                        **metrics,
-                        "return/mean": episode_return.mean(), "return/std": episode_return.std(),
-                        "tour_length/mean": rollout.tour_length.mean(), "tour_length/best": rollout.best_cost.mean(),
-                        # what the policy proposes, averaged over particles, edges and iterations
-                        **{f"policy/{name}_mean": rollout.actions[..., i].mean() for i, name in enumerate(("w", "c1", "c2"))},
-                        "env_steps": counters["env_steps"], "wall_time": wall_time,
-                        "perf/iter_s": elapsed, "perf/steps_per_s": steps_per_iteration / max(elapsed, 1e-9),
-                    })
+                    last_metrics = run.log(
+                        iteration,
+                        {
+                            **metrics,
+                            "return/mean": episode_return.mean(),
+                            "return/std": episode_return.std(),
+                            "tour_length/mean": rollout.tour_length.mean(),
+                            "tour_length/best": rollout.best_cost.mean(),
+                            # what the policy proposes, averaged over particles, edges and iterations
+                            **{
+                                f"policy/{name}_mean": rollout.actions[..., i].mean()
+                                for i, name in enumerate(("w", "c1", "c2"))
+                            },
+                            "env_steps": counters["env_steps"],
+                            "wall_time": wall_time,
+                            "perf/iter_s": elapsed,
+                            "perf/steps_per_s": steps_per_iteration / max(elapsed, 1e-9),
+                        },
+                    )
                     run.set_postfix(best=f"{last_metrics['tour_length/best']:.3f}")
                 # -- validate -----------------------------------------------------------------
                 if config.eval_interval and (iteration % config.eval_interval == 0 or last):
                     model.eval()
                     learned = greedy_validation(model, config, validation_coords, seed=1)
                     last_improvement = float(100.0 * (classic_length - learned) / classic_length)
-                    eval_logger.log(iteration, {
-                        "eval/tour_length_learned": learned, "eval/tour_length_classic": classic_length,
-                        "eval/improvement_pct": last_improvement, "wall_time": wall_time,
-                    })
+                    eval_logger.log(
+                        iteration,
+                        {
+                            "eval/tour_length_learned": learned,
+                            "eval/tour_length_classic": classic_length,
+                            "eval/improvement_pct": last_improvement,
+                            "wall_time": wall_time,
+                        },
+                    )
                     if last_improvement > counters["best_validation_pct"]:
                         # Model selection on the validation instances (never the held-out set
                         # that `pglab evaluate` uses): `pglab evaluate RUN/checkpoints/checkpoint_best.pt`.
                         counters["best_validation_pct"] = last_improvement
                         save_checkpoint(run.run_dir / "checkpoints" / "checkpoint_best.pt", checkpoint_state())
-        summary: dict[str, Any] = {key: last_metrics[key] for key in ("tour_length/mean", "tour_length/best") if key in last_metrics}
+        summary: dict[str, Any] = {
+            key: last_metrics[key] for key in ("tour_length/mean", "tour_length/best") if key in last_metrics
+        }
         if last_improvement is not None:
             summary["eval/improvement_pct"] = last_improvement
             summary["best_validation_pct"] = float(counters["best_validation_pct"])
         run.finish(summary)
-    return PSOTSPRunResult(run_dir=run.run_dir, iterations=iteration, interrupted=run.interrupted, exit_code=run.exit_code,
-                           model=model, last_metrics=last_metrics)
+    return PSOTSPRunResult(
+        run_dir=run.run_dir,
+        iterations=iteration,
+        interrupted=run.interrupted,
+        exit_code=run.exit_code,
+        model=model,
+        last_metrics=last_metrics,
+    )
 
 
 # The tuning stage of a swarm_es run draws from its own stream: seed TUNE_SEED_OFFSET + seed
@@ -564,7 +782,7 @@ def set_flat_gradient(parameters, gradient: torch.Tensor) -> None:
     """Give each parameter its slice of a flat gradient (the :meth:`SwarmController.flat_parameters` order)."""
     start = 0
     for p in parameters:
-        p.grad = gradient[start:start + p.numel()].reshape(p.shape).clone()
+        p.grad = gradient[start : start + p.numel()].reshape(p.shape).clone()
         start += p.numel()
 
 
@@ -580,37 +798,54 @@ def _train_swarm_es(run: TrainingRun, config: PSOTSPTrainConfig) -> tuple[SwarmC
     ``checkpoint_best.pt`` keeps the best against the tuned constant.
     """
     device = run.device
-    generators = {name: make_generator(config.seed * 4 + i, device) for i, name in enumerate(("instances", "env", "action", "update"))}
+    generators = {
+        name: make_generator(config.seed * 4 + i, device)
+        for i, name in enumerate(("instances", "env", "action", "update"))
+    }
     counters = run.counters
     counters.setdefault("env_steps", 0)
     counters.setdefault("best_validation_pct", float("-inf"))
     if run.checkpoint is None:
         tick = time.perf_counter()
-        tuned = tune_constant_coefficients(config.env, candidates=config.tune_candidates, instances=config.tune_instances,
-                                           seed=TUNE_SEED_OFFSET + config.seed, device=device)
+        tuned = tune_constant_coefficients(
+            config.env,
+            candidates=config.tune_candidates,
+            instances=config.tune_instances,
+            seed=TUNE_SEED_OFFSET + config.seed,
+            device=device,
+        )
         tuned["seconds"] = time.perf_counter() - tick
         atomic_write_json(run.run_dir / "tuned.json", tuned)
-        run.echo(f"tuned constant PSO: w={tuned['w']:.4f} c1={tuned['c1']:.4f} c2={tuned['c2']:.4f} "
-                 f"({100 * (1 - tuned['score']):+.2f} % vs classic on {2 * config.tune_instances} tuning instances)")
+        run.echo(
+            f"tuned constant PSO: w={tuned['w']:.4f} c1={tuned['c1']:.4f} c2={tuned['c2']:.4f} "
+            f"({100 * (1 - tuned['score']):+.2f} % vs classic on {2 * config.tune_instances} tuning instances)"
+        )
         base = (tuned["w"], tuned["c1"], tuned["c2"])
     else:
         base = tuple(float(x) for x in run.checkpoint["models"]["model"]["base"].tolist())
     controller = build_controller(config, device, base)
     optimizer = torch.optim.Adam(controller.parameters(), lr=config.es_lr)
     if run.checkpoint is not None:
-        load_state_dict_checked(controller, run.checkpoint["models"]["model"], name="model", source=run.checkpoint["path"])
+        load_state_dict_checked(
+            controller, run.checkpoint["models"]["model"], name="model", source=run.checkpoint["path"]
+        )
         optimizer.load_state_dict(run.checkpoint["optimizers"]["adam"])
         restore_rng_state(run.checkpoint["rng"], generators)
     run.logger.write_meta({"kind": KIND, "config": config_to_dict(config)})
-    validation_coords = random_instances(config.eval_instances, config.env.num_cities, make_generator(10_000 + config.seed, device), device)
+    validation_coords = random_instances(
+        config.eval_instances, config.env.num_cities, make_generator(10_000 + config.seed, device), device
+    )
     if config.eval_interval:
         constants = torch.tensor([[CLASSIC_W, CLASSIC_C1, CLASSIC_C2], list(base)], device=device)
         classic_lengths, base_lengths = constant_swarm_lengths(config.env, validation_coords, constants, seed=1)
 
     def checkpoint_state() -> dict[str, Any]:
         return build_checkpoint(
-            kind=KIND, config=config_to_dict(dataclasses.replace(config, resume=None)), counters=dict(counters),
-            models={"model": controller.state_dict()}, optimizers={"adam": optimizer.state_dict()},
+            kind=KIND,
+            config=config_to_dict(dataclasses.replace(config, resume=None)),
+            counters=dict(counters),
+            models={"model": controller.state_dict()},
+            optimizers={"adam": optimizer.state_dict()},
             rng=capture_rng_state(generators),
         )
 
@@ -618,14 +853,27 @@ def _train_swarm_es(run: TrainingRun, config: PSOTSPTrainConfig) -> tuple[SwarmC
     last_improvement: float | None = None
     iteration = run.start
     candidates = 2 + 2 * config.es_pairs
-    steps_per_iteration = candidates * config.instances_per_iteration * config.env.n_particles * config.env.pso_iterations
-    with MetricsLogger(run.run_dir, csv_name="eval.csv", jsonl_name="eval.jsonl", tensorboard_dir=None,
-                       resume_step=run.start if run.resumed else None) as eval_logger:
-        for iteration in run.steps(config.n_iterations, save=checkpoint_state, desc="train pso-tsp --controller swarm_es"):
+    steps_per_iteration = (
+        candidates * config.instances_per_iteration * config.env.n_particles * config.env.pso_iterations
+    )
+    with MetricsLogger(
+        run.run_dir,
+        csv_name="eval.csv",
+        jsonl_name="eval.jsonl",
+        tensorboard_dir=None,
+        resume_step=run.start if run.resumed else None,
+    ) as eval_logger:
+        for iteration in run.steps(
+            config.n_iterations, save=checkpoint_state, desc="train pso-tsp --controller swarm_es"
+        ):
             tick = time.perf_counter()
-            coords = random_instances(config.instances_per_iteration, config.env.num_cities, generators["instances"], device)
+            coords = random_instances(
+                config.instances_per_iteration, config.env.num_cities, generators["instances"], device
+            )
             env = PSOTSPEnv(config.env, device, generators["env"], decode="greedy", replicas=candidates)
-            gradient, metrics = es_gradient(controller, env, coords, config.es_pairs, config.es_sigma, generators["action"])
+            gradient, metrics = es_gradient(
+                controller, env, coords, config.es_pairs, config.es_sigma, generators["action"]
+            )
             optimizer.zero_grad()
             set_flat_gradient(controller.parameters(), -gradient)  # Adam minimises: ascend the fitness
             optimizer.step()
@@ -635,22 +883,35 @@ def _train_swarm_es(run: TrainingRun, config: PSOTSPTrainConfig) -> tuple[SwarmC
             wall_time = float(counters["wall_time"]) + elapsed
             last = iteration == config.n_iterations
             if iteration % config.log_interval == 0 or last:
-                last_metrics = run.log(iteration, {
-                    **metrics, "es/gradient_norm": gradient.norm(),
-                    "env_steps": counters["env_steps"], "wall_time": wall_time,
-                    "perf/iter_s": elapsed, "perf/steps_per_s": steps_per_iteration / max(elapsed, 1e-9),
-                })
+                last_metrics = run.log(
+                    iteration,
+                    {
+                        **metrics,
+                        "es/gradient_norm": gradient.norm(),
+                        "env_steps": counters["env_steps"],
+                        "wall_time": wall_time,
+                        "perf/iter_s": elapsed,
+                        "perf/steps_per_s": steps_per_iteration / max(elapsed, 1e-9),
+                    },
+                )
                 run.set_postfix(vs_base=f"{last_metrics['es/centre_vs_base_pct']:+.2f}%")
             if config.eval_interval and (iteration % config.eval_interval == 0 or last):
                 env = PSOTSPEnv(config.env, device, make_generator(1, device), decode="greedy")
-                learned = controller_swarm_lengths(controller, env, validation_coords, controller.flat_parameters()[None])[0]
+                learned = controller_swarm_lengths(
+                    controller, env, validation_coords, controller.flat_parameters()[None]
+                )[0]
                 last_improvement = float(100.0 * (1.0 - learned / base_lengths).mean())
-                eval_logger.log(iteration, {
-                    "eval/tour_length_learned": learned.mean(), "eval/tour_length_classic": classic_lengths.mean(),
-                    "eval/tour_length_tuned": base_lengths.mean(),
-                    "eval/improvement_pct": float(100.0 * (1.0 - learned / classic_lengths).mean()),
-                    "eval/improvement_vs_tuned_pct": last_improvement, "wall_time": wall_time,
-                })
+                eval_logger.log(
+                    iteration,
+                    {
+                        "eval/tour_length_learned": learned.mean(),
+                        "eval/tour_length_classic": classic_lengths.mean(),
+                        "eval/tour_length_tuned": base_lengths.mean(),
+                        "eval/improvement_pct": float(100.0 * (1.0 - learned / classic_lengths).mean()),
+                        "eval/improvement_vs_tuned_pct": last_improvement,
+                        "wall_time": wall_time,
+                    },
+                )
                 if last_improvement > counters["best_validation_pct"]:
                     counters["best_validation_pct"] = last_improvement
                     save_checkpoint(run.run_dir / "checkpoints" / "checkpoint_best.pt", checkpoint_state())

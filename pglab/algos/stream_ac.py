@@ -26,6 +26,7 @@ trainer's metrics (:mod:`pglab.algos.a2c_common`) is logged every ``LOG_EVERY``
 transitions. There is no gradient norm and no single learning rate: ``stats/lr/actor``
 and ``stats/lr/critic`` are the mean effective ObGD step sizes ``alpha_eff`` of the window.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,7 +38,15 @@ import torch
 from torch import nn
 
 from pglab.algos.a2c_common import (
-    EPISODE_KEYS, RECORD_KEYS, WindowStats, build_env, error_record, finished_episodes, format_postfix, present, sample_actions,
+    EPISODE_KEYS,
+    RECORD_KEYS,
+    WindowStats,
+    build_env,
+    error_record,
+    finished_episodes,
+    format_postfix,
+    present,
+    sample_actions,
 )
 from pglab.configs.a2c import STREAM_AC_KIND, A2CTrainConfig
 from pglab.envs.base import EpisodeTracker
@@ -49,15 +58,28 @@ from pglab.run.config import config_to_dict
 from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state
 from pglab.run.shell import TrainerSpec, TrainingRun
 
-__all__ = ["SPEC", "STREAM_AC_RECORD_KEYS", "ObGD", "RewardScaler", "StreamActorCritic", "sparse_init_", "train_stream_ac"]
+__all__ = [
+    "SPEC",
+    "STREAM_AC_RECORD_KEYS",
+    "ObGD",
+    "RewardScaler",
+    "StreamActorCritic",
+    "sparse_init_",
+    "train_stream_ac",
+]
 
 LOG_EVERY = 1000
 ACTOR_KAPPA = 3.0
 STREAM_AC_RECORD_KEYS = (*RECORD_KEYS, "stats/lr/actor", "stats/lr/critic")
 
 SPEC = TrainerSpec(
-    system="a2c", config_class=A2CTrainConfig, kinds=(STREAM_AC_KIND,), step_key="opt_steps",
-    resumable=frozenset({"total_env_steps"}), total_steps=lambda c: c.total_env_steps, budget_field="total_env_steps",
+    system="a2c",
+    config_class=A2CTrainConfig,
+    kinds=(STREAM_AC_KIND,),
+    step_key="opt_steps",
+    resumable=frozenset({"total_env_steps"}),
+    total_steps=lambda c: c.total_env_steps,
+    budget_field="total_env_steps",
 )
 
 
@@ -77,8 +99,8 @@ class ObGD:
         torch._foreach_add_(self.traces, grads)
         delta_value = float(delta)
         z_norm = float(torch.stack(torch._foreach_norm(self.traces, 1)).sum())
-        bound = self.lr * self.kappa * max(abs(delta_value), 1.0) * z_norm   # M = alpha kappa max(|delta|,1) ||z||_1
-        step_size = self.lr / max(bound, 1.0)                                # alpha / max(M, 1)
+        bound = self.lr * self.kappa * max(abs(delta_value), 1.0) * z_norm  # M = alpha kappa max(|delta|,1) ||z||_1
+        step_size = self.lr / max(bound, 1.0)  # alpha / max(M, 1)
         torch._foreach_add_(self.params, self.traces, alpha=step_size * delta_value)  # w += alpha_eff delta z
         for param in self.params:
             param.grad = None
@@ -90,7 +112,7 @@ class ObGD:
         return {"traces": [t.clone() for t in self.traces]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for trace, saved in zip(self.traces, state["traces"]):
+        for trace, saved in zip(self.traces, state["traces"], strict=False):
             trace.copy_(saved)
 
 
@@ -114,8 +136,9 @@ class RewardScaler:
         return reward / (std + 1e-8)
 
 
-def train_stream_ac(config: A2CTrainConfig, *, given: frozenset[str] | None = None, echo=print,
-                    stop_after: int | None = None) -> dict[str, Any]:
+def train_stream_ac(
+    config: A2CTrainConfig, *, given: frozenset[str] | None = None, echo=print, stop_after: int | None = None
+) -> dict[str, Any]:
     """Train (or resume) a ``--algo stream-ac`` run inside the training shell.
 
     Arguments and result as :func:`pglab.algos.a2c.train_a2c` (``stop_after`` counts
@@ -130,10 +153,15 @@ def train_stream_ac(config: A2CTrainConfig, *, given: frozenset[str] | None = No
         shape = tuple(env.observation_shape)
         # PixelGoalEnv's small boards: StreamActorCritic's own torso; Atari frames: the Nature
         # conv stack with the same LayerNorm + sparse init (config.torso, auto by image size).
-        model = build_stream_actor_critic(*shape, int(env.action_spec.num_actions), hidden=config.hidden,
-                                          sparsity=config.sparsity, torso=config.torso).to(device)
-        actor = ObGD(model.actor_parameters(), lr=config.lr, gamma=config.gamma, lam=config.trace_lambda, kappa=ACTOR_KAPPA)
-        critic = ObGD(model.critic_parameters(), lr=config.lr, gamma=config.gamma, lam=config.trace_lambda, kappa=config.kappa)
+        model = build_stream_actor_critic(
+            *shape, int(env.action_spec.num_actions), hidden=config.hidden, sparsity=config.sparsity, torso=config.torso
+        ).to(device)
+        actor = ObGD(
+            model.actor_parameters(), lr=config.lr, gamma=config.gamma, lam=config.trace_lambda, kappa=ACTOR_KAPPA
+        )
+        critic = ObGD(
+            model.critic_parameters(), lr=config.lr, gamma=config.gamma, lam=config.trace_lambda, kappa=config.kappa
+        )
         scaler = RewardScaler(config.gamma)
         generator = make_generator(config.seed + 7919, device)
         tracker = EpisodeTracker(1, device)
@@ -154,26 +182,45 @@ def train_stream_ac(config: A2CTrainConfig, *, given: frozenset[str] | None = No
                 obs = env.frames.clone()
             restore_rng_state(checkpoint["rng"], {"actions": generator})
             counters.update({k: int(v) for k, v in checkpoint["counters"].items() if k in counters})
-        run.logger.write_meta({"versions": library_versions(), "config": config_to_dict(config), "kind": config.kind,
-                               "num_params": sum(p.numel() for p in model.parameters()), "world_size": 1,
-                               "device": str(device), "record_keys": ["opt_steps", *STREAM_AC_RECORD_KEYS]})
+        run.logger.write_meta(
+            {
+                "versions": library_versions(),
+                "config": config_to_dict(config),
+                "kind": config.kind,
+                "num_params": sum(p.numel() for p in model.parameters()),
+                "world_size": 1,
+                "device": str(device),
+                "record_keys": ["opt_steps", *STREAM_AC_RECORD_KEYS],
+            }
+        )
 
         def checkpoint_now() -> dict[str, Any]:
-            extra = {"actor_traces": actor.state_dict(), "critic_traces": critic.state_dict(), "reward_scaler": dict(scaler.state),
-                     "tracker": tracker.state_dict(), "architecture": model.architecture()}
+            extra = {
+                "actor_traces": actor.state_dict(),
+                "critic_traces": critic.state_dict(),
+                "reward_scaler": dict(scaler.state),
+                "tracker": tracker.state_dict(),
+                "architecture": model.architecture(),
+            }
             if hasattr(env, "state_dict"):
                 extra["env"] = env.state_dict()
             return build_checkpoint(
-                kind=config.kind, config=config_to_dict(dataclasses.replace(config, resume=None, self_test=False)),
-                counters={**counters, "wall_time": run.counters.get("wall_time", 0.0)}, models={"model": model.state_dict()},
-                rng=capture_rng_state({"actions": generator}), extra=extra)
+                kind=config.kind,
+                config=config_to_dict(dataclasses.replace(config, resume=None, self_test=False)),
+                counters={**counters, "wall_time": run.counters.get("wall_time", 0.0)},
+                models={"model": model.state_dict()},
+                rng=capture_rng_state({"actions": generator}),
+                extra=extra,
+            )
 
         # -- one update per transition -----------------------------------------------
         last: dict[str, float] = {}
         step_sizes = torch.zeros(2, dtype=torch.float64)
         try:
             tick = time.perf_counter()
-            for step in run.steps(config.total_env_steps, save=checkpoint_now, desc="train a2c --algo stream-ac", unit="step"):
+            for step in run.steps(
+                config.total_env_steps, save=checkpoint_now, desc="train a2c --algo stream-ac", unit="step"
+            ):
                 logits, value = model(obs)
                 action = sample_actions(logits, generator)
                 next_obs, reward, done, trunc, info = env.step(action.to(torch.int32))
@@ -193,12 +240,29 @@ def train_stream_ac(config: A2CTrainConfig, *, given: frozenset[str] | None = No
                 (chosen + config.entropy_coef * torch.sign(delta) * entropy + value[0]).backward()
                 step_sizes[0] += actor.step(delta, finished)
                 step_sizes[1] += critic.step(delta, finished)
-                episode_returns, episode_lengths, ended, succeeded = finished_episodes(tracker, reward, done, trunc, info)
-                losses = {"loss": (-(chosen.detach() * delta) + 0.5 * delta**2).detach(), "loss/policy": -(chosen.detach() * delta),
-                          "loss/value": 0.5 * delta**2, "loss/entropy": -config.entropy_coef * entropy.detach(),
-                          "stats/entropy": entropy.detach(), "stats/advantage_mean": delta, "stats/value_mean": value.detach()[0]}
-                stats.add(losses, reward, done, trunc, episode_returns, episode_lengths.to(torch.float64), info.get("dist"),
-                          ended, succeeded)
+                episode_returns, episode_lengths, ended, succeeded = finished_episodes(
+                    tracker, reward, done, trunc, info
+                )
+                losses = {
+                    "loss": (-(chosen.detach() * delta) + 0.5 * delta**2).detach(),
+                    "loss/policy": -(chosen.detach() * delta),
+                    "loss/value": 0.5 * delta**2,
+                    "loss/entropy": -config.entropy_coef * entropy.detach(),
+                    "stats/entropy": entropy.detach(),
+                    "stats/advantage_mean": delta,
+                    "stats/value_mean": value.detach()[0],
+                }
+                stats.add(
+                    losses,
+                    reward,
+                    done,
+                    trunc,
+                    episode_returns,
+                    episode_lengths.to(torch.float64),
+                    info.get("dist"),
+                    ended,
+                    succeeded,
+                )
                 counters["env_steps"] += 1
                 counters["opt_steps"] += 1
                 obs = next_obs
@@ -208,9 +272,15 @@ def train_stream_ac(config: A2CTrainConfig, *, given: frozenset[str] | None = No
                     elapsed, tick = now - tick, now
                     record: dict[str, Any] = stats.summary()
                     transitions = max(stats.env_steps, 1)
-                    record.update({"env_steps": counters["env_steps"], "perf/steps_per_s": stats.env_steps / max(elapsed, 1e-9),
-                                   "perf/iter_s": elapsed / transitions, "stats/lr/actor": float(step_sizes[0] / transitions),
-                                   "stats/lr/critic": float(step_sizes[1] / transitions)})
+                    record.update(
+                        {
+                            "env_steps": counters["env_steps"],
+                            "perf/steps_per_s": stats.env_steps / max(elapsed, 1e-9),
+                            "perf/iter_s": elapsed / transitions,
+                            "stats/lr/actor": float(step_sizes[0] / transitions),
+                            "stats/lr/critic": float(step_sizes[1] / transitions),
+                        }
+                    )
                     step_sizes.zero_()
                     stats.reset()
                     last = present(run.log(step, record))
@@ -221,4 +291,10 @@ def train_stream_ac(config: A2CTrainConfig, *, given: frozenset[str] | None = No
         finally:
             env.close()
         run.finish({key: value for key, value in last.items() if key in EPISODE_KEYS})
-    return {"run_dir": str(run.run_dir), **counters, "interrupted": run.interrupted, "exit_code": run.exit_code, "last": last}
+    return {
+        "run_dir": str(run.run_dir),
+        **counters,
+        "interrupted": run.interrupted,
+        "exit_code": run.exit_code,
+        "last": last,
+    }

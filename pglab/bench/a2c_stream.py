@@ -11,6 +11,7 @@ and prints transitions/s, the ratio ``train / min(env, model)`` (target >= 0.6) 
 peak memory (CUDA: ``max_memory_allocated``; CPU: the process's peak RSS).
 No ``.item()`` in the timed loops: timing brackets synchronise once.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,20 +72,28 @@ def bench_one(num_envs: int, device: torch.device, steps: int, update_every: int
     model_rate = _rate(model_step, steps, num_envs, device)
 
     # the trainer's loop body alone (no run directory, logs or checkpoints: the shell's)
-    config = A2CTrainConfig(num_envs=num_envs, update_every=update_every, total_env_steps=num_envs * 10**6,
-                            device=str(device))
+    config = A2CTrainConfig(
+        num_envs=num_envs, update_every=update_every, total_env_steps=num_envs * 10**6, device=str(device)
+    )
     seed_everything(config.seed)
     trainer = A2CTrainer(config, device=device)
     windows = max(1, steps // update_every)
     train_rate = _rate(trainer.window, windows, num_envs * update_every, device, warmup=1)
-    return {"num_envs": num_envs, "env_steps_per_s": env_rate, "model_steps_per_s": model_rate,
-            "train_steps_per_s": train_rate, "ratio": train_rate / min(env_rate, model_rate),
-            "peak_mem_mb": _peak_memory_mb(device)}
+    return {
+        "num_envs": num_envs,
+        "env_steps_per_s": env_rate,
+        "model_steps_per_s": model_rate,
+        "train_steps_per_s": train_rate,
+        "ratio": train_rate / min(env_rate, model_rate),
+        "peak_mem_mb": _peak_memory_mb(device),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pglab bench a2c-stream", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--num-envs", type=int, nargs="*", default=None, help="N values (default 1024 8192 [16384 on GPU])")
+    parser.add_argument(
+        "--num-envs", type=int, nargs="*", default=None, help="N values (default 1024 8192 [16384 on GPU])"
+    )
     parser.add_argument("--steps", type=int, default=20, help="timed env-steps per measurement")
     parser.add_argument("--update-every", type=int, default=2)
     parser.add_argument("--device", default="auto")
@@ -107,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps(row))
         else:
-            print(f"{n:>7} {row['env_steps_per_s']:>12,.0f} {row['model_steps_per_s']:>12,.0f} "
-                  f"{row['train_steps_per_s']:>12,.0f} {row['ratio']:>10.2f} {row['peak_mem_mb']:>9,.0f}")
+            print(
+                f"{n:>7} {row['env_steps_per_s']:>12,.0f} {row['model_steps_per_s']:>12,.0f} "
+                f"{row['train_steps_per_s']:>12,.0f} {row['ratio']:>10.2f} {row['peak_mem_mb']:>9,.0f}"
+            )
         sys.stdout.flush()
     return 0

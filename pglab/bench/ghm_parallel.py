@@ -18,6 +18,7 @@ workers on a local Ray instance. Start-up costs (the worker pool, Ray) are exclu
 the throughput and printed separately; the run also checks that every backend returned
 bit-identical trajectories.
 """
+
 from __future__ import annotations
 
 import json
@@ -117,10 +118,17 @@ def _measure(label: str, simulator, policy, initial: torch.Tensor, seed: int, re
         rollout()
         wall_s, main_cpu_s = time.perf_counter() - start, time.thread_time() - start_cpu
         best_s = min(best_s, wall_s)
-        best_cpu_bound_s = min(best_cpu_bound_s, main_cpu_s + max(getattr(simulator, "last_worker_cpu_s", None) or [0.0]))
+        best_cpu_bound_s = min(
+            best_cpu_bound_s, main_cpu_s + max(getattr(simulator, "last_worker_cpu_s", None) or [0.0])
+        )
     state_steps = initial.shape[0] * simulator.num_steps
-    row = {"what": label, "first_rollout_s": first_s, "rollout_s": best_s, "state_steps_per_s": state_steps / best_s,
-           "cpu_bound_state_steps_per_s": state_steps / best_cpu_bound_s if estimate else None}
+    row = {
+        "what": label,
+        "first_rollout_s": first_s,
+        "rollout_s": best_s,
+        "state_steps_per_s": state_steps / best_s,
+        "cpu_bound_state_steps_per_s": state_steps / best_cpu_bound_s if estimate else None,
+    }
     return row, paths
 
 
@@ -143,10 +151,18 @@ def _workload(name, model, config, policy, num_paths, horizon, ray_ok) -> list[d
         rows.append(row)
     variants = [("process", 1), ("process", 2)] + ([("ray", 2)] if ray_ok else [])
     for backend, n_workers in variants:
-        with ParallelTrajectorySimulator(model, config.dt, horizon, action_repeat=config.action_repeat,
-                                         backend=backend, n_workers=n_workers) as simulator:
-            row, paths = _measure(f"{backend}, {n_workers} worker{'s' if n_workers > 1 else ''}", simulator,
-                                  policy, initial, 2, config.repeats, estimate=True)
+        with ParallelTrajectorySimulator(
+            model, config.dt, horizon, action_repeat=config.action_repeat, backend=backend, n_workers=n_workers
+        ) as simulator:
+            row, paths = _measure(
+                f"{backend}, {n_workers} worker{'s' if n_workers > 1 else ''}",
+                simulator,
+                policy,
+                initial,
+                2,
+                config.repeats,
+                estimate=True,
+            )
         row["identical"] = all(torch.equal(getattr(paths, f), getattr(reference, f)) for f in _FIELDS)
         rows.append(row)
     single = rows[-len(variants) - 1]  # the single-threaded batched run
@@ -155,7 +171,9 @@ def _workload(name, model, config, policy, num_paths, horizon, ray_ok) -> list[d
         row["paths"], row["steps"] = num_paths, batched.num_steps
         row["ratio_vs_batched"] = row["state_steps_per_s"] / rows[0]["state_steps_per_s"]
         estimate = row["cpu_bound_state_steps_per_s"]
-        row["cpu_bound_ratio_vs_batched_1_thread"] = None if estimate is None else estimate / single["cpu_bound_state_steps_per_s"]
+        row["cpu_bound_ratio_vs_batched_1_thread"] = (
+            None if estimate is None else estimate / single["cpu_bound_state_steps_per_s"]
+        )
     return rows
 
 
@@ -182,33 +200,52 @@ def main(argv: list[str]) -> int:
             ray_start_s, ray_ok = time.perf_counter() - start, True
     try:
         rows = _workload("vectorised", model, config, policy, config.n_paths, config.T, ray_ok)
-        rows += _workload("per-path", PerPathRateGHMModel(config.newton_iterations), config, policy,
-                          config.loop_paths, config.loop_T, ray_ok)
+        rows += _workload(
+            "per-path",
+            PerPathRateGHMModel(config.newton_iterations),
+            config,
+            policy,
+            config.loop_paths,
+            config.loop_T,
+            ray_ok,
+        )
     finally:
         if ray_ok:
             ray.shutdown()
-    result = {"threads_main": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-              # other work on the machine takes cores from the workers: print it with the numbers
-              "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-              "ray_init_s": ray_start_s if ray_ok else None, "rows": rows}
+    result = {
+        "threads_main": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        # other work on the machine takes cores from the workers: print it with the numbers
+        "load_average_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "ray_init_s": ray_start_s if ray_ok else None,
+        "rows": rows,
+    }
     if config.json:
         print(json.dumps(result, indent=2))
         return 0
     load = "" if result["load_average_1min"] is None else f", load average {result['load_average_1min']:.1f}"
-    print(f"GHM parallel rollouts on the CPU ({result['cpu_count']} cores{load}; batched simulator with "
-          f"{result['threads_main']} torch threads, workers with 1), action_repeat {config.action_repeat}")
+    print(
+        f"GHM parallel rollouts on the CPU ({result['cpu_count']} cores{load}; batched simulator with "
+        f"{result['threads_main']} torch threads, workers with 1), action_repeat {config.action_repeat}"
+    )
     print(f"{'':<47} {'measured':>25} {'CPU-bound estimate':>27}")
-    print(f"{'workload':<11} {'paths x steps':>13} {'what':<20} {'state-steps/s':>14} {'vs batched':>10} "
-          f"{'state-steps/s':>14} {'vs 1 thread':>12} {'first rollout':>14} {'identical':>9}")
+    print(
+        f"{'workload':<11} {'paths x steps':>13} {'what':<20} {'state-steps/s':>14} {'vs batched':>10} "
+        f"{'state-steps/s':>14} {'vs 1 thread':>12} {'first rollout':>14} {'identical':>9}"
+    )
     for row in rows:
         identical = {True: "yes", False: "NO"}.get(row.get("identical"), "-")
         estimate, ratio = row["cpu_bound_state_steps_per_s"], row["cpu_bound_ratio_vs_batched_1_thread"]
-        print(f"{row['workload']:<11} {row['paths']:>5} x {row['steps']:<5} {row['what']:<20} {row['state_steps_per_s']:>14,.0f} "
-              f"{row['ratio_vs_batched']:>9.2f}x {'-' if estimate is None else f'{estimate:,.0f}':>14} "
-              f"{'-' if ratio is None else f'{ratio:.2f}x':>12} {row['first_rollout_s']:>12.2f} s {identical:>9}")
-    print("vs batched: measured throughput / the batched simulator's (torch's default threads). CPU-bound estimate: "
-          "main thread's CPU time + the busiest worker's, i.e. the rate with a free core per process (the "
-          "single-process runs use 1 thread), and its ratio to the 1-thread batched simulator's.")
+        print(
+            f"{row['workload']:<11} {row['paths']:>5} x {row['steps']:<5} {row['what']:<20} {row['state_steps_per_s']:>14,.0f} "
+            f"{row['ratio_vs_batched']:>9.2f}x {'-' if estimate is None else f'{estimate:,.0f}':>14} "
+            f"{'-' if ratio is None else f'{ratio:.2f}x':>12} {row['first_rollout_s']:>12.2f} s {identical:>9}"
+        )
+    print(
+        "vs batched: measured throughput / the batched simulator's (torch's default threads). CPU-bound estimate: "
+        "main thread's CPU time + the busiest worker's, i.e. the rate with a free core per process (the "
+        "single-process runs use 1 thread), and its ratio to the 1-thread batched simulator's."
+    )
     if ray_ok:
         print(f"local Ray start-up: {ray_start_s:.1f} s (not included above)")
     elif ray_note:

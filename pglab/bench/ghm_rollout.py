@@ -20,6 +20,7 @@ Prints, in one run:
   with the default thread count). The load average is printed with the figures, since
   "idle" is only as idle as the machine.
 """
+
 from __future__ import annotations
 
 import json
@@ -131,8 +132,15 @@ def steadiness_under_load(make_solver, thread_counts, iterations: int, device: t
         finally:
             busy.terminate()
             busy.wait()
-        rows.append({"threads": threads, "idle_iteration_s": idle, "loaded_iteration_s": loaded, "ratio": loaded / idle,
-                     "load_average_1min": os.getloadavg()[0]})
+        rows.append(
+            {
+                "threads": threads,
+                "idle_iteration_s": idle,
+                "loaded_iteration_s": loaded,
+                "ratio": loaded / idle,
+                "load_average_1min": os.getloadavg()[0],
+            }
+        )
     return rows
 
 
@@ -147,7 +155,9 @@ def main(argv: list[str]) -> int:
     if config.threads:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
-    train_config = GHMTrainConfig(device=str(device), **({} if config.train_paths is None else {"n_trajectories": config.train_paths}))
+    train_config = GHMTrainConfig(
+        device=str(device), **({} if config.train_paths is None else {"n_trajectories": config.train_paths})
+    )
     model = GHMModel(train_config.params)
     policy, baseline = build_networks(train_config, model, device)
     simulator = TrajectorySimulator(model, train_config.dt, train_config.T)  # policy queried every step
@@ -181,7 +191,9 @@ def main(argv: list[str]) -> int:
                     action = (mean + std * torch.randn(1, 2))[0]
                     a_L = min(max(float(action[0]), 0.0), params.a_L_max)
                     a_E = min(max(float(action[1]), 0.0), params.a_E_max)
-                    cash += (params.mu + params.r * cash - a_L + a_E) * simulator.dt + params.sigma * sqrt_dt * float(torch.randn(()))
+                    cash += (params.mu + params.r * cash - a_L + a_E) * simulator.dt + params.sigma * sqrt_dt * float(
+                        torch.randn(())
+                    )
 
     batched()  # warm-up
     batched_s = _best_time(batched, config.repeats, device)
@@ -193,21 +205,40 @@ def main(argv: list[str]) -> int:
     # the training rollout three ways (train_paths paths, the default decision interval)
     from pglab.envs.simulator import TabulatedPolicy
 
-    train_simulator = TrajectorySimulator(model, train_config.dt, train_config.T, action_repeat=train_config.action_repeat)
+    train_simulator = TrajectorySimulator(
+        model, train_config.dt, train_config.T, action_repeat=train_config.action_repeat
+    )
     train_initial = model.initial_states(train_config.n_trajectories, generator, device=device)
     train_noise = train_simulator.draw_noise(train_config.n_trajectories, generator, device=device)
     with torch.no_grad():
-        step_by_step_s = _best_time(lambda: _step_by_step_rollout(train_simulator, policy, train_initial, train_noise),
-                                    config.repeats, device)
-        held_s = _best_time(lambda: train_simulator.rollout(policy, train_initial, noise=train_noise), config.repeats, device)
+        step_by_step_s = _best_time(
+            lambda: _step_by_step_rollout(train_simulator, policy, train_initial, train_noise), config.repeats, device
+        )
+        held_s = _best_time(
+            lambda: train_simulator.rollout(policy, train_initial, noise=train_noise), config.repeats, device
+        )
         table_points = train_config.policy_table_points or 4001
         high = model.state_low[0] + 2.0 * (model.state_high[0] - model.state_low[0])
-        table_s = _best_time(lambda: train_simulator.rollout(TabulatedPolicy(policy, model.state_low[0], high, table_points, device=device),
-                                                             train_initial, noise=train_noise), config.repeats, device)
+        table_s = _best_time(
+            lambda: train_simulator.rollout(
+                TabulatedPolicy(policy, model.state_low[0], high, table_points, device=device),
+                train_initial,
+                noise=train_noise,
+            ),
+            config.repeats,
+            device,
+        )
 
     def make_solver():
-        return build_solver(train_config, policy, baseline, simulator=TrajectorySimulator(
-            model, train_config.dt, train_config.T, action_repeat=train_config.action_repeat), generator=generator)
+        return build_solver(
+            train_config,
+            policy,
+            baseline,
+            simulator=TrajectorySimulator(
+                model, train_config.dt, train_config.T, action_repeat=train_config.action_repeat
+            ),
+            generator=generator,
+        )
 
     solver = make_solver()
     solver.train_step()  # warm-up
@@ -219,7 +250,11 @@ def main(argv: list[str]) -> int:
         _sync(device)
         iteration_times.append(time.perf_counter() - start)
     threads = torch.get_num_threads()
-    load_rows = steadiness_under_load(make_solver, config.load_threads, config.iterations, device) if device.type == "cpu" else []
+    load_rows = (
+        steadiness_under_load(make_solver, config.load_threads, config.iterations, device)
+        if device.type == "cpu"
+        else []
+    )
     torch.set_num_threads(threads)
 
     state_steps = config.num_paths * num_steps
@@ -242,18 +277,26 @@ def main(argv: list[str]) -> int:
     if config.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"GHM rollout benchmark on {device} ({result['threads']} threads), {config.num_paths} paths x {num_steps} steps")
+    print(
+        f"GHM rollout benchmark on {device} ({result['threads']} threads), {config.num_paths} paths x {num_steps} steps"
+    )
     print(f"{'what':<38} {'state-steps/s':>14}")
     print(f"{'batched simulator, policy every step':<38} {result['batched_state_steps_per_s']:>14,.0f}")
     print(f"{'naive per-path Python loop':<38} {result['naive_state_steps_per_s']:>14,.0f}")
     print(f"{'policy forward only (compute bound)':<38} {result['forward_only_state_steps_per_s']:>14,.0f}")
     print(f"batched / naive = {result['speedup_vs_naive']:.0f}x   (target >= 50x)")
     print(f"batched / forward-only bound = {100 * result['fraction_of_forward_bound']:.0f}%   (target >= 50%)")
-    print(f"one training iteration ({train_config.n_trajectories} paths x {num_steps} steps, action_repeat "
-          f"{train_config.action_repeat}, rollout + both updates): {result['train_iteration_s']:.3f} s (target <= 1.5 s)")
-    print(f"training rollout ({train_config.n_trajectories} paths x {num_steps} steps, action_repeat {train_config.action_repeat}): "
-          f"step by step {step_by_step_s:.3f} s, held steps batched {held_s:.3f} s, batched + policy table {table_s:.3f} s")
+    print(
+        f"one training iteration ({train_config.n_trajectories} paths x {num_steps} steps, action_repeat "
+        f"{train_config.action_repeat}, rollout + both updates): {result['train_iteration_s']:.3f} s (target <= 1.5 s)"
+    )
+    print(
+        f"training rollout ({train_config.n_trajectories} paths x {num_steps} steps, action_repeat {train_config.action_repeat}): "
+        f"step by step {step_by_step_s:.3f} s, held steps batched {held_s:.3f} s, batched + policy table {table_s:.3f} s"
+    )
     for row in load_rows:
-        print(f"{row['threads']} thread(s): iteration {row['idle_iteration_s']:.3f} s idle, {row['loaded_iteration_s']:.3f} s beside "
-              f"a CPU-bound process, ratio {row['ratio']:.2f} (target <= 2.5; load average {row['load_average_1min']:.1f})")
+        print(
+            f"{row['threads']} thread(s): iteration {row['idle_iteration_s']:.3f} s idle, {row['loaded_iteration_s']:.3f} s beside "
+            f"a CPU-bound process, ratio {row['ratio']:.2f} (target <= 2.5; load average {row['load_average_1min']:.1f})"
+        )
     return 0

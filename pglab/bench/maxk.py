@@ -14,6 +14,7 @@
 * ``--rl4co``: one MaxKPOMO vs POMO training step on TSP (overhead of the Max@K loss);
 * ``--variance DRAWS``: empirical gradient variance of each mode on TSP20.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -127,8 +128,12 @@ def _rl4co_overhead(device: torch.device, repeats: int) -> list[tuple[str, float
     log_likelihood = torch.randn(64, 20, generator=generator).to(device).requires_grad_(True)
     rows = []
     for name, model in models.items():
-        loss_ms = _time(lambda model=model: model.calculate_loss(None, {}, {}, reward, log_likelihood), repeats * 4, device,
-                        clock=clock)
+        loss_ms = _time(
+            lambda model=model: model.calculate_loss(None, {}, {}, reward, log_likelihood),
+            repeats * 4,
+            device,
+            clock=clock,
+        )
         samples = sorted(step_ms[name][1:])
         rows.append((name, samples[len(samples) // 2], loss_ms))
     return rows
@@ -164,7 +169,9 @@ def _gradient_variance(device: torch.device, draws: int) -> list[tuple[str, floa
         for mode in VARIANCE_REDUCTIONS:
             loss = maxk_policy_loss(log_likelihood, reward, 8, variance_reduction=mode)["loss"]
             parts = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
-            flat = torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, parts)])
+            flat = torch.cat(
+                [(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, parts, strict=False)]
+            )
             grads[mode].append(-flat.detach())
     # The common target gradient, estimated from the two low-variance modes.
     target = torch.stack(grads["sample_loo"] + grads["subloo"]).double().mean(0)
@@ -188,8 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--rl4co", action="store_true", help="also time one MaxKPOMO vs POMO training step")
-    parser.add_argument("--variance", type=int, default=0, metavar="DRAWS",
-                        help="also measure the gradient variance of each mode on TSP20 (needs rl4co)")
+    parser.add_argument(
+        "--variance",
+        type=int,
+        default=0,
+        metavar="DRAWS",
+        help="also measure the gradient variance of each mode on TSP20 (needs rl4co)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -197,19 +209,31 @@ def main(argv: list[str] | None = None) -> int:
     generator = torch.Generator().manual_seed(0)
     rewards = (-4.0 + 0.3 * torch.randn(args.batch, args.n, generator=generator)).to(device=device, dtype=dtype)
 
-    print(f"Max@K estimators: B={args.batch}, n={args.n}, k={args.k}, {args.dtype}, device={device}, threads={args.threads}")
+    print(
+        f"Max@K estimators: B={args.batch}, n={args.n}, k={args.k}, {args.dtype}, device={device}, threads={args.threads}"
+    )
     print(f"{'function':<40} {'wall ms':>10} {'cpu ms':>10} {'alloc MB':>10}")
     cases = [("maxk_reward_estimate", lambda: maxk_reward_estimate(rewards, args.k))]
     for mode in VARIANCE_REDUCTIONS:
         cases.append(
-            (f"maxk_gradient_weights[{mode}]", lambda mode=mode: maxk_gradient_weights(rewards, args.k, variance_reduction=mode))
+            (
+                f"maxk_gradient_weights[{mode}]",
+                lambda mode=mode: maxk_gradient_weights(rewards, args.k, variance_reduction=mode),
+            )
         )
     # Rewards on a grid of 0.01: ties in every row (tied samples then share one weight).
     tied = torch.round(rewards * 100) / 100
-    cases.append(("maxk_gradient_weights[subloo], ties", lambda: maxk_gradient_weights(tied, args.k, variance_reduction="subloo")))
+    cases.append(
+        (
+            "maxk_gradient_weights[subloo], ties",
+            lambda: maxk_gradient_weights(tied, args.k, variance_reduction="subloo"),
+        )
+    )
     for name, fn in cases:
-        print(f"{name:<40} {_time(fn, args.repeats, device):>10.3f} {_cpu_time(fn, args.repeats, device):>10.3f} "
-              f"{_peak_memory_mb(fn, device):>10.2f}")
+        print(
+            f"{name:<40} {_time(fn, args.repeats, device):>10.3f} {_cpu_time(fn, args.repeats, device):>10.3f} "
+            f"{_peak_memory_mb(fn, device):>10.2f}"
+        )
 
     brute_rewards = rewards[:, : args.brute_n]
     subsets = math.comb(args.brute_n, args.k)
@@ -222,21 +246,29 @@ def main(argv: list[str] | None = None) -> int:
     full_subsets = math.comb(args.n, args.k)
     extrapolated_s = per_subset_ns * full_subsets * args.batch / 1e9
     print()
-    print(f"brute force, n={args.brute_n} ({subsets} subsets/row): {brute_ms:.2f} ms/call "
-          f"(vectorised at the same n: {fast_small_ms:.3f} ms; results agree)")
-    print(f"brute force extrapolated to n={args.n} ({full_subsets:.3g} subsets/row): "
-          f"{extrapolated_s:.3g} s/call ({per_subset_ns:.2f} ns per subset-row)")
+    print(
+        f"brute force, n={args.brute_n} ({subsets} subsets/row): {brute_ms:.2f} ms/call "
+        f"(vectorised at the same n: {fast_small_ms:.3f} ms; results agree)"
+    )
+    print(
+        f"brute force extrapolated to n={args.n} ({full_subsets:.3g} subsets/row): "
+        f"{extrapolated_s:.3g} s/call ({per_subset_ns:.2f} ns per subset-row)"
+    )
 
     if args.rl4co:
         print()
         print("training step (TSP20, batch 64, 20 starts, embed 64, 3 layers), forward + backward,")
-        print("median of interleaved rounds (CPU time on the CPU, wall time on CUDA); calculate_loss alone on [64, 20]:")
+        print(
+            "median of interleaved rounds (CPU time on the CPU, wall time on CUDA); calculate_loss alone on [64, 20]:"
+        )
         rows = _rl4co_overhead(device, max(5, args.repeats // 5))
         base_step, base_loss = rows[0][1], rows[0][2]
         print(f"{'model':<24} {'step ms':>9} {'vs pomo':>9} {'loss ms':>9} {'loss - pomo loss, % of step':>28}")
         for name, step_ms, loss_ms in rows:
-            print(f"{name:<24} {step_ms:>9.1f} {100 * (step_ms / base_step - 1):>+8.1f}% {loss_ms:>9.3f} "
-                  f"{100 * (loss_ms - base_loss) / base_step:>+27.2f}%")
+            print(
+                f"{name:<24} {step_ms:>9.1f} {100 * (step_ms / base_step - 1):>+8.1f}% {loss_ms:>9.3f} "
+                f"{100 * (loss_ms - base_loss) / base_step:>+27.2f}%"
+            )
     if args.variance:
         print()
         print(f"gradient variance, TSP20 random-init policy, 16 instances x 20 starts, k=8, {args.variance} draws:")

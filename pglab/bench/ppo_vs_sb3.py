@@ -43,6 +43,7 @@ are paid before any timing. It reports:
 
 Stable-Baselines3 is a dev/bench dependency (``pip install 'pglab[dev]'``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,16 +54,16 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 from pglab.envs.atari import is_atari_spec
 from pglab.envs.gym_adapter import _VECTOR_IMPLEMENTATIONS
-
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "ppo"
 DEFAULT_CONFIGS = ("cartpole", "acrobot")
@@ -75,8 +76,11 @@ def resolve_config(name: str) -> Path:
         return path
     candidate = CONFIG_DIR / f"{name}.yaml"
     if not candidate.exists():
-        print(f"bench: --configs: no config {name!r} (files in {CONFIG_DIR}: "
-              f"{', '.join(sorted(p.stem for p in CONFIG_DIR.glob('*.yaml')))})", file=sys.stderr)
+        print(
+            f"bench: --configs: no config {name!r} (files in {CONFIG_DIR}: "
+            f"{', '.join(sorted(p.stem for p in CONFIG_DIR.glob('*.yaml')))})",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     return candidate
 
@@ -100,18 +104,30 @@ def sb3_kwargs(config: Any) -> dict[str, Any]:
         return (lambda progress_remaining: value * progress_remaining) if kind == "linear" else value
 
     return dict(
-        learning_rate=schedule(config.lr, config.lr_schedule), n_steps=config.num_steps,
-        batch_size=config.batch_size // hp.num_minibatches, n_epochs=hp.ppo_epochs, gamma=hp.gamma,
-        gae_lambda=hp.gae_lambda, clip_range=schedule(hp.clip_coef, hp.clip_schedule), normalize_advantage=hp.normalize_advantages,
+        learning_rate=schedule(config.lr, config.lr_schedule),
+        n_steps=config.num_steps,
+        batch_size=config.batch_size // hp.num_minibatches,
+        n_epochs=hp.ppo_epochs,
+        gamma=hp.gamma,
+        gae_lambda=hp.gae_lambda,
+        clip_range=schedule(hp.clip_coef, hp.clip_schedule),
+        normalize_advantage=hp.normalize_advantages,
         ent_coef=hp.entropy_coef,
         # pglab's (CleanRL's) critic loss is 0.5 * mean((V - R)^2), SB3's mean((R - V)^2):
         # vf_coef = value_coef / 2 gives the same loss (and the same gradient-norm clipping).
-        vf_coef=hp.value_coef / 2.0, max_grad_norm=hp.max_grad_norm, target_kl=hp.target_kl,
-        clip_range_vf=hp.value_clip_coef, use_sde=config.use_sde, sde_sample_freq=config.sde_sample_freq,
-        policy_kwargs={"net_arch": {"pi": list(config.hidden_dims), "vf": list(config.hidden_dims)},
-                       "activation_fn": {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[config.activation],
-                       "log_std_init": config.log_std_init, "ortho_init": config.ortho_init,
-                       "optimizer_kwargs": {"eps": config.adam_eps}},
+        vf_coef=hp.value_coef / 2.0,
+        max_grad_norm=hp.max_grad_norm,
+        target_kl=hp.target_kl,
+        clip_range_vf=hp.value_clip_coef,
+        use_sde=config.use_sde,
+        sde_sample_freq=config.sde_sample_freq,
+        policy_kwargs={
+            "net_arch": {"pi": list(config.hidden_dims), "vf": list(config.hidden_dims)},
+            "activation_fn": {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[config.activation],
+            "log_std_init": config.log_std_init,
+            "ortho_init": config.ortho_init,
+            "optimizer_kwargs": {"eps": config.adam_eps},
+        },
     )
 
 
@@ -140,7 +156,9 @@ def sb3_atari_env(env_spec: str, num_envs: int, seed: int, *, evaluation: bool =
 
     gym.register_envs(ale_py)
     wrapper_kwargs = {"clip_reward": False} if evaluation else None
-    return VecFrameStack(make_atari_env(sb3_atari_id(env_spec), n_envs=num_envs, seed=seed, wrapper_kwargs=wrapper_kwargs), n_stack=4)
+    return VecFrameStack(
+        make_atari_env(sb3_atari_id(env_spec), n_envs=num_envs, seed=seed, wrapper_kwargs=wrapper_kwargs), n_stack=4
+    )
 
 
 def sb3_game_scores(env: Any, act: Callable[[np.ndarray], np.ndarray], max_steps: int = 30_000) -> np.ndarray:
@@ -171,8 +189,12 @@ def evaluate_policy(env_id: str, act: Callable[[np.ndarray], np.ndarray], episod
     """Mean undiscounted return of ``episodes`` episodes, one per vector-env copy."""
     import gymnasium as gym
 
-    env = gym.make_vec(env_id, num_envs=episodes, vectorization_mode="sync",
-                       vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    env = gym.make_vec(
+        env_id,
+        num_envs=episodes,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+    )
     obs, _ = env.reset(seed=seed)
     returns = np.zeros(episodes)
     running = np.ones(episodes, dtype=bool)
@@ -186,7 +208,13 @@ def evaluate_policy(env_id: str, act: Callable[[np.ndarray], np.ndarray], episod
 
 def _run_result(final: float, steps: int, wall: float, cpu: float) -> dict[str, float]:
     """One run's row: the final return, the env steps and their rate per wall- and CPU-second."""
-    return {"return": final, "env_steps": steps, "wall_s": wall, "steps_per_s": steps / wall, "steps_per_cpu_s": steps / cpu}
+    return {
+        "return": final,
+        "env_steps": steps,
+        "wall_s": wall,
+        "steps_per_s": steps / wall,
+        "steps_per_cpu_s": steps / cpu,
+    }
 
 
 def run_sb3(config: Any, seed: int, episodes: int) -> dict[str, float]:
@@ -200,8 +228,15 @@ def run_sb3(config: Any, seed: int, episodes: int) -> dict[str, float]:
     wall, cpu = time.perf_counter(), time.process_time()
     env = make_vec_env(env_id, n_envs=config.num_envs, seed=seed)
     if config.normalizes:  # RL-Zoo: VecNormalize with the algorithm's gamma
-        env = VecNormalize(env, norm_obs=config.normalize_obs, norm_reward=config.normalize_reward, clip_obs=config.clip_obs,
-                           clip_reward=config.clip_reward, gamma=config.update.gamma, epsilon=config.normalize_epsilon)
+        env = VecNormalize(
+            env,
+            norm_obs=config.normalize_obs,
+            norm_reward=config.normalize_reward,
+            clip_obs=config.clip_obs,
+            clip_reward=config.clip_reward,
+            gamma=config.update.gamma,
+            epsilon=config.normalize_epsilon,
+        )
     model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **sb3_kwargs(config))
     model.learn(total_timesteps=config.total_steps)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -241,8 +276,17 @@ def run_pglab(config: Any, seed: int, episodes: int, work_dir: Path, vectorizati
     from pglab.algos.ppo import train_ppo
 
     env_id = config.env.removeprefix("gym:")
-    config = replace(config, seed=seed, device="cpu", threads=1, log_dir=work_dir / f"{env_id}-seed{seed}-{vectorization}",
-                     tensorboard=False, eval_episodes=0, log_interval=1, vectorization=vectorization)
+    config = replace(
+        config,
+        seed=seed,
+        device="cpu",
+        threads=1,
+        log_dir=work_dir / f"{env_id}-seed{seed}-{vectorization}",
+        tensorboard=False,
+        eval_episodes=0,
+        log_interval=1,
+        vectorization=vectorization,
+    )
     wall, cpu = time.perf_counter(), time.process_time()
     result = train_ppo(config, echo=lambda *a, **k: None)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -289,7 +333,9 @@ def format_table(results: dict[str, dict[str, list[dict[str, float]]]]) -> str:
     header = f"{'env':<16} {'library':<10} {'seeds':>5} {'env steps':>9} {'return (+- s.e.)':>18}  {'per seed':<34} {'steps/s':>8} {'steps/cpu-s':>11} {'speed-up (cpu)':>14}"
     lines = [header, "-" * len(header)]
     for env_id, by_lib in results.items():
-        sb3_sps = statistics.mean(r["steps_per_cpu_s"] for r in by_lib.get("sb3", [])) if by_lib.get("sb3") else math.nan
+        sb3_sps = (
+            statistics.mean(r["steps_per_cpu_s"] for r in by_lib.get("sb3", [])) if by_lib.get("sb3") else math.nan
+        )
         for lib in LIBRARIES:
             runs = by_lib.get(lib, [])
             if not runs:
@@ -298,22 +344,33 @@ def format_table(results: dict[str, dict[str, list[dict[str, float]]]]) -> str:
             sps = statistics.mean(r["steps_per_s"] for r in runs)
             cpu_sps = statistics.mean(r["steps_per_cpu_s"] for r in runs)
             per_seed = " ".join(f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" for v in returns)
-            lines.append(f"{env_id:<16} {lib:<10} {len(runs):>5} {runs[0]['env_steps']:>9} {_mean_std(returns):>18}  {per_seed:<34} "
-                         f"{sps:>8.0f} {cpu_sps:>11.0f} {_ratio(cpu_sps, sb3_sps):>8}")
+            lines.append(
+                f"{env_id:<16} {lib:<10} {len(runs):>5} {runs[0]['env_steps']:>9} {_mean_std(returns):>18}  {per_seed:<34} "
+                f"{sps:>8.0f} {cpu_sps:>11.0f} {_ratio(cpu_sps, sb3_sps):>8}"
+            )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/ppo_vs_sb3.py", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--configs", nargs="+", default=list(DEFAULT_CONFIGS),
-                        help="configs/ppo file names (cartpole, acrobot, pendulum, mountaincar_continuous, lunarlander, "
-                             "atari_breakout) or YAML paths")
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=list(DEFAULT_CONFIGS),
+        help="configs/ppo file names (cartpole, acrobot, pendulum, mountaincar_continuous, lunarlander, "
+        "atari_breakout) or YAML paths",
+    )
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per config and library")
     parser.add_argument("--first-seed", type=int, default=0, help="first seed")
     parser.add_argument("--steps", type=int, default=None, help="override total env steps (default: the file's)")
     parser.add_argument("--episodes", type=int, default=10, help="evaluation episodes of the final policy")
-    parser.add_argument("--libraries", nargs="+", default=list(LIBRARIES), choices=list(LIBRARIES),
-                        help="pglab: default vectorization (auto); pglab-sync: gymnasium's SyncVectorEnv")
+    parser.add_argument(
+        "--libraries",
+        nargs="+",
+        default=list(LIBRARIES),
+        choices=list(LIBRARIES),
+        help="pglab: default vectorization (auto); pglab-sync: gymnasium's SyncVectorEnv",
+    )
     parser.add_argument("--output", type=Path, default=None, help="write all per-run numbers to this JSON file")
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.episodes < 1 or (args.steps is not None and args.steps < 1):
@@ -329,8 +386,11 @@ def main(argv: list[str] | None = None) -> int:
             env_id = config.env.removeprefix("gym:")
             from pglab.run.config import config_to_dict
 
-            settings[env_id] = {"file": str(resolve_config(name)), **config_to_dict(config),
-                                "seed": list(range(args.first_seed, args.first_seed + args.seeds))}  # the seeds run
+            settings[env_id] = {
+                "file": str(resolve_config(name)),
+                **config_to_dict(config),
+                "seed": list(range(args.first_seed, args.first_seed + args.seeds)),
+            }  # the seeds run
             results[env_id] = {lib: [] for lib in args.libraries}
             for seed in range(args.first_seed, args.first_seed + args.seeds):
                 for lib in args.libraries:  # alternately, so both see the same machine load
@@ -339,10 +399,15 @@ def main(argv: list[str] | None = None) -> int:
                     if lib == "sb3":
                         run = run_sb3(config, seed, args.episodes)
                     else:
-                        run = run_pglab(config, seed, args.episodes, Path(tmp), "sync" if lib == "pglab-sync" else "auto")
+                        run = run_pglab(
+                            config, seed, args.episodes, Path(tmp), "sync" if lib == "pglab-sync" else "auto"
+                        )
                     results[env_id][lib].append({"seed": seed, "load_avg_1min": _load_average(), **run})
-                    print(f"  {env_id} {lib:<10} seed {seed}: return {run['return']:8.1f}  {run['steps_per_s']:7.0f} steps/s  "
-                          f"{run['steps_per_cpu_s']:7.0f} steps/cpu-s ({run['wall_s']:.1f} s, load {_load_average():.1f})", flush=True)
+                    print(
+                        f"  {env_id} {lib:<10} seed {seed}: return {run['return']:8.1f}  {run['steps_per_s']:7.0f} steps/s  "
+                        f"{run['steps_per_cpu_s']:7.0f} steps/cpu-s ({run['wall_s']:.1f} s, load {_load_average():.1f})",
+                        flush=True,
+                    )
     load["after"] = _load_average()
     print()
     print(format_table(results))
@@ -350,8 +415,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.output is not None:
         import pglab
 
-        args.output.write_text(json.dumps({"settings": settings, "results": results, "torch": torch.__version__,
-                                           "pglab": pglab.__version__, "load_average": load}, indent=2, default=str))
+        args.output.write_text(
+            json.dumps(
+                {
+                    "settings": settings,
+                    "results": results,
+                    "torch": torch.__version__,
+                    "pglab": pglab.__version__,
+                    "load_average": load,
+                },
+                indent=2,
+                default=str,
+            )
+        )
     return 0
 
 

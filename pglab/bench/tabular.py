@@ -9,6 +9,7 @@ Prints two tables:
    rock-paper-scissors, WoLF-PHC (delta_lose = 4 delta_win) vs PHC (delta_lose = delta_win),
    and, with ``--plot PATH``, the same as a figure.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -85,8 +86,17 @@ def convergence(name: str, ratio: float, steps: int, seed: int) -> dict[str, np.
     settings = CONVERGENCE[name]
     agents = []
     for k, start in enumerate(settings["start"]):
-        agent = WoLFPHCAgent(len(start), alpha=settings["alpha"], gamma=0.0, epsilon=0.05, epsilon_decay=1.0, epsilon_min=0.05,
-                             delta_win=settings["delta_win"], delta_lose=ratio * settings["delta_win"], seed=seed + 1 + k)
+        agent = WoLFPHCAgent(
+            len(start),
+            alpha=settings["alpha"],
+            gamma=0.0,
+            epsilon=0.05,
+            epsilon_decay=1.0,
+            epsilon_min=0.05,
+            delta_win=settings["delta_win"],
+            delta_lose=ratio * settings["delta_win"],
+            seed=seed + 1 + k,
+        )
         agent.set_policy(0, start)
         agents.append(agent)
     return self_play(make_game(name), *agents, n_steps=steps, record_every=max(1, steps // 200))
@@ -106,7 +116,9 @@ def main(argv: list[str]) -> int:
     if config.convergence_steps == 0:
         return 0
     print()
-    print(f"distance to the mixed Nash equilibrium (mean over each fifth of {config.convergence_steps} self-play rounds)")
+    print(
+        f"distance to the mixed Nash equilibrium (mean over each fifth of {config.convergence_steps} self-play rounds)"
+    )
     print(f"{'game':<20} {'learner':<9} " + " ".join(f"{f'{k}/5':>7}" for k in range(1, 6)))
     curves = {}
     for name in CONVERGENCE:
@@ -129,7 +141,7 @@ def plot_convergence(curves: dict, path: Path) -> None:
 
     games = sorted({name for name, _ in curves})
     fig, axes = plt.subplots(1, len(games), figsize=(6 * len(games), 3.5), squeeze=False)
-    for ax, name in zip(axes[0], games):
+    for ax, name in zip(axes[0], games, strict=False):
         for (game, label), out in curves.items():
             if game == name:
                 ax.plot(out["steps"], out["nash_distance"], lw=1, label=label)

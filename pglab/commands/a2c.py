@@ -13,6 +13,7 @@ run directory.
 Only the torch-free configs (:mod:`pglab.configs.a2c`) are imported before the flags are
 parsed, so ``--help`` never imports torch.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -42,8 +43,12 @@ def trainer_kind(config: A2CTrainConfig) -> str:
 
 
 def train(argv: list[str]) -> int:
-    parsed = parse_flags(A2CTrainConfig, argv, prog="pglab train a2c",
-                         description="Streaming A2C / TD(0) on batched pixel environments (no rollout buffer).")
+    parsed = parse_flags(
+        A2CTrainConfig,
+        argv,
+        prog="pglab train a2c",
+        description="Streaming A2C / TD(0) on batched pixel environments (no rollout buffer).",
+    )
     config = parsed.config
     if config.self_test:
         from pglab.algos.a2c import self_test
@@ -79,13 +84,22 @@ def evaluate(argv: list[str]) -> int:
     generator = make_generator(config.seed + 1, device)
     num_actions = int(env.action_spec.num_actions)
     if config.policy == "random":
-        act = lambda obs: torch.randint(num_actions, (env.num_envs,), generator=generator, device=device, dtype=torch.int32)  # noqa: E731
+        act = lambda obs: torch.randint(
+            num_actions, (env.num_envs,), generator=generator, device=device, dtype=torch.int32
+        )  # noqa: E731
     else:
         act = lambda obs: agent.act(obs, deterministic=not config.stochastic, generator=generator)  # noqa: E731
     result = evaluate_policy(act, env, episodes=config.episodes, desc=f"evaluate a2c ({config.policy})")
-    result.update({"policy": config.policy, "deterministic": not config.stochastic, "checkpoint": checkpoint["path"],
-                   "opt_steps": agent.counters.get("opt_steps"), "env_steps": agent.counters.get("env_steps"),
-                   "env": agent.config.env})
+    result.update(
+        {
+            "policy": config.policy,
+            "deterministic": not config.stochastic,
+            "checkpoint": checkpoint["path"],
+            "opt_steps": agent.counters.get("opt_steps"),
+            "env_steps": agent.counters.get("env_steps"),
+            "env": agent.config.env,
+        }
+    )
     print(json.dumps(result))
     if config.output is not None:
         atomic_write_json(config.output, result)

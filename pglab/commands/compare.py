@@ -20,6 +20,7 @@ Writes ``comparison.md``, ``comparison.csv`` and ``comparison.png`` into ``--out
 new directory; an existing comparison is never overwritten). The figure's numbers come
 from :func:`comparison_plot_data`.
 """
+
 from __future__ import annotations
 
 import csv
@@ -62,18 +63,27 @@ def summarize_run(run_dir: Path, config: CompareConfig) -> dict[str, Any]:
     config_path, evaluation_path, eval_csv = run_dir / "config.json", run_dir / "evaluation.json", run_dir / "eval.csv"
     for path in (config_path, evaluation_path, eval_csv):
         if not path.exists():
-            hint = " (the run was interrupted or trained with --no-final-eval; finish it with --resume)" if path is evaluation_path else ""
+            hint = (
+                " (the run was interrupted or trained with --no-final-eval; finish it with --resume)"
+                if path is evaluation_path
+                else ""
+            )
             raise UsageError(f"run_dirs: {str(run_dir)!r} has no {path.name}{hint}")
     stored = json.loads(config_path.read_text())
     if stored.get("kind") not in GHM_KINDS:
-        raise UsageError(f"run_dirs: {str(run_dir)!r} holds a {stored.get('kind')!r} run, not a GHM run ({', '.join(GHM_KINDS)})")
+        raise UsageError(
+            f"run_dirs: {str(run_dir)!r} holds a {stored.get('kind')!r} run, not a GHM run ({', '.join(GHM_KINDS)})"
+        )
     evaluation = json.loads(evaluation_path.read_text())
     eval_rows = list(csv.DictReader(eval_csv.open()))
     last = eval_rows[-1] if eval_rows else {}
     row: dict[str, Any] = {
-        "run": str(run_dir), "solver": stored["config"]["algo"], "seed": stored["config"].get("seed"),
+        "run": str(run_dir),
+        "solver": stored["config"]["algo"],
+        "seed": stored["config"].get("seed"),
         "iterations": evaluation["iteration"],
-        "wall_time_s": float(last.get("wall_time", "nan")), "sim_steps": float(last.get("sim_steps", "nan")),
+        "wall_time_s": float(last.get("wall_time", "nan")),
+        "sim_steps": float(last.get("sim_steps", "nan")),
         "dividend_threshold": evaluation["learned_thresholds"]["dividend_rate"],
         "issuance_below": evaluation["learned_thresholds"]["issuance_rate"],
     }
@@ -106,23 +116,47 @@ def comparison_table(rows: list[dict[str, Any]], config: CompareConfig) -> tuple
     """``(markdown, csv)`` of the comparison, the FD optimum as the last row."""
     cash = rows[0]["eval_cash"]
     fd = rows[0]["fd_thresholds"]
-    headers = (["solver", "run"] + [f"% V* c={c:g}" for c in cash]
-               + ["dividend barrier", "issues below", "HJB residual max", "V(0)", "wall s", "sim steps"]
-               + [f"wall s to {t:g}%" for t in config.targets] + [f"steps to {t:g}%" for t in config.targets])
+    headers = (
+        ["solver", "run"]
+        + [f"% V* c={c:g}" for c in cash]
+        + ["dividend barrier", "issues below", "HJB residual max", "V(0)", "wall s", "sim steps"]
+        + [f"wall s to {t:g}%" for t in config.targets]
+        + [f"steps to {t:g}%" for t in config.targets]
+    )
     body = []
     for row in rows:
-        body.append([row["solver"], Path(row["run"]).name] + [_fmt(row.get(f"pct_c{c:g}"), ".2f") for c in cash]
-                    + [_fmt(row["dividend_threshold"], ".3f"), _fmt(row["issuance_below"], ".3f"),
-                       _fmt(row.get("hjb_residual_max"), ".2e"), _fmt(row.get("value_at_zero"), ".3f"),
-                       _fmt(row["wall_time_s"], ".0f"), _fmt(row["sim_steps"], ".3g")]
-                    + [_fmt(row[f"wall_s_to_{t:g}"], ".0f") for t in config.targets]
-                    + [_fmt(row[f"steps_to_{t:g}"], ".3g") for t in config.targets])
+        body.append(
+            [row["solver"], Path(row["run"]).name]
+            + [_fmt(row.get(f"pct_c{c:g}"), ".2f") for c in cash]
+            + [
+                _fmt(row["dividend_threshold"], ".3f"),
+                _fmt(row["issuance_below"], ".3f"),
+                _fmt(row.get("hjb_residual_max"), ".2e"),
+                _fmt(row.get("value_at_zero"), ".3f"),
+                _fmt(row["wall_time_s"], ".0f"),
+                _fmt(row["sim_steps"], ".3g"),
+            ]
+            + [_fmt(row[f"wall_s_to_{t:g}"], ".0f") for t in config.targets]
+            + [_fmt(row[f"steps_to_{t:g}"], ".3g") for t in config.targets]
+        )
     fd_residual = rows[0].get("fd_residual_max")
-    body.append(["FD optimum", "(reference)"] + ["100.00" for _ in cash]
-                + [_fmt(fd.get("dividend_rate"), ".3f"), _fmt(fd.get("issuance_rate"), ".3f"),
-                   _fmt(fd_residual, ".2e"), "0.000", "—", "—"] + ["—"] * (2 * len(config.targets)))
-    markdown = "\n".join(["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
-                         + ["| " + " | ".join(line) + " |" for line in body])
+    body.append(
+        ["FD optimum", "(reference)"]
+        + ["100.00" for _ in cash]
+        + [
+            _fmt(fd.get("dividend_rate"), ".3f"),
+            _fmt(fd.get("issuance_rate"), ".3f"),
+            _fmt(fd_residual, ".2e"),
+            "0.000",
+            "—",
+            "—",
+        ]
+        + ["—"] * (2 * len(config.targets))
+    )
+    markdown = "\n".join(
+        ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
+        + ["| " + " | ".join(line) + " |" for line in body]
+    )
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(headers)
@@ -153,14 +187,20 @@ def comparison_plot_data(rows: list[dict[str, Any]]) -> dict[str, Any]:
         repeats = sum(1 for previous in labels if previous.split(" #")[0] == label)
         labels.append(label if repeats == 0 else f"{label} #{repeats + 1}")
     curves = []
-    for label, row in zip(labels, rows):
+    for label, row in zip(labels, rows, strict=False):
         with (Path(row["run"]) / "eval.csv").open() as handle:
             eval_rows = list(csv.DictReader(handle))
-        points = [(float(r["wall_time"]), float(_quick_check_min(r))) for r in eval_rows
-                  if _quick_check_min(r) not in (None, "", "nan")]
+        points = [
+            (float(r["wall_time"]), float(_quick_check_min(r)))
+            for r in eval_rows
+            if _quick_check_min(r) not in (None, "", "nan")
+        ]
         curves.append({"label": label, "wall_time": [p[0] for p in points], "pct": [p[1] for p in points]})
     cash = rows[0]["eval_cash"]
-    bars = [{"label": label, "pct": [row.get(f"pct_c{c:g}") for c in cash]} for label, row in zip(labels, rows)]
+    bars = [
+        {"label": label, "pct": [row.get(f"pct_c{c:g}") for c in cash]}
+        for label, row in zip(labels, rows, strict=False)
+    ]
     curve_values = [v for curve in curves for v in curve["pct"]]
     bar_values = [v for bar in bars for v in bar["pct"] if v is not None]
     return {
@@ -219,16 +259,22 @@ def plot_comparison(rows: list[dict[str, Any]], output: Path) -> Path:
 
 def compare(argv: list[str]) -> int:
     """``pglab compare RUN_DIR... [--output DIR]``."""
-    config = parse_flags(CompareConfig, argv, prog="pglab compare",
-                         description="Compare GHM solver runs with each other and with the FD optimum.").config
+    config = parse_flags(
+        CompareConfig,
+        argv,
+        prog="pglab compare",
+        description="Compare GHM solver runs with each other and with the FD optimum.",
+    ).config
     from pglab.run.atomic import atomic_write_text
 
     rows = [summarize_run(run_dir, config) for run_dir in config.run_dirs]
     cash = rows[0]["eval_cash"]
     for row in rows[1:]:
         if row["eval_cash"] != cash:
-            raise UsageError(f"run_dirs: {row['run']!r} was evaluated at initial cash {row['eval_cash']}, "
-                             f"{rows[0]['run']!r} at {cash}; compare runs evaluated on the same grid")
+            raise UsageError(
+                f"run_dirs: {row['run']!r} was evaluated at initial cash {row['eval_cash']}, "
+                f"{rows[0]['run']!r} at {cash}; compare runs evaluated on the same grid"
+            )
     out = Path(config.output) if config.output is not None else Path("runs") / f"compare-{datetime.now():%Y%m%d-%H%M%S}"
     if (out / "comparison.md").exists():
         raise UsageError(f"output: already holds a comparison; choose another --output (got {str(out)!r})")

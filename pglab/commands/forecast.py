@@ -4,6 +4,7 @@ runs) and ``pglab backtest``: parse the flags, call :mod:`pglab.algos.forecast`,
 Only the torch-free configs (:mod:`pglab.configs.forecast`) are imported before the flags
 are parsed, so ``--help`` stays fast.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,17 @@ from pglab.validation import check_output_file
 def __getattr__(name: str) -> Any:
     # The computations moved to pglab.algos.forecast; old imports from here keep working
     # without importing torch for --help.
-    if name in ("make_agents", "baseline_forecasts", "window_bounds", "run_backtest", "summarise", "plot_backtest",
-                "evaluate_forecaster", "best_response_attack", "BASELINES"):
+    if name in (
+        "make_agents",
+        "baseline_forecasts",
+        "window_bounds",
+        "run_backtest",
+        "summarise",
+        "plot_backtest",
+        "evaluate_forecaster",
+        "best_response_attack",
+        "BASELINES",
+    ):
         import pglab.algos.forecast as algos_forecast
 
         return getattr(algos_forecast, name)
@@ -38,8 +48,12 @@ def train(argv: list[str]) -> int:
     """``pglab train forecast [FLAGS]``."""
     from pglab.run.config import parse_flags
 
-    parsed = parse_flags(ForecastTrainConfig, argv, prog="pglab train forecast",
-                         description="Train a tabular forecaster (Q-learning, WoLF-PHC or RARL) on a macro series.")
+    parsed = parse_flags(
+        ForecastTrainConfig,
+        argv,
+        prog="pglab train forecast",
+        description="Train a tabular forecaster (Q-learning, WoLF-PHC or RARL) on a macro series.",
+    )
     from pglab.algos.forecast import train_forecast
 
     result = train_forecast(parsed.config, given=parsed.given)
@@ -54,8 +68,12 @@ def evaluate(argv: list[str]) -> int:
     """``pglab evaluate forecast --model PATH [--adversary PATH] [FLAGS]``."""
     from pglab.run.config import parse_config
 
-    config = parse_config(ForecastModelEvaluateConfig, argv, prog="pglab evaluate forecast",
-                          description="Evaluate a saved forecaster (optionally against a saved adversary).")
+    config = parse_config(
+        ForecastModelEvaluateConfig,
+        argv,
+        prog="pglab evaluate forecast",
+        description="Evaluate a saved forecaster (optionally against a saved adversary).",
+    )
     check_output_file("output", config.output)
     from pglab.algos.forecast import evaluate_model
     from pglab.run.atomic import atomic_write_json
@@ -73,8 +91,12 @@ def evaluate_checkpoint(argv: list[str]) -> int:
     """``pglab evaluate CHECKPOINT [FLAGS]`` for checkpoints of kind ``forecast-*``."""
     from pglab.run.config import parse_config
 
-    config = parse_config(ForecastEvaluateConfig, argv, prog="pglab evaluate CHECKPOINT",
-                          description="Evaluate a forecast training checkpoint on its run's data (out of sample by default).")
+    config = parse_config(
+        ForecastEvaluateConfig,
+        argv,
+        prog="pglab evaluate CHECKPOINT",
+        description="Evaluate a forecast training checkpoint on its run's data (out of sample by default).",
+    )
     check_output_file("output", config.output)
     from pglab.algos.forecast import KINDS, agent_from_checkpoint, evaluate_agent
     from pglab.run.atomic import atomic_write_json
@@ -83,8 +105,13 @@ def evaluate_checkpoint(argv: list[str]) -> int:
 
     device = resolve_device(config.device)
     agent = agent_from_checkpoint(load_checkpoint_file(config.checkpoint, kinds=KINDS), device=device)
-    result = evaluate_agent(agent, start_row=config.start_row, end_row=config.end_row, with_adversary=config.with_adversary,
-                            checkpoint=str(config.checkpoint))
+    result = evaluate_agent(
+        agent,
+        start_row=config.start_row,
+        end_row=config.end_row,
+        with_adversary=config.with_adversary,
+        checkpoint=str(config.checkpoint),
+    )
     if config.output is not None:
         atomic_write_json(config.output, result)
     print(json.dumps(result, indent=2))
@@ -96,8 +123,12 @@ def backtest(argv: list[str]) -> int:
     """``pglab backtest [FLAGS]``."""
     from pglab.run.config import parse_config
 
-    config = parse_config(BacktestConfig, argv, prog="pglab backtest",
-                          description="Walk-forward backtest of a tabular forecaster against random-walk and AR baselines.")
+    config = parse_config(
+        BacktestConfig,
+        argv,
+        prog="pglab backtest",
+        description="Walk-forward backtest of a tabular forecaster against random-walk and AR baselines.",
+    )
     from pglab.algos.forecast import run_backtest
 
     result = run_backtest(config)
@@ -108,13 +139,19 @@ def backtest(argv: list[str]) -> int:
 
 def format_summary(summary: dict[str, Any]) -> str:
     """The backtest's table: pooled MAE/RMSE per method, DM t and win share against the learner."""
-    lines = [f"{summary['series']}  algo={summary['algorithm']}  state_key={summary['state_key']}  "
-             f"windows={summary['n_windows']}  forecasts={summary['n_forecasts']}",
-             f"{'method':<12} {'MAE':>8} {'RMSE':>8} {'DM t':>8} {'win%':>6}"]
+    lines = [
+        f"{summary['series']}  algo={summary['algorithm']}  state_key={summary['state_key']}  "
+        f"windows={summary['n_windows']}  forecasts={summary['n_forecasts']}",
+        f"{'method':<12} {'MAE':>8} {'RMSE':>8} {'DM t':>8} {'win%':>6}",
+    ]
     for name, entry in summary["methods"].items():
         dm = entry.get("dm_t_learned_minus_this")
         share = entry.get("windows_learned_better_mae")
-        lines.append(f"{name:<12} {entry['mae']:8.4f} {entry['rmse']:8.4f} "
-                     f"{'' if dm is None else f'{dm:8.2f}':>8} {'' if share is None else f'{100 * share:5.0f}%':>6}")
-    lines.append("DM t: learned minus baseline absolute error (< -2: the learner is significantly better); win%: windows where the learner's MAE is lower")
+        lines.append(
+            f"{name:<12} {entry['mae']:8.4f} {entry['rmse']:8.4f} "
+            f"{'' if dm is None else f'{dm:8.2f}':>8} {'' if share is None else f'{100 * share:5.0f}%':>6}"
+        )
+    lines.append(
+        "DM t: learned minus baseline absolute error (< -2: the learner is significantly better); win%: windows where the learner's MAE is lower"
+    )
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 Only the torch-free configs (:mod:`pglab.configs.ghm`) are imported before the command
 line is parsed, so ``--help`` never imports torch.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,8 +22,12 @@ def train(argv: list[str]) -> int:
 
     Returns the run's exit code: 0, or 130 (:data:`pglab.errors.EXIT_INTERRUPTED`) after
     SIGINT/SIGTERM (a checkpoint was saved; continue with ``--resume``)."""
-    parsed = parse_flags(GHMTrainConfig, argv, prog="pglab train ghm",
-                         description="Train a dividend/issuance policy for the GHM cash model.")
+    parsed = parse_flags(
+        GHMTrainConfig,
+        argv,
+        prog="pglab train ghm",
+        description="Train a dividend/issuance policy for the GHM cash model.",
+    )
     from pglab.algos.ghm_train import train_ghm
 
     result = train_ghm(parsed.config, given=parsed.given)
@@ -33,8 +38,12 @@ def evaluate(argv: list[str]) -> int:
     """``pglab evaluate CHECKPOINT``: the policy's discounted payout (mean, SE) from each
     initial cash level against the finite-difference optimum, with a progress bar over the
     simulated steps."""
-    config = parse_flags(GHMEvaluateConfig, argv, prog="pglab evaluate",
-                         description="Value of a GHM checkpoint's policy against the finite-difference optimum.").config
+    config = parse_flags(
+        GHMEvaluateConfig,
+        argv,
+        prog="pglab evaluate",
+        description="Value of a GHM checkpoint's policy against the finite-difference optimum.",
+    ).config
     check_output_file("output", config.output)
     import torch
 
@@ -56,11 +65,18 @@ def evaluate(argv: list[str]) -> int:
     cash_levels = list(config.cash) if config.cash is not None else list(agent.config.eval_cash)
     for cash in cash_levels:  # the run's model says where the firm is liquidated
         if cash <= liquidation:
-            raise ConfigError("cash", cash, f"must exceed {liquidation:g}, where the firm of this run "
-                              f"(--model {agent.config.model}) is liquidated")
+            raise ConfigError(
+                "cash",
+                cash,
+                f"must exceed {liquidation:g}, where the firm of this run (--model {agent.config.model}) is liquidated",
+            )
         if float(agent.model.state_from_cash(cash)) > 0.9 * agent.config.fd_x_max:
-            raise ConfigError("cash", cash, f"lies beyond 90% of the run's FD grid (fd_x_max={agent.config.fd_x_max:g}, in the "
-                              "model's state), where V* is not computed")
+            raise ConfigError(
+                "cash",
+                cash,
+                f"lies beyond 90% of the run's FD grid (fd_x_max={agent.config.fd_x_max:g}, in the "
+                "model's state), where V* is not computed",
+            )
     try:
         cache = find_run_dir(checkpoint["path"]) / "fd_reference.npz"
     except UsageError:  # a checkpoint outside a run directory: solve the reference afresh
@@ -74,21 +90,42 @@ def evaluate(argv: list[str]) -> int:
     if dt > agent.config.dt:
         import warnings
 
-        warnings.warn(f"dt {dt:g} is coarser than the run's training dt {agent.config.dt:g}: the simulated value's "
-                      "time-step error grows with dt (the exact column does not depend on it)", UserWarning, stacklevel=1)
+        warnings.warn(
+            f"dt {dt:g} is coarser than the run's training dt {agent.config.dt:g}: the simulated value's "
+            "time-step error grows with dt (the exact column does not depend on it)",
+            UserWarning,
+            stacklevel=1,
+        )
     result, rows = evaluate_against_reference(
-        agent.policy, agent.model, solution, cash_levels, num_paths=episodes,
-        dt=dt, seed=seed, tail_tolerance=tail_tolerance, device=device,
-        stochastic=config.stochastic, table_points=agent.config.policy_table_points, absorption=agent.config.absorption,
+        agent.policy,
+        agent.model,
+        solution,
+        cash_levels,
+        num_paths=episodes,
+        dt=dt,
+        seed=seed,
+        tail_tolerance=tail_tolerance,
+        device=device,
+        stochastic=config.stochastic,
+        table_points=agent.config.policy_table_points,
+        absorption=agent.config.absorption,
         progress=f"evaluate {checkpoint['kind']} ({episodes} paths x {len(cash_levels)} cash levels)",
     )
     if not config.stochastic:  # the deterministic policy's exact value beside the simulated one
-        for row, exact in zip(rows, exact_policy_value(agent.policy, agent.model, solution, cash_levels)):
+        for row, exact in zip(rows, exact_policy_value(agent.policy, agent.model, solution, cash_levels), strict=False):
             row.update(exact_value=exact["exact_value"], exact_pct_of_optimum=exact["exact_pct_of_optimum"])
-    report = {"checkpoint": checkpoint["path"], "kind": checkpoint["kind"], "iteration": agent.iteration,
-              "policy": "stochastic" if config.stochastic else "deterministic",
-              "simulated_time": result.simulated_time, "dt": dt, "num_paths": episodes, "seed": seed,
-              "tail_tolerance": tail_tolerance, "rows": rows}
+    report = {
+        "checkpoint": checkpoint["path"],
+        "kind": checkpoint["kind"],
+        "iteration": agent.iteration,
+        "policy": "stochastic" if config.stochastic else "deterministic",
+        "simulated_time": result.simulated_time,
+        "dt": dt,
+        "num_paths": episodes,
+        "seed": seed,
+        "tail_tolerance": tail_tolerance,
+        "rows": rows,
+    }
     if config.output is not None:
         try:
             atomic_write_json(config.output, report)
@@ -106,8 +143,12 @@ def evaluate(argv: list[str]) -> int:
 
 def solve(argv: list[str]) -> int:
     """``pglab solve ghm``: optimal value, controls and thresholds by finite differences."""
-    config = parse_flags(GHMSolveConfig, argv, prog="pglab solve ghm",
-                         description="The GHM model's optimal value, controls and thresholds by finite differences.").config
+    config = parse_flags(
+        GHMSolveConfig,
+        argv,
+        prog="pglab solve ghm",
+        description="The GHM model's optimal value, controls and thresholds by finite differences.",
+    ).config
     import numpy as np
 
     from pglab.envs.ghm import GHMModel
@@ -121,11 +162,17 @@ def solve(argv: list[str]) -> int:
     controls = solution.control_at(list(config.cash))
     thresholds = solution.thresholds()
     payload = {
-        "params": dataclasses.asdict(config.params()), "nodes": config.nodes, "x_max": config.x_max,
-        "extrapolated": config.extrapolate, "converged": solution.converged, "iterations": solution.iterations,
+        "params": dataclasses.asdict(config.params()),
+        "nodes": config.nodes,
+        "x_max": config.x_max,
+        "extrapolated": config.extrapolate,
+        "converged": solution.converged,
+        "iterations": solution.iterations,
         "thresholds": thresholds,
-        "rows": [{"cash": float(c), "value": float(v), "dividend_rate": float(u[0]), "issuance_rate": float(u[1])}
-                 for c, v, u in zip(config.cash, values, controls)],
+        "rows": [
+            {"cash": float(c), "value": float(v), "dividend_rate": float(u[0]), "issuance_rate": float(u[1])}
+            for c, v, u in zip(config.cash, values, controls, strict=False)
+        ],
     }
     if config.output is not None:
         output = config.output.with_suffix(".npz")
@@ -134,21 +181,27 @@ def solve(argv: list[str]) -> int:
         np.savez(temporary, grid=solution.grid, value=solution.value, controls=solution.controls)
         temporary.replace(output)
         lines = ["cash,value,dividend_rate,issuance_rate"] + [
-            f"{x:.6g},{v:.8g},{u[0]:.6g},{u[1]:.6g}" for x, v, u in zip(solution.grid, solution.value, solution.controls)]
+            f"{x:.6g},{v:.8g},{u[0]:.6g},{u[1]:.6g}"
+            for x, v, u in zip(solution.grid, solution.value, solution.controls, strict=False)
+        ]
         atomic_write_text(output.with_suffix(".csv"), "\n".join(lines) + "\n")
         payload["output"] = str(output)
     if config.json:
         print(json.dumps(payload, indent=2))
         return 0
-    print(f"GHM HJB by finite differences ({config.nodes} intervals on [0, {config.x_max}]"
-          f"{', Richardson-extrapolated' if config.extrapolate else ''}; policy iteration "
-          f"{'converged' if solution.converged else 'NOT converged'} in {solution.iterations} steps)")
+    print(
+        f"GHM HJB by finite differences ({config.nodes} intervals on [0, {config.x_max}]"
+        f"{', Richardson-extrapolated' if config.extrapolate else ''}; policy iteration "
+        f"{'converged' if solution.converged else 'NOT converged'} in {solution.iterations} steps)"
+    )
     print(f"{'cash':>6} {'V*':>9} {'a_L*':>6} {'a_E*':>6}")
     for row in payload["rows"]:
         print(f"{row['cash']:>6.2f} {row['value']:>9.4f} {row['dividend_rate']:>6.2f} {row['issuance_rate']:>6.2f}")
     dividend, issuance = thresholds.get("dividend_rate"), thresholds.get("issuance_rate")
-    print(f"dividend barrier: {dividend if dividend is None else f'{dividend:.4f}'}; "
-          f"issuance below: {issuance if issuance is None else f'{issuance:.4f}'}")
+    print(
+        f"dividend barrier: {dividend if dividend is None else f'{dividend:.4f}'}; "
+        f"issuance below: {issuance if issuance is None else f'{issuance:.4f}'}"
+    )
     if config.output is not None:
         print(f"wrote {payload['output']}", file=sys.stderr)
     return 0

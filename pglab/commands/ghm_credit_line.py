@@ -1,5 +1,6 @@
 """``pglab solve ghm-credit-line``: the FD optimum of the GHM firm with a credit line,
 next to the same firm without one, and the HJB residual of both FD solutions."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,12 @@ __all__ = ["CreditLineSolveConfig", "solve"]
 def solve(argv: list[str]) -> int:
     """``pglab solve ghm-credit-line``: value, thresholds (in cash) and FD residual, with and
     without the line."""
-    config = parse_flags(CreditLineSolveConfig, argv, prog="pglab solve ghm-credit-line",
-                         description="The GHM firm with a credit line against the same firm without one, by finite differences.").config
+    config = parse_flags(
+        CreditLineSolveConfig,
+        argv,
+        prog="pglab solve ghm-credit-line",
+        description="The GHM firm with a credit line against the same firm without one, by finite differences.",
+    ).config
     from pglab.envs.ghm import GHMModel, GHMParams
     from pglab.envs.ghm_credit_line import GHMCreditLineModel
     from pglab.hjb.fd import solve_hjb_1d_extrapolated
@@ -23,18 +28,31 @@ def solve(argv: list[str]) -> int:
 
     params = config.params()
     line = GHMCreditLineModel(params)
-    plain = GHMModel(GHMParams(mu=params.mu, sigma=params.sigma, r=params.r, lambda_dilution=params.lambda_dilution,
-                               rho=params.rho, a_L_max=params.a_L_max, a_E_max=params.a_E_max))
+    plain = GHMModel(
+        GHMParams(
+            mu=params.mu,
+            sigma=params.sigma,
+            r=params.r,
+            lambda_dilution=params.lambda_dilution,
+            rho=params.rho,
+            a_L_max=params.a_L_max,
+            a_E_max=params.a_E_max,
+        )
+    )
     limit = params.credit_limit
     results = {}
     for name, model, shift in (("credit_line", line, limit), ("ghm", plain, 0.0)):
         solution = solve_hjb_1d_extrapolated(model, x_max=config.x_max, num_nodes=config.nodes)
         c_max = min(2.0 + shift, config.x_max)
-        report = HJBResidualValidator(model, reference=solution, c_min=config.c_min, c_max=c_max).validate_solution(solution)
+        report = HJBResidualValidator(model, reference=solution, c_min=config.c_min, c_max=c_max).validate_solution(
+            solution
+        )
         cash = [c for c in config.cash if c + shift >= 0.0]
         results[name] = {
             "converged": solution.converged,
-            "values": {str(c): float(v) for c, v in zip(cash, solution.value_at([c + shift for c in cash]))},
+            "values": {
+                str(c): float(v) for c, v in zip(cash, solution.value_at([c + shift for c in cash]), strict=False)
+            },
             # thresholds in cash, c = x - credit_limit
             "thresholds": {k: (None if v is None else v - shift) for k, v in solution.thresholds().items()},
             "residual": dataclasses.asdict(report.residual_optimal),
@@ -44,8 +62,10 @@ def solve(argv: list[str]) -> int:
     if config.json:
         print(json.dumps(payload, indent=2))
         return 0
-    print(f"GHM with a credit line of {limit:g} (spread {params.credit_spread:g}) vs without, by finite differences "
-          f"({config.nodes} intervals on [0, {config.x_max}], Richardson-extrapolated)")
+    print(
+        f"GHM with a credit line of {limit:g} (spread {params.credit_spread:g}) vs without, by finite differences "
+        f"({config.nodes} intervals on [0, {config.x_max}], Richardson-extrapolated)"
+    )
     print(f"{'cash':>6} {'V line':>9} {'V GHM':>9}")
     for c in config.cash:
         key = str(c)
@@ -56,7 +76,9 @@ def solve(argv: list[str]) -> int:
     for name in ("credit_line", "ghm"):
         thresholds, residual = results[name]["thresholds"], results[name]["residual"]
         dividend, issuance = thresholds.get("dividend_rate"), thresholds.get("issuance_rate")
-        print(f"{name}: dividend barrier at cash {dividend if dividend is None else f'{dividend:.4f}'}, issuance below "
-              f"cash {issuance if issuance is None else f'{issuance:.4f}'}; FD residual max {residual['max']:.1e} "
-              f"RMS {residual['rms']:.1e} on state in [{config.c_min:g}, {results[name]['residual_interval_state'][1]:g}]")
+        print(
+            f"{name}: dividend barrier at cash {dividend if dividend is None else f'{dividend:.4f}'}, issuance below "
+            f"cash {issuance if issuance is None else f'{issuance:.4f}'}; FD residual max {residual['max']:.1e} "
+            f"RMS {residual['rms']:.1e} on state in [{config.c_min:g}, {results[name]['residual_interval_state'][1]:g}]"
+        )
     return 0

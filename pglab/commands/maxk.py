@@ -5,6 +5,7 @@ model, its agent and the test-set evaluation are :mod:`pglab.algos.maxk_pomo`, t
 configs :mod:`pglab.configs.maxk` (torch-free, so ``--help`` never imports torch).
 See ``docs/maxk.md``.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,16 +25,19 @@ def _require_co() -> None:
 
 def train(argv: list[str]) -> int:
     """``pglab train maxk-pomo [FLAGS]``; 0, or 130 after SIGINT/SIGTERM (checkpoint saved)."""
-    parsed = parse_flags(MaxKPOMOTrainConfig, argv, prog="pglab train maxk-pomo",
-                         description=MaxKPOMOTrainConfig.__doc__)
+    parsed = parse_flags(
+        MaxKPOMOTrainConfig, argv, prog="pglab train maxk-pomo", description=MaxKPOMOTrainConfig.__doc__
+    )
     _require_co()
     from pglab.algos.maxk_train import train_maxk_pomo
 
     result = train_maxk_pomo(parsed.config, given=parsed.given)
     last, config = result["last"], result["config"]
     if "stats/tour_length" in last:
-        print(f"step {result['step']}: mean tour length {last['stats/tour_length']:.4f}, "
-              f"best of {config.num_loc} {last['stats/best_of_n_tour_length']:.4f}")
+        print(
+            f"step {result['step']}: mean tour length {last['stats/tour_length']:.4f}, "
+            f"best of {config.num_loc} {last['stats/best_of_n_tour_length']:.4f}"
+        )
     print(f"run directory: {result['run_dir']}")
     return result["exit_code"]
 
@@ -41,10 +45,18 @@ def train(argv: list[str]) -> int:
 def format_rows(rows: list[dict[str, Any]]) -> str:
     k = rows[0]["k"]
     n = rows[0]["num_loc"]
-    columns = [("greedy", "greedy"), (f"max@{k}", "maxk"), (f"best of {n}", "sample_best"), ("sample mean", "sample_mean")]
+    columns = [
+        ("greedy", "greedy"),
+        (f"max@{k}", "maxk"),
+        (f"best of {n}", "sample_best"),
+        ("sample mean", "sample_mean"),
+    ]
     has_gap = "greedy_gap_pct" in rows[0]
     header = f"{'model':<24} {'steps':>6} " + " ".join(f"{title:>19}" for title, _ in columns)
-    lines = [f"TSP{n}, {rows[0]['num_instances']} instances; tour length" + (" (gap % to elkai)" if has_gap else ""), header]
+    lines = [
+        f"TSP{n}, {rows[0]['num_instances']} instances; tour length" + (" (gap % to elkai)" if has_gap else ""),
+        header,
+    ]
     for row in rows:
         cells = []
         for _, key in columns:
@@ -65,7 +77,9 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 
 def evaluate(argv: list[str]) -> int:
     """``pglab evaluate maxk-pomo --checkpoints RUN [RUN ...] [FLAGS]``."""
-    config = parse_flags(MaxKEvalConfig, argv, prog="pglab evaluate maxk-pomo", description=MaxKEvalConfig.__doc__).config
+    config = parse_flags(
+        MaxKEvalConfig, argv, prog="pglab evaluate maxk-pomo", description=MaxKEvalConfig.__doc__
+    ).config
     check_output_file("output", config.output)  # before minutes of evaluation, not after
     _require_co()
     from pglab.algos.maxk_pomo import evaluate_models

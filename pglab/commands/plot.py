@@ -1,4 +1,5 @@
 """``pglab plot RUN_DIR``: learning curves from a run's metrics log."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,6 +33,8 @@ def plot(argv: list[str]) -> int:
     from pglab.run.plots import plot_learning_curves
 
     config = parse_config(PlotConfig, argv, prog="pglab plot")
-    path = plot_learning_curves(config.run_dir, keys=config.keys or None, x=config.x, output=config.output, smooth=config.smooth)
+    path = plot_learning_curves(
+        config.run_dir, keys=config.keys or None, x=config.x, output=config.output, smooth=config.smooth
+    )
     print(path)
     return 0

@@ -3,6 +3,7 @@
 Flags are parsed from the torch-free configs in :mod:`pglab.configs.ppo` before anything
 imports torch, so ``--help`` (and a flag error) answers at once.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,12 @@ from pglab.validation import check_output_file
 def anneal_lr_as_schedule(argv: list[str]) -> list[str]:
     """The old flags ``--anneal-lr`` / ``--no-anneal-lr`` as ``--lr-schedule linear|constant``
     (so a resume sees ``lr_schedule`` as given and applies or refuses it)."""
-    spelled = {"--anneal-lr": "linear", "--no-anneal-lr": "constant", "--anneal_lr": "linear", "--no_anneal_lr": "constant"}
+    spelled = {
+        "--anneal-lr": "linear",
+        "--no-anneal-lr": "constant",
+        "--anneal_lr": "linear",
+        "--no_anneal_lr": "constant",
+    }
     out: list[str] = []
     for arg in argv:
         if arg in spelled:
@@ -32,8 +38,12 @@ def train(argv: list[str]) -> int:
 
     Returns the run's exit code: 0, or 130 (:data:`pglab.errors.EXIT_INTERRUPTED`) when
     SIGINT/SIGTERM stopped it after saving a checkpoint."""
-    parsed = parse_flags(PPOConfig, anneal_lr_as_schedule(argv), prog="pglab train ppo",
-                         description="PPO / VPG+GAE / REINFORCE on a Gymnasium (gym:ID) or pglab (pglab:NAME) environment.")
+    parsed = parse_flags(
+        PPOConfig,
+        anneal_lr_as_schedule(argv),
+        prog="pglab train ppo",
+        description="PPO / VPG+GAE / REINFORCE on a Gymnasium (gym:ID) or pglab (pglab:NAME) environment.",
+    )
     from pglab.algos.ppo import train_ppo
 
     result = train_ppo(parsed.config, given=parsed.given, echo=print)
@@ -43,7 +53,9 @@ def train(argv: list[str]) -> int:
 def evaluate(argv: list[str]) -> int:
     """``pglab evaluate CHECKPOINT [--episodes 10] [--seed N] [--stochastic] [--output F.json]``"""
     if not argv or argv[0].startswith("-"):
-        raise UsageError("usage: pglab evaluate CHECKPOINT [--episodes N] [--seed N] [--stochastic] [--output FILE.json]")
+        raise UsageError(
+            "usage: pglab evaluate CHECKPOINT [--episodes N] [--seed N] [--stochastic] [--output FILE.json]"
+        )
     path, flags = argv[0], argv[1:]
     config = parse_flags(PPOEvaluateConfig, flags, prog=f"pglab evaluate {path}").config
     check_output_file("output", config.output)
@@ -60,13 +72,23 @@ def evaluate(argv: list[str]) -> int:
     checkpoint = load_checkpoint_file(path, kinds=[KIND], map_location=device)
     agent = agent_from_checkpoint(checkpoint, device=device)
     env_spec = config.env or agent.config.env
-    result = evaluate_agent(agent, env_spec, episodes=config.episodes, seed=config.seed,
-                            deterministic=not config.stochastic, device=device)
-    report = {"checkpoint": checkpoint["path"], "env": env_spec, "algo": agent.config.algo,
-              "env_steps": checkpoint["counters"].get("env_steps"), "deterministic": not config.stochastic, **result}
+    result = evaluate_agent(
+        agent, env_spec, episodes=config.episodes, seed=config.seed, deterministic=not config.stochastic, device=device
+    )
+    report = {
+        "checkpoint": checkpoint["path"],
+        "env": env_spec,
+        "algo": agent.config.algo,
+        "env_steps": checkpoint["counters"].get("env_steps"),
+        "deterministic": not config.stochastic,
+        **result,
+    }
     # the summary for people on stderr, so stdout is the JSON report alone (pipe it to jq)
-    print(f"{env_spec}  {report['episodes']:.0f} episodes  return {result['return/mean']:.2f} +- {result['return/std']:.2f} "
-          f"(min {result['return/min']:.2f}, max {result['return/max']:.2f})  length {result['length/mean']:.1f}", file=sys.stderr)
+    print(
+        f"{env_spec}  {report['episodes']:.0f} episodes  return {result['return/mean']:.2f} +- {result['return/std']:.2f} "
+        f"(min {result['return/min']:.2f}, max {result['return/max']:.2f})  length {result['length/mean']:.1f}",
+        file=sys.stderr,
+    )
     if config.output is not None:
         from pglab.run.atomic import atomic_write_json
 

@@ -14,6 +14,7 @@ Writes ``validation.json`` and ``validation.png`` into the run directory (or
 ``--output``; for a checkpoint outside a run directory, the checkpoint's folder)
 atomically; no other file is touched.
 """
+
 from __future__ import annotations
 
 import copy
@@ -58,30 +59,50 @@ def validate_checkpoint(config: ValidateConfig):
         raise ConfigError("c_min", config.c_min, f"must be below c_max={c_max} (the run's initial_cash_high)")
     if c_max > float(solution.grid[-1]):
         raise ConfigError("c_max", c_max, f"must not exceed the FD reference's x_max={float(solution.grid[-1])}")
-    validator = HJBResidualValidator(agent.model, reference=solution, c_min=config.c_min, c_max=c_max,
-                                     n_points=config.n_points, tolerance=config.tolerance)
+    validator = HJBResidualValidator(
+        agent.model,
+        reference=solution,
+        c_min=config.c_min,
+        c_max=c_max,
+        n_points=config.n_points,
+        tolerance=config.tolerance,
+    )
     # float64 copies: the grid and V* are float64, and --method fd's small step needs the precision
     # (V'' by differences has rounding error eps / h^2: 1e-8 in float64, 1e+1 in float32 at h = 1.2e-4)
     policy = copy.deepcopy(agent.policy).double()
     value_net = None if agent.baseline is None else copy.deepcopy(agent.baseline).double()
     policy_fn = lambda states: policy.mean_std(states)[0]  # noqa: E731  (the deterministic action; clipped by the validator)
     with torch.enable_grad():
-        learned = validator.validate(value_net, policy_fn, method=config.method, fd_step=config.fd_step,
-                                     source=f"{checkpoint['kind']} iteration {agent.iteration}")
+        learned = validator.validate(
+            value_net,
+            policy_fn,
+            method=config.method,
+            fd_step=config.fd_step,
+            source=f"{checkpoint['kind']} iteration {agent.iteration}",
+        )
     reference = validator.validate_solution(solution, source="FD reference")
-    payload = _plain({
-        "checkpoint": str(path), "kind": checkpoint["kind"], "iteration": agent.iteration,
-        "state": state_label(agent.model),  # the unit of c_min, c_max, argmax and the thresholds
-        "value_network": agent.baseline is not None,
-        "learned": learned.to_dict(), "fd_reference": reference.to_dict(),
-    })
+    payload = _plain(
+        {
+            "checkpoint": str(path),
+            "kind": checkpoint["kind"],
+            "iteration": agent.iteration,
+            "state": state_label(agent.model),  # the unit of c_min, c_max, argmax and the thresholds
+            "value_network": agent.baseline is not None,
+            "learned": learned.to_dict(),
+            "fd_reference": reference.to_dict(),
+        }
+    )
     return payload, learned, reference, run_dir
 
 
 def validate(argv: list[str]) -> int:
     """``pglab validate CHECKPOINT [FLAGS]``."""
-    config = parse_flags(ValidateConfig, argv, prog="pglab validate",
-                         description="HJB residual, boundary value and distance to the FD optimum of a GHM checkpoint.").config
+    config = parse_flags(
+        ValidateConfig,
+        argv,
+        prog="pglab validate",
+        description="HJB residual, boundary value and distance to the FD optimum of a GHM checkpoint.",
+    ).config
     from pglab.run.atomic import atomic_write_json
 
     payload, learned, reference, run_dir = validate_checkpoint(config)
@@ -97,8 +118,14 @@ def validate(argv: list[str]) -> int:
     if config.json:
         print(json.dumps({**payload, "files": [str(json_path), str(png_path)]}, indent=2))
     else:
-        print(format_report(learned, reference, title=f"{payload['checkpoint']} ({payload['kind']}, iteration {payload['iteration']})",
-                            state=payload["state"]))
+        print(
+            format_report(
+                learned,
+                reference,
+                title=f"{payload['checkpoint']} ({payload['kind']}, iteration {payload['iteration']})",
+                state=payload["state"],
+            )
+        )
         print(f"wrote {json_path} and {png_path}", file=sys.stderr)
     return 0
 
@@ -119,6 +146,7 @@ def _plain(obj):
 def format_report(learned, reference, *, title: str = "", state: str = "cash c") -> str:
     """The side-by-side table of ``pglab validate`` (``state``: what the states and
     thresholds are, e.g. ``liquidity = cash + 0.25`` for a credit-line run)."""
+
     def number(value, spec=".2e"):
         return "-" if value is None else format(value, spec)
 
@@ -127,18 +155,41 @@ def format_report(learned, reference, *, title: str = "", state: str = "cash c")
         return None if stats is None else getattr(stats, key)
 
     rows: list[tuple[str, str, str]] = []
-    for name, label in (("residual_optimal", "|rho V - max_u H|"), ("residual_policy", "|rho V - H(pi)|"),
-                        ("hamiltonian_gap", "gap max_u H - H(pi) at V*")):
+    for name, label in (
+        ("residual_optimal", "|rho V - max_u H|"),
+        ("residual_policy", "|rho V - H(pi)|"),
+        ("hamiltonian_gap", "gap max_u H - H(pi) at V*"),
+    ):
         for key in ("max", "mean", "rms"):
             rows.append((f"{label} {key}", number(stat(learned, name, key)), number(stat(reference, name, key))))
-    rows.append(("|R_opt| max / (rho V*)", number(stat(learned, "residual_optimal", "max_relative")),
-                 number(stat(reference, "residual_optimal", "max_relative"))))
-    rows.append(("  at c =", number(stat(learned, "residual_optimal", "argmax"), ".3f"),
-                 number(stat(reference, "residual_optimal", "argmax"), ".3f")))
-    rows.append((f"boundary layer (0, {learned.c_min:g}): |R_opt| max", number(stat(learned, "boundary_layer_residual", "max")),
-                 number(stat(reference, "boundary_layer_residual", "max"))))
-    rows.append((f"V(0) (boundary value {learned.terminal_value:g})", number(learned.value_at_zero, ".4f"),
-                 number(reference.value_at_zero, ".4f")))
+    rows.append(
+        (
+            "|R_opt| max / (rho V*)",
+            number(stat(learned, "residual_optimal", "max_relative")),
+            number(stat(reference, "residual_optimal", "max_relative")),
+        )
+    )
+    rows.append(
+        (
+            "  at c =",
+            number(stat(learned, "residual_optimal", "argmax"), ".3f"),
+            number(stat(reference, "residual_optimal", "argmax"), ".3f"),
+        )
+    )
+    rows.append(
+        (
+            f"boundary layer (0, {learned.c_min:g}): |R_opt| max",
+            number(stat(learned, "boundary_layer_residual", "max")),
+            number(stat(reference, "boundary_layer_residual", "max")),
+        )
+    )
+    rows.append(
+        (
+            f"V(0) (boundary value {learned.terminal_value:g})",
+            number(learned.value_at_zero, ".4f"),
+            number(reference.value_at_zero, ".4f"),
+        )
+    )
     error = learned.value_error or {}
     rows.append(("sup |V - V*|", number(error.get("sup_abs"), ".4f"), "0 (def.)"))
     rows.append(("mean |V - V*|", number(error.get("mean_abs"), ".4f"), ""))
@@ -151,15 +202,21 @@ def format_report(learned, reference, *, title: str = "", state: str = "cash c")
     verdict = {None: "n/a (no value network)", True: "met", False: "NOT met"}[learned.meets_tolerance]
     width = max(len(row[0]) for row in rows)
     lines = [title] if title else []
-    lines.append(f"HJB residual on the state c ({state}) in [{learned.c_min:g}, {learned.c_max:g}] ({learned.n_interior} points; "
-                 f"value derivatives: {learned.method})")
+    lines.append(
+        f"HJB residual on the state c ({state}) in [{learned.c_min:g}, {learned.c_max:g}] ({learned.n_interior} points; "
+        f"value derivatives: {learned.method})"
+    )
     lines.append(f"{'':<{width}}  {'learned':>10}  {'FD reference':>12}")
     lines += [f"{label:<{width}}  {a:>10}  {b:>12}" for label, a, b in rows]
-    lines.append(f"criterion max |rho V - max_u H| <= {learned.tolerance:g}: learned {verdict}; "
-                 f"FD reference {'met' if reference.meets_tolerance else 'NOT met'}")
+    lines.append(
+        f"criterion max |rho V - max_u H| <= {learned.tolerance:g}: learned {verdict}; "
+        f"FD reference {'met' if reference.meets_tolerance else 'NOT met'}"
+    )
     if learned.residual_optimal is None:
-        lines.append("this checkpoint has no value network (--no-baseline): the residual needs one, so only the "
-                     "policy is compared (its Hamiltonian gap under V* bounds V* - V^pi <= sup gap / rho)")
+        lines.append(
+            "this checkpoint has no value network (--no-baseline): the residual needs one, so only the "
+            "policy is compared (its Hamiltonian gap under V* bounds V* - V^pi <= sup gap / rho)"
+        )
     return "\n".join(lines)
 
 
@@ -210,7 +267,9 @@ def plot_validation(learned, reference, output: str | os.PathLike) -> Path:
         name = names[j] if j < len(names) else f"u{j}"
         if "controls" in curves:
             ax.plot(states, curves["controls"][:, j], color=colours[j % 4], label=f"{name} (learned)")
-        ax.plot(states, curves["controls_reference"][:, j], color=colours[j % 4], ls="--", alpha=0.6, label=f"{name} (FD)")
+        ax.plot(
+            states, curves["controls_reference"][:, j], color=colours[j % 4], ls="--", alpha=0.6, label=f"{name} (FD)"
+        )
     ax.set(xlabel="state", ylabel="rate", title="Policy (deterministic action) vs FD optimum")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)

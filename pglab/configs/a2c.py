@@ -4,6 +4,7 @@
 imports torch. :mod:`pglab.algos.a2c`, :mod:`pglab.algos.stream_ac` and
 :mod:`pglab.envs.pixel_goal` import their configs from here (and re-export them).
 """
+
 from __future__ import annotations
 
 import math

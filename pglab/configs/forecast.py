@@ -9,6 +9,7 @@ The learners are NumPy tables on the CPU. ``--device`` is accepted and resolved 
 everywhere else (``cuda`` without a GPU is refused), but the tables stay on the CPU:
 only the tensors an agent returns from ``act``/``value`` follow their input's device.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -70,10 +71,11 @@ class SimulationConfig:
         return DiscreteActionSpace(self.adversary_bins, self.adversary_max)
 
 
-
 def check_device(device: str) -> None:
     """The ``--device`` spelling (whether CUDA is there is checked when a run starts)."""
-    if device not in ("auto", "cpu") and not (device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+    if device not in ("auto", "cpu") and not (
+        device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())
+    ):
         raise ConfigError("device", device, "must be 'auto', 'cpu', 'cuda' or 'cuda:N'")
 
 
@@ -244,7 +246,8 @@ class BacktestConfig(ForecastLearnerConfig):
 
     # Shorter training episodes than pglab train forecast's: a window holds window_size rows.
     game: Annotated[SimulationConfig, tyro.conf.OmitArgPrefixes] = dataclasses.field(
-        default_factory=lambda: SimulationConfig(horizon=40))
+        default_factory=lambda: SimulationConfig(horizon=40)
+    )
     """the game's settings (SimulationConfig; --horizon at most window_size - 2)"""
     windows: int | None = None
     """maximum number of walk-forward windows (default: as many as the data allow)"""
@@ -264,7 +267,11 @@ class BacktestConfig(ForecastLearnerConfig):
         check_int("window_size", self.window_size, minimum=4)
         check_int("step_size", self.step_size, minimum=1)
         if self.game.horizon > self.window_size - 2:
-            raise ConfigError("horizon", self.game.horizon, f"must be <= window_size - 2 = {self.window_size - 2} (an episode needs horizon + 2 rows)")
+            raise ConfigError(
+                "horizon",
+                self.game.horizon,
+                f"must be <= window_size - 2 = {self.window_size - 2} (an episode needs horizon + 2 rows)",
+            )
 
 
 # The names these configs had in pglab.commands.forecast.

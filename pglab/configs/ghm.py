@@ -6,6 +6,7 @@ from this module alone. The model parameters (:class:`GHMParams`,
 :class:`CreditLineParams`) live here too, since the trainer's and the solver's configs
 validate them; :mod:`pglab.envs.ghm` and :mod:`pglab.envs.ghm_credit_line` re-export them.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,6 +33,7 @@ GHM_KINDS = ("ghm-mc", "ghm-pathwise", "ghm-actor-critic")
 
 
 # -- the model ------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class GHMParams:
@@ -80,10 +82,14 @@ class GHMParams:
         lowest = self.liquidation_cash
         check_finite("initial_cash_low", self.initial_cash_low)
         if self.initial_cash_low < lowest:
-            raise ConfigError("initial_cash_low", self.initial_cash_low, f"must be >= {lowest:g} (below it the firm is liquidated)")
+            raise ConfigError(
+                "initial_cash_low", self.initial_cash_low, f"must be >= {lowest:g} (below it the firm is liquidated)"
+            )
         check_finite("initial_cash_high", self.initial_cash_high)
         if self.initial_cash_high < self.initial_cash_low:
-            raise ConfigError("initial_cash_high", self.initial_cash_high, f"must be >= initial_cash_low={self.initial_cash_low}")
+            raise ConfigError(
+                "initial_cash_high", self.initial_cash_high, f"must be >= initial_cash_low={self.initial_cash_low}"
+            )
 
 
 @dataclass(frozen=True)
@@ -117,11 +123,42 @@ class CreditLineParams(GHMParams):
 SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
     # mc (issue 24, session 29, docs/ghm.md "Defaults across calibrations"): bridge absorption
     # (the continuously monitored model that V* solves), 1,000 iterations, rates decaying to 5%.
-    "mc": dict(n_iterations=1000, n_trajectories=500, lr_policy=3e-4, lr_final_fraction=0.05, baseline_steps=1,
-               score_samples=0, action_repeat=5, control_variate="martingale", critic_boundary="none",
-               absorption="bridge"),
-    "pathwise": dict(absorption="grid", control_variate="none", critic_boundary="none", n_trajectories=1000, n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
-    "actor-critic": dict(absorption="grid", control_variate="none", critic_boundary="none", n_trajectories=1000, n_iterations=350, lr_policy=1e-3, lr_final_fraction=0.2, baseline_steps=4, score_samples=25_000, action_repeat=1),
+    "mc": dict(
+        n_iterations=1000,
+        n_trajectories=500,
+        lr_policy=3e-4,
+        lr_final_fraction=0.05,
+        baseline_steps=1,
+        score_samples=0,
+        action_repeat=5,
+        control_variate="martingale",
+        critic_boundary="none",
+        absorption="bridge",
+    ),
+    "pathwise": dict(
+        absorption="grid",
+        control_variate="none",
+        critic_boundary="none",
+        n_trajectories=1000,
+        n_iterations=350,
+        lr_policy=1e-3,
+        lr_final_fraction=0.2,
+        baseline_steps=4,
+        score_samples=25_000,
+        action_repeat=1,
+    ),
+    "actor-critic": dict(
+        absorption="grid",
+        control_variate="none",
+        critic_boundary="none",
+        n_trajectories=1000,
+        n_iterations=350,
+        lr_policy=1e-3,
+        lr_final_fraction=0.2,
+        baseline_steps=4,
+        score_samples=25_000,
+        action_repeat=1,
+    ),
 }
 
 
@@ -134,7 +171,7 @@ def mc_iterations(rho: float) -> int:
     return int(round(SOLVER_DEFAULTS["mc"]["n_iterations"] * max(1.0, MC_REFERENCE_RHO / rho)))
 
 
-def final_eval_dt(config: "GHMTrainConfig") -> float:
+def final_eval_dt(config: GHMTrainConfig) -> float:
     """The final evaluation's time step: ``eval_dt``, or a quarter of the training ``dt``."""
     return config.eval_dt if config.eval_dt is not None else config.dt / 4.0
 
@@ -386,7 +423,9 @@ class GHMTrainConfig:
             if self.no_baseline:
                 raise ConfigError("control_variate", "martingale", "needs the baseline's slope (drop --no-baseline)")
             if self.advantage != "reward_to_go":
-                raise ConfigError("control_variate", "martingale", f"needs --advantage reward_to_go (got {self.advantage})")
+                raise ConfigError(
+                    "control_variate", "martingale", f"needs --advantage reward_to_go (got {self.advantage})"
+                )
         check_non_negative("advantage_horizon", self.advantage_horizon)
         check_int("baseline_steps", self.baseline_steps, minimum=1)
         check_int("score_samples", self.score_samples, minimum=0)
@@ -395,11 +434,15 @@ class GHMTrainConfig:
             check_int("policy_table_points", self.policy_table_points, minimum=2)
         check_positive("clip_sharpness", self.clip_sharpness)
         if self.no_baseline and self.algo != "mc":
-            raise ConfigError("no_baseline", True, f"--algo {self.algo} needs its critic (no_baseline is for --algo mc)")
+            raise ConfigError(
+                "no_baseline", True, f"--algo {self.algo} needs its critic (no_baseline is for --algo mc)"
+            )
         check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
         check_range("td_final_fraction", self.td_final_fraction, 0.0, 1.0)
         if self.td_final_fraction != 1.0 and self.algo != "actor-critic":
-            raise ConfigError("td_final_fraction", self.td_final_fraction, f"is for --algo actor-critic, not --algo {self.algo}")
+            raise ConfigError(
+                "td_final_fraction", self.td_final_fraction, f"is for --algo actor-critic, not --algo {self.algo}"
+            )
         check_non_negative("hjb_weight", self.hjb_weight)
         check_int("hjb_samples", self.hjb_samples, minimum=1)
         check_choice("hjb_residual", self.hjb_residual, ("optimal", "policy"))
@@ -416,8 +459,12 @@ class GHMTrainConfig:
             raise ConfigError("params", self.params, "must be a GHMParams")
         params = self.model_params()  # validates the model's own parameters (credit_limit, ...)
         if self.hjb_c_min is not None and self.hjb_c_max is None and self.hjb_interval()[1] <= self.hjb_c_min:
-            raise ConfigError("hjb_c_min", self.hjb_c_min, f"must be below the default hjb_c_max = 1.25 x the state of "
-                              f"initial_cash_high = {self.hjb_interval()[1]:g} (or give hjb_c_max)")
+            raise ConfigError(
+                "hjb_c_min",
+                self.hjb_c_min,
+                f"must be below the default hjb_c_max = 1.25 x the state of "
+                f"initial_cash_high = {self.hjb_interval()[1]:g} (or give hjb_c_max)",
+            )
         check_int_sequence("policy_hidden_dims", self.policy_hidden_dims)
         check_int_sequence("baseline_hidden_dims", self.baseline_hidden_dims)
         check_range("log_std_init", self.log_std_init, -20.0, 5.0)
@@ -434,8 +481,12 @@ class GHMTrainConfig:
         check_int("action_repeat", self.action_repeat, minimum=1)
         check_choice("simulator", self.simulator, ("batched", "process", "ray"))
         if self.simulator != "batched" and self.algo != "mc":
-            raise ConfigError("simulator", self.simulator, f"--algo {self.algo} differentiates through the rollout, which "
-                              "must stay in this process; parallel rollouts serve --algo mc")
+            raise ConfigError(
+                "simulator",
+                self.simulator,
+                f"--algo {self.algo} differentiates through the rollout, which "
+                "must stay in this process; parallel rollouts serve --algo mc",
+            )
         if self.n_workers is not None:
             check_int("n_workers", self.n_workers, minimum=1)
         if self.ray_address is not None and self.simulator != "ray":
@@ -443,7 +494,9 @@ class GHMTrainConfig:
         if self.final_action_repeat is not None:
             check_int("final_action_repeat", self.final_action_repeat, minimum=1)
             if self.final_action_repeat > self.action_repeat:
-                raise ConfigError("final_action_repeat", self.final_action_repeat, f"must be <= action_repeat={self.action_repeat}")
+                raise ConfigError(
+                    "final_action_repeat", self.final_action_repeat, f"must be <= action_repeat={self.action_repeat}"
+                )
         for name in ("log_interval", "eval_interval", "save_interval"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("eval_quick_paths", self.eval_quick_paths, minimum=0)
@@ -452,14 +505,25 @@ class GHMTrainConfig:
         for cash in self.eval_cash:
             check_finite("eval_cash", cash)
             if cash <= params.liquidation_cash:  # liquidated at once: V* = 0, no % of V*
-                raise ConfigError("eval_cash", cash, f"must exceed {params.liquidation_cash:g}, where the firm of "
-                                  f"--model {self.model} is liquidated")
+                raise ConfigError(
+                    "eval_cash",
+                    cash,
+                    f"must exceed {params.liquidation_cash:g}, where the firm of --model {self.model} is liquidated",
+                )
             if cash - params.liquidation_cash > 0.9 * self.fd_x_max:  # the FD reference would be clamped there
-                raise ConfigError("eval_cash", cash, f"lies beyond 90% of the FD grid (fd_x_max={self.fd_x_max:g}, in the "
-                                  "model's state), where V* is not computed; raise fd_x_max")
+                raise ConfigError(
+                    "eval_cash",
+                    cash,
+                    f"lies beyond 90% of the FD grid (fd_x_max={self.fd_x_max:g}, in the "
+                    "model's state), where V* is not computed; raise fd_x_max",
+                )
         if params.a_L_max <= 0:
-            raise ConfigError("a_L_max", params.a_L_max, "must be > 0 to train: without dividends every policy is worth 0 "
-                              "(V* = 0), so there is nothing to learn and no % of V*")
+            raise ConfigError(
+                "a_L_max",
+                params.a_L_max,
+                "must be > 0 to train: without dividends every policy is worth 0 "
+                "(V* = 0), so there is nothing to learn and no % of V*",
+            )
         check_int("eval_paths", self.eval_paths, minimum=2)
         check_range("eval_tail_tolerance", self.eval_tail_tolerance, 0.0, 1.0, low_inclusive=False)
         if self.eval_dt is not None:
@@ -479,8 +543,11 @@ class GHMTrainConfig:
         (a :class:`CreditLineParams`) for credit-line. The model itself is
         :func:`pglab.algos.ghm_train.build_model`."""
         if self.model == "credit-line":
-            return CreditLineParams(**{f.name: getattr(self.params, f.name) for f in dataclasses.fields(GHMParams)},
-                                    credit_limit=self.credit_limit, credit_spread=self.credit_spread)
+            return CreditLineParams(
+                **{f.name: getattr(self.params, f.name) for f in dataclasses.fields(GHMParams)},
+                credit_limit=self.credit_limit,
+                credit_spread=self.credit_spread,
+            )
         return self.params
 
     def hjb_interval(self) -> tuple[float, float] | None:
@@ -490,7 +557,11 @@ class GHMTrainConfig:
         if self.hjb_c_min is None:
             return None
         params = self.model_params()
-        high = self.hjb_c_max if self.hjb_c_max is not None else 1.25 * (params.initial_cash_high - params.liquidation_cash)
+        high = (
+            self.hjb_c_max
+            if self.hjb_c_max is not None
+            else 1.25 * (params.initial_cash_high - params.liquidation_cash)
+        )
         return self.hjb_c_min, high
 
 
@@ -498,11 +569,23 @@ class GHMTrainConfig:
 # the budget, the evaluation and the logging. None of them alters the training trajectory,
 # except n_iterations when a schedule is a function of it (see budget_schedules). The
 # simulator backend is resumable too: its rollouts are bit-identical whatever the backend.
-RESUMABLE_FIELDS = frozenset({
-    "n_iterations", "log_interval", "eval_interval", "save_interval", "eval_quick_paths",
-    "eval_cash", "eval_paths", "eval_tail_tolerance", "eval_dt", "final_eval",
-    "simulator", "n_workers", "ray_address",
-})
+RESUMABLE_FIELDS = frozenset(
+    {
+        "n_iterations",
+        "log_interval",
+        "eval_interval",
+        "save_interval",
+        "eval_quick_paths",
+        "eval_cash",
+        "eval_paths",
+        "eval_tail_tolerance",
+        "eval_dt",
+        "final_eval",
+        "simulator",
+        "n_workers",
+        "ray_address",
+    }
+)
 
 
 def budget_schedules(config: GHMTrainConfig) -> list[str]:
@@ -526,6 +609,7 @@ def budget_schedules(config: GHMTrainConfig) -> list[str]:
 
 
 # -- pglab evaluate GHM_CHECKPOINT ------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class GHMEvaluateConfig:
@@ -584,6 +668,7 @@ class GHMEvaluateConfig:
 
 # -- pglab solve ghm / ghm-credit-line -------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class GHMSolveConfig:
     """The finite-difference HJB reference of the GHM model."""
@@ -623,8 +708,15 @@ class GHMSolveConfig:
             check_range("cash", level, 0.0, self.x_max)
 
     def params(self) -> GHMParams:
-        return GHMParams(mu=self.mu, sigma=self.sigma, r=self.r, lambda_dilution=self.lambda_dilution,
-                         rho=self.rho, a_L_max=self.a_L_max, a_E_max=self.a_E_max)
+        return GHMParams(
+            mu=self.mu,
+            sigma=self.sigma,
+            r=self.r,
+            lambda_dilution=self.lambda_dilution,
+            rho=self.rho,
+            a_L_max=self.a_L_max,
+            a_E_max=self.a_E_max,
+        )
 
 
 @dataclass(frozen=True)
@@ -669,12 +761,21 @@ class CreditLineSolveConfig:
             check_range("cash", level, -self.credit_limit, self.x_max - self.credit_limit)
 
     def params(self) -> CreditLineParams:
-        return CreditLineParams(mu=self.mu, sigma=self.sigma, r=self.r, lambda_dilution=self.lambda_dilution, rho=self.rho,
-                                a_L_max=self.a_L_max, a_E_max=self.a_E_max, credit_limit=self.credit_limit,
-                                credit_spread=self.credit_spread)
+        return CreditLineParams(
+            mu=self.mu,
+            sigma=self.sigma,
+            r=self.r,
+            lambda_dilution=self.lambda_dilution,
+            rho=self.rho,
+            a_L_max=self.a_L_max,
+            a_E_max=self.a_E_max,
+            credit_limit=self.credit_limit,
+            credit_spread=self.credit_spread,
+        )
 
 
 # -- pglab validate / pglab compare ---------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ValidateConfig:
@@ -742,7 +843,16 @@ class CompareConfig:
 
 
 __all__ = [
-    "GHM_KINDS", "SOLVER_DEFAULTS", "RESUMABLE_FIELDS", "GHMParams", "CreditLineParams", "GHMTrainConfig",
-    "GHMEvaluateConfig", "GHMSolveConfig", "CreditLineSolveConfig", "ValidateConfig", "CompareConfig",
+    "GHM_KINDS",
+    "SOLVER_DEFAULTS",
+    "RESUMABLE_FIELDS",
+    "GHMParams",
+    "CreditLineParams",
+    "GHMTrainConfig",
+    "GHMEvaluateConfig",
+    "GHMSolveConfig",
+    "CreditLineSolveConfig",
+    "ValidateConfig",
+    "CompareConfig",
     "budget_schedules",
 ]

@@ -4,6 +4,7 @@
 imports torch (nor rl4co). :mod:`pglab.commands.maxk` and :mod:`pglab.algos.maxk_train`
 re-export these names.
 """
+
 from __future__ import annotations
 
 import typing
@@ -75,7 +76,11 @@ class MaxKPOMOTrainConfig:
         check_choice("algo", self.algo, ("maxk-pomo", "pomo"))
         check_choice("trainer", self.trainer, ("pglab", "lightning"))
         if self.trainer == "lightning" and self.resume is not None:
-            raise ConfigError("resume", str(self.resume), "needs --trainer pglab: Lightning's loop restores no RNG state, so it cannot continue a run exactly")
+            raise ConfigError(
+                "resume",
+                str(self.resume),
+                "needs --trainer pglab: Lightning's loop restores no RNG state, so it cannot continue a run exactly",
+            )
         check_choice("problem", self.problem, ("tsp",))
         check_int("num_loc", self.num_loc, minimum=3)
         check_int("k", self.k, minimum=1)
@@ -83,7 +88,11 @@ class MaxKPOMOTrainConfig:
             raise ConfigError("k", self.k, f"must be <= num_loc={self.num_loc} (samples per instance)")
         check_choice("variance_reduction", self.variance_reduction, VARIANCE_REDUCTIONS)
         if self.algo == "maxk-pomo" and self.variance_reduction == "sample_loo" and self.k >= self.num_loc:
-            raise ConfigError("variance_reduction", self.variance_reduction, f"sample_loo needs num_loc > k, got num_loc={self.num_loc}, k={self.k}")
+            raise ConfigError(
+                "variance_reduction",
+                self.variance_reduction,
+                f"sample_loo needs num_loc > k, got num_loc={self.num_loc}, k={self.k}",
+            )
         if self.algo == "maxk-pomo" and self.variance_reduction == "subloo" and self.k < 2:
             raise ConfigError("variance_reduction", self.variance_reduction, "subloo needs k >= 2")
         check_int("n_steps", self.n_steps, minimum=1)

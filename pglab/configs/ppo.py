@@ -5,6 +5,7 @@ imports torch. :class:`OnPolicyHyperparams` lives here too because :class:`PPOCo
 validates itself through it; :mod:`pglab.algos.onpolicy` re-exports it for the update
 code and the Deep-PSO trainer.
 """
+
 from __future__ import annotations
 
 import typing
@@ -197,17 +198,24 @@ class PPOConfig:
         check_int("num_steps", self.num_steps, minimum=1)
         check_choice("vectorization", self.vectorization, VECTORIZATION_MODES)
         if self.num_envs * self.num_steps < 2:
-            raise ConfigError("num_steps", self.num_steps, "num_envs * num_steps must be >= 2 (advantages are standardised)")
+            raise ConfigError(
+                "num_steps", self.num_steps, "num_envs * num_steps must be >= 2 (advantages are standardised)"
+            )
         # On --resume the rollout shape comes from the stored run: the shell checks the
         # merged config again (with resume=None).
         if self.resume is None and self.total_steps < self.batch_size:
-            raise ConfigError("total_steps", self.total_steps, f"must be >= num_envs * num_steps = {self.batch_size} (one iteration)")
+            raise ConfigError(
+                "total_steps", self.total_steps, f"must be >= num_envs * num_steps = {self.batch_size} (one iteration)"
+            )
         check_positive("lr", self.lr)
         check_choice("lr_schedule", self.lr_schedule, SCHEDULES)
         check_positive("adam_eps", self.adam_eps)
         if self.batch_size // self.update.num_minibatches < 2:
-            raise ConfigError("num_minibatches", self.update.num_minibatches,
-                              f"leaves fewer than 2 samples per minibatch of the {self.batch_size}-sample rollout")
+            raise ConfigError(
+                "num_minibatches",
+                self.update.num_minibatches,
+                f"leaves fewer than 2 samples per minibatch of the {self.batch_size}-sample rollout",
+            )
         check_int_sequence("hidden_dims", self.hidden_dims)
         check_choice("activation", self.activation, ACTIVATIONS)
         check_range("log_std_init", self.log_std_init, -20.0, 5.0)

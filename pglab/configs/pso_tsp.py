@@ -11,6 +11,7 @@ Renamed fields (the one CLI vocabulary of issue 18); the old names still work as
     ppo_clip, value_loss_coeff, entropy_coeff -> clip_coef, value_coef, entropy_coef (the note's keys)
     num_instances  -> episodes   (evaluator: the number of held-out instances)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -99,7 +100,10 @@ class PSOTSPTrainConfig:
     # Old names still accepted as flags, YAML keys and in stored checkpoint configs.
     # The design note's key names are accepted too (ppo_clip, value_loss_coeff, entropy_coeff).
     DEPRECATED_NAMES: ClassVar[dict[str, str]] = {
-        "rl_mode": "algo", "ppo_clip": "clip_coef", "value_loss_coeff": "value_coef", "entropy_coeff": "entropy_coef",
+        "rl_mode": "algo",
+        "ppo_clip": "clip_coef",
+        "value_loss_coeff": "value_coef",
+        "entropy_coeff": "entropy_coef",
     }
 
     # -- problem and swarm: --num-cities, --knn, --n-particles, --pso-iterations, ... --------
@@ -157,7 +161,9 @@ class PSOTSPTrainConfig:
     # -- RL update (pglab.algos.onpolicy) -----------------------------------------------------
     lr: float = 1e-3
     """edge_policy: Adam learning rate"""
-    update: Annotated[OnPolicyHyperparams, tyro.conf.OmitArgPrefixes] = field(default_factory=lambda: PSO_UPDATE_DEFAULTS)
+    update: Annotated[OnPolicyHyperparams, tyro.conf.OmitArgPrefixes] = field(
+        default_factory=lambda: PSO_UPDATE_DEFAULTS
+    )
     """the on-policy update: --algo, --gamma, --gae-lambda, --ppo-epochs, --num-minibatches,
     --clip-coef, --value-clip-coef, --value-coef, --entropy-coef, --max-grad-norm, --target-kl,
     --normalize-advantages"""
@@ -193,7 +199,11 @@ class PSOTSPTrainConfig:
         if not isinstance(self.update, OnPolicyHyperparams):
             raise ConfigError("update", self.update, "must be an OnPolicyHyperparams")
         if self.update.clip_schedule != "constant":  # a field of the shared update config that only ppo uses
-            raise ConfigError("clip_schedule", self.update.clip_schedule, "the Deep-PSO trainer has no clip schedule (pglab train ppo only)")
+            raise ConfigError(
+                "clip_schedule",
+                self.update.clip_schedule,
+                "the Deep-PSO trainer has no clip schedule (pglab train ppo only)",
+            )
         check_choice("controller", self.controller, CONTROLLERS)
         check_int("tune_candidates", self.tune_candidates, minimum=1)
         check_int("tune_instances", self.tune_instances, minimum=1)
@@ -219,7 +229,9 @@ class PSOTSPTrainConfig:
         check_choice("log_prob_reduction", self.log_prob_reduction, ("mean", "sum"))
         check_non_negative("particle_noise_std", self.particle_noise_std)
         if self.antithetic and self.instances_per_iteration % 2:
-            raise ConfigError("instances_per_iteration", self.instances_per_iteration, "must be even with antithetic: true")
+            raise ConfigError(
+                "instances_per_iteration", self.instances_per_iteration, "must be even with antithetic: true"
+            )
         check_positive("lr", self.lr)
         for name in ("n_iterations", "instances_per_iteration", "log_interval", "save_interval", "eval_instances"):
             check_int(name, getattr(self, name), minimum=1)

@@ -6,6 +6,7 @@ seeds; every cell is one ordinary ``pglab train ghm`` run directory under the sw
 0.1`` (their Cartesian product), or in a YAML ``--grid`` file; every other setting comes
 from ``--train-config`` (a ``pglab train ghm`` YAML file) and the defaults.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
 """The container every data source returns: a target series and its exogenous driver."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,11 +46,10 @@ class ForecastSeries:
     def __len__(self) -> int:
         return int(self.target.shape[0])
 
-    def slice(self, start: int, stop: int) -> "ForecastSeries":
+    def slice(self, start: int, stop: int) -> ForecastSeries:
         """Rows ``start:stop`` (a training window)."""
         return ForecastSeries(self.target[start:stop], self.exogenous[start:stop], self.dates[start:stop], self.name)
 
     def require_length(self, minimum: int, what: str) -> None:
         if len(self) < minimum:
             raise DataError(f"series {self.name}: {len(self)} rows, but {what} needs at least {minimum}")
-

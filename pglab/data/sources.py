@@ -19,6 +19,7 @@ own previous change, ``y_t - y_{t-1}``.
 
 Rows with a missing target or driver are dropped (and counted in the series name).
 """
+
 from __future__ import annotations
 
 import os
@@ -69,12 +70,20 @@ def load_series(
         return macrodata_series(target=target, driver=driver)
     if source == "fred":
         return fred_series(target=target or FRED_DEFAULT_TARGET, driver=driver)
-    return csv_series(source[len("csv:"):], target=target, driver=driver)
+    return csv_series(source[len("csv:") :], target=target, driver=driver)
 
 
 # --- synthetic -------------------------------------------------------------------------
-def synthetic_series(*, n_rows: int = 240, seed: int = 0, mean: float = 5.0, reversion: float = 0.1,
-                     loading: float = 0.3, noise: float = 0.2, driver_ar: float = 0.8) -> ForecastSeries:
+def synthetic_series(
+    *,
+    n_rows: int = 240,
+    seed: int = 0,
+    mean: float = 5.0,
+    reversion: float = 0.1,
+    loading: float = 0.3,
+    noise: float = 0.2,
+    driver_ar: float = 0.8,
+) -> ForecastSeries:
     """A seeded series whose next change depends on the level and on the driver::
 
         x_{t+1} = driver_ar * x_t + e_t,                     e_t ~ N(0, 1)
@@ -133,7 +142,7 @@ def macrodata_frame() -> tuple[pd.DataFrame, pd.Index]:
     from statsmodels.datasets import macrodata
 
     frame = macrodata.load_pandas().data
-    dates = pd.Index([f"{int(y)}Q{int(q)}" for y, q in zip(frame["year"], frame["quarter"])])
+    dates = pd.Index([f"{int(y)}Q{int(q)}" for y, q in zip(frame["year"], frame["quarter"], strict=False)])
     return frame.reset_index(drop=True), dates
 
 
@@ -163,8 +172,10 @@ def _check_date_column(frame: pd.DataFrame, where: str) -> str:
     if values.map(lambda text: bool(_DATE_VALUE.match(text))).all():
         return frame.columns[0]
     example = next((v for v in values if not _DATE_VALUE.match(v)), "")
-    raise DataError(f"{where}: no date column: the first column must hold the dates (named DATE or observation_date "
-                    f"in FRED downloads), but {first!r} is not a date column (it holds {example!r})")
+    raise DataError(
+        f"{where}: no date column: the first column must hold the dates (named DATE or observation_date "
+        f"in FRED downloads), but {first!r} is not a date column (it holds {example!r})"
+    )
 
 
 def read_fred_csv(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.Index]:
@@ -223,7 +234,9 @@ def csv_series(path: str, *, target: str | None = None, driver: str | None = Non
 
 
 # --- FRED API --------------------------------------------------------------------------------
-def fred_series(*, target: str = FRED_DEFAULT_TARGET, driver: str | None = None, api_key: str | None = None) -> ForecastSeries:
+def fred_series(
+    *, target: str = FRED_DEFAULT_TARGET, driver: str | None = None, api_key: str | None = None
+) -> ForecastSeries:
     """Download ``target`` (and ``driver``) from FRED with fredapi.
 
     ``driver`` may carry the ``_growth``/``_diff`` suffix (``INDPRO_growth``).

@@ -54,6 +54,7 @@ clipped per-life returns); see :func:`reported_episodes`.
 Evaluation (:data:`EVALUATION_OPTIONS`) turns episodic life and clipping off, so the
 rewards summed over an episode *are* the game score.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -112,23 +113,49 @@ class AtariEnv:
             ``full_action_space``, ``num_threads``, ...).
     """
 
-    def __init__(self, game: str, num_envs: int, *, device: torch.device | str = "cpu", episodic_life: bool = True,
-                 clip_rewards: bool = True, noop_max: int = 30, frame_skip: int = 4, frame_stack: int = 4,
-                 repeat_action_probability: float = 0.0, **ale_options: Any):
+    def __init__(
+        self,
+        game: str,
+        num_envs: int,
+        *,
+        device: torch.device | str = "cpu",
+        episodic_life: bool = True,
+        clip_rewards: bool = True,
+        noop_max: int = 30,
+        frame_skip: int = 4,
+        frame_stack: int = 4,
+        repeat_action_probability: float = 0.0,
+        **ale_options: Any,
+    ):
         try:
             from ale_py.vector_env import AtariVectorEnv
         except ImportError as exc:  # pragma: no cover - ale-py is in the [atari] extra
             raise ConfigError("env", game, "needs ale-py: pip install 'pglab[atari]'") from exc
         for name in _OWNED_ALE_OPTIONS:
             if name in ale_options:
-                raise ConfigError(name, ale_options[name], "set by pglab's Atari wrappers (use episodic_life / clip_rewards)")
+                raise ConfigError(
+                    name, ale_options[name], "set by pglab's Atari wrappers (use episodic_life / clip_rewards)"
+                )
         try:
             self.games = AtariVectorEnv(
-                game=game, num_envs=num_envs, autoreset_mode="SameStep", noop_max=noop_max, frameskip=frame_skip,
-                maxpool=True, stack_num=frame_stack, img_height=84, img_width=84, grayscale=True, use_fire_reset=True,
+                game=game,
+                num_envs=num_envs,
+                autoreset_mode="SameStep",
+                noop_max=noop_max,
+                frameskip=frame_skip,
+                maxpool=True,
+                stack_num=frame_stack,
+                img_height=84,
+                img_width=84,
+                grayscale=True,
+                use_fire_reset=True,
                 repeat_action_probability=repeat_action_probability,
                 # raw rewards and whole games from C++; the two wrappers below work on them
-                reward_clipping=False, episodic_life=False, life_loss_info=False, **ale_options)
+                reward_clipping=False,
+                episodic_life=False,
+                life_loss_info=False,
+                **ale_options,
+            )
         except Exception as exc:
             raise ConfigError("env", game, f"ALE could not start this game ({exc})") from exc
         self.game = game
@@ -137,7 +164,9 @@ class AtariEnv:
         self.episodic_life, self.clip_rewards = bool(episodic_life), bool(clip_rewards)
         self.observation_shape = tuple(int(s) for s in self.games.single_observation_space.shape)
         self.observation_dtype = torch.uint8
-        self.action_spec = ActionSpec(kind="discrete", num_actions=int(self.games.single_action_space.n), dtype=torch.int64)
+        self.action_spec = ActionSpec(
+            kind="discrete", num_actions=int(self.games.single_action_space.n), dtype=torch.int64
+        )
         # Per game (NumPy, host side): lives at the previous step, running score and length.
         self._lives = np.zeros(self.num_envs, dtype=np.int64)
         self._score = np.zeros(self.num_envs, dtype=np.float64)
@@ -182,12 +211,20 @@ class AtariEnv:
 
         obs_t = self._tensor(obs, torch.uint8)
         final_obs = self._tensor(info["final_obs"], torch.uint8) if "final_obs" in info else obs_t
-        out_info = {"final_obs": final_obs, "lives": self._tensor(lives, torch.int64),
-                    "episode_end": self._tensor(game_end, torch.bool),
-                    "episode_return": self._tensor(episode_return, torch.float64),
-                    "episode_length": self._tensor(episode_length, torch.int64)}
-        return (obs_t, self._tensor(reward, torch.float32), self._tensor(done, torch.bool),
-                self._tensor(time_limit, torch.bool), out_info)
+        out_info = {
+            "final_obs": final_obs,
+            "lives": self._tensor(lives, torch.int64),
+            "episode_end": self._tensor(game_end, torch.bool),
+            "episode_return": self._tensor(episode_return, torch.float64),
+            "episode_length": self._tensor(episode_length, torch.int64),
+        }
+        return (
+            obs_t,
+            self._tensor(reward, torch.float32),
+            self._tensor(done, torch.bool),
+            self._tensor(time_limit, torch.bool),
+            out_info,
+        )
 
     def close(self) -> None:
         self.games.close()

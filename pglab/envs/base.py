@@ -12,6 +12,7 @@ automatically, in the same call (Gymnasium's ``SAME_STEP`` autoreset)::
 ``done`` means the episode ended (nothing to bootstrap); ``trunc`` means it was cut off
 (a time limit) and its continuation could be bootstrapped from ``final_obs``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -17,6 +17,7 @@ controls ``[B, A]``. They must be pure tensor expressions (no Python loop over t
 batch) and differentiable in states and controls where the model is smooth, so the
 pathwise solver can backpropagate through them.
 """
+
 from __future__ import annotations
 
 import abc
@@ -37,8 +38,10 @@ class ControlSpec:
 
     def __post_init__(self):
         if not (len(self.names) == len(self.low) == len(self.high)):
-            raise ValueError(f"ControlSpec: names, low and high must have equal lengths, got {self.names}, {self.low}, {self.high}")
-        for name, lo, hi in zip(self.names, self.low, self.high):
+            raise ValueError(
+                f"ControlSpec: names, low and high must have equal lengths, got {self.names}, {self.low}, {self.high}"
+            )
+        for name, lo, hi in zip(self.names, self.low, self.high, strict=False):
             if not lo <= hi:
                 raise ValueError(f"ControlSpec: {name} has low={lo} > high={hi}")
 
@@ -94,7 +97,9 @@ class ContinuousTimeModel(abc.ABC):
     def terminated(self, states: torch.Tensor) -> torch.Tensor:
         """bool ``[B]``: the state is absorbing (no further rewards)."""
 
-    def step_survival(self, states: torch.Tensor, next_states: torch.Tensor, controls: torch.Tensor, dt: float) -> torch.Tensor:
+    def step_survival(
+        self, states: torch.Tensor, next_states: torch.Tensor, controls: torch.Tensor, dt: float
+    ) -> torch.Tensor:
         """Probability ``[B]`` that a path moving from ``states`` to ``next_states`` over one
         step of length ``dt`` was not absorbed on the way.
 
@@ -105,8 +110,9 @@ class ContinuousTimeModel(abc.ABC):
         both end points, which the pathwise solver differentiates."""
         return (~self.terminated(next_states)).to(states.dtype)
 
-    def held_control_steps(self, states: torch.Tensor, controls: torch.Tensor, state_noise: torch.Tensor,
-                           dt: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def held_control_steps(
+        self, states: torch.Tensor, controls: torch.Tensor, state_noise: torch.Tensor, dt: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``n`` Euler-Maruyama steps with the controls held, ignoring absorption.
 
         Args:
@@ -128,12 +134,22 @@ class ContinuousTimeModel(abc.ABC):
         path, rewards, state = [], [], states
         for step in range(state_noise.shape[1]):
             rewards.append(self.reward_rate(state, controls) * dt)
-            state = state + self.drift(state, controls) * dt + self.diffusion(state, controls) * (sqrt_dt * state_noise[:, step])
+            state = (
+                state
+                + self.drift(state, controls) * dt
+                + self.diffusion(state, controls) * (sqrt_dt * state_noise[:, step])
+            )
             path.append(state)
         return torch.stack(path, dim=1), torch.stack(rewards, dim=1)
 
-    def initial_states(self, num_paths: int, generator: torch.Generator | None = None, *,
-                       device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    def initial_states(
+        self,
+        num_paths: int,
+        generator: torch.Generator | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> torch.Tensor:
         """Initial states, uniform on ``[initial_low, initial_high]`` (default: the
         state box), ``[num_paths, S]``."""
         low = torch.tensor(self.initial_low, dtype=dtype, device=device)
@@ -158,8 +174,14 @@ class ContinuousTimeModel(abc.ABC):
         dims: dict[str, int] = {}
         check_tensor("states", states, ("B", self.state_dim), (torch.float32, torch.float64), dims=dims, where=where)
         if controls is not None:
-            check_tensor("controls", controls, ("B", self.action_dim), (torch.float32, torch.float64), dims=dims, where=where)
+            check_tensor(
+                "controls", controls, ("B", self.action_dim), (torch.float32, torch.float64), dims=dims, where=where
+            )
 
     def describe(self) -> dict:
         """A JSON-ready description (for logs and checkpoints)."""
-        return {"model": type(self).__name__, "state_names": list(self.state_names), "control": list(self.control.names)}
+        return {
+            "model": type(self).__name__,
+            "state_names": list(self.state_names),
+            "control": list(self.control.names),
+        }

@@ -25,20 +25,20 @@ State keys map a continuous state to a Q-table row:
 * ``scaled`` -- quantile buckets of the recent change ``y_t - y_{t-1}`` and of ``x_t``,
   with edges fitted on the training window only (no look-ahead).
 """
+
 from __future__ import annotations
 
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from pglab.configs.forecast import SimulationConfig, StateKeyName  # torch-free configs (re-exported)
+from pglab.configs.forecast import SimulationConfig  # torch-free configs (re-exported)
 from pglab.data.series import ForecastSeries
 from pglab.errors import ConfigError, DataError
-from pglab.validation import check_choice, check_int, check_positive
-
+from pglab.validation import check_int, check_positive
 
 
 # --- action spaces ---------------------------------------------------------------------------
@@ -147,12 +147,14 @@ class ScaledStateKey:
         return len(self.change_edges) + 1
 
     @classmethod
-    def fit(cls, series: ForecastSeries, n_buckets: int) -> "ScaledStateKey":
+    def fit(cls, series: ForecastSeries, n_buckets: int) -> ScaledStateKey:
         change = np.diff(series.target)
         if change.size == 0:
             raise DataError(f"series {series.name}: at least 2 rows are needed to fit the 'scaled' state key")
         levels = np.arange(1, n_buckets) / n_buckets
-        return cls(tuple(np.quantile(change, levels).tolist()), tuple(np.quantile(series.exogenous[1:], levels).tolist()))
+        return cls(
+            tuple(np.quantile(change, levels).tolist()), tuple(np.quantile(series.exogenous[1:], levels).tolist())
+        )
 
     def __call__(self, state: ForecastState) -> int:
         # bisect_right: a value equal to an edge goes to the upper bucket. (Pure-Python
@@ -162,7 +164,11 @@ class ScaledStateKey:
         return change_bucket * self.n_buckets + exogenous_bucket
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "scaled", "change_edges": list(self.change_edges), "exogenous_edges": list(self.exogenous_edges)}
+        return {
+            "kind": "scaled",
+            "change_edges": list(self.change_edges),
+            "exogenous_edges": list(self.exogenous_edges),
+        }
 
 
 def make_state_encoder(config: SimulationConfig, training: ForecastSeries) -> StateEncoder:
@@ -178,7 +184,10 @@ def encoder_from_dict(payload: dict[str, Any]) -> StateEncoder:
         if payload["kind"] == "hash":
             return HashStateKey(int(payload["n_buckets"]))
         if payload["kind"] == "scaled":
-            change, exogenous = tuple(map(float, payload["change_edges"])), tuple(map(float, payload["exogenous_edges"]))
+            change, exogenous = (
+                tuple(map(float, payload["change_edges"])),
+                tuple(map(float, payload["exogenous_edges"])),
+            )
             if len(change) != len(exogenous):
                 raise ValueError("edge lists differ in length")
             return ScaledStateKey(change, exogenous)
@@ -246,8 +255,14 @@ class ForecastGame:
             )
         self.start = int(np.random.default_rng(self.seed).integers(1, last_start + 1))
 
-    def run(self, forecaster: Player, adversary: Player | None = None, *, explore: bool = True,
-            adversary_explore: bool | None = None) -> list[Transition]:
+    def run(
+        self,
+        forecaster: Player,
+        adversary: Player | None = None,
+        *,
+        explore: bool = True,
+        adversary_explore: bool | None = None,
+    ) -> list[Transition]:
         """Play ``horizon`` rounds; return the trajectory log (no learning happens here)."""
         forecaster_deltas = self.config.forecaster_space.deltas
         adversary_deltas = self.config.adversary_space.deltas
@@ -264,6 +279,10 @@ class ForecastGame:
             reward = -abs(realised - forecast)  # forecaster: -|realised - forecast|
             next_state = state_at(self.series, t + 1)
             next_key = self.encoder(next_state)
-            logs.append(Transition(state, action, reward, next_state, key, next_key, float(forecast), realised, adversary_action))
+            logs.append(
+                Transition(
+                    state, action, reward, next_state, key, next_key, float(forecast), realised, adversary_action
+                )
+            )
             state, key = next_state, next_key
         return logs

@@ -16,6 +16,7 @@ so dividends are paid at the maximal rate where ``V' < 1`` and equity is issued 
 ``V' > 1 + lambda``. Euler-Maruyama with step ``dt`` gives the simulator's step
 ``c' = c + (mu + r c - a_L + a_E) dt + sigma sqrt(dt) eps``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -77,8 +78,9 @@ class GHMModel(ContinuousTimeModel):
     def terminated(self, states: torch.Tensor) -> torch.Tensor:
         return states[:, 0] <= 0.0
 
-    def held_control_steps(self, states: torch.Tensor, controls: torch.Tensor, state_noise: torch.Tensor,
-                           dt: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def held_control_steps(
+        self, states: torch.Tensor, controls: torch.Tensor, state_noise: torch.Tensor, dt: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """All ``n`` Euler-Maruyama steps of a held control in one batched expression.
 
         With ``(a_L, a_E)`` held the Euler step is affine in cash::
@@ -102,8 +104,11 @@ class GHMModel(ContinuousTimeModel):
 
         A subclass that changes the drift, volatility or payout (the credit-line variant)
         falls back to the step-by-step default."""
-        if (type(self).drift is not GHMModel.drift or type(self).diffusion is not GHMModel.diffusion
-                or type(self).reward_rate is not GHMModel.reward_rate):
+        if (
+            type(self).drift is not GHMModel.drift
+            or type(self).diffusion is not GHMModel.diffusion
+            or type(self).reward_rate is not GHMModel.reward_rate
+        ):
             return super().held_control_steps(states, controls, state_noise, dt)
         p = self.params
         num_steps = state_noise.shape[1]
@@ -111,12 +116,16 @@ class GHMModel(ContinuousTimeModel):
         growth = 1.0 + p.r * dt
         # g^1 .. g^n, [n]; float64 powers, then the state's dtype
         powers = torch.tensor([growth ** (j + 1) for j in range(num_steps)], dtype=states.dtype, device=states.device)
-        increments = (p.mu - dividend_rate + issuance_rate) * dt + (p.sigma * dt**0.5) * state_noise[:, :, 0]  # m_j, [B, n]
+        increments = (p.mu - dividend_rate + issuance_rate) * dt + (p.sigma * dt**0.5) * state_noise[
+            :, :, 0
+        ]  # m_j, [B, n]
         cash = powers * (states + torch.cumsum(increments / powers, dim=1))  # c_1 .. c_n, [B, n]
         rewards = (self.reward_rate(states, controls) * dt).unsqueeze(1).expand(-1, num_steps)
         return cash.unsqueeze(2), rewards
 
-    def step_survival(self, states: torch.Tensor, next_states: torch.Tensor, controls: torch.Tensor, dt: float) -> torch.Tensor:
+    def step_survival(
+        self, states: torch.Tensor, next_states: torch.Tensor, controls: torch.Tensor, dt: float
+    ) -> torch.Tensor:
         """Brownian-bridge survival over one step: given ``c > 0`` at the start and ``c' > 0``
         at the end, a Brownian motion with constant drift and volatility ``sigma`` touched
         0 in between with probability ``exp(-2 c c' / (sigma^2 dt))`` (independent of the

@@ -22,6 +22,7 @@ validated parameter dataclass plus the methods of
 differs: here the parameters extend :class:`~pglab.envs.ghm.GHMParams` and the model
 overrides GHM's state range and drift.
 """
+
 from __future__ import annotations
 
 import torch

@@ -10,6 +10,7 @@ preprocessing (stacked 84x84 greyscale frames ``uint8 [N, 4, 84, 84]``, episodic
 reward clipping, the game score in ``info``). Gymnasium envs are wrapped in
 :class:`GymVectorAdapter`, which converts NumPy to torch tensors on the chosen device.
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,8 +34,12 @@ _TORCH_DTYPES = {
 }
 
 # the NumPy dtype of a torch dtype the adapter returns (for the zero-copy fast path)
-_NUMPY_DTYPES = {torch.float32: np.dtype(np.float32), torch.bool: np.dtype(np.bool_), torch.uint8: np.dtype(np.uint8),
-                 torch.int64: np.dtype(np.int64)}
+_NUMPY_DTYPES = {
+    torch.float32: np.dtype(np.float32),
+    torch.bool: np.dtype(np.bool_),
+    torch.uint8: np.dtype(np.uint8),
+    torch.int64: np.dtype(np.int64),
+}
 
 
 def _to_tensor(array: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -110,9 +115,17 @@ class GymVectorAdapter:
     def step(self, actions: torch.Tensor) -> StepResult:
         spec = self.action_spec
         if spec.kind == "discrete":
-            check_tensor("actions", actions, (self.num_envs,), (torch.int32, torch.int64), where="GymVectorAdapter.step")
+            check_tensor(
+                "actions", actions, (self.num_envs,), (torch.int32, torch.int64), where="GymVectorAdapter.step"
+            )
         else:
-            check_tensor("actions", actions, (self.num_envs, *spec.shape), (torch.float32, torch.float64), where="GymVectorAdapter.step")
+            check_tensor(
+                "actions",
+                actions,
+                (self.num_envs, *spec.shape),
+                (torch.float32, torch.float64),
+                where="GymVectorAdapter.step",
+            )
         obs, reward, terminated, truncated, info = self.env.step(actions.detach().cpu().numpy())
         obs_t = self._obs(obs)
         finished = np.logical_or(terminated, truncated)
@@ -181,15 +194,20 @@ def _same_step_cartpole() -> type:
             terminated = (np.abs(x) > self.x_threshold) | (np.abs(theta) > self.theta_threshold_radians)
             self.steps += 1
             truncated = self.steps >= self.max_episode_steps
-            reward = (-terminated.astype(np.float32) if self._sutton_barto_reward
-                      else np.ones(self.num_envs, dtype=np.float32))
+            reward = (
+                -terminated.astype(np.float32)
+                if self._sutton_barto_reward
+                else np.ones(self.num_envs, dtype=np.float32)
+            )
             obs = self.state.T.astype(np.float32)
             finished = terminated | truncated
             info = {}
             if finished.any():
                 info = {"final_obs": obs, "_final_obs": finished}
                 # Same distribution and generator as the parent's reset: U(low, high)^4.
-                self.state[:, finished] = self.np_random.uniform(low=self.low, high=self.high, size=(4, int(finished.sum())))
+                self.state[:, finished] = self.np_random.uniform(
+                    low=self.low, high=self.high, size=(4, int(finished.sum()))
+                )
                 self.steps[finished] = 0
                 obs = self.state.T.astype(np.float32)
             return obs, reward, terminated, truncated, info
@@ -233,8 +251,12 @@ def make_gym_env(
         vectorization = "vector" if env_id in _VECTOR_IMPLEMENTATIONS and not env_kwargs else "sync"
     if vectorization == "vector":
         if env_id not in _VECTOR_IMPLEMENTATIONS:
-            raise ConfigError("vectorization", "vector", f"no array-vectorised implementation of {env_id!r} "
-                              f"(available: {', '.join(_VECTOR_IMPLEMENTATIONS)}); use 'sync' or 'async'")
+            raise ConfigError(
+                "vectorization",
+                "vector",
+                f"no array-vectorised implementation of {env_id!r} "
+                f"(available: {', '.join(_VECTOR_IMPLEMENTATIONS)}); use 'sync' or 'async'",
+            )
         factory, defaults = _VECTOR_IMPLEMENTATIONS[env_id]
         return GymVectorAdapter(factory()(num_envs=num_envs, **{**defaults, **env_kwargs}), device=device)
     try:

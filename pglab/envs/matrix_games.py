@@ -9,6 +9,7 @@ natural: a repeated stage game) and records each player's policy and its distanc
 equilibrium, the experiment of Bowling & Veloso (2002): WoLF-PHC's *current* policies
 converge to the mixed equilibrium, plain PHC's keep cycling around it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -85,7 +86,9 @@ def make_game(name: str) -> MatrixGame:
     return GAMES[name]()
 
 
-def self_play(game: MatrixGame, row_agent: Any, col_agent: Any, *, n_steps: int, record_every: int = 100) -> dict[str, np.ndarray]:
+def self_play(
+    game: MatrixGame, row_agent: Any, col_agent: Any, *, n_steps: int, record_every: int = 100
+) -> dict[str, np.ndarray]:
     """Play ``n_steps`` rounds; both agents learn from every round.
 
     Returns ``steps`` int64[K], ``row_policy`` float64[K, n_row], ``col_policy``
@@ -106,5 +109,5 @@ def self_play(game: MatrixGame, row_agent: Any, col_agent: Any, *, n_steps: int,
             col_hist.append(col_agent.policy(STATE))
     out = {"steps": np.asarray(steps), "row_policy": np.asarray(row_hist), "col_policy": np.asarray(col_hist)}
     if game.nash_row is not None:
-        out["nash_distance"] = np.array([game.nash_distance(r, c) for r, c in zip(row_hist, col_hist)])
+        out["nash_distance"] = np.array([game.nash_distance(r, c) for r, c in zip(row_hist, col_hist, strict=False)])
     return out

@@ -29,6 +29,7 @@ dozen numbers, where each NumPy operation costs ~1 us and each torch operation ~
 Tensors go in and come back (float32 observations, rewards in their dtype) on the
 caller's device.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -72,13 +73,18 @@ class RunningMeanStd:
         self.count = total
 
     def state_dict(self) -> dict[str, Any]:
-        return {"mean": torch.from_numpy(np.array(self.mean, dtype=np.float64)),
-                "var": torch.from_numpy(np.array(self.var, dtype=np.float64)), "count": self.count}
+        return {
+            "mean": torch.from_numpy(np.array(self.mean, dtype=np.float64)),
+            "var": torch.from_numpy(np.array(self.var, dtype=np.float64)),
+            "count": self.count,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if tuple(state["mean"].shape) != tuple(self.mean.shape):
-            raise ValueError(f"RunningMeanStd: stored statistics have shape {list(state['mean'].shape)}, "
-                             f"expected {list(self.mean.shape)}")
+            raise ValueError(
+                f"RunningMeanStd: stored statistics have shape {list(state['mean'].shape)}, "
+                f"expected {list(self.mean.shape)}"
+            )
         self.mean = _host(state["mean"]).astype(np.float64, copy=True)
         self.var = _host(state["var"]).astype(np.float64, copy=True)
         self.count = float(state["count"])
@@ -103,9 +109,18 @@ class ObsRewardNormalizer:
         obs, rewards = normalizer.step(raw.obs, raw.rewards, raw.dones | raw.truncs)
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], num_envs: int, *, normalize_obs: bool = True,
-                 normalize_reward: bool = True, clip_obs: float = 10.0, clip_reward: float = 10.0,
-                 gamma: float = 0.99, epsilon: float = 1e-8):
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        num_envs: int,
+        *,
+        normalize_obs: bool = True,
+        normalize_reward: bool = True,
+        clip_obs: float = 10.0,
+        clip_reward: float = 10.0,
+        gamma: float = 0.99,
+        epsilon: float = 1e-8,
+    ):
         self.obs_shape, self.num_envs = tuple(obs_shape), int(num_envs)
         self.normalize_obs_enabled, self.normalize_reward_enabled = bool(normalize_obs), bool(normalize_reward)
         self.clip_obs, self.clip_reward = float(clip_obs), float(clip_reward)
@@ -148,7 +163,9 @@ class ObsRewardNormalizer:
             self.obs_rms.update(obs)
         return self.normalize_obs(obs)
 
-    def step(self, obs: torch.Tensor, rewards: torch.Tensor, episode_end: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def step(
+        self, obs: torch.Tensor, rewards: torch.Tensor, episode_end: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """After ``env.step``: ``obs [N, *obs_shape]`` (the next observations, reset ones
         where an episode ended), ``rewards [N]`` raw, ``episode_end [N]`` bool
         (terminated or truncated). Returns ``(normalised obs float32, normalised rewards)``."""
@@ -172,8 +189,11 @@ class ObsRewardNormalizer:
 
     # -- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"obs_rms": self.obs_rms.state_dict(), "ret_rms": self.ret_rms.state_dict(),
-                "returns": torch.from_numpy(self.returns.copy())}
+        return {
+            "obs_rms": self.obs_rms.state_dict(),
+            "ret_rms": self.ret_rms.state_dict(),
+            "returns": torch.from_numpy(self.returns.copy()),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.obs_rms.load_state_dict(state["obs_rms"])

@@ -46,6 +46,7 @@ Gradients do not cross process boundaries: the parallel simulator is for rollout
 enabled on a policy that requires them raises an error instead of silently returning
 detached tensors.
 """
+
 from __future__ import annotations
 
 import copy
@@ -136,7 +137,9 @@ def _simulate_slice(payload: bytes, task: _SliceTask) -> dict[str, Any]:
     start = time.thread_time()
     torch.set_num_threads(1)
     model, policy = pickle.loads(payload)
-    simulator = TrajectorySimulator(model, task.dt, task.horizon, action_repeat=task.action_repeat, absorption=task.absorption)
+    simulator = TrajectorySimulator(
+        model, task.dt, task.horizon, action_repeat=task.action_repeat, absorption=task.absorption
+    )
     with torch.no_grad():
         noise = RolloutNoise(task.state_noise, task.action_noise, task.survival_noise)
         paths = simulator.rollout(policy, task.initial_states, noise=noise, deterministic=task.deterministic)
@@ -203,8 +206,9 @@ class _ProcessPool:
         self.workers: list[tuple[Any, Any]] = []
         for index in range(n_workers):
             parent_end, child_end = context.Pipe(duplex=True)
-            process = context.Process(target=_process_worker_main, args=(child_end,), daemon=True,
-                                      name=f"pglab-simulator-{index}")
+            process = context.Process(
+                target=_process_worker_main, args=(child_end,), daemon=True, name=f"pglab-simulator-{index}"
+            )
             process.start()
             child_end.close()
             self.workers.append((process, parent_end))
@@ -215,8 +219,9 @@ class _ProcessPool:
     def size(self) -> int:
         return len(self.workers)
 
-    def run(self, payload: bytes, tasks: list[_SliceTask], slices: list[tuple[int, int]],
-            timeout_s: float | None) -> list[dict[str, torch.Tensor]]:
+    def run(
+        self, payload: bytes, tasks: list[_SliceTask], slices: list[tuple[int, int]], timeout_s: float | None
+    ) -> list[dict[str, torch.Tensor]]:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for index, task in enumerate(tasks):
             process, connection = self.workers[index]
@@ -224,7 +229,9 @@ class _ProcessPool:
                 connection.send_bytes(pickle.dumps((payload, task), protocol=pickle.HIGHEST_PROTOCOL))
             except (BrokenPipeError, ConnectionResetError, OSError):
                 process.join(timeout=1.0)
-                raise _WorkerCrash(slices[index], f"worker {index} (pid {process.pid}) {_describe_exit(process.exitcode)}") from None
+                raise _WorkerCrash(
+                    slices[index], f"worker {index} (pid {process.pid}) {_describe_exit(process.exitcode)}"
+                ) from None
         results: list[dict[str, torch.Tensor] | None] = [None] * len(tasks)
         pending = set(range(len(tasks)))
         while pending:
@@ -249,14 +256,18 @@ class _ProcessPool:
                         status, value = pickle.loads(connection.recv_bytes())
                     except (EOFError, OSError):
                         process.join(timeout=1.0)
-                        raise _WorkerCrash(slices[index], f"worker {index} (pid {process.pid}) {_describe_exit(process.exitcode)}") from None
+                        raise _WorkerCrash(
+                            slices[index], f"worker {index} (pid {process.pid}) {_describe_exit(process.exitcode)}"
+                        ) from None
                     if status == "error":
                         raise _WorkerException(slices[index], f"worker {index} raised:\n{value}")
                     results[index] = value
                     pending.discard(index)
                 elif not process.is_alive():
                     process.join(timeout=1.0)
-                    raise _WorkerCrash(slices[index], f"worker {index} (pid {process.pid}) {_describe_exit(process.exitcode)}")
+                    raise _WorkerCrash(
+                        slices[index], f"worker {index} (pid {process.pid}) {_describe_exit(process.exitcode)}"
+                    )
         return results  # type: ignore[return-value]
 
     @staticmethod
@@ -285,7 +296,9 @@ def _import_ray():
     try:
         import ray
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        raise ConfigError("backend", "ray", "needs Ray: install the pglab[dist] extra (pip install 'pglab[dist]')") from exc
+        raise ConfigError(
+            "backend", "ray", "needs Ray: install the pglab[dist] extra (pip install 'pglab[dist]')"
+        ) from exc
     return ray
 
 
@@ -367,9 +380,13 @@ class ParallelTrajectorySimulator(TrajectorySimulator):
             check_int("n_workers", n_workers, minimum=1)
         if ray_address is not None:
             if backend != "ray":
-                raise ConfigError("ray_address", ray_address, f"only applies to backend='ray' (got backend={backend!r})")
+                raise ConfigError(
+                    "ray_address", ray_address, f"only applies to backend='ray' (got backend={backend!r})"
+                )
             if not isinstance(ray_address, str) or not ray_address:
-                raise ConfigError("ray_address", ray_address, "must be a non-empty address such as 'ray://head:10001' or 'auto'")
+                raise ConfigError(
+                    "ray_address", ray_address, "must be a non-empty address such as 'ray://head:10001' or 'auto'"
+                )
         self.backend = backend
         self.n_workers = n_workers
         self.ray_address = ray_address
@@ -407,15 +424,25 @@ class ParallelTrajectorySimulator(TrajectorySimulator):
             raise RuntimeError(
                 "ParallelTrajectorySimulator.rollout: gradients cannot flow back from worker processes; "
                 "call it under torch.no_grad() (Monte Carlo rollouts, evaluation) or use TrajectorySimulator "
-                "for pathwise gradients")
+                "for pathwise gradients"
+            )
         num_paths, num_steps = initial_states.shape[0], self.num_steps
         device, dtype = initial_states.device, initial_states.dtype
         if noise is None:
             noise = self.draw_noise(num_paths, generator, device=device, dtype=dtype)
         else:
             dims = {"B": num_paths}
-            check_tensor("state_noise", noise.state_noise, ("B", num_steps, model.state_dim), dtype, dims=dims, where="rollout")
-            check_tensor("action_noise", noise.action_noise, ("B", num_steps, model.action_dim), dtype, dims=dims, where="rollout")
+            check_tensor(
+                "state_noise", noise.state_noise, ("B", num_steps, model.state_dim), dtype, dims=dims, where="rollout"
+            )
+            check_tensor(
+                "action_noise",
+                noise.action_noise,
+                ("B", num_steps, model.action_dim),
+                dtype,
+                dims=dims,
+                where="rollout",
+            )
 
         slices = self.slices(num_paths)
         # Ray workers may run elsewhere: cloudpickle also ships classes defined in a script.
@@ -423,13 +450,18 @@ class ParallelTrajectorySimulator(TrajectorySimulator):
         payload = _pickle_model_and_policy(model, policy, dumps)
         tasks = [
             _SliceTask(
-                dt=self.dt, horizon=self.horizon, action_repeat=self.action_repeat, deterministic=bool(deterministic),
+                dt=self.dt,
+                horizon=self.horizon,
+                action_repeat=self.action_repeat,
+                deterministic=bool(deterministic),
                 # .clone(): pickling a view would ship the whole underlying storage
                 initial_states=initial_states[start:stop].detach().to("cpu").clone(),
                 state_noise=noise.state_noise[start:stop].to("cpu").clone(),
                 action_noise=noise.action_noise[start:stop].to("cpu").clone(),
                 absorption=self.absorption,
-                survival_noise=None if noise.survival_noise is None else noise.survival_noise[start:stop].to("cpu").clone(),
+                survival_noise=None
+                if noise.survival_noise is None
+                else noise.survival_noise[start:stop].to("cpu").clone(),
             )
             for start, stop in slices
         ]
@@ -469,7 +501,9 @@ class ParallelTrajectorySimulator(TrajectorySimulator):
             except _WorkerCrash as exc:
                 self._discard_workers()
                 if attempt == 2:
-                    raise SimulationWorkerError(self.backend, exc.paths, f"{exc.cause} (again after one retry on fresh workers)") from None
+                    raise SimulationWorkerError(
+                        self.backend, exc.paths, f"{exc.cause} (again after one retry on fresh workers)"
+                    ) from None
             except BaseException:  # e.g. Ctrl-C mid-rollout: replies still in flight
                 self._discard_workers()
                 raise
@@ -499,14 +533,19 @@ class ParallelTrajectorySimulator(TrajectorySimulator):
                 results.append(ray.get(ref, timeout=remaining))
             except ray_errors.GetTimeoutError:
                 self._cancel(ray, refs)
-                raise _WorkerCrash(slices[index], f"no result from Ray task {index} within timeout_s={self.timeout_s} s") from None
+                raise _WorkerCrash(
+                    slices[index], f"no result from Ray task {index} within timeout_s={self.timeout_s} s"
+                ) from None
             except ray_errors.RayTaskError as exc:
                 # The task's own code raised: deterministic, not retried.
                 self._cancel(ray, refs)
                 raise _WorkerException(slices[index], f"Ray task {index} raised:\n{exc}") from None
             except ray_errors.RayError as exc:  # worker crashed, node died, object lost
                 self._cancel(ray, refs)
-                raise _WorkerCrash(slices[index], f"Ray task {index} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+                raise _WorkerCrash(
+                    slices[index],
+                    f"Ray task {index} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                ) from None
         return results
 
     @staticmethod
@@ -544,15 +583,17 @@ class ParallelTrajectorySimulator(TrajectorySimulator):
                 ray.shutdown()
             self._started_ray = False
 
-    def __enter__(self) -> "ParallelTrajectorySimulator":
+    def __enter__(self) -> ParallelTrajectorySimulator:
         return self
 
     def __exit__(self, *exc_info) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"ParallelTrajectorySimulator(backend={self.backend!r}, n_workers={self.n_workers}, dt={self.dt}, "
-                f"horizon={self.horizon}, action_repeat={self.action_repeat})")
+        return (
+            f"ParallelTrajectorySimulator(backend={self.backend!r}, n_workers={self.n_workers}, dt={self.dt}, "
+            f"horizon={self.horizon}, action_repeat={self.action_repeat})"
+        )
 
 
 def _requires_grad(policy: Any) -> bool:
@@ -568,4 +609,5 @@ def _pickle_model_and_policy(model: ContinuousTimeModel, policy: Any, dumps=pick
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
         raise TypeError(
             "ParallelTrajectorySimulator: the model and the policy must be picklable (module-level classes the "
-            f"workers can import; no lambdas or closures): {exc}") from exc
+            f"workers can import; no lambdas or closures): {exc}"
+        ) from exc

@@ -33,6 +33,7 @@ code steps 8,192 copies on a CPU or 16,384+ on a GPU. The full state (positions,
 step counters, frame stack, generator) round-trips through ``state_dict`` so a trainer
 can checkpoint and resume bit-identically.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -62,7 +63,9 @@ class PixelGoalEnv:
         seed: seed of the environment's private generator.
     """
 
-    def __init__(self, num_envs: int, config: PixelGoalConfig | None = None, *, device: torch.device | str = "cpu", seed: int = 0):
+    def __init__(
+        self, num_envs: int, config: PixelGoalConfig | None = None, *, device: torch.device | str = "cpu", seed: int = 0
+    ):
         check_int("num_envs", num_envs, minimum=1)
         self.config = config or PixelGoalConfig()
         self.num_envs = num_envs
@@ -101,7 +104,7 @@ class PixelGoalEnv:
     def _draw_positions(self, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``count`` (agent, goal) pixel positions, uniform over ordered pairs of
         distinct cells."""
-        cells = self.config.grid_size ** 2
+        cells = self.config.grid_size**2
         grid, px = self.config.grid_size, self.config.cell_px
         goal_index = torch.randint(cells, (count,), generator=self.generator, device=self.device)
         offset = torch.randint(cells - 1, (count,), generator=self.generator, device=self.device)
@@ -171,8 +174,12 @@ class PixelGoalEnv:
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue bit-identically (tensors only)."""
         return {
-            "agent": self.agent.clone(), "goal": self.goal.clone(), "dist": self.dist.clone(),
-            "streak": self.streak.clone(), "steps": self.steps.clone(), "frames": self.frames.clone(),
+            "agent": self.agent.clone(),
+            "goal": self.goal.clone(),
+            "dist": self.dist.clone(),
+            "streak": self.streak.clone(),
+            "steps": self.steps.clone(),
+            "frames": self.frames.clone(),
             "generator": self.generator.get_state(),
         }
 
@@ -183,17 +190,25 @@ class PixelGoalEnv:
             if tuple(value.shape) != tuple(current.shape):
                 from pglab.errors import CheckpointError
 
-                raise CheckpointError(f"PixelGoalEnv state {name}: shape {tuple(value.shape)} does not match {tuple(current.shape)}")
+                raise CheckpointError(
+                    f"PixelGoalEnv state {name}: shape {tuple(value.shape)} does not match {tuple(current.shape)}"
+                )
             setattr(self, name, value.to(self.device))
         self.generator.set_state(state["generator"])
 
 
-def make_pixel_goal_env(num_envs: int, *, device: torch.device | str = "cpu", seed: int = 0, **kwargs: Any) -> PixelGoalEnv:
+def make_pixel_goal_env(
+    num_envs: int, *, device: torch.device | str = "cpu", seed: int = 0, **kwargs: Any
+) -> PixelGoalEnv:
     """Registry factory for ``pglab:pixel-goal``; ``kwargs`` are :class:`PixelGoalConfig` fields."""
     from pglab.errors import ConfigError
 
     known = set(PixelGoalConfig.__dataclass_fields__)
     unknown = sorted(set(kwargs) - known)
     if unknown:
-        raise ConfigError(f"env_kwargs.{unknown[0]}", kwargs[unknown[0]], f"unknown PixelGoalEnv field; known: {', '.join(sorted(known))}")
+        raise ConfigError(
+            f"env_kwargs.{unknown[0]}",
+            kwargs[unknown[0]],
+            f"unknown PixelGoalEnv field; known: {', '.join(sorted(known))}",
+        )
     return PixelGoalEnv(num_envs, PixelGoalConfig(**kwargs), device=device, seed=seed)

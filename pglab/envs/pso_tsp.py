@@ -27,6 +27,7 @@ policy's action; clamped to ``[w_min, w_max]``, ``[0, c_max]``) and ``r1, r2 ~ U
 The swarm's answer for an instance is the shortest tour decoded in the episode
 (``best_tour``, ``best_cost``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -74,16 +75,29 @@ class SwarmState:
     iteration: int
     pbest_tour: torch.Tensor | None = None
 
-    def snapshot(self) -> "SwarmState":
+    def snapshot(self) -> SwarmState:
         """A detached copy of the swarm tensors (instance tensors are shared: constant)."""
         swarm = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for name in ("position", "velocity", "pbest", "gbest", "cost", "pbest_cost", "gbest_cost", "best_cost", "best_tour", "pbest_tour"):
+        for name in (
+            "position",
+            "velocity",
+            "pbest",
+            "gbest",
+            "cost",
+            "pbest_cost",
+            "gbest_cost",
+            "best_cost",
+            "best_tour",
+            "pbest_tour",
+        ):
             if swarm[name] is not None:
                 swarm[name] = swarm[name].detach().clone()
         return SwarmState(**swarm)
 
 
-def random_instances(num_instances: int, num_cities: int, generator: torch.Generator, device: torch.device | str = "cpu") -> torch.Tensor:
+def random_instances(
+    num_instances: int, num_cities: int, generator: torch.Generator, device: torch.device | str = "cpu"
+) -> torch.Tensor:
     """Uniform cities in the unit square: float32 ``[B, n, 2]``."""
     return torch.rand((num_instances, num_cities, 2), generator=generator, device=device)
 
@@ -106,8 +120,9 @@ def tour_cost(dist: torch.Tensor, tours: torch.Tensor) -> torch.Tensor:
     return flat.gather(2, tours * n + nxt).sum(-1)
 
 
-def two_opt_batch(dist: torch.Tensor, tours: torch.Tensor, *, max_iterations: int | None = None,
-                  tol: float = 1e-9) -> torch.Tensor:
+def two_opt_batch(
+    dist: torch.Tensor, tours: torch.Tensor, *, max_iterations: int | None = None, tol: float = 1e-9
+) -> torch.Tensor:
     """Best-improvement 2-opt on a batch of tours at once: ``dist [B, n, n]``, ``tours
     [B, n]`` (long) -> improved tours ``[B, n]`` (each a local optimum of 2-opt, city 0
     kept first).
@@ -155,8 +170,16 @@ class PSOTSPEnv:
             state, reward, done = env.step(wc1c2)      # wc1c2 [B, P, D, 3]; reward [B, P]
     """
 
-    def __init__(self, config: PSOTSPEnvConfig, device: torch.device | str = "cpu", generator: torch.Generator | None = None, *,
-                 decode: str = "sample", paired: bool = False, replicas: int = 1):
+    def __init__(
+        self,
+        config: PSOTSPEnvConfig,
+        device: torch.device | str = "cpu",
+        generator: torch.Generator | None = None,
+        *,
+        decode: str = "sample",
+        paired: bool = False,
+        replicas: int = 1,
+    ):
         check_choice("decode", decode, ("sample", "greedy"))
         if paired and replicas != 1:
             raise ValueError("PSOTSPEnv: give paired=True (= replicas=2) or replicas, not both")
@@ -184,7 +207,9 @@ class PSOTSPEnv:
             return draw(shape, generator=self.generator, device=self.device)
         if shape[0] % self.replicas:
             even = " (an even size)" if self.replicas == 2 else ""
-            raise ValueError(f"PSOTSPEnv(replicas={self.replicas}): the batch must be a multiple of {self.replicas}{even}, got {shape[0]}")
+            raise ValueError(
+                f"PSOTSPEnv(replicas={self.replicas}): the batch must be a multiple of {self.replicas}{even}, got {shape[0]}"
+            )
         block = draw((shape[0] // self.replicas, *shape[1:]), generator=self.generator, device=self.device)
         return block.repeat(self.replicas, *([1] * (len(shape) - 1)))
 
@@ -203,7 +228,9 @@ class PSOTSPEnv:
         logits.scatter_(3, index, scores.reshape(B, P, n, k))
         return logits
 
-    def decode(self, position: torch.Tensor, state: SwarmState, *, greedy: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def decode(
+        self, position: torch.Tensor, state: SwarmState, *, greedy: bool | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Tours ``[B, P, n]`` (permutations starting at city 0) and their lengths ``[B, P]``."""
         greedy = self.decode_mode == "greedy" if greedy is None else greedy
         logits = self.edge_logits(position, state)
@@ -237,12 +264,20 @@ class PSOTSPEnv:
         position = cfg.init_std * self._random((B, cfg.n_particles, cfg.dim), normal=True)
         zeros = torch.zeros(B, dtype=torch.float32, device=self.device)
         state = SwarmState(
-            coords=coords, dist=dist, neighbours=neighbours, edge_dist=edge_dist,
-            position=position, velocity=torch.zeros_like(position), pbest=position.clone(),
-            gbest=position[:, 0].clone(), cost=zeros[:, None].expand(B, cfg.n_particles).clone(),
-            pbest_cost=zeros[:, None].expand(B, cfg.n_particles).clone(), gbest_cost=zeros.clone(),
+            coords=coords,
+            dist=dist,
+            neighbours=neighbours,
+            edge_dist=edge_dist,
+            position=position,
+            velocity=torch.zeros_like(position),
+            pbest=position.clone(),
+            gbest=position[:, 0].clone(),
+            cost=zeros[:, None].expand(B, cfg.n_particles).clone(),
+            pbest_cost=zeros[:, None].expand(B, cfg.n_particles).clone(),
+            gbest_cost=zeros.clone(),
             best_cost=torch.full((B,), float("inf"), device=self.device),
-            best_tour=torch.zeros((B, cfg.num_cities), dtype=torch.long, device=self.device), iteration=0,
+            best_tour=torch.zeros((B, cfg.num_cities), dtype=torch.long, device=self.device),
+            iteration=0,
         )
         tours, cost = self.decode(position, state)
         state.cost, state.pbest_cost, state.pbest_tour = cost, cost.clone(), tours
@@ -272,9 +307,13 @@ class PSOTSPEnv:
         tours, cost = self.decode(position, state)
         improved = cost < state.pbest_cost
         state = dataclasses.replace(
-            state, position=position, velocity=velocity, cost=cost,
+            state,
+            position=position,
+            velocity=velocity,
+            cost=cost,
             pbest=torch.where(improved.unsqueeze(-1), position, state.pbest),
-            pbest_cost=torch.where(improved, cost, state.pbest_cost), iteration=state.iteration + 1,
+            pbest_cost=torch.where(improved, cost, state.pbest_cost),
+            iteration=state.iteration + 1,
             pbest_tour=torch.where(improved.unsqueeze(-1), tours, state.pbest_tour),
         )
         self._update_gbest(state, tours)
@@ -295,7 +334,9 @@ class PSOTSPEnv:
         state.best_tour = torch.where(better.unsqueeze(-1), tours[rows, this_best], state.best_tour)
 
 
-def fixed_coefficients(shape: tuple[int, ...], w: float = CLASSIC_W, c1: float = CLASSIC_C1, c2: float = CLASSIC_C2, device="cpu") -> torch.Tensor:
+def fixed_coefficients(
+    shape: tuple[int, ...], w: float = CLASSIC_W, c1: float = CLASSIC_C1, c2: float = CLASSIC_C2, device="cpu"
+) -> torch.Tensor:
     """``wc1c2`` of classic PSO: the same ``(w, c1, c2)`` everywhere, shape ``[*shape, 3]``."""
     return torch.tensor([w, c1, c2], device=device).expand(*shape, 3)
 

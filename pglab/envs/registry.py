@@ -1,5 +1,6 @@
 """Environment specs: ``gym:ID`` (any Gymnasium id, ALE ids included) or ``pglab:NAME``
 (a native batched simulator), as accepted by ``--env``."""
+
 from __future__ import annotations
 
 import importlib
@@ -29,7 +30,9 @@ def make_env(spec: str, num_envs: int, *, device: torch.device | str = "cpu", se
         return make_gym_env(name, num_envs, device=device, **kwargs)
     if kind == "pglab":
         if name not in NATIVE_ENVS:
-            raise ConfigError("env", spec, f"unknown pglab environment; choose one of {', '.join('pglab:' + n for n in NATIVE_ENVS)}")
+            raise ConfigError(
+                "env", spec, f"unknown pglab environment; choose one of {', '.join('pglab:' + n for n in NATIVE_ENVS)}"
+            )
         module_name, factory = NATIVE_ENVS[name].split(":")
         return getattr(importlib.import_module(module_name), factory)(num_envs, device=device, seed=seed, **kwargs)
     if kind == "ale":  # an Atari game with the standard preprocessing (pglab.envs.atari)

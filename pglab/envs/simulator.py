@@ -16,6 +16,7 @@ infinite-horizon problem that ``T`` truncates).
 The noise can be passed in explicitly (:class:`RolloutNoise`): a parallel backend that
 hands each worker its slice of the same noise reproduces the single-process result.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,21 +49,30 @@ class RolloutNoise:
     survival_noise: torch.Tensor | None = None
 
     @classmethod
-    def draw(cls, num_paths: int, num_steps: int, state_dim: int, action_dim: int,
-             generator: torch.Generator | None, *, device, dtype=torch.float32) -> "RolloutNoise":
+    def draw(
+        cls,
+        num_paths: int,
+        num_steps: int,
+        state_dim: int,
+        action_dim: int,
+        generator: torch.Generator | None,
+        *,
+        device,
+        dtype=torch.float32,
+    ) -> RolloutNoise:
         # One call per tensor, path-major: path i's noise is the i-th slice whatever B is
         # split into later.
         state_noise = torch.randn((num_paths, num_steps, state_dim), generator=generator, device=device, dtype=dtype)
         action_noise = torch.randn((num_paths, num_steps, action_dim), generator=generator, device=device, dtype=dtype)
         return cls(state_noise, action_noise)
 
-    def with_survival(self, generator: torch.Generator | None) -> "RolloutNoise":
+    def with_survival(self, generator: torch.Generator | None) -> RolloutNoise:
         """The same draws plus ``survival_noise [B, T]`` (drawn after them, one call)."""
         shape = self.state_noise.shape[:2]
         uniform = torch.rand(shape, generator=generator, device=self.state_noise.device, dtype=self.state_noise.dtype)
         return RolloutNoise(self.state_noise, self.action_noise, uniform)
 
-    def slice(self, start: int, stop: int) -> "RolloutNoise":
+    def slice(self, start: int, stop: int) -> RolloutNoise:
         survival = None if self.survival_noise is None else self.survival_noise[start:stop]
         return RolloutNoise(self.state_noise[start:stop], self.action_noise[start:stop], survival)
 
@@ -158,8 +168,9 @@ class TabulatedPolicy:
         num_points: table size (>= 2).
     """
 
-    def __init__(self, policy: SimulatorPolicy, low: float, high: float, num_points: int, *,
-                 device=None, dtype=torch.float32):
+    def __init__(
+        self, policy: SimulatorPolicy, low: float, high: float, num_points: int, *, device=None, dtype=torch.float32
+    ):
         check_int("num_points", num_points, minimum=2)
         if not high > low:
             raise ValueError(f"TabulatedPolicy: high={high} must exceed low={low}")
@@ -196,7 +207,7 @@ class TabulatedPolicy:
         cells = self._cells.index_select(0, index)  # [B, 4A]; as _cells[index], ~3x faster on the CPU
         width = 2 * self.action_dim
         values = cells[:, :width] + weight * cells[:, width:]  # (1 - w) f_i + w f_{i+1}
-        mean, std = values[:, :self.action_dim], values[:, self.action_dim:]
+        mean, std = values[:, : self.action_dim], values[:, self.action_dim :]
         outside = self._outside(states)
         if outside.numel() > 0:
             with torch.no_grad():
@@ -222,8 +233,9 @@ class TabulatedPolicy:
     def max_error(self) -> float:
         """``max |table mean - network mean|`` over the cell midpoints (the worst case of
         linear interpolation of a smooth function)."""
-        midpoints = (torch.arange(self.num_points - 1, dtype=self.mean_table.dtype, device=self.mean_table.device)
-                     + 0.5) * self.step + self.low
+        midpoints = (
+            torch.arange(self.num_points - 1, dtype=self.mean_table.dtype, device=self.mean_table.device) + 0.5
+        ) * self.step + self.low
         with torch.no_grad():
             exact = self.policy.mean_std(midpoints.unsqueeze(1))[0]
         return float((self.mean_std(midpoints.unsqueeze(1))[0] - exact).abs().max())
@@ -240,7 +252,9 @@ def euler_maruyama_step(
     ``reward = reward_rate(x, u) * dt`` and
     ``x' = x + drift(x, u) dt + diffusion(x, u) sqrt(dt) eps``. Differentiable."""
     reward = model.reward_rate(states, controls) * dt
-    next_states = states + model.drift(states, controls) * dt + model.diffusion(states, controls) * (math.sqrt(dt) * state_noise)
+    next_states = (
+        states + model.drift(states, controls) * dt + model.diffusion(states, controls) * (math.sqrt(dt) * state_noise)
+    )
     return next_states, reward
 
 
@@ -266,8 +280,9 @@ class TrajectorySimulator:
             by several hundredths.
     """
 
-    def __init__(self, model: ContinuousTimeModel, dt: float, horizon: float, *, action_repeat: int = 1,
-                 absorption: str = "grid"):
+    def __init__(
+        self, model: ContinuousTimeModel, dt: float, horizon: float, *, action_repeat: int = 1, absorption: str = "grid"
+    ):
         check_positive("dt", dt)
         check_positive("T", horizon)
         num_steps = int(round(horizon / dt))
@@ -283,9 +298,18 @@ class TrajectorySimulator:
         self.num_steps = num_steps
         self.discount = math.exp(-model.discount_rate * dt)
 
-    def draw_noise(self, num_paths: int, generator: torch.Generator | None, *, device, dtype=torch.float32) -> RolloutNoise:
-        noise = RolloutNoise.draw(num_paths, self.num_steps, self.model.state_dim, self.model.action_dim,
-                                  generator, device=device, dtype=dtype)
+    def draw_noise(
+        self, num_paths: int, generator: torch.Generator | None, *, device, dtype=torch.float32
+    ) -> RolloutNoise:
+        noise = RolloutNoise.draw(
+            num_paths,
+            self.num_steps,
+            self.model.state_dim,
+            self.model.action_dim,
+            generator,
+            device=device,
+            dtype=dtype,
+        )
         return noise.with_survival(generator) if self.absorption == "bridge" else noise
 
     def rollout(
@@ -317,12 +341,25 @@ class TrajectorySimulator:
             noise = self.draw_noise(num_paths, generator, device=device, dtype=dtype)
         else:
             dims = {"B": num_paths}
-            check_tensor("state_noise", noise.state_noise, ("B", num_steps, model.state_dim), dtype, dims=dims, where="rollout")
-            check_tensor("action_noise", noise.action_noise, ("B", num_steps, model.action_dim), dtype, dims=dims, where="rollout")
+            check_tensor(
+                "state_noise", noise.state_noise, ("B", num_steps, model.state_dim), dtype, dims=dims, where="rollout"
+            )
+            check_tensor(
+                "action_noise",
+                noise.action_noise,
+                ("B", num_steps, model.action_dim),
+                dtype,
+                dims=dims,
+                where="rollout",
+            )
             if self.absorption == "bridge":
                 if noise.survival_noise is None:
-                    raise ValueError("rollout: absorption='bridge' needs noise.survival_noise [B, T] (RolloutNoise.with_survival)")
-                check_tensor("survival_noise", noise.survival_noise, ("B", num_steps), dtype, dims=dims, where="rollout")
+                    raise ValueError(
+                        "rollout: absorption='bridge' needs noise.survival_noise [B, T] (RolloutNoise.with_survival)"
+                    )
+                check_tensor(
+                    "survival_noise", noise.survival_noise, ("B", num_steps), dtype, dims=dims, where="rollout"
+                )
         low, high = model.control.bounds(initial_states)
 
         # One pass per decision interval [start, stop): the policy acts once and the model
@@ -341,7 +378,9 @@ class TrajectorySimulator:
             mean, std = policy.mean_std(state)
             action = mean if deterministic else mean + std * noise.action_noise[:, start]
             control = torch.maximum(torch.minimum(action, high), low)
-            path, reward = model.held_control_steps(state, control, noise.state_noise[:, start:stop], self.dt)  # [B, n, S], [B, n]
+            path, reward = model.held_control_steps(
+                state, control, noise.state_noise[:, start:stop], self.dt
+            )  # [B, n, S], [B, n]
             path_seq.append(path)
             rewards_seq.append(reward)
             actions_seq.append(action.unsqueeze(1).expand(-1, held, -1))

@@ -14,6 +14,7 @@ NumPy, zero diagonal) and return a tour as a permutation of ``0..n-1`` starting 
 * :func:`nearest_neighbour_tour` + :func:`two_opt` — the classic construction heuristic
   and its local search (best-improvement 2-opt, vectorised over all moves).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -146,7 +147,9 @@ def lkh_tour(dist: np.ndarray, *, runs: int = 10, scale: float = 1e6) -> tuple[n
     try:
         import elkai
     except ImportError as exc:
-        raise UsageError("lkh_tour: the 'elkai' package is not installed; install pglab[co] or use held_karp (n <= 22)") from exc
+        raise UsageError(
+            "lkh_tour: the 'elkai' package is not installed; install pglab[co] or use held_karp (n <= 22)"
+        ) from exc
     n = dist.shape[0]
     if n <= 3:
         tour = np.arange(n)
@@ -233,4 +236,6 @@ def reference_tour(dist: np.ndarray, *, held_karp_max_n: int = 16, lkh_runs: int
     if n <= HELD_KARP_MAX_N:
         tour, length = held_karp(dist)
         return Reference(tour, length, "held_karp")
-    raise UsageError(f"optimal reference for n={n}: needs the 'elkai' package (pip install pglab[co]); Held–Karp handles n <= {HELD_KARP_MAX_N}")
+    raise UsageError(
+        f"optimal reference for n={n}: needs the 'elkai' package (pip install pglab[co]); Held–Karp handles n <= {HELD_KARP_MAX_N}"
+    )

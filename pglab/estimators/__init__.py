@@ -10,6 +10,7 @@ Terminated vs truncated (TorchRL's distinction, kept everywhere in pglab):
 * ``truncs``/``truncated``: the simulation *stopped* after step t (time limit, horizon
   ``T``) although the process goes on; its future is bootstrapped from a value estimate.
 """
+
 from pglab.estimators.gae import compute_gae, td0_targets
 from pglab.estimators.maxk import maxk_gradient_weights, maxk_reward_estimate
 from pglab.estimators.returns import (

@@ -1,4 +1,5 @@
 """Shared argument checks for the estimators."""
+
 from __future__ import annotations
 
 import math

@@ -12,6 +12,7 @@ for every other step ``V(s'_t) = V(s_{t+1})``.
 Closed forms (tested): ``lam = 1`` gives discounted returns minus values (Monte Carlo
 advantages); ``lam = 0`` gives the one-step TD errors ``delta_t``.
 """
+
 from __future__ import annotations
 
 import torch

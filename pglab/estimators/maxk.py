@@ -61,6 +61,7 @@ cumulative sums are sequential; on other devices one member's weight is copied t
 run). ``stable_sort`` is ``torch.sort``'s flag where that sort is used (CUDA, float64);
 the CPU float32 sort orders ties deterministically by position.
 """
+
 from __future__ import annotations
 
 import functools
@@ -160,7 +161,9 @@ _DESCENDING = {"none": True, "subloo": False, "sample_loo": False}
 
 
 @functools.lru_cache(maxsize=128)
-def _sorted_coefficients(n: int, k: int, mode: str, device: torch.device, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def _sorted_coefficients(
+    n: int, k: int, mode: str, device: torch.device, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
     """:func:`_coefficients`' gap weights of one mode laid out over the positions of the
     mode's sort order (``_DESCENDING``), for :func:`_weights_in_sorted_order`:
     ``forward[j]`` (and, for sample_loo, ``total[j]``) multiplies the step
@@ -417,7 +420,9 @@ def maxk_gradient_weights(
             f"got {variance_reduction!r}"
         )
     if variance_reduction == "sample_loo" and not n > k:
-        raise ValueError(f"{where}: variance_reduction='sample_loo' needs n > k (a k-subset without sample i), got n={n}, k={k}")
+        raise ValueError(
+            f"{where}: variance_reduction='sample_loo' needs n > k (a k-subset without sample i), got n={n}, k={k}"
+        )
     if variance_reduction == "subloo" and k < 2:
         raise ValueError(f"{where}: variance_reduction='subloo' needs k >= 2 (a non-empty S minus i), got k={k}")
 
@@ -449,6 +454,8 @@ def pass_at_k_estimate(num_samples: int, num_correct: torch.Tensor, k: int) -> t
     failures = torch.full_like(correct, float(num_samples)) - correct
     all_fail = torch.exp(
         _log_binomial(failures, torch.full_like(failures, float(k)))
-        - _log_binomial(torch.tensor(float(num_samples), dtype=torch.float64), torch.tensor(float(k), dtype=torch.float64))
+        - _log_binomial(
+            torch.tensor(float(num_samples), dtype=torch.float64), torch.tensor(float(k), dtype=torch.float64)
+        )
     )
     return (1.0 - all_fail).to(num_correct.dtype if num_correct.is_floating_point() else torch.float32)

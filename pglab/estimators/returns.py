@@ -5,6 +5,7 @@ at the end of step t, ``gamma`` the per-step discount. For a continuous-time mod
 discount rate ``rho`` and step ``dt``, ``gamma = exp(-rho * dt)``, so that
 ``gamma**t = exp(-rho * t * dt)``.
 """
+
 from __future__ import annotations
 
 import torch

@@ -23,6 +23,7 @@ models whose Hamiltonian is linear in the controls (GHM) the maximum over the bo
 an end, except at the single kink where the upwinded drift changes sign; the grid's
 interior points cover that case to within the grid spacing.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -99,7 +100,10 @@ class FDSolution:
 
 
 def _control_candidates(model: ContinuousTimeModel, points_per_control: int) -> np.ndarray:
-    axes = [np.linspace(lo, hi, points_per_control if hi > lo else 1) for lo, hi in zip(model.control.low, model.control.high)]
+    axes = [
+        np.linspace(lo, hi, points_per_control if hi > lo else 1)
+        for lo, hi in zip(model.control.low, model.control.high, strict=False)
+    ]
     return np.array(list(itertools.product(*axes)), dtype=np.float64)
 
 
@@ -109,8 +113,11 @@ def _node_coefficients(model: ContinuousTimeModel, states: torch.Tensor, control
     drift = model.drift(states, controls)[:, 0]
     vol = model.diffusion(states, controls)[:, 0]
     diffusion_rate = 0.5 * vol.pow(2) / h**2
-    return (model.reward_rate(states, controls).numpy(), (diffusion_rate + drift.clamp(max=0).neg() / h).numpy(),
-            (diffusion_rate + drift.clamp(min=0) / h).numpy())
+    return (
+        model.reward_rate(states, controls).numpy(),
+        (diffusion_rate + drift.clamp(max=0).neg() / h).numpy(),
+        (diffusion_rate + drift.clamp(min=0) / h).numpy(),
+    )
 
 
 def _coefficients(model: ContinuousTimeModel, grid: np.ndarray, candidates: np.ndarray, h: float):
@@ -118,9 +125,11 @@ def _coefficients(model: ContinuousTimeModel, grid: np.ndarray, candidates: np.n
     arrays ``[K, N]`` for the interior nodes ``1..N``."""
     states = torch.as_tensor(grid[1:], dtype=torch.float64).unsqueeze(1)  # [N, 1]
     num_nodes = states.shape[0]
-    per_candidate = [_node_coefficients(model, states, torch.as_tensor(candidate, dtype=torch.float64).expand(num_nodes, -1), h)
-                     for candidate in candidates]
-    rewards, lowers, uppers = zip(*per_candidate)
+    per_candidate = [
+        _node_coefficients(model, states, torch.as_tensor(candidate, dtype=torch.float64).expand(num_nodes, -1), h)
+        for candidate in candidates
+    ]
+    rewards, lowers, uppers = zip(*per_candidate, strict=False)
     return np.stack(rewards), np.stack(lowers), np.stack(uppers)
 
 
@@ -236,10 +245,20 @@ def evaluate_policy_1d(
     grid, fine, controls = solve(num_nodes)
     coarse_grid, coarse, _ = solve(num_nodes // 2)
     correction = fine - np.interp(grid, coarse_grid, coarse)
-    return FDSolution(grid=grid, value=fine + correction, controls=controls, iterations=1, converged=True,
-                      control_names=tuple(model.control.names),
-                      meta={"x_max": x_max, "num_nodes": num_nodes, "extrapolated": True,
-                            "extrapolation_change": float(np.abs(correction).max())})
+    return FDSolution(
+        grid=grid,
+        value=fine + correction,
+        controls=controls,
+        iterations=1,
+        converged=True,
+        control_names=tuple(model.control.names),
+        meta={
+            "x_max": x_max,
+            "num_nodes": num_nodes,
+            "extrapolated": True,
+            "extrapolation_change": float(np.abs(correction).max()),
+        },
+    )
 
 
 def solve_hjb_1d_extrapolated(
@@ -260,7 +279,12 @@ def solve_hjb_1d_extrapolated(
     coarse = solve_hjb_1d(model, x_max=x_max, num_nodes=num_nodes // 2, points_per_control=points_per_control)
     correction = fine.value - coarse.value_at(fine.grid)
     fine.value = fine.value + correction
-    fine.meta.update({"extrapolated": True, "extrapolation_change": float(np.abs(correction).max()),
-                      "converged_coarse": coarse.converged})
+    fine.meta.update(
+        {
+            "extrapolated": True,
+            "extrapolation_change": float(np.abs(correction).max()),
+            "converged_coarse": coarse.converged,
+        }
+    )
     fine.converged = fine.converged and coarse.converged
     return fine

@@ -36,6 +36,7 @@ The maximum over controls is taken over a uniform grid of each control's box (en
 included), as in :mod:`pglab.hjb.fd`: exact for Hamiltonians linear in the controls
 (GHM), a lower bound of the maximum otherwise (``R_opt`` then slightly overstated).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -60,16 +61,23 @@ _FLOATS = (torch.float32, torch.float64)
 
 # -- the Hamiltonian and its derivatives ------------------------------------------------------------
 
-def control_candidates(control: ControlSpec, points_per_control: int, *, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+
+def control_candidates(
+    control: ControlSpec, points_per_control: int, *, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
     """The tensor grid of each control's box (both ends included), ``[K, A]`` with
     ``K = points_per_control ** A`` (a control with ``low == high`` contributes 1)."""
     check_int("points_per_control", points_per_control, minimum=2)
-    axes = [np.linspace(lo, hi, points_per_control if hi > lo else 1) for lo, hi in zip(control.low, control.high)]
+    axes = [
+        np.linspace(lo, hi, points_per_control if hi > lo else 1)
+        for lo, hi in zip(control.low, control.high, strict=False)
+    ]
     return torch.tensor(list(itertools.product(*axes)), dtype=dtype)
 
 
-def hamiltonian(model: ContinuousTimeModel, states: torch.Tensor, controls: torch.Tensor,
-                first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+def hamiltonian(
+    model: ContinuousTimeModel, states: torch.Tensor, controls: torch.Tensor, first: torch.Tensor, second: torch.Tensor
+) -> torch.Tensor:
     """``H = f(x, u) + b(x, u) V' + 0.5 s(x, u)^2 V''``, ``[B]``.
 
     Args:
@@ -81,8 +89,13 @@ def hamiltonian(model: ContinuousTimeModel, states: torch.Tensor, controls: torc
     return model.reward_rate(states, controls) + drift * first + 0.5 * volatility.pow(2) * second
 
 
-def max_hamiltonian(model: ContinuousTimeModel, states: torch.Tensor, first: torch.Tensor, second: torch.Tensor,
-                    candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def max_hamiltonian(
+    model: ContinuousTimeModel,
+    states: torch.Tensor,
+    first: torch.Tensor,
+    second: torch.Tensor,
+    candidates: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``max_u H`` over the candidate controls ``[K, A]``: ``(value [B], argmax controls [B, A])``.
     All ``K * B`` pairs are evaluated in one batched call of the model."""
     num_states, num_candidates = states.shape[0], candidates.shape[0]
@@ -98,8 +111,9 @@ def max_hamiltonian(model: ContinuousTimeModel, states: torch.Tensor, first: tor
     return best, candidates[index]
 
 
-def value_derivatives(value_fn: ValueFn, states: torch.Tensor, *, method: Method = "autograd",
-                      fd_step: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def value_derivatives(
+    value_fn: ValueFn, states: torch.Tensor, *, method: Method = "autograd", fd_step: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(V, V', V'')`` of ``value_fn`` at ``states`` ``[B, 1]``, each ``[B]`` (detached).
 
     ``autograd``: two backward passes through ``value_fn`` (which must not run under
@@ -121,8 +135,10 @@ def value_derivatives(value_fn: ValueFn, states: torch.Tensor, *, method: Method
     with torch.enable_grad():
         values = _checked_value(value_fn, inputs, where)
         if not values.requires_grad:
-            raise ValueError("value_derivatives: value_fn returned values without a graph to the states; autograd needs "
-                             "a differentiable value function (do not wrap it in torch.no_grad), or use method='fd'")
+            raise ValueError(
+                "value_derivatives: value_fn returned values without a graph to the states; autograd needs "
+                "a differentiable value function (do not wrap it in torch.no_grad), or use method='fd'"
+            )
         (first,) = torch.autograd.grad(values.sum(), inputs, create_graph=True)
         if first.requires_grad:
             (second,) = torch.autograd.grad(first.sum(), inputs, allow_unused=True)
@@ -132,9 +148,14 @@ def value_derivatives(value_fn: ValueFn, states: torch.Tensor, *, method: Method
     return values.detach(), first[:, 0].detach(), second[:, 0].detach()
 
 
-def hjb_residual_for_training(model: ContinuousTimeModel, value_fn: ValueFn, states: torch.Tensor, *,
-                              controls: torch.Tensor | None = None,
-                              candidates: torch.Tensor | None = None) -> torch.Tensor:
+def hjb_residual_for_training(
+    model: ContinuousTimeModel,
+    value_fn: ValueFn,
+    states: torch.Tensor,
+    *,
+    controls: torch.Tensor | None = None,
+    candidates: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The HJB residual of ``value_fn`` at ``states`` ``[B, 1]``, ``[B]``, differentiable in
     ``value_fn``'s parameters (a physics-informed loss; :func:`value_derivatives` detaches).
 
@@ -145,11 +166,15 @@ def hjb_residual_for_training(model: ContinuousTimeModel, value_fn: ValueFn, sta
     """
     check_tensor("states", states, ("B", 1), _FLOATS, where="hjb_residual_for_training")
     if (controls is None) == (candidates is None):
-        raise ValueError("hjb_residual_for_training: give exactly one of controls (policy residual) and candidates "
-                         "(optimal residual)")
+        raise ValueError(
+            "hjb_residual_for_training: give exactly one of controls (policy residual) and candidates "
+            "(optimal residual)"
+        )
     inputs = states.detach().requires_grad_(True)
     with torch.enable_grad():
-        values = _checked_value(value_fn, inputs, "hjb_residual_for_training: value_fn(states [B, 1]) must return values")
+        values = _checked_value(
+            value_fn, inputs, "hjb_residual_for_training: value_fn(states [B, 1]) must return values"
+        )
         (first,) = torch.autograd.grad(values.sum(), inputs, create_graph=True)
         (second,) = torch.autograd.grad(first.sum(), inputs, create_graph=True)
         if controls is not None:
@@ -165,7 +190,9 @@ def _checked_value(value_fn: ValueFn, states: torch.Tensor, where: str) -> torch
     return values.to(states.dtype)
 
 
-def control_thresholds(states: np.ndarray, controls: np.ndarray, control: ControlSpec, fraction: float = 0.5) -> dict[str, float | None]:
+def control_thresholds(
+    states: np.ndarray, controls: np.ndarray, control: ControlSpec, fraction: float = 0.5
+) -> dict[str, float | None]:
     """Where each control switches on, the rule of :meth:`FDSolution.thresholds` made robust
     to a learned policy's wiggles: a control "on" (at least ``fraction`` of its box
     maximum) at the top of the grid reports the start of its last on-run (the dividend
@@ -186,6 +213,7 @@ def control_thresholds(states: np.ndarray, controls: np.ndarray, control: Contro
 
 
 # -- the report ----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ResidualStats:
@@ -208,8 +236,13 @@ class ResidualStats:
         worst = int(np.argmax(magnitude))
         with np.errstate(divide="ignore", invalid="ignore"):
             relative = np.where(scale > 0, magnitude / scale, np.inf)
-        return cls(max=float(magnitude[worst]), mean=float(magnitude.mean()), rms=float(np.sqrt(np.mean(residual**2))),
-                   argmax=float(states[worst]), max_relative=float(relative.max()))
+        return cls(
+            max=float(magnitude[worst]),
+            mean=float(magnitude.mean()),
+            rms=float(np.sqrt(np.mean(residual**2))),
+            argmax=float(states[worst]),
+            max_relative=float(relative.max()),
+        )
 
 
 @dataclass
@@ -249,19 +282,38 @@ class HJBValidationReport:
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
 
-        out = {name: getattr(self, name) for name in (
-            "source", "method", "model", "c_min", "c_max", "n_points", "n_interior", "tolerance", "value_at_zero",
-            "terminal_value", "value_error", "policy_error", "thresholds", "reference")}
+        out = {
+            name: getattr(self, name)
+            for name in (
+                "source",
+                "method",
+                "model",
+                "c_min",
+                "c_max",
+                "n_points",
+                "n_interior",
+                "tolerance",
+                "value_at_zero",
+                "terminal_value",
+                "value_error",
+                "policy_error",
+                "thresholds",
+                "reference",
+            )
+        }
         for name in ("residual_optimal", "residual_policy", "hamiltonian_gap", "boundary_layer_residual"):
             stats = getattr(self, name)
             out[name] = None if stats is None else asdict(stats)
         out["meets_tolerance"] = self.meets_tolerance
-        out["residual_norm"] = (f"absolute |rho V - H| on [{self.c_min:g}, {self.c_max:g}] "
-                                f"({self.n_interior} points); boundary layer (0, {self.c_min:g}) and V(0) reported apart")
+        out["residual_norm"] = (
+            f"absolute |rho V - H| on [{self.c_min:g}, {self.c_max:g}] "
+            f"({self.n_interior} points); boundary layer (0, {self.c_min:g}) and V(0) reported apart"
+        )
         return out
 
 
 # -- the validator -------------------------------------------------------------------------------
+
 
 class HJBResidualValidator:
     """Check value functions and policies of a 1-D model against its HJB and FD optimum.
@@ -296,7 +348,9 @@ class HJBResidualValidator:
         if model.state_dim != 1:
             raise ValueError(f"HJBResidualValidator: needs a 1-D state, got state_dim={model.state_dim}")
         self.model = model
-        self.reference = reference if reference is not None else solve_hjb_1d_extrapolated(model, x_max=fd_x_max, num_nodes=fd_nodes)
+        self.reference = (
+            reference if reference is not None else solve_hjb_1d_extrapolated(model, x_max=fd_x_max, num_nodes=fd_nodes)
+        )
         x_max = float(self.reference.grid[-1])
         self.c_max = float(model.state_high[0]) if c_max is None else float(c_max)
         check_range("c_max", self.c_max, 0.0, x_max, low_inclusive=False)
@@ -311,7 +365,9 @@ class HJBResidualValidator:
         self.interior = grid >= self.c_min
         self.layer = (grid > 0.0) & ~self.interior
         if self.interior.sum() < 2:
-            raise ConfigError("n_points", n_points, f"leaves fewer than 2 grid points in [c_min, c_max] = [{c_min}, {self.c_max}]")
+            raise ConfigError(
+                "n_points", n_points, f"leaves fewer than 2 grid points in [c_min, c_max] = [{c_min}, {self.c_max}]"
+            )
         # V*, V*', V*'' and u* on the evaluation grid
         self.ref_value, self.ref_first, self.ref_second = _solution_on_grid(self.reference, grid)
         self.ref_controls = self.reference.control_at(grid)
@@ -320,8 +376,15 @@ class HJBResidualValidator:
 
     # -- entry points --------------------------------------------------------------------------
 
-    def validate(self, value_fn: ValueFn | None = None, policy_fn: PolicyFn | None = None, *,
-                 method: Method = "autograd", fd_step: float | None = None, source: str = "learned") -> HJBValidationReport:
+    def validate(
+        self,
+        value_fn: ValueFn | None = None,
+        policy_fn: PolicyFn | None = None,
+        *,
+        method: Method = "autograd",
+        fd_step: float | None = None,
+        source: str = "learned",
+    ) -> HJBValidationReport:
         """Residuals, boundary value and distance to the FD optimum of a value function
         and/or a policy.
 
@@ -336,13 +399,21 @@ class HJBResidualValidator:
         check_choice("method", method, ("autograd", "fd"))
         derivatives = None
         if value_fn is not None:
-            derivatives = tuple(t.cpu().double().numpy() for t in value_derivatives(value_fn, self.states, method=method, fd_step=fd_step))
+            derivatives = tuple(
+                t.cpu().double().numpy()
+                for t in value_derivatives(value_fn, self.states, method=method, fd_step=fd_step)
+            )
         controls = None
         if policy_fn is not None:
             with torch.no_grad():
                 raw = policy_fn(self.states)
-            check_tensor("controls", raw, (self.states.shape[0], self.model.action_dim), _FLOATS,
-                         where="HJBResidualValidator.validate: policy_fn(states [B, 1]) must return controls")
+            check_tensor(
+                "controls",
+                raw,
+                (self.states.shape[0], self.model.action_dim),
+                _FLOATS,
+                where="HJBResidualValidator.validate: policy_fn(states [B, 1]) must return controls",
+            )
             controls = self.model.control.clip(raw.to(self.dtype)).cpu().double().numpy()
         return self._report(derivatives, controls, method=method if value_fn is not None else "none", source=source)
 
@@ -359,7 +430,9 @@ class HJBResidualValidator:
         ``(2h)^2`` truncation error is far below the scheme's ``O(h)`` one).
         """
         if float(solution.grid[-1]) < self.c_max:
-            raise ConfigError("c_max", self.c_max, f"lies beyond the solution's grid, which ends at {float(solution.grid[-1])}")
+            raise ConfigError(
+                "c_max", self.c_max, f"lies beyond the solution's grid, which ends at {float(solution.grid[-1])}"
+            )
         derivatives = _solution_on_grid(solution, self.grid)
         return self._report(derivatives, solution.control_at(self.grid), method="fd-solution", source=source)
 
@@ -371,7 +444,11 @@ class HJBResidualValidator:
         states = self.states
         to_tensor = lambda array: torch.as_tensor(array, dtype=self.dtype)  # noqa: E731
         stats = lambda residual, mask: ResidualStats.of(grid[mask], residual[mask], self.scale[mask])  # noqa: E731
-        curves: dict[str, np.ndarray] = {"states": grid, "value_reference": self.ref_value, "controls_reference": self.ref_controls}
+        curves: dict[str, np.ndarray] = {
+            "states": grid,
+            "value_reference": self.ref_value,
+            "controls_reference": self.ref_controls,
+        }
         residual_optimal = residual_policy = gap = layer_stats = value_error = policy_error = None
         value_at_zero = None
         with torch.no_grad():
@@ -385,12 +462,17 @@ class HJBResidualValidator:
                 value_at_zero = float(value[0])
                 error = np.abs(value - self.ref_value)[interior]
                 value_error = {
-                    "sup_abs": float(error.max()), "mean_abs": float(error.mean()),
+                    "sup_abs": float(error.max()),
+                    "mean_abs": float(error.mean()),
                     "sup_rel": float((error / np.abs(self.ref_value[interior])).max()),
                     "argsup": float(grid[interior][int(np.argmax(error))]),
                 }
                 if controls is not None:
-                    own = hamiltonian(model, states, to_tensor(controls), to_tensor(first), to_tensor(second)).double().numpy()
+                    own = (
+                        hamiltonian(model, states, to_tensor(controls), to_tensor(first), to_tensor(second))
+                        .double()
+                        .numpy()
+                    )
                     r_pi = rho * value - own
                     residual_policy = stats(r_pi, interior)
                     curves["residual_policy"] = r_pi
@@ -402,30 +484,58 @@ class HJBResidualValidator:
                 gap = stats(g, interior)
                 curves.update(controls=controls, hamiltonian_gap=g)
                 difference = np.abs(controls - self.ref_controls)[interior]
-                policy_error = {name: {"mean_abs": float(difference[:, j].mean()), "max_abs": float(difference[:, j].max())}
-                                for j, name in enumerate(model.control.names)}
+                policy_error = {
+                    name: {"mean_abs": float(difference[:, j].mean()), "max_abs": float(difference[:, j].max())}
+                    for j, name in enumerate(model.control.names)
+                }
         thresholds = {
             "policy": None if controls is None else control_thresholds(grid, controls, model.control),
             "reference": control_thresholds(grid, self.ref_controls, model.control),
         }
-        reference = {"nodes": len(self.reference.grid) - 1, "x_max": float(self.reference.grid[-1]),
-                     "converged": bool(self.reference.converged),
-                     **{k: (v.item() if isinstance(v, np.generic) else v) for k, v in self.reference.meta.items()
-                        if isinstance(v, (bool, int, float, str, np.generic))}}
+        reference = {
+            "nodes": len(self.reference.grid) - 1,
+            "x_max": float(self.reference.grid[-1]),
+            "converged": bool(self.reference.converged),
+            **{
+                k: (v.item() if isinstance(v, np.generic) else v)
+                for k, v in self.reference.meta.items()
+                if isinstance(v, (bool, int, float, str, np.generic))
+            },
+        }
         return HJBValidationReport(
-            source=source, method=method, model=model.describe(), c_min=self.c_min, c_max=self.c_max,
-            n_points=self.n_points, n_interior=int(interior.sum()), tolerance=self.tolerance,
-            residual_optimal=residual_optimal, residual_policy=residual_policy, hamiltonian_gap=gap,
-            boundary_layer_residual=layer_stats, value_at_zero=value_at_zero, terminal_value=self.terminal_value,
-            value_error=value_error, policy_error=policy_error, thresholds=thresholds, reference=reference, curves=curves,
+            source=source,
+            method=method,
+            model=model.describe(),
+            c_min=self.c_min,
+            c_max=self.c_max,
+            n_points=self.n_points,
+            n_interior=int(interior.sum()),
+            tolerance=self.tolerance,
+            residual_optimal=residual_optimal,
+            residual_policy=residual_policy,
+            hamiltonian_gap=gap,
+            boundary_layer_residual=layer_stats,
+            value_at_zero=value_at_zero,
+            terminal_value=self.terminal_value,
+            value_error=value_error,
+            policy_error=policy_error,
+            thresholds=thresholds,
+            reference=reference,
+            curves=curves,
         )
 
 
 def _solution_on_grid(solution: FDSolution, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(V, V', V'')`` of an FD solution at ``grid``: its own central differences on every
     other node (see :meth:`HJBResidualValidator.validate_solution`), interpolated linearly."""
-    shared = FDSolution(grid=solution.grid[::2], value=solution.value[::2], controls=solution.controls[::2],
-                        iterations=solution.iterations, converged=solution.converged, control_names=solution.control_names)
+    shared = FDSolution(
+        grid=solution.grid[::2],
+        value=solution.value[::2],
+        controls=solution.controls[::2],
+        iterations=solution.iterations,
+        converged=solution.converged,
+        control_names=solution.control_names,
+    )
     first, second = shared.derivatives()
     return tuple(np.interp(grid, shared.grid, column) for column in (shared.value, first, second))
 
@@ -436,11 +546,21 @@ def residual_summary(report: HJBValidationReport) -> str:
     if stats is None:
         gap = report.hamiltonian_gap
         return f"{report.source}: no value function; policy Hamiltonian gap max {gap.max:.2e}" if gap else report.source
-    return (f"{report.source}: |R| on [{report.c_min:g}, {report.c_max:g}] max {stats.max:.2e} mean {stats.mean:.2e} "
-            f"RMS {stats.rms:.2e}; V(0) = {report.value_at_zero:.4f}")
+    return (
+        f"{report.source}: |R| on [{report.c_min:g}, {report.c_max:g}] max {stats.max:.2e} mean {stats.mean:.2e} "
+        f"RMS {stats.rms:.2e}; V(0) = {report.value_at_zero:.4f}"
+    )
 
 
 __all__ = [
-    "HJBResidualValidator", "HJBValidationReport", "ResidualStats", "control_candidates", "control_thresholds",
-    "hamiltonian", "hjb_residual_for_training", "max_hamiltonian", "residual_summary", "value_derivatives",
+    "HJBResidualValidator",
+    "HJBValidationReport",
+    "ResidualStats",
+    "control_candidates",
+    "control_thresholds",
+    "hamiltonian",
+    "hjb_residual_for_training",
+    "max_hamiltonian",
+    "residual_summary",
+    "value_derivatives",
 ]

@@ -1,4 +1,5 @@
 """Streaming advantage actor-critic with one-step TD targets (no rollout buffer)."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Max@K policy-gradient loss: REINFORCE with the unbiased best-of-k sample weights."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """PPO's clipped surrogate objective with value loss and entropy bonus."""
+
 from __future__ import annotations
 
 import torch

@@ -36,6 +36,7 @@ Notation for one minibatch of ``B`` rows (``1/B`` from every mean):
              dW = g_z^T a_prev,  db = sum_rows g_z,  g_prev = g_z W,
              tanh' = 1 - a^2,  relu' = [a > 0]
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,8 +48,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from pglab.nets.actor_critic import (_LOG_SQRT_2PI, CategoricalActorCritic, GaussianActorCritic, numpy_gaussian_log_prob,
-                                     numpy_log_softmax)
+from pglab.nets.actor_critic import (
+    _LOG_SQRT_2PI,
+    CategoricalActorCritic,
+    GaussianActorCritic,
+    numpy_gaussian_log_prob,
+    numpy_log_softmax,
+)
 
 # (weight, bias, activation name or None for the output layer)
 Layer = tuple[nn.Parameter, nn.Parameter, str | None]
@@ -96,8 +102,13 @@ def _forward(layers: list[ArrayLayer], inputs: np.ndarray) -> list[np.ndarray]:
     return outputs
 
 
-def _backward(layers: list[ArrayLayer], outputs: list[np.ndarray], grad_output: np.ndarray,
-              targets: list[tuple[np.ndarray, np.ndarray]], ones: np.ndarray) -> None:
+def _backward(
+    layers: list[ArrayLayer],
+    outputs: list[np.ndarray],
+    grad_output: np.ndarray,
+    targets: list[tuple[np.ndarray, np.ndarray]],
+    ones: np.ndarray,
+) -> None:
     """Write every layer's weight and bias gradient from ``dL/d(output)`` ``[B, out]`` into
     ``targets`` (per layer, arrays shaped like the weight and the bias: views of ``.grad``).
     ``ones``: float32 ``[B]`` of ones."""
@@ -200,16 +211,29 @@ class FusedPPOGradient:
         self.actor, self.critic, self.head, self.log_std = actor, critic, head, log_std
         self._ones: dict[int, np.ndarray] = {}  # float32 ones [B] per minibatch size (bias gradients)
 
-    def gradient(self, obs, actions, old_log_probs, advantages, returns, old_values, *, clip_coef: float,
-                 value_clip_coef: float | None, value_coef: float, entropy_coef: float,
-                 views: "NetViews | None" = None) -> PPOTerms:
+    def gradient(
+        self,
+        obs,
+        actions,
+        old_log_probs,
+        advantages,
+        returns,
+        old_values,
+        *,
+        clip_coef: float,
+        value_clip_coef: float | None,
+        value_coef: float,
+        entropy_coef: float,
+        views: NetViews | None = None,
+    ) -> PPOTerms:
         """``views`` (optional): the NumPy views of the parameters and of the ``.grad`` to
         write into (:meth:`views`); made afresh by default."""
         if views is None:
             views = self.views()
         obs, actions, old_log_probs, advantages, returns, old_values = (
             _array(value) if isinstance(value, torch.Tensor) else value
-            for value in (obs, actions, old_log_probs, advantages, returns, old_values))
+            for value in (obs, actions, old_log_probs, advantages, returns, old_values)
+        )
         batch_size = obs.shape[0]
         flat = obs.reshape(batch_size, -1)
         if flat.dtype != np.float32:  # as ActorCritic._flat
@@ -264,8 +288,11 @@ class FusedPPOGradient:
         else:
             grad_head = (grad_log_probs[:, None] * scaled) * inverse_std
             # sum_b g_b (u_b^2 - 1) - c_H
-            np.subtract(np.add.reduce(grad_log_probs[:, None] * (scaled * scaled - 1.0), axis=0), np.float32(entropy_coef),
-                        out=views.log_std_grad)
+            np.subtract(
+                np.add.reduce(grad_log_probs[:, None] * (scaled * scaled - 1.0), axis=0),
+                np.float32(entropy_coef),
+                out=views.log_std_grad,
+            )
         ones = self._ones.get(batch_size)
         if ones is None:
             ones = self._ones[batch_size] = np.ones(batch_size, dtype=np.float32)
@@ -273,7 +300,7 @@ class FusedPPOGradient:
         _backward(views.critic, critic_out, grad_values[:, None], views.critic_grads, ones)
         return PPOTerms(log_ratio, np.where(picks_unclipped, unclipped, clipped), value_term, entropy_source)
 
-    def views(self) -> "NetViews":
+    def views(self) -> NetViews:
         """NumPy views of every parameter and its ``.grad`` (allocated, zero, where missing).
         They stay valid while nothing replaces the tensors (an optimiser's ``zero_grad()``
         replaces the ``.grad``: make them again after one)."""
@@ -282,11 +309,19 @@ class FusedPPOGradient:
             if self.log_std.grad is None:
                 self.log_std.grad = torch.zeros_like(self.log_std)
             log_std, log_std_grad = _array(self.log_std), _array(self.log_std.grad)
-        return NetViews(_views(self.actor), _views(self.critic), log_std, _grad_views(self.actor), _grad_views(self.critic),
-                        log_std_grad)
+        return NetViews(
+            _views(self.actor),
+            _views(self.critic),
+            log_std,
+            _grad_views(self.actor),
+            _grad_views(self.critic),
+            log_std_grad,
+        )
 
     @torch.no_grad()
-    def summarize(self, terms: list[PPOTerms], *, clip_coef: float, value_coef: float, entropy_coef: float) -> dict[str, torch.Tensor]:
+    def summarize(
+        self, terms: list[PPOTerms], *, clip_coef: float, value_coef: float, entropy_coef: float
+    ) -> dict[str, torch.Tensor]:
         """:func:`~pglab.losses.ppo.ppo_clip_loss`'s metrics over the samples of ``terms``
         (float32 0-d tensors on the CPU)."""
         log_ratio = torch.from_numpy(np.concatenate([t.log_ratio for t in terms]))
@@ -298,29 +333,55 @@ class FusedPPOGradient:
             mean_entropy = -(log_pi.exp() * log_pi).sum(-1).mean()
         else:  # H = sum_i (1/2 + log sqrt(2 pi) + log sigma_i), one value per minibatch
             sizes = torch.tensor([float(t.log_ratio.shape[0]) for t in terms])
-            per_minibatch = (torch.from_numpy(np.stack([t.entropy_source for t in terms])).sum(-1)
-                             + (0.5 + _LOG_SQRT_2PI) * terms[0].entropy_source.shape[0])
+            per_minibatch = (
+                torch.from_numpy(np.stack([t.entropy_source for t in terms])).sum(-1)
+                + (0.5 + _LOG_SQRT_2PI) * terms[0].entropy_source.shape[0]
+            )
             mean_entropy = (per_minibatch * sizes).sum() / sizes.sum()
         entropy_loss = -entropy_coef * mean_entropy
         return {
             "loss": policy_loss + value_coef * value_loss + entropy_loss,
-            "loss/policy": policy_loss, "loss/value": value_loss, "loss/entropy": entropy_loss,
+            "loss/policy": policy_loss,
+            "loss/value": value_loss,
+            "loss/entropy": entropy_loss,
             "stats/entropy": mean_entropy,
             "stats/approx_kl": ((ratio - 1.0) - log_ratio).mean(),
             "stats/clipfrac": ((ratio - 1.0).abs() > clip_coef).to(log_ratio.dtype).mean(),
         }
 
-    def bind(self, obs: torch.Tensor, actions: torch.Tensor, samples: Any) -> "BoundPPOGradient":
+    def bind(self, obs: torch.Tensor, actions: torch.Tensor, samples: Any) -> BoundPPOGradient:
         """This gradient over one rollout: ``obs [M, ...]``, ``actions [M, ...]`` and
         ``samples`` with ``old_log_probs``, ``advantages``, ``returns``, ``old_values``
         ``[M]`` (an :class:`~pglab.algos.onpolicy.OnPolicyBatch`)."""
         return BoundPPOGradient(self, obs, actions, samples)
 
-    def __call__(self, obs, actions, old_log_probs, advantages, returns, old_values, *, clip_coef: float,
-                 value_clip_coef: float | None, value_coef: float, entropy_coef: float) -> dict[str, torch.Tensor]:
+    def __call__(
+        self,
+        obs,
+        actions,
+        old_log_probs,
+        advantages,
+        returns,
+        old_values,
+        *,
+        clip_coef: float,
+        value_clip_coef: float | None,
+        value_coef: float,
+        entropy_coef: float,
+    ) -> dict[str, torch.Tensor]:
         """:meth:`gradient` and :meth:`summarize` on one minibatch."""
-        terms = self.gradient(obs, actions, old_log_probs, advantages, returns, old_values, clip_coef=clip_coef,
-                              value_clip_coef=value_clip_coef, value_coef=value_coef, entropy_coef=entropy_coef)
+        terms = self.gradient(
+            obs,
+            actions,
+            old_log_probs,
+            advantages,
+            returns,
+            old_values,
+            clip_coef=clip_coef,
+            value_clip_coef=value_clip_coef,
+            value_coef=value_coef,
+            entropy_coef=entropy_coef,
+        )
         return self.summarize([terms], clip_coef=clip_coef, value_coef=value_coef, entropy_coef=entropy_coef)
 
 
@@ -337,7 +398,9 @@ class BoundPPOGradient:
             self.obs = self.obs.astype(np.float32)
         self.actions = _array(actions)
         # old log-probs, returns and old values in one [M, 3] table: one gather per minibatch, not three
-        self.table = np.stack([_array(samples.old_log_probs), _array(samples.returns), _array(samples.old_values)], axis=1)
+        self.table = np.stack(
+            [_array(samples.old_log_probs), _array(samples.returns), _array(samples.old_values)], axis=1
+        )
         self.advantages = _array(samples.advantages)
         # the weights, and where the gradients go: the parameters' .grad as they are now (a
         # FlatAdam's flat buffer, when the trainer uses one); made once per rollout
@@ -362,9 +425,19 @@ class BoundPPOGradient:
             obs, actions = self.obs[rows], self.actions[rows]
             old_log_probs, returns, old_values = self.table[rows].T
             advantages = self._normalized(self.advantages[rows]) if hp.normalize_advantages else self.advantages[rows]
-        return self.closed_form.gradient(obs, actions, old_log_probs, advantages, returns, old_values,
-                                         clip_coef=hp.clip_coef, value_clip_coef=hp.value_clip_coef, value_coef=hp.value_coef,
-                                         entropy_coef=hp.entropy_coef, views=self.views)
+        return self.closed_form.gradient(
+            obs,
+            actions,
+            old_log_probs,
+            advantages,
+            returns,
+            old_values,
+            clip_coef=hp.clip_coef,
+            value_clip_coef=hp.value_clip_coef,
+            value_coef=hp.value_coef,
+            entropy_coef=hp.entropy_coef,
+            views=self.views,
+        )
 
     @staticmethod
     def _normalized(advantages: np.ndarray) -> np.ndarray:
@@ -377,7 +450,9 @@ class BoundPPOGradient:
         return centred / (np.sqrt(np.dot(centred, centred) / (count - 1)) + np.float32(1e-8))
 
     def summarize(self, terms: list[PPOTerms], hp: Any) -> dict[str, torch.Tensor]:
-        return self.closed_form.summarize(terms, clip_coef=hp.clip_coef, value_coef=hp.value_coef, entropy_coef=hp.entropy_coef)
+        return self.closed_form.summarize(
+            terms, clip_coef=hp.clip_coef, value_coef=hp.value_coef, entropy_coef=hp.entropy_coef
+        )
 
 
 def fused_ppo_gradient(net: nn.Module) -> FusedPPOGradient | None:

@@ -1,4 +1,5 @@
 """REINFORCE (score-function) policy loss and the baseline's regression loss."""
+
 from __future__ import annotations
 
 import torch

@@ -22,6 +22,7 @@ Interface shared by both (``B`` = batch, ``obs_dim`` = flattened observation siz
 
 Actions are ``int64 [B]`` (discrete) or ``float32 [B, action_dim]`` (continuous).
 """
+
 from __future__ import annotations
 
 import abc
@@ -74,7 +75,9 @@ class ActorCritic(nn.Module, abc.ABC):
         name = f"{type(self).__name__}.{where}"
         check_tensor("obs", obs, None, where=name)
         if obs.dim() < 2 or obs[0].numel() != self.obs_dim:
-            raise TensorContractError(f"{name}: obs expected [B, ...] with {self.obs_dim} numbers per row, got {list(obs.shape)}")
+            raise TensorContractError(
+                f"{name}: obs expected [B, ...] with {self.obs_dim} numbers per row, got {list(obs.shape)}"
+            )
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """``V(s)``, float ``[B]``."""
@@ -84,7 +87,9 @@ class ActorCritic(nn.Module, abc.ABC):
     def _sample(self, head: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(actions, log_probs [B])`` drawn from the policy head's output ``[B, A]``."""
 
-    def act(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def act(
+        self, obs: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample ``a ~ pi(.|s)``: ``(actions, log_probs [B], values [B])``.
         Unchecked: this is the per-step hot path of the rollout."""
         flat = self._flat(obs)
@@ -109,8 +114,9 @@ class ActorCritic(nn.Module, abc.ABC):
             return self.act
         head_size = [m for m in self.actor if isinstance(m, nn.Linear)][-1].out_features
         if hasattr(self, "_sample_numpy") and all(
-                weight.device.type == "cpu" and weight.dtype == torch.float32 and activation in _NUMPY_ACTIVATIONS
-                for weight, _, activation in layers):
+            weight.device.type == "cpu" and weight.dtype == torch.float32 and activation in _NUMPY_ACTIVATIONS
+            for weight, _, activation in layers
+        ):
             return self._numpy_step(layers, head_size)
 
         def step(obs: torch.Tensor, generator: torch.Generator | None = None):
@@ -131,7 +137,10 @@ class ActorCritic(nn.Module, abc.ABC):
         random numbers still come from ``generator`` through torch, so a seeded run draws
         the same stream; results agree with :meth:`act` to float rounding. The head's
         ``_sample_numpy(head [B, A] float32, generator) -> (actions, log_probs [B])`` samples."""
-        arrays = [(weight.numpy().T.copy(), bias.numpy(), _NUMPY_ACTIVATIONS[activation]) for weight, bias, activation in layers]
+        arrays = [
+            (weight.numpy().T.copy(), bias.numpy(), _NUMPY_ACTIVATIONS[activation])
+            for weight, bias, activation in layers
+        ]
 
         def step(obs: torch.Tensor, generator: torch.Generator | None = None):
             out = obs.detach().reshape(obs.shape[0], -1).numpy()
@@ -184,26 +193,43 @@ def _side_by_side(actor: nn.Sequential, critic: nn.Sequential):
         return None
     layers = []
     with torch.no_grad():
-        for index, ((actor_layer, activation), (critic_layer, _)) in enumerate(zip(actor_plan, critic_plan)):
+        for index, ((actor_layer, activation), (critic_layer, _)) in enumerate(
+            zip(actor_plan, critic_plan, strict=False)
+        ):
             if index == 0:
                 weight = torch.cat([actor_layer.weight, critic_layer.weight])
             else:
                 weight = torch.block_diag(actor_layer.weight, critic_layer.weight)
             bias = torch.cat([actor_layer.bias, critic_layer.bias])
-            layers.append((weight.detach().clone(), bias.detach().clone(), FUNCTIONAL_ACTIVATIONS[activation] if activation else None))
+            layers.append(
+                (
+                    weight.detach().clone(),
+                    bias.detach().clone(),
+                    FUNCTIONAL_ACTIVATIONS[activation] if activation else None,
+                )
+            )
     return layers
 
 
 class CategoricalActorCritic(ActorCritic):
     """``pi(a|s) = softmax(logits(s))`` over ``num_actions`` discrete actions."""
 
-    def __init__(self, obs_dim: int, num_actions: int, hidden_dims: Sequence[int] = (64, 64), *, activation: str = "tanh",
-                 ortho_init: bool = True):
+    def __init__(
+        self,
+        obs_dim: int,
+        num_actions: int,
+        hidden_dims: Sequence[int] = (64, 64),
+        *,
+        activation: str = "tanh",
+        ortho_init: bool = True,
+    ):
         super().__init__(obs_dim, hidden_dims, activation, ortho_init)
         if num_actions < 2:
             raise ValueError(f"CategoricalActorCritic: num_actions must be >= 2, got {num_actions}")
         self.num_actions = int(num_actions)
-        self.actor = _maybe_orthogonal(build_mlp(self.obs_dim, hidden_dims, self.num_actions, activation=activation), 0.01, ortho_init)
+        self.actor = _maybe_orthogonal(
+            build_mlp(self.obs_dim, hidden_dims, self.num_actions, activation=activation), 0.01, ortho_init
+        )
 
     def _sample(self, head: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """``a ~ softmax(logits)``: ``(actions int64 [B], log_probs [B])``."""
@@ -223,7 +249,9 @@ class CategoricalActorCritic(ActorCritic):
         np.minimum(actions, self.num_actions - 1, out=actions)
         return actions, log_pi[np.arange(head.shape[0]), actions]
 
-    def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def evaluate_actions(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log pi(a|s) [B], H[pi(.|s)] [B], V(s) [B])`` for stored ``actions`` int ``[B]``."""
         flat = self._flat(obs)
         log_pi = F.log_softmax(mlp_forward(self.actor, flat), dim=-1)
@@ -257,7 +285,9 @@ class GaussianActorCritic(ActorCritic):
     ):
         super().__init__(obs_dim, hidden_dims, activation, ortho_init)
         self.action_dim = int(action_dim)
-        self.actor = _maybe_orthogonal(build_mlp(self.obs_dim, hidden_dims, self.action_dim, activation=activation), 0.01, ortho_init)
+        self.actor = _maybe_orthogonal(
+            build_mlp(self.obs_dim, hidden_dims, self.action_dim, activation=activation), 0.01, ortho_init
+        )
         self.log_std = nn.Parameter(torch.full((self.action_dim,), float(log_std_init)))
 
     def _log_prob(self, actions: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
@@ -280,7 +310,9 @@ class GaussianActorCritic(ActorCritic):
         scaled = (actions - head) * np.exp(-log_std)
         return actions, numpy_gaussian_log_prob(scaled, log_std)
 
-    def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def evaluate_actions(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log pi(a|s) [B], H [B], V(s) [B])``; ``H = sum_i (1/2 + log sqrt(2 pi) + log sigma_i)``."""
         flat = self._flat(obs)
         mean = mlp_forward(self.actor, flat)
@@ -315,11 +347,21 @@ class GSDEActorCritic(ActorCritic):
     VARIANCE_EPS = 1e-6
     """added to the variance (SB3's epsilon): a state with z(s) = 0 still has a density"""
 
-    def __init__(self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int] = (64, 64), *, activation: str = "tanh",
-                 log_std_init: float = -2.0, ortho_init: bool = True):
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden_dims: Sequence[int] = (64, 64),
+        *,
+        activation: str = "tanh",
+        log_std_init: float = -2.0,
+        ortho_init: bool = True,
+    ):
         super().__init__(obs_dim, hidden_dims, activation, ortho_init)
         self.action_dim = int(action_dim)
-        self.actor = _maybe_orthogonal(build_mlp(self.obs_dim, hidden_dims, self.action_dim, activation=activation), 0.01, ortho_init)
+        self.actor = _maybe_orthogonal(
+            build_mlp(self.obs_dim, hidden_dims, self.action_dim, activation=activation), 0.01, ortho_init
+        )
         self.latent_dim = int(hidden_dims[-1]) if len(hidden_dims) else self.obs_dim
         self.log_std = nn.Parameter(torch.full((self.latent_dim, self.action_dim), float(log_std_init)))
         self.exploration_matrices: torch.Tensor | None = None
@@ -349,7 +391,9 @@ class GSDEActorCritic(ActorCritic):
     def _sample(self, head: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError("GSDEActorCritic samples from the hidden features: call act()")
 
-    def act(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def act(
+        self, obs: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``a = mu(s) + z(s) W_env``: ``(actions [B, A], log_probs [B], values [B])``. Row
         ``b`` uses copy ``b``'s matrix; fresh matrices are drawn when none match ``B``."""
         flat = self._flat(obs)
@@ -358,13 +402,19 @@ class GSDEActorCritic(ActorCritic):
             self.reset_noise(flat.shape[0], generator)
         noise = torch.bmm(latent.detach().unsqueeze(1), self.exploration_matrices).squeeze(1)
         actions = mean + noise
-        return actions, self._log_prob(actions, mean, self.action_std(latent)), mlp_forward(self.critic, flat).squeeze(-1)
+        return (
+            actions,
+            self._log_prob(actions, mean, self.action_std(latent)),
+            mlp_forward(self.critic, flat).squeeze(-1),
+        )
 
     def rollout_actor(self):
         """:meth:`act` (no side-by-side fast path: the noise needs the hidden features)."""
         return self.act
 
-    def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def evaluate_actions(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log pi(a|s) [B], H [B], V(s) [B])`` under ``N(mu(s), diag std(s)^2)``;
         ``H = sum_j (1/2 + log sqrt(2 pi) + log std_j(s))``."""
         flat = self._flat(obs)
@@ -394,9 +444,11 @@ def build_actor_critic(
     if action_kind == "discrete":
         return CategoricalActorCritic(obs_dim, action_size, hidden_dims, activation=activation, ortho_init=ortho_init)
     if action_kind == "continuous" and use_sde:
-        return GSDEActorCritic(obs_dim, action_size, hidden_dims, activation=activation, log_std_init=log_std_init,
-                               ortho_init=ortho_init)
+        return GSDEActorCritic(
+            obs_dim, action_size, hidden_dims, activation=activation, log_std_init=log_std_init, ortho_init=ortho_init
+        )
     if action_kind == "continuous":
-        return GaussianActorCritic(obs_dim, action_size, hidden_dims, activation=activation, log_std_init=log_std_init,
-                                   ortho_init=ortho_init)
+        return GaussianActorCritic(
+            obs_dim, action_size, hidden_dims, activation=activation, log_std_init=log_std_init, ortho_init=ortho_init
+        )
     raise ValueError(f"build_actor_critic: action_kind must be 'discrete' or 'continuous', got {action_kind!r}")

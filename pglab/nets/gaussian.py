@@ -1,4 +1,5 @@
 """Gaussian policy for non-negative continuous controls (dividend and issuance rates)."""
+
 from __future__ import annotations
 
 import math
@@ -75,7 +76,9 @@ class GaussianPolicy(nn.Module):
         if mean_init is not None:
             target = torch.as_tensor(mean_init, dtype=torch.float32)
             if target.shape != (action_dim,) or not bool((target > 0).all()):
-                raise ValueError(f"GaussianPolicy: mean_init must be {action_dim} positive values, got {list(mean_init)}")
+                raise ValueError(
+                    f"GaussianPolicy: mean_init must be {action_dim} positive values, got {list(mean_init)}"
+                )
             with torch.no_grad():
                 final = self.mean_net[-1]
                 final.weight.mul_(0.01)
@@ -89,7 +92,11 @@ class GaussianPolicy(nn.Module):
                 final.bias.fill_(log_std_init)
         else:
             self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
-        high = torch.full((action_dim,), math.inf) if action_high is None else torch.as_tensor(action_high, dtype=torch.float32)
+        high = (
+            torch.full((action_dim,), math.inf)
+            if action_high is None
+            else torch.as_tensor(action_high, dtype=torch.float32)
+        )
         if high.shape != (action_dim,):
             raise ValueError(f"GaussianPolicy: action_high must have {action_dim} entries, got {tuple(high.shape)}")
         self.register_buffer("action_high", high, persistent=False)
@@ -118,7 +125,9 @@ class GaussianPolicy(nn.Module):
         noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         return mean + std * noise
 
-    def act(self, states: torch.Tensor, deterministic: bool = False, generator: torch.Generator | None = None) -> torch.Tensor:
+    def act(
+        self, states: torch.Tensor, deterministic: bool = False, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """Actions ``[B, action_dim]`` clipped to ``[0, action_high]``: the mean when
         ``deterministic`` else a sample."""
         self._check_states(states, "act")

@@ -1,4 +1,5 @@
 """Multi-layer perceptrons."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -19,6 +19,7 @@ The interface is :class:`pglab.nets.actor_critic.CategoricalActorCritic`'s, so t
 trainer and agent use either network unchanged: ``act``, ``rollout_actor``,
 ``evaluate_actions``, ``value``, ``deterministic_action``, ``check_obs``, ``obs_dim``.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,11 +54,15 @@ def nature_trunk(in_channels: int, height: int, width: int, features: int = 512)
         raise ValueError(f"nature_trunk: images {height}x{width} are smaller than the 36x36 the Nature CNN needs")
     gain = math.sqrt(2.0)
     return nn.Sequential(
-        _orthogonal(nn.Conv2d(in_channels, 32, 8, stride=4), gain), nn.ReLU(),
-        _orthogonal(nn.Conv2d(32, 64, 4, stride=2), gain), nn.ReLU(),
-        _orthogonal(nn.Conv2d(64, 64, 3, stride=1), gain), nn.ReLU(),
+        _orthogonal(nn.Conv2d(in_channels, 32, 8, stride=4), gain),
+        nn.ReLU(),
+        _orthogonal(nn.Conv2d(32, 64, 4, stride=2), gain),
+        nn.ReLU(),
+        _orthogonal(nn.Conv2d(64, 64, 3, stride=1), gain),
+        nn.ReLU(),
         nn.Flatten(),
-        _orthogonal(nn.Linear(64 * out_h * out_w, features), gain), nn.ReLU(),
+        _orthogonal(nn.Linear(64 * out_h * out_w, features), gain),
+        nn.ReLU(),
     )
 
 
@@ -88,7 +93,9 @@ class NatureCNNActorCritic(nn.Module):
         name = f"{type(self).__name__}.{where}"
         check_tensor("obs", obs, None, where=name)
         if tuple(obs.shape[1:]) != self.obs_shape or obs.dim() != 4:
-            raise TensorContractError(f"{name}: obs expected [B, {', '.join(map(str, self.obs_shape))}], got {list(obs.shape)}")
+            raise TensorContractError(
+                f"{name}: obs expected [B, {', '.join(map(str, self.obs_shape))}], got {list(obs.shape)}"
+            )
         if obs.dtype != torch.uint8:
             raise TensorContractError(f"{name}: obs expected uint8 pixels (0..255), got {obs.dtype}")
 
@@ -109,7 +116,9 @@ class NatureCNNActorCritic(nn.Module):
         actions = (log_pi.exp().cumsum(-1) < uniform).sum(-1, keepdim=True).clamp_max(self.num_actions - 1)
         return actions.squeeze(-1), log_pi.gather(-1, actions).squeeze(-1)
 
-    def act(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def act(
+        self, obs: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Sample ``a ~ pi(.|s)``: ``(actions int64 [B], log_probs [B], values [B])``, one
         trunk pass for both heads. Unchecked: the rollout's hot path."""
         hidden = self.features(obs)
@@ -121,7 +130,9 @@ class NatureCNNActorCritic(nn.Module):
         shared trunk :meth:`act` already runs it once)."""
         return self.act
 
-    def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def evaluate_actions(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(log pi(a|s) [B], H[pi(.|s)] [B], V(s) [B])`` for stored ``actions`` int ``[B]``."""
         hidden = self.features(obs)
         log_pi = F.log_softmax(self.policy_head(hidden), dim=-1)
@@ -155,11 +166,18 @@ class StreamNatureTorso(nn.Module):
         for kernel, stride in ((8, 4), (4, 2), (3, 1)):
             sizes.append((_conv_out(sizes[-1][0], kernel, stride), _conv_out(sizes[-1][1], kernel, stride)))
         if min(sizes[-1]) < 1:
-            raise ValueError(f"StreamNatureTorso: images {height}x{width} are smaller than the 36x36 the Nature CNN needs")
-        self.convs = nn.ModuleList([nn.Conv2d(in_channels, 32, 8, stride=4), nn.Conv2d(32, 64, 4, stride=2),
-                                    nn.Conv2d(64, 64, 3, stride=1)])
-        self.conv_norms = nn.ModuleList([nn.LayerNorm([conv.out_channels, *size], elementwise_affine=False)
-                                         for conv, size in zip(self.convs, sizes[1:])])
+            raise ValueError(
+                f"StreamNatureTorso: images {height}x{width} are smaller than the 36x36 the Nature CNN needs"
+            )
+        self.convs = nn.ModuleList(
+            [nn.Conv2d(in_channels, 32, 8, stride=4), nn.Conv2d(32, 64, 4, stride=2), nn.Conv2d(64, 64, 3, stride=1)]
+        )
+        self.conv_norms = nn.ModuleList(
+            [
+                nn.LayerNorm([conv.out_channels, *size], elementwise_affine=False)
+                for conv, size in zip(self.convs, sizes[1:], strict=False)
+            ]
+        )
         self.dense = nn.Linear(64 * sizes[-1][0] * sizes[-1][1], hidden)
         self.dense_norm = nn.LayerNorm(hidden, elementwise_affine=False)
         for layer in (*self.convs, self.dense):
@@ -167,7 +185,7 @@ class StreamNatureTorso(nn.Module):
             nn.init.zeros_(layer.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for conv, norm in zip(self.convs, self.conv_norms):
+        for conv, norm in zip(self.convs, self.conv_norms, strict=False):
             x = F.leaky_relu(norm(conv(x)))
         return F.leaky_relu(self.dense_norm(self.dense(x.flatten(1))))
 
@@ -178,14 +196,23 @@ class StreamNatureActorCritic(StreamActorCritic):
     for Atari frames. ``architecture()`` records ``torso="nature"``, so a checkpoint
     rebuilds it through :func:`build_stream_actor_critic`."""
 
-    def __init__(self, in_channels: int, height: int, width: int, num_actions: int, hidden: int = 512,
-                 sparsity: float = 0.9):
+    def __init__(
+        self, in_channels: int, height: int, width: int, num_actions: int, hidden: int = 512, sparsity: float = 0.9
+    ):
         super().__init__(in_channels, height, width, num_actions, hidden, sparsity, torso=StreamNatureTorso)
         self.arch["torso"] = "nature"
 
 
-def build_stream_actor_critic(in_channels: int, height: int, width: int, num_actions: int, *, hidden: int = 0,
-                              sparsity: float = 0.9, torso: str = "auto") -> nn.Module:
+def build_stream_actor_critic(
+    in_channels: int,
+    height: int,
+    width: int,
+    num_actions: int,
+    *,
+    hidden: int = 0,
+    sparsity: float = 0.9,
+    torso: str = "auto",
+) -> nn.Module:
     """Stream-AC's network for ``[C, H, W]`` pixel stacks: ``torso="nature"`` (``auto`` for
     images >= 64 px, i.e. Atari) -> :class:`StreamNatureActorCritic` (dense width
     ``hidden or 512``); ``"small"`` -> :class:`~pglab.nets.pixel_cnn.StreamActorCritic`

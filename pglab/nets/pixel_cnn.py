@@ -20,6 +20,7 @@ before every LeakyReLU, sparse initialisation, and running per-pixel observation
 statistics. It lives here, beside the batched trainer's network, so that the agent loader
 (:mod:`pglab.algos.a2c`) rebuilds either without importing the other trainer.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,8 +53,16 @@ class PixelActorCriticCNN(nn.Module):
         torso: ``"small"``, ``"nature"`` or ``"auto"`` (nature for images >= 64 px).
     """
 
-    def __init__(self, in_channels: int, height: int, width: int, num_actions: int, *, hidden: int | None = None,
-                 torso: Literal["auto", "small", "nature"] = "auto"):
+    def __init__(
+        self,
+        in_channels: int,
+        height: int,
+        width: int,
+        num_actions: int,
+        *,
+        hidden: int | None = None,
+        torso: Literal["auto", "small", "nature"] = "auto",
+    ):
         super().__init__()
         if torso == "auto":
             torso = "nature" if min(height, width) >= 64 else "small"
@@ -64,10 +73,13 @@ class PixelActorCriticCNN(nn.Module):
             hidden = hidden or 128
             h, w = _conv_out(_conv_out(height, 3, 1, 1), 3, 2, 1), _conv_out(_conv_out(width, 3, 1, 1), 3, 2, 1)
             self.torso = nn.Sequential(
-                _init(nn.Conv2d(in_channels, 16, 3, stride=1, padding=1), gain), nn.ReLU(),
-                _init(nn.Conv2d(16, 32, 3, stride=2, padding=1), gain), nn.ReLU(),
+                _init(nn.Conv2d(in_channels, 16, 3, stride=1, padding=1), gain),
+                nn.ReLU(),
+                _init(nn.Conv2d(16, 32, 3, stride=2, padding=1), gain),
+                nn.ReLU(),
                 nn.Flatten(),
-                _init(nn.Linear(32 * h * w, hidden), gain), nn.ReLU(),
+                _init(nn.Linear(32 * h * w, hidden), gain),
+                nn.ReLU(),
             )
         elif torso == "nature":
             hidden = hidden or 512
@@ -76,11 +88,15 @@ class PixelActorCriticCNN(nn.Module):
             if h < 1 or w < 1:
                 raise ValueError(f"PixelActorCriticCNN: images {height}x{width} are too small for the nature torso")
             self.torso = nn.Sequential(
-                _init(nn.Conv2d(in_channels, 32, 8, stride=4), gain), nn.ReLU(),
-                _init(nn.Conv2d(32, 64, 4, stride=2), gain), nn.ReLU(),
-                _init(nn.Conv2d(64, 64, 3, stride=1), gain), nn.ReLU(),
+                _init(nn.Conv2d(in_channels, 32, 8, stride=4), gain),
+                nn.ReLU(),
+                _init(nn.Conv2d(32, 64, 4, stride=2), gain),
+                nn.ReLU(),
+                _init(nn.Conv2d(64, 64, 3, stride=1), gain),
+                nn.ReLU(),
                 nn.Flatten(),
-                _init(nn.Linear(64 * h * w, hidden), gain), nn.ReLU(),
+                _init(nn.Linear(64 * h * w, hidden), gain),
+                nn.ReLU(),
             )
         else:
             raise ValueError(f"PixelActorCriticCNN: torso={torso!r}, expected 'auto', 'small' or 'nature'")
@@ -90,15 +106,22 @@ class PixelActorCriticCNN(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """uint8 ``[N, K, H, W]`` -> ``(logits float32 [N, A], values float32 [N])``."""
-        check_tensor("obs", obs, (None, self.in_channels, self.height, self.width), torch.uint8,
-                     where="PixelActorCriticCNN")
+        check_tensor(
+            "obs", obs, (None, self.in_channels, self.height, self.width), torch.uint8, where="PixelActorCriticCNN"
+        )
         features = self.torso(obs.to(torch.float32) * (1.0 / 255.0))
         return self.policy_head(features), self.value_head(features).squeeze(1)
 
     def architecture(self) -> dict[str, int | str]:
         """Constructor arguments, stored in checkpoints to rebuild the network."""
-        return {"in_channels": self.in_channels, "height": self.height, "width": self.width,
-                "num_actions": self.num_actions, "hidden": self.hidden, "torso": self.torso_name}
+        return {
+            "in_channels": self.in_channels,
+            "height": self.height,
+            "width": self.width,
+            "num_actions": self.num_actions,
+            "hidden": self.hidden,
+            "torso": self.torso_name,
+        }
 
 
 def sparse_init_(weight: torch.Tensor, sparsity: float, generator: torch.Generator | None = None) -> None:
@@ -139,11 +162,26 @@ class StreamActorCritic(nn.Module):
     """Separate actor and critic (sparse init, LayerNorm) with running observation
     statistics. ``forward(obs uint8 [N, K, H, W]) -> (logits [N, A], values [N])``."""
 
-    def __init__(self, in_channels: int, height: int, width: int, num_actions: int, hidden: int = 128, sparsity: float = 0.9,
-                 *, torso: type[nn.Module] | None = None):
+    def __init__(
+        self,
+        in_channels: int,
+        height: int,
+        width: int,
+        num_actions: int,
+        hidden: int = 128,
+        sparsity: float = 0.9,
+        *,
+        torso: type[nn.Module] | None = None,
+    ):
         super().__init__()
-        self.arch = {"in_channels": in_channels, "height": height, "width": width, "num_actions": num_actions,
-                     "hidden": hidden, "sparsity": sparsity}
+        self.arch = {
+            "in_channels": in_channels,
+            "height": height,
+            "width": width,
+            "num_actions": num_actions,
+            "hidden": hidden,
+            "sparsity": sparsity,
+        }
         torso = torso or _Torso  # a subclass passes its own (the Nature stack for 84x84 frames)
         self.actor_torso = torso(in_channels, height, width, hidden, sparsity)
         self.critic_torso = torso(in_channels, height, width, hidden, sparsity)

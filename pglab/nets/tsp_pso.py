@@ -15,6 +15,7 @@ D = n * k candidate edges, P particles, E = ``emb_dim``)::
 layer is zero-initialised, so an untrained model *is* classic PSO plus exploration noise
 and training can only have to improve on it.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,7 +37,9 @@ class TSPNodeEncoder(nn.Module):
     def __init__(self, emb_dim: int, num_heads: int, num_layers: int):
         super().__init__()
         self.input = nn.Linear(2, emb_dim)
-        layer = nn.TransformerEncoderLayer(emb_dim, num_heads, dim_feedforward=2 * emb_dim, dropout=0.0, batch_first=True)
+        layer = nn.TransformerEncoderLayer(
+            emb_dim, num_heads, dim_feedforward=2 * emb_dim, dropout=0.0, batch_first=True
+        )
         self.layers = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
 
     def forward(self, coords: torch.Tensor) -> torch.Tensor:
@@ -50,7 +53,9 @@ class SwarmEncoder(nn.Module):
     def __init__(self, emb_dim: int, num_scalars: int, num_heads: int, num_layers: int):
         super().__init__()
         self.scalars = build_mlp(num_scalars, (emb_dim,), emb_dim, activation="relu")
-        layer = nn.TransformerEncoderLayer(emb_dim, num_heads, dim_feedforward=2 * emb_dim, dropout=0.0, batch_first=True)
+        layer = nn.TransformerEncoderLayer(
+            emb_dim, num_heads, dim_feedforward=2 * emb_dim, dropout=0.0, batch_first=True
+        )
         self.layers = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
 
     def forward(self, particle_edges: torch.Tensor, scalars: torch.Tensor) -> torch.Tensor:
@@ -83,9 +88,22 @@ class HyperparamTSPModel(nn.Module):
             instance, shared by its particles). See :func:`sample_coefficients`.
     """
 
-    def __init__(self, num_cities: int, k: int, *, emb_dim: int = 32, num_heads: int = 4, node_layers: int = 2,
-                 swarm_layers: int = 1, log_std_init: float = math.log(0.3), min_std: float = 0.01, max_std: float = 1.0,
-                 mu_scale: float = 1.0, particle_noise_std: float = 0.0, noise_scope: str = "particle"):
+    def __init__(
+        self,
+        num_cities: int,
+        k: int,
+        *,
+        emb_dim: int = 32,
+        num_heads: int = 4,
+        node_layers: int = 2,
+        swarm_layers: int = 1,
+        log_std_init: float = math.log(0.3),
+        min_std: float = 0.01,
+        max_std: float = 1.0,
+        mu_scale: float = 1.0,
+        particle_noise_std: float = 0.0,
+        noise_scope: str = "particle",
+    ):
         super().__init__()
         self.particle_noise_std = float(particle_noise_std)
         self.noise_scope = noise_scope
@@ -110,11 +128,15 @@ class HyperparamTSPModel(nn.Module):
         self.register_buffer("classic", torch.tensor([CLASSIC_W, CLASSIC_C1, CLASSIC_C2]))
         self.register_buffer("source_city", torch.arange(num_cities).repeat_interleave(k))
 
-    def encode_instances(self, coords: torch.Tensor, neighbours: torch.Tensor, edge_dist: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode_instances(
+        self, coords: torch.Tensor, neighbours: torch.Tensor, edge_dist: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(node_emb [S, n, E], edge_emb [S, D, E])`` of instances (constant over an episode)."""
         dims: dict[str, int] = {}
         check_tensor("coords", coords, ("S", self.num_cities, 2), FLOATS, dims=dims, where="HyperparamTSPModel")
-        check_tensor("neighbours", neighbours, ("S", self.num_cities, self.k), torch.int64, dims=dims, where="HyperparamTSPModel")
+        check_tensor(
+            "neighbours", neighbours, ("S", self.num_cities, self.k), torch.int64, dims=dims, where="HyperparamTSPModel"
+        )
         check_tensor("edge_dist", edge_dist, ("S", self.dim), FLOATS, dims=dims, where="HyperparamTSPModel")
         node_emb = self.node_encoder(coords)
         S, E = node_emb.shape[0], node_emb.shape[2]
@@ -123,8 +145,16 @@ class HyperparamTSPModel(nn.Module):
         edge_emb = self.edge_src(src) + self.edge_dst(dst) + self.edge_len(edge_dist.unsqueeze(-1))
         return node_emb, edge_emb
 
-    def forward(self, node_emb: torch.Tensor, edge_emb: torch.Tensor, position: torch.Tensor, velocity: torch.Tensor,
-                pbest: torch.Tensor, gbest: torch.Tensor, scalars: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        node_emb: torch.Tensor,
+        edge_emb: torch.Tensor,
+        position: torch.Tensor,
+        velocity: torch.Tensor,
+        pbest: torch.Tensor,
+        gbest: torch.Tensor,
+        scalars: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(mu [S, P, D, 3], sigma [S, P, D, 3], values [S, P])``.
 
         Args: node_emb ``[S, n, E]``, edge_emb ``[S, D, E]`` (from
@@ -171,22 +201,40 @@ class HyperparamTSPModel(nn.Module):
         """Sum of the encoder parameters' in-place versions: an optimizer step changes it."""
         return sum(p._version for p in self.parameters())
 
-    def act(self, state: SwarmState, pso_iterations: int, *, deterministic: bool = False,
-            generator: torch.Generator | None = None) -> torch.Tensor:
+    def act(
+        self,
+        state: SwarmState,
+        pso_iterations: int,
+        *,
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         """Coefficients ``wc1c2 [B, P, D, 3]`` for the env's current state (no gradient):
         the mean (``deterministic``) or a sample of the Gaussian."""
         with torch.no_grad():
             node_emb, edge_emb = self.cached_encoding(state)
-            mu, sigma, _ = self(node_emb, edge_emb, state.position, state.velocity, state.pbest, state.gbest,
-                                swarm_scalars(state, pso_iterations))
+            mu, sigma, _ = self(
+                node_emb,
+                edge_emb,
+                state.position,
+                state.velocity,
+                state.pbest,
+                state.gbest,
+                swarm_scalars(state, pso_iterations),
+            )
             if deterministic:
                 return mu
             return sample_coefficients(mu, sigma, self.particle_noise_std, generator, self.noise_scope)
 
 
-def sample_coefficients(mu: torch.Tensor, sigma: torch.Tensor, particle_noise_std: float = 0.0,
-                        generator: torch.Generator | None = None, noise_scope: str = "particle",
-                        antithetic: bool = False) -> torch.Tensor:
+def sample_coefficients(
+    mu: torch.Tensor,
+    sigma: torch.Tensor,
+    particle_noise_std: float = 0.0,
+    generator: torch.Generator | None = None,
+    noise_scope: str = "particle",
+    antithetic: bool = False,
+) -> torch.Tensor:
     """Draw ``wc1c2 [S, P, D, 3] = mu + sigma * eps_edge + particle_noise_std * eps_shared``.
 
     ``eps_edge ~ N(0, 1)`` is independent per edge; ``eps_shared ~ N(0, 1)`` is one draw
@@ -207,6 +255,7 @@ def sample_coefficients(mu: torch.Tensor, sigma: torch.Tensor, particle_noise_st
     sampling): each pair's score terms are equal and opposite, so in the policy
     gradient the part of the return the pair shares cancels exactly.
     """
+
     def draw(shape: tuple[int, ...]) -> torch.Tensor:
         if not antithetic:
             return torch.randn(shape, generator=generator, device=mu.device, dtype=mu.dtype)
@@ -222,8 +271,14 @@ def sample_coefficients(mu: torch.Tensor, sigma: torch.Tensor, particle_noise_st
     return actions
 
 
-def gaussian_log_prob_entropy(mu: torch.Tensor, sigma: torch.Tensor, actions: torch.Tensor, reduction: str = "mean",
-                              particle_noise_std: float = 0.0, noise_scope: str = "particle") -> tuple[torch.Tensor, torch.Tensor]:
+def gaussian_log_prob_entropy(
+    mu: torch.Tensor,
+    sigma: torch.Tensor,
+    actions: torch.Tensor,
+    reduction: str = "mean",
+    particle_noise_std: float = 0.0,
+    noise_scope: str = "particle",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-particle log-likelihood and entropy of ``actions [S, P, D, 3]``, ``[S, P]`` each.
 
     Without shared noise: ``log N(a; mu, sigma) = -(a - mu)^2 / (2 sigma^2) - log sigma -
@@ -271,7 +326,17 @@ def gaussian_log_prob_entropy(mu: torch.Tensor, sigma: torch.Tensor, actions: to
 
 
 # -- the swarm controller (trained by evolution strategies on its deterministic output) ---------
-SWARM_FEATURES = ("progress", "cost_gap", "pbest_gap", "is_leader", "at_pbest", "dist_pbest", "dist_gbest", "speed", "diversity")
+SWARM_FEATURES = (
+    "progress",
+    "cost_gap",
+    "pbest_gap",
+    "is_leader",
+    "at_pbest",
+    "dist_pbest",
+    "dist_gbest",
+    "speed",
+    "diversity",
+)
 
 
 def swarm_features(state: SwarmState, pso_iterations: int) -> torch.Tensor:
@@ -317,8 +382,12 @@ class SwarmController(nn.Module):
     ``K`` and ``features`` is ``[K, ..., F]``.
     """
 
-    def __init__(self, base: tuple[float, float, float] = (CLASSIC_W, CLASSIC_C1, CLASSIC_C2), hidden: int = 16,
-                 generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        base: tuple[float, float, float] = (CLASSIC_W, CLASSIC_C1, CLASSIC_C2),
+        hidden: int = 16,
+        generator: torch.Generator | None = None,
+    ):
         super().__init__()
         num_features = len(SWARM_FEATURES)
         self.hidden = int(hidden)
@@ -331,7 +400,9 @@ class SwarmController(nn.Module):
 
     def forward(self, features: torch.Tensor, params: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """Coefficients ``[..., 3]`` for ``features [..., F]`` (``params``: a population, see above)."""
-        check_tensor("features", features, (*[None] * (features.dim() - 1), len(SWARM_FEATURES)), FLOATS, where="SwarmController")
+        check_tensor(
+            "features", features, (*[None] * (features.dim() - 1), len(SWARM_FEATURES)), FLOATS, where="SwarmController"
+        )
         if params is None:
             hidden = torch.tanh(features @ self.w1 + self.b1) if self.hidden else features
             return self.base + hidden @ self.w2 + self.b2
@@ -350,12 +421,18 @@ class SwarmController(nn.Module):
         """Parameter vectors ``[K, M]`` -> ``{name: [K, *shape]}`` for :meth:`forward`."""
         out, start = {}, 0
         for name, p in self.named_parameters():
-            out[name] = flat[:, start:start + p.numel()].reshape(flat.shape[0], *p.shape)
+            out[name] = flat[:, start : start + p.numel()].reshape(flat.shape[0], *p.shape)
             start += p.numel()
         return out
 
-    def act(self, state: SwarmState, pso_iterations: int, *, deterministic: bool = True,
-            generator: torch.Generator | None = None) -> torch.Tensor:
+    def act(
+        self,
+        state: SwarmState,
+        pso_iterations: int,
+        *,
+        deterministic: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         """``wc1c2 [B, P, D, 3]``: each particle's coefficients on all its D edges."""
         if not deterministic:
             raise ValueError("SwarmController is deterministic: it has no sampled coefficients")

@@ -1,4 +1,5 @@
 """State-value network ``V(s)``."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -23,18 +24,28 @@ class ValueNetwork(nn.Module):
             ``V*'(0) = 45``). ``None``: the plain network.
     """
 
-    def __init__(self, state_dim: int, hidden_dims: Sequence[int] = (64, 64), *, activation: str = "tanh",
-                 boundary_layer: float | None = None):
+    def __init__(
+        self,
+        state_dim: int,
+        hidden_dims: Sequence[int] = (64, 64),
+        *,
+        activation: str = "tanh",
+        boundary_layer: float | None = None,
+    ):
         super().__init__()
         if boundary_layer is not None and (state_dim != 1 or not boundary_layer > 0):
-            raise ValueError(f"ValueNetwork: boundary_layer needs a 1-D state and a width > 0, got state_dim={state_dim}, "
-                             f"boundary_layer={boundary_layer}")
+            raise ValueError(
+                f"ValueNetwork: boundary_layer needs a 1-D state and a width > 0, got state_dim={state_dim}, "
+                f"boundary_layer={boundary_layer}"
+            )
         self.state_dim = state_dim
         self.boundary_layer = boundary_layer
         self.net = build_mlp(state_dim, hidden_dims, 1, activation=activation)
 
     def forward(self, states: torch.Tensor) -> torch.Tensor:
-        check_tensor("states", states, ("B", self.state_dim), (torch.float32, torch.float64), where="ValueNetwork.forward")
+        check_tensor(
+            "states", states, ("B", self.state_dim), (torch.float32, torch.float64), where="ValueNetwork.forward"
+        )
         values = self.net(states).squeeze(-1)
         if self.boundary_layer is not None:
             values = -torch.expm1(-states[:, 0] / self.boundary_layer) * values  # (1 - e^{-s/l}) N(s)

@@ -3,6 +3,7 @@
 A reader (or a resumed run) therefore sees either the previous complete file or the new
 complete file, never a torn one, even if the process is killed mid-write.
 """
+
 from __future__ import annotations
 
 import io

@@ -17,6 +17,7 @@ bytes as a uint8 tensor}``. Loading recomputes the digest before unpickling the 
 so a flipped byte anywhere in the weights is a :class:`CheckpointError` (exit 2), not a
 silently different model. Version-1 files (no digest) still load.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -108,11 +109,17 @@ def _torch_load(source: Any, where: Path, map_location: Any) -> Any:
         # torch's advice to retry with weights_only=False would run arbitrary code: never echo it.
         if "weights_only" in reason or "WeightsUnpickler" in reason:
             reason = type(exc).__name__
-        raise CheckpointError(f"checkpoint {where}: not a readable checkpoint (corrupt or truncated?): {reason}") from exc
+        raise CheckpointError(
+            f"checkpoint {where}: not a readable checkpoint (corrupt or truncated?): {reason}"
+        ) from exc
 
 
 def _unseal(loaded: Any, where: Path, map_location: Any) -> Any:
-    if not isinstance(loaded, dict) or loaded.get("format") != FORMAT or ("payload" not in loaded and "sha256" not in loaded):
+    if (
+        not isinstance(loaded, dict)
+        or loaded.get("format") != FORMAT
+        or ("payload" not in loaded and "sha256" not in loaded)
+    ):
         return loaded  # a version-1 file, or a dict saved without save_checkpoint
     payload = loaded.get("payload")
     digest = loaded.get("sha256")
@@ -121,8 +128,10 @@ def _unseal(loaded: Any, where: Path, map_location: Any) -> Any:
     data = payload.cpu().numpy().tobytes()
     actual = hashlib.sha256(data).hexdigest()
     if actual != digest:
-        raise CheckpointError(f"checkpoint {where}: integrity check failed (SHA-256 {actual[:12]}... != stored {digest[:12]}...); "
-                              "the file was modified or damaged after it was written")
+        raise CheckpointError(
+            f"checkpoint {where}: integrity check failed (SHA-256 {actual[:12]}... != stored {digest[:12]}...); "
+            "the file was modified or damaged after it was written"
+        )
     inner = _torch_load(io.BytesIO(data), where, map_location)
     if isinstance(inner, dict):
         inner["format_version"] = 2
@@ -206,7 +215,9 @@ class CheckpointManager:
         keep: keep only the newest ``keep`` numbered files (``None`` keeps all).
     """
 
-    def __init__(self, directory: str | os.PathLike, *, pattern: str = "checkpoint_iter_{step:06d}.pt", keep: int | None = None):
+    def __init__(
+        self, directory: str | os.PathLike, *, pattern: str = "checkpoint_iter_{step:06d}.pt", keep: int | None = None
+    ):
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.pattern = pattern
@@ -238,6 +249,8 @@ class CheckpointManager:
     def _prune(self) -> None:
         if self.keep is None:
             return
-        numbered = sorted(p for p in self.directory.glob(self.pattern.replace("{step:06d}", "*")) if p.name != LATEST_NAME)
+        numbered = sorted(
+            p for p in self.directory.glob(self.pattern.replace("{step:06d}", "*")) if p.name != LATEST_NAME
+        )
         for old in numbered[: max(0, len(numbered) - self.keep)]:
             old.unlink(missing_ok=True)

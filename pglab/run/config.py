@@ -7,6 +7,7 @@ combination cannot be constructed from any of the three sources.
 Flags accept both spellings, ``--n_iterations`` (as in the design notes) and
 ``--n-iterations`` (tyro's default).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -127,7 +128,9 @@ def config_from_dict(cls: type[ConfigT], mapping: dict[str, Any], *, prefix: str
     if unknown:
         plain = unprefixed_fields(cls)  # list the nested fields by the names a user types
         known = (set(fields) - {dotted.partition(".")[0] for dotted in plain.values()}) | set(plain)
-        raise ConfigError(f"{prefix}{unknown[0]}", mapping[unknown[0]], f"unknown field; known fields: {', '.join(sorted(known))}")
+        raise ConfigError(
+            f"{prefix}{unknown[0]}", mapping[unknown[0]], f"unknown field; known fields: {', '.join(sorted(known))}"
+        )
     for name, value in mapping.items():
         # A partial mapping for a nested config overrides its field's default instance
         # (PSOTSPTrainConfig.update defaults to PSO's own OnPolicyHyperparams, not the class's).
@@ -188,7 +191,13 @@ def unprefixed_fields(cls: type) -> dict[str, str]:
     for field in dataclasses.fields(cls):
         annotation = hints[field.name]
         if field.init and _omits_prefix(annotation) and dataclasses.is_dataclass(_field_type(annotation)):
-            leaves.update({inner.name: f"{field.name}.{inner.name}" for inner in dataclasses.fields(_field_type(annotation)) if inner.init})
+            leaves.update(
+                {
+                    inner.name: f"{field.name}.{inner.name}"
+                    for inner in dataclasses.fields(_field_type(annotation))
+                    if inner.init
+                }
+            )
     return leaves
 
 
@@ -243,7 +252,9 @@ def read_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
     try:
         text = source.read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError("config", str(source), f"cannot be read ({type(exc).__name__}: {getattr(exc, 'strerror', None) or exc})") from exc
+        raise ConfigError(
+            "config", str(source), f"cannot be read ({type(exc).__name__}: {getattr(exc, 'strerror', None) or exc})"
+        ) from exc
     try:
         loaded = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -421,12 +432,19 @@ def _one_line_parse_errors(argv: Sequence[str] = ()):
                     # a value given to a switch: booleans are --name / --no-name, with no value
                     flag = (attached[0] if attached else tokens[position - 1]).split("=", 1)[0]
                     name = flag[2:].removeprefix("no-").replace("-", "_")
-                    raise UsageErrorLine(f"{name}: {flag} takes no value (got {stray!r}); a true/false option is "
-                                         f"--{name.replace('_', '-')} or --no-{name.replace('_', '-')}")
-                raise UsageErrorLine(f"argument: unexpected value (got {' '.join(event.tokens)}); see {event.prog} --help")
-            raise UsageErrorLine(f"{flags[0].lstrip('-').replace('-', '_')}: unknown flag (got {' '.join(event.tokens)}); see {event.prog} --help")
+                    raise UsageErrorLine(
+                        f"{name}: {flag} takes no value (got {stray!r}); a true/false option is "
+                        f"--{name.replace('_', '-')} or --no-{name.replace('_', '-')}"
+                    )
+                raise UsageErrorLine(
+                    f"argument: unexpected value (got {' '.join(event.tokens)}); see {event.prog} --help"
+                )
+            name = flags[0].lstrip("-").replace("-", "_")
+            raise UsageErrorLine(f"{name}: unknown flag (got {' '.join(event.tokens)}); see {event.prog} --help")
         if isinstance(event, tyro_errors.InvalidChoice):
-            raise UsageErrorLine(f"{field_of(event.argument)}: must be one of {', '.join(event.choices)} (got {event.value!r})")
+            raise UsageErrorLine(
+                f"{field_of(event.argument)}: must be one of {', '.join(event.choices)} (got {event.value!r})"
+            )
         if isinstance(event, tyro_errors.BadValue):
             what = "needs a value" if event.offending_value is None else "does not take a value"
             got = "" if event.offending_value is None else f" (got {event.offending_value!r})"

@@ -1,4 +1,5 @@
 """``--device auto|cpu|cuda[:N]`` resolution."""
+
 from __future__ import annotations
 
 import torch

@@ -4,6 +4,7 @@ The numbers plotted come in a :class:`PolicyPlotData` (computed by
 :func:`pglab.algos.ghm_train.policy_plot_data`), so that tests can check what a figure
 shows without reading pixels.
 """
+
 from __future__ import annotations
 
 import os
@@ -66,20 +67,39 @@ def plot_policy_value(
     for j, name in enumerate(data.control_names):
         colour = colours[j % 4]
         ax.plot(states, data.rates[:, j], color=colour, label=f"{name} (learned, applied)")
-        ax.plot(states, data.pre_clip_means[:, j], color=colour, ls=":", alpha=0.5,
-                label=f"{name} pre-clip Gaussian mean (< 0: none applied)")
+        ax.plot(
+            states,
+            data.pre_clip_means[:, j],
+            color=colour,
+            ls=":",
+            alpha=0.5,
+            label=f"{name} pre-clip Gaussian mean (< 0: none applied)",
+        )
         if reference_controls is not None:
-            ax.plot(reference_states, reference_controls[:, j], color=colour, ls="--", alpha=0.6, label=f"{name} (FD optimum)")
-    ax.set(xlabel=data.state_label, ylabel="rate (applied = mean clipped to [0, max])",
-           title=f"Deterministic policy (iter {iteration})")
+            ax.plot(
+                reference_states,
+                reference_controls[:, j],
+                color=colour,
+                ls="--",
+                alpha=0.6,
+                label=f"{name} (FD optimum)",
+            )
+    ax.set(
+        xlabel=data.state_label,
+        ylabel="rate (applied = mean clipped to [0, max])",
+        title=f"Deterministic policy (iter {iteration})",
+    )
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
 
     ax = axes[0, 1]
     ax.plot(states, data.payout, color="tab:purple")
     ax.axhline(0.0, color="black", ls="--", alpha=0.3)
-    ax.set(xlabel=data.state_label, ylabel="a_L - (1 + lambda) a_E (applied rates)",
-           title="Net payout rate to shareholders (deterministic policy)")
+    ax.set(
+        xlabel=data.state_label,
+        ylabel="a_L - (1 + lambda) a_E (applied rates)",
+        title="Net payout rate to shareholders (deterministic policy)",
+    )
     ax.grid(alpha=0.3)
 
     ax = axes[1, 0]

@@ -1,5 +1,6 @@
 """``pglab.load_checkpoint``: a checkpoint's kind -> its system's agent loader
 (:data:`pglab.systems.SYSTEMS`, the one dispatch table)."""
+
 from __future__ import annotations
 
 from pglab.errors import CheckpointError

@@ -10,6 +10,7 @@ No field is ever lost: a column that first appears in a later row extends the CS
 in an interval (``None`` or NaN, e.g. the mean return of an interval in which no episode
 ended) is an empty CSV cell, is left out of that JSONL record and of TensorBoard.
 """
+
 from __future__ import annotations
 
 import csv
@@ -103,7 +104,7 @@ class MetricsLogger:
         if self.csv_path is not None and self.csv_path.exists() and self.csv_path.stat().st_size > 0:
             with open(self.csv_path, newline="") as handle:
                 self._csv_fields = next(csv.reader(handle), None)
-        self._jsonl_handle = open(self.jsonl_path, "a") if self.jsonl_path else None
+        self._jsonl_handle = open(self.jsonl_path, "a") if self.jsonl_path else None  # noqa: SIM115 - held open for the run, closed in close()
         self._tb = None
         if tensorboard_dir is not None:
             from torch.utils.tensorboard import SummaryWriter
@@ -156,8 +157,10 @@ class MetricsLogger:
         if new_columns:
             self._extend_csv_header(new_columns)
         if self._csv_handle is None:
-            self._csv_handle = open(self.csv_path, "a", newline="")
-            self._csv_writer = csv.DictWriter(self._csv_handle, fieldnames=self._csv_fields, restval="", lineterminator="\n")
+            self._csv_handle = open(self.csv_path, "a", newline="")  # noqa: SIM115 - held open, closed in close()
+            self._csv_writer = csv.DictWriter(
+                self._csv_handle, fieldnames=self._csv_fields, restval="", lineterminator="\n"
+            )
         self._csv_writer.writerow(row)
         self._csv_handle.flush()
 
@@ -188,14 +191,14 @@ class MetricsLogger:
             self._tb.close()
         self._csv_handle = self._jsonl_handle = self._tb = None
 
-    def __enter__(self) -> "MetricsLogger":
+    def __enter__(self) -> MetricsLogger:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def read_metrics(run_dir: str | os.PathLike) -> "Any":
+def read_metrics(run_dir: str | os.PathLike) -> Any:
     """Load a run's metrics (``metrics.csv`` or a ``*.jsonl`` log) as a pandas DataFrame."""
     import pandas as pd
 

@@ -1,4 +1,5 @@
 """Learning-curve plots of any run directory (``pglab plot RUN_DIR``)."""
+
 from __future__ import annotations
 
 import math
@@ -50,14 +51,14 @@ def plot_learning_curves(
     cols = min(3, len(chosen))
     rows = math.ceil(len(chosen) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False)
-    for ax, key in zip(axes.flat, chosen):
+    for ax, key in zip(axes.flat, chosen, strict=False):
         series = frame[[x_column, key]].dropna()
         values = series[key].rolling(max(1, smooth), min_periods=1).mean()
         ax.plot(series[x_column], values, lw=1.2)
         ax.set_title(key)
         ax.set_xlabel(x_column)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(chosen):]:
+    for ax in list(axes.flat)[len(chosen) :]:
         ax.set_visible(False)
     fig.suptitle(str(run_dir))
     fig.tight_layout()
@@ -90,5 +91,7 @@ def plot_target(run_dir: str | os.PathLike, output: str | os.PathLike | None) ->
     if target.is_dir() or str(output).endswith(os.sep):
         return target / "learning_curves.png"
     if target.suffix.lower() not in (".png", ".pdf", ".svg", ".jpg", ".jpeg"):
-        raise UsageError(f"output: must be a directory or an image file ending in .png, .pdf, .svg or .jpg (got {str(output)!r})")
+        raise UsageError(
+            f"output: must be a directory or an image file ending in .png, .pdf, .svg or .jpg (got {str(output)!r})"
+        )
     return target

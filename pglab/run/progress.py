@@ -1,4 +1,5 @@
 """Console progress bars (tqdm), silenced with PGLAB_NO_PROGRESS=1 (the test suite)."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Run directories: creation, the refusal to overwrite a finished run, config.json."""
+
 from __future__ import annotations
 
 import datetime as _dt

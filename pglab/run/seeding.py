@@ -1,4 +1,5 @@
 """Seeding and RNG-state capture, so that runs are reproducible and resume exactly."""
+
 from __future__ import annotations
 
 import random

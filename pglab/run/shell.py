@@ -34,6 +34,7 @@ What the shell guarantees:
   command then exits with :data:`pglab.errors.EXIT_INTERRUPTED` (130) for every trainer.
 - **summary.json** is written at the end of every run, finished or interrupted.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -46,6 +47,11 @@ from pathlib import Path
 from typing import Any
 
 from pglab.errors import EXIT_INTERRUPTED, EXIT_OK, CheckpointError, ConfigError
+from pglab.run.state import Stateful, StateRegistry
+
+# The shell's own metrics, in every trainer's rows (docs/DEVELOPING.md, "Metrics"):
+PERF_STEP_SECONDS = "perf/step_s"  # wall-clock seconds per unit of the step column, since the previous row
+PERF_ENV_STEPS_PER_S = "perf/env_steps_per_s"  # environment transitions (all copies) per wall-clock second
 
 # Fields every trainer config has, and which a resume may always change.
 SHELL_RESUMABLE = frozenset({"log_dir", "resume", "device", "threads", "save_interval", "tensorboard"})
@@ -66,6 +72,8 @@ class TrainerSpec:
         total_steps: the config's budget in ``step_key`` units.
         budget_field: the field named when a resumed budget is below the checkpoint.
         keep: numbered checkpoints to keep (``None``: all).
+        unstored: config fields a checkpoint stores at their defaults (one-off switches
+            such as a self-test, which a resume must not repeat).
         stored_defaults: values for fields a stored config (of a run made before the field
             existed) does not have, when they differ from today's defaults: a resumed old run
             keeps training the way it started (e.g. the critic loss it was using).
@@ -79,6 +87,7 @@ class TrainerSpec:
     total_steps: Callable[[Any], int]
     budget_field: str
     kind_of: Callable[[Any], str] | None = None
+    unstored: tuple[str, ...] = ()
     keep: int | None = 3
     stored_defaults: Mapping[str, Any] | None = None
 
@@ -92,8 +101,9 @@ def _plain(value: Any) -> Any:
     return config_to_dict(value)
 
 
-def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None,
-                   echo: Callable[..., None] | None = None) -> tuple[Any, dict[str, Any] | None, Path | None]:
+def resolve_resume(
+    spec: TrainerSpec, config: Any, given: frozenset[str] | None, echo: Callable[..., None] | None = None
+) -> tuple[Any, dict[str, Any] | None, Path | None]:
     """Merge ``config`` into the stored config of the run it resumes.
 
     Args:
@@ -117,8 +127,10 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None,
     run_dir = find_run_dir(config.resume)
     stored_payload = read_run_config(run_dir)
     if stored_payload.get("kind") not in spec.kinds:
-        raise CheckpointError(f"resume: holds a {stored_payload.get('kind')!r} run, "
-                              f"not one of {', '.join(spec.kinds)} (pglab train {spec.system}) (got {str(config.resume)!r})")
+        raise CheckpointError(
+            f"resume: holds a {stored_payload.get('kind')!r} run, "
+            f"not one of {', '.join(spec.kinds)} (pglab train {spec.system}) (got {str(config.resume)!r})"
+        )
     latest = run_dir / "checkpoints" / LATEST_NAME
     checkpoint = load_checkpoint_file(latest, kinds=spec.kinds) if latest.exists() else None
     named = Path(config.resume)
@@ -131,23 +143,34 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None,
         if checkpoint is None:
             checkpoint = chosen
         elif done_named != int(checkpoint["counters"].get(spec.step_key, 0)):
-            raise ConfigError("resume", str(config.resume),
-                              f"is {spec.step_key} {done_named}, not the run's latest checkpoint ({spec.step_key} "
-                              f"{int(checkpoint['counters'].get(spec.step_key, 0))}, {latest}); a run continues from its "
-                              "latest checkpoint: give the run directory, or copy the run and make that file its "
-                              f"checkpoints/{LATEST_NAME} to branch from it")
+            raise ConfigError(
+                "resume",
+                str(config.resume),
+                f"is {spec.step_key} {done_named}, not the run's latest checkpoint ({spec.step_key} "
+                f"{int(checkpoint['counters'].get(spec.step_key, 0))}, {latest}); a run continues from its "
+                "latest checkpoint: give the run directory, or copy the run and make that file its "
+                f"checkpoints/{LATEST_NAME} to branch from it",
+            )
     stored_fields = checkpoint["config"] if checkpoint is not None else stored_payload.get("config")
     if not isinstance(stored_fields, dict):
         raise CheckpointError(f"run directory {run_dir}: config.json holds no config mapping")
-    stored = config_from_dict(spec.config_class, {**(spec.stored_defaults or {}), **stored_fields,
-                                                  "resume": None, "log_dir": None})
-    if given is not None and "log_dir" in given and config.log_dir is not None \
-            and Path(config.log_dir).resolve() != run_dir.resolve():
+    stored = config_from_dict(
+        spec.config_class, {**(spec.stored_defaults or {}), **stored_fields, "resume": None, "log_dir": None}
+    )
+    if (
+        given is not None
+        and "log_dir" in given
+        and config.log_dir is not None
+        and Path(config.log_dir).resolve() != run_dir.resolve()
+    ):
         # on the command line a --log-dir beside --resume was silently ignored; the run
         # continues in its own directory, so say so (the Python API keeps ignoring a
         # log_dir left in a reused config)
-        raise ConfigError("log_dir", str(config.log_dir), f"a resumed run continues in its own directory {run_dir}; "
-                          "drop --log-dir or give that directory")
+        raise ConfigError(
+            "log_dir",
+            str(config.log_dir),
+            f"a resumed run continues in its own directory {run_dir}; drop --log-dir or give that directory",
+        )
     if given is None:
         given = frozenset(_differing_paths(config, spec.config_class()))
     allowed = SHELL_RESUMABLE | spec.resumable
@@ -159,21 +182,28 @@ def resolve_resume(spec: TrainerSpec, config: Any, given: frozenset[str] | None,
             continue
         if name not in allowed and name.partition(".")[0] not in allowed:
             name, new, old = _first_difference(name, new, old)
-            raise ConfigError(plain_names.get(name, name),  # as on the command line: sigma, not params.sigma
-                              new, f"differs from the resumed run's value {old!r}; a resume may change only "
-                              f"{', '.join(sorted(allowed - {'resume', 'log_dir'}))}")
+            raise ConfigError(
+                plain_names.get(name, name),  # as on the command line: sigma, not params.sigma
+                new,
+                f"differs from the resumed run's value {old!r}; a resume may change only "
+                f"{', '.join(sorted(allowed - {'resume', 'log_dir'}))}",
+            )
         changes[name] = new
     # resume=None: the merged config passes every check a fresh run would (cross-field ones too).
     merged = _replace_dotted(stored, changes)
     if echo is not None and changes:
-        described = ", ".join(f"{plain_names.get(name, name)} {_plain(_get_dotted(stored, name))!r} -> {_plain(new)!r}"
-                              for name, new in sorted(changes.items()))
+        described = ", ".join(
+            f"{plain_names.get(name, name)} {_plain(_get_dotted(stored, name))!r} -> {_plain(new)!r}"
+            for name, new in sorted(changes.items())
+        )
         echo(f"resume: continuing {run_dir} with {described}", file=sys.stderr)
     done = int(checkpoint["counters"].get(spec.step_key, 0)) if checkpoint is not None else 0
     if spec.total_steps(merged) < done:
-        raise ConfigError(spec.budget_field, getattr(merged, spec.budget_field),
-                          f"makes {spec.total_steps(merged)} {spec.step_key}s in all, fewer than the {done} the resumed "
-                          "run has done")
+        raise ConfigError(
+            spec.budget_field,
+            getattr(merged, spec.budget_field),
+            f"makes {spec.total_steps(merged)} {spec.step_key}s in all, fewer than the {done} the resumed run has done",
+        )
     return dataclasses.replace(merged, resume=run_dir, log_dir=run_dir), checkpoint, run_dir
 
 
@@ -238,8 +268,15 @@ class TrainingRun:
             (the test hook for exact resume).
     """
 
-    def __init__(self, spec: TrainerSpec, config: Any, *, given: frozenset[str] | None = None,
-                 echo: Callable[..., None] = print, stop_after: int | None = None):
+    def __init__(
+        self,
+        spec: TrainerSpec,
+        config: Any,
+        *,
+        given: frozenset[str] | None = None,
+        echo: Callable[..., None] = print,
+        stop_after: int | None = None,
+    ):
         from pglab.run.device import resolve_device
         from pglab.run.rundir import default_run_dir
 
@@ -269,6 +306,8 @@ class TrainingRun:
         self._stop = None
         self._session_steps = 0
         self._clock = time.perf_counter()
+        self.registry: StateRegistry | None = None
+        self._perf_mark: tuple[float, int, float] | None = None  # (time, step, env_steps) of the last row
 
     def _apply_threads(self) -> None:
         import torch
@@ -278,7 +317,7 @@ class TrainingRun:
             torch.set_num_threads(threads)
 
     # -- lifecycle ---------------------------------------------------------------------
-    def __enter__(self) -> "TrainingRun":
+    def __enter__(self) -> TrainingRun:
         from pglab.run.checkpoint import CheckpointManager
         from pglab.run.config import config_to_dict
         from pglab.run.logger import MetricsLogger
@@ -288,19 +327,29 @@ class TrainingRun:
 
         if not self.resumed:
             if (self.run_dir / CONFIG_NAME).exists():
-                raise ConfigError("log_dir", str(self.run_dir), f"already holds a run; continue it with --resume {self.run_dir} "
-                                  "or choose another --log-dir")
+                raise ConfigError(
+                    "log_dir",
+                    str(self.run_dir),
+                    f"already holds a run; continue it with --resume {self.run_dir} or choose another --log-dir",
+                )
             # Remember the outermost directory this run creates, to remove it on a failed start.
             missing = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
             try:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
             except OSError as error:  # a file in the way, no permission, a read-only file system
-                raise ConfigError("log_dir", str(self.run_dir), f"cannot be created: {error.strerror or error}") from error
+                raise ConfigError(
+                    "log_dir", str(self.run_dir), f"cannot be created: {error.strerror or error}"
+                ) from error
             self._created = [missing[-1]] if missing else []
-            write_run_config(self.run_dir, config_to_dict(dataclasses.replace(self.config, resume=None)), kind=self.kind)
+            write_run_config(
+                self.run_dir, config_to_dict(dataclasses.replace(self.config, resume=None)), kind=self.kind
+            )
         seed_everything(self.config.seed)
         self.logger = MetricsLogger(
-            self.run_dir, step_key=self.spec.step_key, csv_name="metrics.csv", jsonl_name="metrics.jsonl",
+            self.run_dir,
+            step_key=self.spec.step_key,
+            csv_name="metrics.csv",
+            jsonl_name="metrics.jsonl",
             tensorboard_dir="tensorboard" if getattr(self.config, "tensorboard", True) else None,
             resume_step=self.start if self.resumed else None,
         )
@@ -314,6 +363,10 @@ class TrainingRun:
         if self.bar is not None:
             self.bar.close()
         if self.logger is not None:
+            if self.registry is not None and isinstance(exc, Exception):  # the last line of metrics.jsonl says why
+                self.logger.write_record(
+                    {"error": {"type": type(exc).__name__, "message": str(exc), **dict(self.counters)}}
+                )
             self.logger.close()
         if exc_type is not None and not self.resumed and not self._saved:
             # A failed start: nothing of this run may stay behind to block a retry.
@@ -329,6 +382,66 @@ class TrainingRun:
         for name in ("checkpoints", "tensorboard", "plots"):
             shutil.rmtree(self.run_dir / name, ignore_errors=True)
 
+    # -- the run's state ---------------------------------------------------------------
+    def track(
+        self,
+        *,
+        models: Mapping[str, Any] | None = None,
+        optimizers: Mapping[str, Stateful] | None = None,
+        rngs: Mapping[str, Any] | None = None,
+        state: Mapping[str, Stateful] | None = None,
+        meta: Mapping[str, Any] | None = None,
+        info: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Register the run's stateful objects, once, when they are built (see
+        :mod:`pglab.run.state`); a resumed run restores them here. The shell then writes
+        every checkpoint from them, and the first line of ``metrics.jsonl``: the kind,
+        config, library versions, device, parameter count, ``meta`` and ``info`` (facts
+        for the log only)."""
+        from pglab.run.checkpoint import library_versions
+        from pglab.run.config import config_to_dict
+
+        if self.registry is not None:
+            raise RuntimeError("track: a run registers its state once")
+        self.registry = StateRegistry()
+        self.registry.add(models=models, optimizers=optimizers, rngs=rngs, state=state, meta=meta)
+        if self.checkpoint is not None:
+            self.registry.restore(self.checkpoint)
+        params = sum(p.numel() for module in self.registry.models.values() for p in module.parameters())
+        self.logger.write_meta(
+            {
+                "kind": self.kind,
+                "step_key": self.spec.step_key,
+                "config": config_to_dict(self.stored_config()),
+                "versions": library_versions(),
+                "device": str(self.device),
+                "num_params": params,
+                **dict(meta or {}),
+                **dict(info or {}),
+            }
+        )
+
+    def stored_config(self) -> Any:
+        """The config a checkpoint stores: without ``resume`` and the spec's
+        ``unstored`` fields (reset to their defaults)."""
+        defaults = self.spec.config_class()
+        reset = {name: getattr(defaults, name) for name in self.spec.unstored}
+        return dataclasses.replace(self.config, resume=None, **reset)
+
+    def build_checkpoint(self) -> dict[str, Any]:
+        """The checkpoint of everything :meth:`track` registered, now."""
+        from pglab.run.checkpoint import build_checkpoint
+        from pglab.run.config import config_to_dict
+
+        if self.registry is None:
+            raise RuntimeError("build_checkpoint: the trainer registered no state (TrainingRun.track)")
+        return build_checkpoint(
+            kind=self.kind,
+            config=config_to_dict(self.stored_config()),
+            counters=dict(self.counters),
+            **self.registry.capture(),
+        )
+
     # -- the loop ----------------------------------------------------------------------
     @property
     def stop_requested(self) -> bool:
@@ -341,17 +454,26 @@ class TrainingRun:
         was signalled)."""
         self.stop_after = self._session_steps
 
-    def steps(self, total: int, *, save: Callable[[], dict[str, Any]], desc: str | None = None,
-              unit: str = "iter") -> Iterator[int]:
+    def steps(
+        self,
+        total: int,
+        *,
+        save: Callable[[], dict[str, Any]] | None = None,
+        desc: str | None = None,
+        unit: str = "iter",
+    ) -> Iterator[int]:
         """Yield the step numbers ``start + 1 .. total``.
 
         After each step (when control comes back to the loop) the shell updates the
-        progress bar and ``counters[step_key]``, saves ``save()`` every ``save_interval``
-        steps, at the last step and on a stop request, and ends the loop after a stop.
+        progress bar and ``counters[step_key]``, saves a checkpoint of the tracked state
+        (or ``save()``) every ``save_interval`` steps, at the last step and on a stop
+        request, and ends the loop after a stop.
         """
         from pglab.run.progress import progress_bar
 
+        save = save or self.build_checkpoint
         self.bar = progress_bar(total, desc=desc or f"train {self.spec.system}", initial=self.start, unit=unit)
+        self._perf_mark = (time.perf_counter(), self.start, float(self.counters.get("env_steps", 0)))
         try:
             for step in range(self.start + 1, total + 1):
                 tick = time.perf_counter()
@@ -366,8 +488,11 @@ class TrainingRun:
                     self.save(step, save())
                 if stop_now and not last:
                     self.interrupted = True
-                    self.echo(f"stopped: checkpoint saved at {self.spec.step_key} {step} in {self.run_dir}; "
-                              f"continue with --resume {self.run_dir}", file=sys.stderr)
+                    self.echo(
+                        f"stopped: checkpoint saved at {self.spec.step_key} {step} in {self.run_dir}; "
+                        f"continue with --resume {self.run_dir}",
+                        file=sys.stderr,
+                    )
                     return
         finally:
             self.bar.close()
@@ -379,8 +504,25 @@ class TrainingRun:
         return path
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
-        """One row of ``metrics.csv`` / ``metrics.jsonl`` / TensorBoard."""
-        return self.logger.log(step, metrics)
+        """One row of ``metrics.csv`` / ``metrics.jsonl`` / TensorBoard, with the shell's
+        ``perf/*`` metrics of the interval since the previous row added."""
+        perf = self._perf(step) if self.registry is not None else {}
+        return self.logger.log(step, {**metrics, **perf})
+
+    def _perf(self, step: int) -> dict[str, float]:
+        """``perf/step_s`` and (for a trainer that counts ``env_steps``) ``perf/env_steps_per_s``:
+        wall-clock rates over the rows' interval, including logging and checkpoints."""
+        now = time.perf_counter()
+        env_steps = float(self.counters.get("env_steps", 0))
+        if self._perf_mark is None:
+            self._perf_mark = (self._clock, self.start, env_steps)
+        then, then_step, then_env_steps = self._perf_mark
+        self._perf_mark = (now, step, env_steps)
+        elapsed = max(now - then, 1e-9)
+        perf = {PERF_STEP_SECONDS: elapsed / max(step - then_step, 1)}
+        if "env_steps" in self.counters:
+            perf[PERF_ENV_STEPS_PER_S] = (env_steps - then_env_steps) / elapsed
+        return perf
 
     def set_postfix(self, **values: Any) -> None:
         if self.bar is not None:
@@ -395,8 +537,11 @@ class TrainingRun:
             # SIGINT/SIGTERM after the loop (during a final evaluation, which runs to its end):
             # the run is complete (status "completed"), but the process was asked to stop, so
             # it exits 130 as promised (exit_code)
-            self.echo(f"stop requested after the last {self.spec.step_key}: the run is complete, its final checkpoint "
-                      f"is in {self.run_dir}", file=sys.stderr)
+            self.echo(
+                f"stop requested after the last {self.spec.step_key}: the run is complete, its final checkpoint "
+                f"is in {self.run_dir}",
+                file=sys.stderr,
+            )
         payload = {
             "kind": self.kind,
             "run_dir": str(self.run_dir),

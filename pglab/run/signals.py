@@ -1,6 +1,8 @@
 """Graceful stop on SIGINT/SIGTERM, shared by every trainer."""
+
 from __future__ import annotations
 
+import contextlib
 import signal
 from typing import Any
 
@@ -16,12 +18,10 @@ class StopRequested:
         self.signal: int | None = None
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> "StopRequested":
+    def __enter__(self) -> StopRequested:
         for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
+            with contextlib.suppress(ValueError):  # not the main thread
                 self._previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread
-                pass
         return self
 
     def _handle(self, signum, frame) -> None:

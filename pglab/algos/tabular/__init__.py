@@ -9,6 +9,7 @@ only the agents (the JSON serialisation pulls in pglab.run, and with it torch).
 ``DiscreteActionSpace`` belongs to the game (:mod:`pglab.envs.forecast_game`): envs never
 import algos.
 """
+
 import importlib
 
 _EXPORTS = {

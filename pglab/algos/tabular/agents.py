@@ -12,6 +12,7 @@ Interface shared by both agents::
     agent.policy(state_key) -> float64[n_actions]
     agent.state_value(state_key) -> float   (max_a Q for Q-learning, pi . Q for WoLF-PHC)
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable
@@ -164,7 +165,9 @@ class QTableAgent:
         return 0.0 if row is None else float(self.q[row].max())
 
     # --- learning -------------------------------------------------------------------
-    def update(self, state_key: StateKey, action: int, reward: float, next_state_key: StateKey, terminated: bool = False) -> float:
+    def update(
+        self, state_key: StateKey, action: int, reward: float, next_state_key: StateKey, terminated: bool = False
+    ) -> float:
         """One Q-learning step; returns the TD error (before the step)."""
         rows = self._rows
         row = rows.get(state_key)
@@ -259,7 +262,14 @@ class WoLFPHCAgent(QTableAgent):
 
     algorithm = "wolf"
 
-    def __init__(self, action_space: DiscreteActionSpace | int, *, delta_win: float = 0.01, delta_lose: float = 0.04, **kwargs: Any):
+    def __init__(
+        self,
+        action_space: DiscreteActionSpace | int,
+        *,
+        delta_win: float = 0.01,
+        delta_lose: float = 0.04,
+        **kwargs: Any,
+    ):
         check_range("delta_win", delta_win, 0.0, 1.0, low_inclusive=False)
         check_range("delta_lose", delta_lose, 0.0, 1.0, low_inclusive=False)
         self.delta_win, self.delta_lose = float(delta_win), float(delta_lose)
@@ -296,7 +306,9 @@ class WoLFPHCAgent(QTableAgent):
         row = self._rows.get(state_key)
         if not explore:
             if row is None:
-                return self.default_action if self.default_action is not None else int(self.rng.integers(self.n_actions))
+                return (
+                    self.default_action if self.default_action is not None else int(self.rng.integers(self.n_actions))
+                )
             return self._greedy(self.pi[row])
         if self.rng.random() < self.epsilon or row is None:
             return int(self.rng.integers(self.n_actions))
@@ -319,7 +331,9 @@ class WoLFPHCAgent(QTableAgent):
         self.pi[row] = probs
         self.avg_pi[row] = probs
 
-    def update(self, state_key: StateKey, action: int, reward: float, next_state_key: StateKey, terminated: bool = False) -> float:
+    def update(
+        self, state_key: StateKey, action: int, reward: float, next_state_key: StateKey, terminated: bool = False
+    ) -> float:
         td_error = super().update(state_key, action, reward, next_state_key, terminated)
         row = self._rows[state_key]
         q, pi, avg = self.q[row], self.pi[row], self.avg_pi[row]

@@ -4,6 +4,7 @@
 uses for the ``forecast-*`` kinds; these names stay importable from here for existing
 code (``LoadedForecaster`` is the old name of :class:`~pglab.algos.forecast.ForecastAgent`).
 """
+
 from pglab.algos.forecast import KINDS, ForecastAgent, agent_from_checkpoint
 
 LoadedForecaster = ForecastAgent

@@ -4,10 +4,12 @@ Each loop can stop and restart at an episode (epoch) boundary: the per-episode h
 lives in the loop object, the game of episode ``i`` is seeded with ``seed + i``, and the
 agents carry their own RNG, so ``run(0, N)`` then ``run(N, 2N)`` equals ``run(0, 2N)``.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +25,10 @@ EpisodeCallback = Callable[[int, dict[str, float]], None]
 
 def _episode_stats(logs: list, td_errors: list[float]) -> dict[str, float]:
     rewards = np.fromiter((tr.reward for tr in logs), dtype=np.float64, count=len(logs))
-    return {"reward/mean": float(rewards.mean()), "stats/abs_td_error": float(np.mean(np.abs(td_errors))) if td_errors else 0.0}
+    return {
+        "reward/mean": float(rewards.mean()),
+        "stats/abs_td_error": float(np.mean(np.abs(td_errors))) if td_errors else 0.0,
+    }
 
 
 @dataclass
@@ -142,7 +147,9 @@ class RADversarialTrainer:
             game = ForecastGame(self.config, self.seed + epoch, series, encoder)
             encoder = game.encoder
             learner_is_forecaster = training == "forecaster"
-            logs = game.run(forecaster, adversary, explore=learner_is_forecaster, adversary_explore=not learner_is_forecaster)
+            logs = game.run(
+                forecaster, adversary, explore=learner_is_forecaster, adversary_explore=not learner_is_forecaster
+            )
             td_errors = [
                 forecaster.update(tr.state_key, tr.action, tr.reward, tr.next_state_key)
                 if learner_is_forecaster
@@ -152,8 +159,15 @@ class RADversarialTrainer:
             stats = _episode_stats(logs, td_errors)
             self.epoch_results.append({"epoch": epoch, "training": training, "mean_reward": stats["reward/mean"]})
             if on_episode is not None:
-                on_episode(epoch, {**stats, "stats/training_forecaster": float(learner_is_forecaster),
-                                   "stats/epsilon": forecaster.epsilon, "stats/adversary_epsilon": adversary.epsilon})
+                on_episode(
+                    epoch,
+                    {
+                        **stats,
+                        "stats/training_forecaster": float(learner_is_forecaster),
+                        "stats/epsilon": forecaster.epsilon,
+                        "stats/adversary_epsilon": adversary.epsilon,
+                    },
+                )
         return self.summary()
 
     def summary(self) -> dict[str, Any]:
@@ -184,10 +198,12 @@ class IterativeFeedbackLoop:
     encoder: StateEncoder = field(default_factory=HashStateKey)
     pending: tuple[ForecastState, float, float] | None = None
 
-    def update_from_realized(self, agent: QTableAgent, realized_pairs: list[tuple[ForecastState, float, float]]) -> dict[str, Any]:
+    def update_from_realized(
+        self, agent: QTableAgent, realized_pairs: list[tuple[ForecastState, float, float]]
+    ) -> dict[str, Any]:
         queue = ([self.pending] if self.pending is not None else []) + list(realized_pairs)
         rewards, td_errors = [], []
-        for (state, forecast, realised), (next_state, _, _) in zip(queue[:-1], queue[1:]):
+        for (state, forecast, realised), (next_state, _, _) in zip(queue[:-1], queue[1:], strict=False):
             reward = -abs(realised - forecast)
             action = agent.action_space.delta_to_action(forecast - state.value)
             td_errors.append(agent.update(self.encoder(state), action, reward, self.encoder(next_state)))
@@ -219,7 +235,9 @@ def train_best_response(
     check_int("episodes", episodes, minimum=1)
     history = []
     for episode in range(episodes):
-        logs = ForecastGame(config, seed + episode, series, encoder).run(forecaster, adversary, explore=False, adversary_explore=True)
+        logs = ForecastGame(config, seed + episode, series, encoder).run(
+            forecaster, adversary, explore=False, adversary_explore=True
+        )
         for tr in logs:
             adversary.update(tr.state_key, tr.adversary_action, -tr.reward, tr.next_state_key)
         history.append(float(np.mean([-tr.reward for tr in logs])))

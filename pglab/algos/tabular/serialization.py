@@ -13,6 +13,7 @@ Format (version 1)::
 Python's ``json`` writes floats with ``repr``, which round-trips float64 exactly, so a
 saved and reloaded agent acts and learns bit-identically.
 """
+
 from __future__ import annotations
 
 import json
@@ -72,9 +73,11 @@ def agent_from_dict(
 ) -> QTableAgent:
     """Validate ``payload`` (from :func:`agent_to_dict`) and rebuild the agent."""
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise _fail(source, f"not a pglab Q-table (missing \"format\": \"{FORMAT}\")")
+        raise _fail(source, f'not a pglab Q-table (missing "format": "{FORMAT}")')
     if payload.get("format_version") != FORMAT_VERSION:
-        raise _fail(source, f"format_version={payload.get('format_version')!r}, this pglab reads version {FORMAT_VERSION}")
+        raise _fail(
+            source, f"format_version={payload.get('format_version')!r}, this pglab reads version {FORMAT_VERSION}"
+        )
     for key in ("algorithm", "action_space", "hyperparameters", "epsilon", "entries"):
         if key not in payload:
             raise _fail(source, f"missing required entry {key!r}")
@@ -132,7 +135,9 @@ def load_q_table(
             version, non-finite or wrongly sized rows, policies that are not
             distributions, or an algorithm / action space other than the expected one.
     """
-    agent, _ = load_q_table_with_metadata(path, expected_algorithm=expected_algorithm, expected_action_space=expected_action_space)
+    agent, _ = load_q_table_with_metadata(
+        path, expected_algorithm=expected_algorithm, expected_action_space=expected_action_space
+    )
     return agent
 
 
@@ -146,7 +151,9 @@ def load_q_table_with_metadata(path: str | os.PathLike, **expected: Any) -> tupl
         raise _fail(source, f"unreadable ({exc})") from exc
     try:
         # parse_constant rejects NaN/Infinity, which Python's json would otherwise accept.
-        payload = json.loads(text, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(f"{name} is not allowed")))
+        payload = json.loads(
+            text, parse_constant=lambda name: (_ for _ in ()).throw(ValueError(f"{name} is not allowed"))
+        )
     except ValueError as exc:
         raise _fail(source, f"not valid JSON (truncated or edited?): {exc}") from exc
     agent = agent_from_dict(payload, source=source, **expected)
