@@ -130,9 +130,8 @@ def score(root: str = "mutants") -> int:
             counts[status] = counts.get(status, 0) + 1
         killed = counts.get("killed", 0) + counts.get("timeout", 0)
         detail = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-        print(
-            f"{indent}{label:{60 - len(indent)}s} {killed:4d} / {len(names):4d} = {100 * killed / max(len(names), 1):5.1f}%  ({detail})"
-        )
+        share = 100 * killed / max(len(names), 1)
+        print(f"{indent}{label:{60 - len(indent)}s} {killed:4d} / {len(names):4d} = {share:5.1f}%  ({detail})")
         return killed
 
     for group, group_patterns in SELECTION.items():

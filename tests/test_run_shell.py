@@ -22,7 +22,7 @@ from pglab.errors import EXIT_INTERRUPTED, CheckpointError, ConfigError
 from pglab.run.checkpoint import build_checkpoint, load_checkpoint_file, save_checkpoint
 from pglab.run.config import config_from_dict, parse_flags
 from pglab.run.logger import MetricsLogger
-from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state
+from pglab.run.seeding import make_generator
 from pglab.run.shell import TrainerSpec, TrainingRun
 from pglab.run.state import Value
 from pglab.validation import check_device, check_int, check_positive
@@ -114,6 +114,11 @@ def train_toy(
     return run, float(total.value)
 
 
+def _csv_rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
 def _config(tmp_path, name="run", **changes):
     return ToyConfig(log_dir=tmp_path / name, **changes)
 
@@ -127,7 +132,7 @@ def test_split_run_equals_one_run_bit_for_bit(tmp_path):
     second, resumed = train_toy(ToyConfig(resume=tmp_path / "split"), given=frozenset({"resume"}))
     assert second.exit_code == 0 and resumed == whole
     assert json.loads((tmp_path / "split" / "summary.json").read_text())["status"] == "completed"
-    rows = list(csv.DictReader(open(tmp_path / "split" / "metrics.csv")))
+    rows = _csv_rows(tmp_path / "split" / "metrics.csv")
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]
 
 
@@ -275,7 +280,7 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_step_zero(tmp_pat
     assert resumed == fresh and run.counters["step"] == 6
     # said, not silent: the user may have expected a checkpoint there
     assert f"resume: {run_dir} holds no checkpoint; training starts again from step 0" in lines
-    assert [r["step"] for r in csv.DictReader(open(run_dir / "metrics.csv"))] == ["1", "2", "3", "4", "5", "6"]
+    assert [r["step"] for r in _csv_rows(run_dir / "metrics.csv")] == ["1", "2", "3", "4", "5", "6"]
 
 
 def test_an_existing_run_is_never_overwritten_and_an_empty_log_dir_is_refused(tmp_path):
@@ -290,7 +295,7 @@ def test_an_existing_run_is_never_overwritten_and_an_empty_log_dir_is_refused(tm
 # -- logs ------------------------------------------------------------------------------
 def test_logs_lose_no_field_and_write_no_nan(tmp_path):
     train_toy(_config(tmp_path))
-    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
+    rows = _csv_rows(tmp_path / "run" / "metrics.csv")
     assert "late/column" in rows[0]  # first seen at step 4: the header was extended
     assert [r["late/column"] for r in rows] == ["", "", "", "1.0", "1.0", "1.0"]
     assert [r["return/mean"] for r in rows] == ["", "1.0", "", "1.0", "", "1.0"]
@@ -308,7 +313,7 @@ def test_resumed_logger_keeps_columns_first_seen_after_the_checkpoint(tmp_path):
         logger.log(2, {"a": 2.0, "b": 5.0})
     with MetricsLogger(tmp_path, step_key="step", jsonl_name="m.jsonl", tensorboard_dir=None, resume_step=1) as logger:
         logger.log(2, {"a": 2.0, "b": 6.0, "c": 7.0})
-    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    rows = _csv_rows(tmp_path / "metrics.csv")
     assert rows == [{"step": "1", "a": "1.0", "b": "", "c": ""}, {"step": "2", "a": "2.0", "b": "6.0", "c": "7.0"}]
 
 
@@ -426,7 +431,8 @@ def test_help_exits_zero_and_lists_what_exists(argv):
 def test_top_level_help_does_not_import_torch():
     code = (
         "import sys\nfrom pglab.cli import main\n"
-        "for argv in (['--help'], ['train', '--help'], ['evaluate', '--help'], ['solve', '--help'], ['bench', '--help']):\n"
+        "for argv in (['--help'], ['train', '--help'], ['evaluate', '--help'], ['solve', '--help'],\n"
+        "             ['bench', '--help']):\n"
         "    assert main(argv) == 0\n"
         "print('torch' in sys.modules)"
     )
@@ -525,6 +531,6 @@ def test_a_checkpoint_without_a_registered_entry_is_refused_naming_it(tmp_path):
 
 def test_every_row_carries_the_shells_perf_metrics(tmp_path):
     train_toy(_config(tmp_path))
-    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))  # noqa: SIM115 - read once, closed by GC
+    rows = _csv_rows(tmp_path / "run" / "metrics.csv")
     assert all(float(row["perf/step_s"]) > 0 for row in rows)
     assert "perf/env_steps_per_s" not in rows[0]  # the toy counts no environment steps

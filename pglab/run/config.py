@@ -17,7 +17,7 @@ import types
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import yaml
 
@@ -52,7 +52,7 @@ def _coerce(field: str, annotation: Any, value: Any) -> Any:
     if annotation is Any:
         return value
     if origin is typing.Annotated:
-        if _omits_prefix(annotation) and dataclasses.is_dataclass(args[0]):
+        if _omits_prefix(annotation) and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
             # Its flags carry no prefix (--sigma, not --params.sigma): nor do its errors.
             if not isinstance(value, dict):
                 raise ConfigError(field, value, f"must be a mapping of {args[0].__name__} fields")
@@ -80,7 +80,7 @@ def _coerce(field: str, annotation: Any, value: Any) -> Any:
         item_type = args[0] if args else Any
         items = [_coerce(f"{field}[{i}]", item_type, v) for i, v in enumerate(value)]
         return list(items) if origin is list else tuple(items)
-    if dataclasses.is_dataclass(annotation):
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
         if isinstance(value, annotation):  # built in Python already (make_config)
             return value
         if not isinstance(value, dict):
@@ -123,7 +123,7 @@ def config_from_dict(cls: type[ConfigT], mapping: dict[str, Any], *, prefix: str
         raise ConfigError(prefix.rstrip(".") or "config", mapping, "must be a mapping of field names to values")
     mapping = _nest(cls, mapping, warn=False, source="")
     hints = typing.get_type_hints(cls, include_extras=True)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cast(Any, cls)) if f.init}
     unknown = sorted(set(mapping) - set(fields))
     if unknown:
         plain = unprefixed_fields(cls)  # list the nested fields by the names a user types
@@ -379,7 +379,7 @@ def dotted_keys(cls: type, mapping: dict[str, Any], prefix: str = "") -> set[str
     keys: set[str] = set()
     for name, value in mapping.items():
         annotation = _field_type(hints[name]) if name in hints else None
-        if isinstance(value, dict) and annotation is not None and dataclasses.is_dataclass(annotation):
+        if isinstance(value, dict) and isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
             keys |= dotted_keys(annotation, value, prefix=f"{prefix}{name}.")
         else:
             keys.add(prefix + name)

@@ -20,7 +20,7 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -98,7 +98,7 @@ class MetricsLogger:
                 _truncate_csv(self.csv_path, step_key, resume_step)
             if self.jsonl_path is not None and self.jsonl_path.exists():
                 _truncate_jsonl(self.jsonl_path, step_key, resume_step)
-        self._csv_handle = None
+        self._csv_handle: IO[str] | None = None
         self._csv_writer: csv.DictWriter | None = None
         self._csv_fields: list[str] | None = None
         if self.csv_path is not None and self.csv_path.exists() and self.csv_path.stat().st_size > 0:
@@ -149,6 +149,7 @@ class MetricsLogger:
         return values
 
     def _write_csv(self, row: dict[str, Any], *, columns: list[str]) -> None:
+        assert self.csv_path is not None  # called only when the logger writes a CSV
         if self._csv_fields is None:
             self._csv_fields = list(columns)
             with open(self.csv_path, "a", newline="") as handle:
@@ -157,15 +158,16 @@ class MetricsLogger:
         if new_columns:
             self._extend_csv_header(new_columns)
         if self._csv_handle is None:
-            self._csv_handle = open(self.csv_path, "a", newline="")  # noqa: SIM115 - held open, closed in close()
-            self._csv_writer = csv.DictWriter(
-                self._csv_handle, fieldnames=self._csv_fields, restval="", lineterminator="\n"
-            )
+            handle = open(self.csv_path, "a", newline="")  # noqa: SIM115 - held open, closed in close()
+            self._csv_handle = handle
+            self._csv_writer = csv.DictWriter(handle, fieldnames=self._csv_fields, restval="", lineterminator="\n")
+        assert self._csv_writer is not None and self._csv_handle is not None
         self._csv_writer.writerow(row)
         self._csv_handle.flush()
 
     def _extend_csv_header(self, new_columns: list[str]) -> None:
         """Add columns to the header; earlier rows get empty cells (atomic rewrite)."""
+        assert self.csv_path is not None and self._csv_fields is not None
         if self._csv_handle is not None:
             self._csv_handle.close()
             self._csv_handle = self._csv_writer = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
+from typing import cast
 
 import numpy as np
 import torch
@@ -30,7 +31,7 @@ def capture_rng_state(generators: Mapping[str, torch.Generator] | None = None) -
     The result holds only tensors, ints, lists and strings, so checkpoints can be loaded
     with ``torch.load(weights_only=True)``.
     """
-    np_state = np.random.get_state()
+    np_state = cast(tuple, np.random.get_state(legacy=True))  # the legacy form is a tuple
     state = {
         "python": random.getstate(),
         "numpy": {

@@ -44,10 +44,15 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pglab.errors import EXIT_INTERRUPTED, EXIT_OK, CheckpointError, ConfigError
 from pglab.run.state import Stateful, StateRegistry
+
+if TYPE_CHECKING:
+    from pglab.run.checkpoint import CheckpointManager
+    from pglab.run.logger import MetricsLogger
+    from pglab.run.signals import StopRequested
 
 # The shell's own metrics, in every trainer's rows (docs/DEVELOPING.md, "Metrics"):
 PERF_STEP_SECONDS = "perf/step_s"  # wall-clock seconds per unit of the step column, since the previous row
@@ -118,8 +123,7 @@ def resolve_resume(
         ``(config, checkpoint or None, run directory)``; for a fresh run
         ``(config, None, None)``.
     """
-    from pglab.run.checkpoint import LATEST_NAME, load_checkpoint_file
-    from pglab.run.config import config_from_dict, unprefixed_fields
+    from pglab.run.config import config_from_dict
     from pglab.run.rundir import find_run_dir, read_run_config
 
     if config.resume is None:
@@ -131,30 +135,11 @@ def resolve_resume(
             f"resume: holds a {stored_payload.get('kind')!r} run, "
             f"not one of {', '.join(spec.kinds)} (pglab train {spec.system}) (got {str(config.resume)!r})"
         )
-    latest = run_dir / "checkpoints" / LATEST_NAME
-    checkpoint = load_checkpoint_file(latest, kinds=spec.kinds) if latest.exists() else None
-    named = Path(config.resume)
-    if named.is_file() and named.suffix == ".pt" and not (latest.exists() and named.resolve() == latest.resolve()):
-        # a checkpoint file given by name: the run continues from its latest checkpoint only
-        # (its metrics and later checkpoints follow the latest); say so rather than
-        # silently continuing from another file
-        chosen = load_checkpoint_file(named, kinds=spec.kinds)
-        done_named = int(chosen["counters"].get(spec.step_key, 0))
-        if checkpoint is None:
-            checkpoint = chosen
-        elif done_named != int(checkpoint["counters"].get(spec.step_key, 0)):
-            raise ConfigError(
-                "resume",
-                str(config.resume),
-                f"is {spec.step_key} {done_named}, not the run's latest checkpoint ({spec.step_key} "
-                f"{int(checkpoint['counters'].get(spec.step_key, 0))}, {latest}); a run continues from its "
-                "latest checkpoint: give the run directory, or copy the run and make that file its "
-                f"checkpoints/{LATEST_NAME} to branch from it",
-            )
+    checkpoint = _resume_checkpoint(spec, Path(config.resume), run_dir)
     stored_fields = checkpoint["config"] if checkpoint is not None else stored_payload.get("config")
     if not isinstance(stored_fields, dict):
         raise CheckpointError(f"run directory {run_dir}: config.json holds no config mapping")
-    stored = config_from_dict(
+    stored: Any = config_from_dict(
         spec.config_class, {**(spec.stored_defaults or {}), **stored_fields, "resume": None, "log_dir": None}
     )
     if (
@@ -173,6 +158,56 @@ def resolve_resume(
         )
     if given is None:
         given = frozenset(_differing_paths(config, spec.config_class()))
+    merged = _apply_given(spec, config, stored, given, run_dir, echo)
+    done = int(checkpoint["counters"].get(spec.step_key, 0)) if checkpoint is not None else 0
+    if spec.total_steps(merged) < done:
+        raise ConfigError(
+            spec.budget_field,
+            getattr(merged, spec.budget_field),
+            f"makes {spec.total_steps(merged)} {spec.step_key}s in all, fewer than the {done} the resumed run has done",
+        )
+    return dataclasses.replace(merged, resume=run_dir, log_dir=run_dir), checkpoint, run_dir
+
+
+def _resume_checkpoint(spec: TrainerSpec, named: Path, run_dir: Path) -> dict[str, Any] | None:
+    """The checkpoint a resume continues from: the run's latest (``None``: killed before
+    its first); a checkpoint file given by name must be that latest one."""
+    from pglab.run.checkpoint import LATEST_NAME, load_checkpoint_file
+
+    latest = run_dir / "checkpoints" / LATEST_NAME
+    checkpoint = load_checkpoint_file(latest, kinds=spec.kinds) if latest.exists() else None
+    if named.is_file() and named.suffix == ".pt" and not (latest.exists() and named.resolve() == latest.resolve()):
+        # a checkpoint file given by name: the run continues from its latest checkpoint only
+        # (its metrics and later checkpoints follow the latest); say so rather than
+        # silently continuing from another file
+        chosen = load_checkpoint_file(named, kinds=spec.kinds)
+        done_named = int(chosen["counters"].get(spec.step_key, 0))
+        if checkpoint is None:
+            return chosen
+        done_latest = int(checkpoint["counters"].get(spec.step_key, 0))
+        if done_named != done_latest:
+            raise ConfigError(
+                "resume",
+                str(named),
+                f"is {spec.step_key} {done_named}, not the run's latest checkpoint ({spec.step_key} "
+                f"{done_latest}, {latest}); a run continues from its latest checkpoint: give the run directory, "
+                f"or copy the run and make that file its checkpoints/{LATEST_NAME} to branch from it",
+            )
+    return checkpoint
+
+
+def _apply_given(
+    spec: TrainerSpec,
+    config: Any,
+    stored: Any,
+    given: frozenset[str],
+    run_dir: Path,
+    echo: Callable[..., None] | None,
+) -> Any:
+    """``stored`` with the given fields of ``config`` that differ from it: resumable ones
+    applied (and echoed), any other refused with a :class:`ConfigError` naming it."""
+    from pglab.run.config import unprefixed_fields
+
     allowed = SHELL_RESUMABLE | spec.resumable
     plain_names = {dotted: leaf for leaf, dotted in unprefixed_fields(spec.config_class).items()}
     changes: dict[str, Any] = {}
@@ -189,22 +224,14 @@ def resolve_resume(
                 f"{', '.join(sorted(allowed - {'resume', 'log_dir'}))}",
             )
         changes[name] = new
-    # resume=None: the merged config passes every check a fresh run would (cross-field ones too).
-    merged = _replace_dotted(stored, changes)
     if echo is not None and changes:
         described = ", ".join(
             f"{plain_names.get(name, name)} {_plain(_get_dotted(stored, name))!r} -> {_plain(new)!r}"
             for name, new in sorted(changes.items())
         )
         echo(f"resume: continuing {run_dir} with {described}", file=sys.stderr)
-    done = int(checkpoint["counters"].get(spec.step_key, 0)) if checkpoint is not None else 0
-    if spec.total_steps(merged) < done:
-        raise ConfigError(
-            spec.budget_field,
-            getattr(merged, spec.budget_field),
-            f"makes {spec.total_steps(merged)} {spec.step_key}s in all, fewer than the {done} the resumed run has done",
-        )
-    return dataclasses.replace(merged, resume=run_dir, log_dir=run_dir), checkpoint, run_dir
+    # resume=None: the merged config passes every check a fresh run would (cross-field ones too).
+    return _replace_dotted(stored, changes)
 
 
 def _get_dotted(config: Any, name: str) -> Any:
@@ -298,12 +325,12 @@ class TrainingRun:
             self.counters.update(self.checkpoint["counters"])
         self.start = int(self.counters[spec.step_key])
         self.interrupted = False
-        self.bar = None
-        self.logger = None
-        self.manager = None
+        self.bar: Any = None  # the progress bar while steps() runs
+        self._logger: MetricsLogger | None = None
+        self._manager: CheckpointManager | None = None
         self._created: list[Path] = []
         self._saved = False
-        self._stop = None
+        self._stop: StopRequested | None = None
         self._session_steps = 0
         self._clock = time.perf_counter()
         self.registry: StateRegistry | None = None
@@ -345,7 +372,7 @@ class TrainingRun:
                 self.run_dir, config_to_dict(dataclasses.replace(self.config, resume=None)), kind=self.kind
             )
         seed_everything(self.config.seed)
-        self.logger = MetricsLogger(
+        self._logger = MetricsLogger(
             self.run_dir,
             step_key=self.spec.step_key,
             csv_name="metrics.csv",
@@ -353,7 +380,7 @@ class TrainingRun:
             tensorboard_dir="tensorboard" if getattr(self.config, "tensorboard", True) else None,
             resume_step=self.start if self.resumed else None,
         )
-        self.manager = CheckpointManager(self.run_dir / "checkpoints", keep=self.spec.keep)
+        self._manager = CheckpointManager(self.run_dir / "checkpoints", keep=self.spec.keep)
         self._stop = StopRequested().__enter__()
         return self
 
@@ -362,12 +389,12 @@ class TrainingRun:
             self._stop.__exit__(exc_type, exc, tb)
         if self.bar is not None:
             self.bar.close()
-        if self.logger is not None:
+        if self._logger is not None:
             if self.registry is not None and isinstance(exc, Exception):  # the last line of metrics.jsonl says why
-                self.logger.write_record(
+                self._logger.write_record(
                     {"error": {"type": type(exc).__name__, "message": str(exc), **dict(self.counters)}}
                 )
-            self.logger.close()
+            self._logger.close()
         if exc_type is not None and not self.resumed and not self._saved:
             # A failed start: nothing of this run may stay behind to block a retry.
             for path in self._created:
@@ -381,6 +408,13 @@ class TrainingRun:
             (self.run_dir / name).unlink(missing_ok=True)
         for name in ("checkpoints", "tensorboard", "plots"):
             shutil.rmtree(self.run_dir / name, ignore_errors=True)
+
+    @property
+    def logger(self) -> MetricsLogger:
+        """The run's metrics logger (exists inside the ``with`` block)."""
+        if self._logger is None:
+            raise RuntimeError("logger: the run has not been entered (use it as a context manager)")
+        return self._logger
 
     # -- the run's state ---------------------------------------------------------------
     def track(
@@ -499,7 +533,9 @@ class TrainingRun:
 
     def save(self, step: int, checkpoint: dict[str, Any]) -> Path:
         """Write a checkpoint (from :func:`pglab.run.checkpoint.build_checkpoint`)."""
-        path = self.manager.save(step, checkpoint)
+        if self._manager is None:
+            raise RuntimeError("save: the run has not been entered (use it as a context manager)")
+        path = self._manager.save(step, checkpoint)
         self._saved = True
         return path
 
