@@ -1,5 +1,5 @@
-"""The forecast system on the shared training shell (issue 18): layering, resume, logs,
-stops, the agent API, the CLI vocabulary, CSV errors and the backtest figure."""
+"""The forecast system on the shared training shell: layering, resume, logs, stops, the
+agent API, the CLI vocabulary, CSV errors and the backtest figure."""
 
 import copy
 import json
@@ -46,6 +46,23 @@ def test_the_game_imports_no_algos():
     assert out.strip() == "[]"
 
 
+def test_the_forecast_configs_import_neither_envs_nor_torch():
+    """Configs sit below the game: no import of pglab.envs (not even inside a function)
+    and none of torch, so ``--help`` stays fast."""
+    import ast
+    import inspect
+
+    import pglab.configs.forecast as configs
+
+    tree = ast.parse(inspect.getsource(configs))
+    imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    assert not [name for name in imported if name and (name.startswith("pglab.envs") or name == "torch")]
+    code = "import sys, pglab.configs.forecast; print(sorted(m for m in sys.modules if m.startswith('pglab.envs') or m == 'torch'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_the_trainer_and_the_agent_loader_live_in_algos():
     import pglab.algos.forecast as algos_forecast
     import pglab.commands.forecast as commands_forecast
@@ -54,7 +71,7 @@ def test_the_trainer_and_the_agent_loader_live_in_algos():
     assert "train_forecast" not in vars(commands_forecast) and "run_training" not in vars(commands_forecast)
 
 
-# --- resume (issue item 3) ---------------------------------------------------------------------
+# --- resume ------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_resume_refuses_changed_game_fields_and_names_them(tmp_path, capsys):
     run = tmp_path / "run"
@@ -83,7 +100,7 @@ def test_resume_budget_below_the_checkpoint_is_refused_and_a_larger_one_continue
     assert pd.read_csv(run / "metrics.csv")["episode"].tolist() == [1, 2, 3, 4, 5, 6]
 
 
-# --- logs, stops, device (items 8, 9, 10) ------------------------------------------------------
+# --- logs, stops, device -----------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_run_writes_csv_jsonl_and_tensorboard(tmp_path):
     run = tmp_path / "run"
@@ -126,7 +143,7 @@ def test_device_flag_is_accepted_and_checked(tmp_path, capsys):
         assert not (tmp_path / "cuda").exists()  # a failed start leaves nothing behind
 
 
-# --- CSV sources (item 7) ----------------------------------------------------------------------
+# --- CSV sources -------------------------------------------------------------------------------
 def test_a_csv_without_a_date_column_is_a_one_line_data_error(tmp_path, capsys):
     from pglab.data import load_series
     from pglab.errors import DataError
@@ -154,7 +171,7 @@ def test_a_directory_as_csv_source_says_it_is_a_directory(tmp_path):
     assert str(tmp_path) in str(caught.value) and "no such file" not in str(caught.value)
 
 
-# --- the backtest figure (item 16) --------------------------------------------------------------
+# --- the backtest figure -----------------------------------------------------------------------
 def test_every_backtest_panel_has_a_y_label():
     import matplotlib.pyplot as plt
 
@@ -180,7 +197,7 @@ def test_every_backtest_panel_has_a_y_label():
         plt.close(fig)
 
 
-# --- the agent API (item 11) --------------------------------------------------------------------
+# --- the agent API -----------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["q", "wolf"])
 def test_a_forecast_checkpoint_loads_as_an_agent_with_a_value(tmp_path, algo):
@@ -224,7 +241,7 @@ def test_a_forecast_checkpoint_loads_as_an_agent_with_a_value(tmp_path, algo):
     )
 
 
-# --- the CLI vocabulary (item 6, 10) -------------------------------------------------------------
+# --- the CLI vocabulary ------------------------------------------------------------------------
 def test_shared_flag_names_and_deprecated_spellings(capsys):
     from pglab.configs.forecast import BacktestConfig, ForecastTrainConfig
     from pglab.run.config import config_from_dict, parse_flags

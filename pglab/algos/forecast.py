@@ -63,9 +63,10 @@ def load_data(config: ForecastLearnerConfig | ForecastModelEvaluateConfig):
 def make_agents(config: ForecastLearnerConfig):
     """``(forecaster, adversary or None)`` for ``config.algo``, untrained."""
     from pglab.algos.tabular import QTableAgent, WoLFPHCAgent
+    from pglab.envs.forecast_game import adversary_space, forecaster_space
 
     game = config.game
-    space = game.forecaster_space
+    space = forecaster_space(game)
     common = dict(
         alpha=config.alpha,
         gamma=config.gamma,
@@ -88,10 +89,11 @@ def make_agents(config: ForecastLearnerConfig):
         forecaster = QTableAgent(space, seed=config.seed, default_action=zero, **common)
     adversary = None
     if config.algo == "rarl":
+        opponent_space = adversary_space(game)
         adversary = QTableAgent(
-            game.adversary_space,
+            opponent_space,
             seed=config.seed + 1,
-            default_action=game.adversary_space.delta_to_action(0.0),
+            default_action=opponent_space.delta_to_action(0.0),
             **common,
         )
     return forecaster, adversary
@@ -143,7 +145,7 @@ def train_forecast(
             forecaster = agent_from_dict(json.loads(extra["forecaster"]), source=source)
             if adversary is not None:
                 adversary = agent_from_dict(json.loads(extra["adversary"]), source=source)
-            loop.set_state(json.loads(extra["loop"]))
+            loop.load_state_dict(json.loads(extra["loop"]))
             encoder = encoder_from_dict(json.loads(extra["encoder"]))
         else:
             encoder = make_state_encoder(game, series)  # fitted on the training rows only
@@ -153,7 +155,7 @@ def train_forecast(
             # The tables go in as JSON: exact floats and the agents' RNG states.
             extra = {
                 "forecaster": json.dumps(agent_to_dict(forecaster)),
-                "loop": json.dumps(loop.get_state()),
+                "loop": json.dumps(loop.state_dict()),
                 "encoder": json.dumps(encoder.to_dict()),
             }
             if adversary is not None:
@@ -389,6 +391,7 @@ def best_response_attack(
     rows ``start - 1 .. end - 1``, then evaluate the forecaster under its greedy attack."""
     from pglab.algos.tabular import QTableAgent
     from pglab.algos.tabular.loops import train_best_response
+    from pglab.envs.forecast_game import adversary_space
     from pglab.run.config import config_from_dict
 
     stored = dict(metadata.get("config") or {})
@@ -405,7 +408,7 @@ def best_response_attack(
     )
     window = series.slice(start - 1, end)
     game = dataclasses.replace(run.game, horizon=min(run.game.horizon, len(window) - 2))
-    space = game.adversary_space
+    space = adversary_space(game)
     adversary = QTableAgent(
         space,
         alpha=run.alpha,

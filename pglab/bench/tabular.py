@@ -63,11 +63,11 @@ def time_updates(agent, n_states: int, updates: int, seed: int, repeats: int) ->
 def time_training_loop(episodes: int = 100) -> float:
     from pglab.algos.tabular import QTableAgent, TrainingLoop
     from pglab.data import load_series
-    from pglab.envs.forecast_game import SimulationConfig
+    from pglab.envs.forecast_game import SimulationConfig, forecaster_space
 
     config = SimulationConfig(horizon=80)
     series = load_series("macrodata")
-    agent = QTableAgent(config.forecaster_space, gamma=0.0, seed=0)
+    agent = QTableAgent(forecaster_space(config), gamma=0.0, seed=0)
     start = time.perf_counter()
     TrainingLoop(config, n_episodes=episodes, seed=0).run(agent, series=series)
     return episodes * config.horizon / (time.perf_counter() - start)

@@ -27,7 +27,9 @@ StateKeyName = Literal["hash", "scaled"]
 
 @dataclasses.dataclass(frozen=True)
 class SimulationConfig:
-    """Settings of the game (the data source is chosen by the command, not here)."""
+    """Settings of the game (the data source is chosen by the command, not here); the
+    action spaces they describe are built by :func:`pglab.envs.forecast_game.forecaster_space`
+    and :func:`~pglab.envs.forecast_game.adversary_space`."""
 
     horizon: int = 80
     """rounds per episode"""
@@ -55,20 +57,6 @@ class SimulationConfig:
         check_choice("state_key", self.state_key, ("hash", "scaled"))
         check_int("hash_buckets", self.hash_buckets, minimum=1)
         check_int("scaled_buckets", self.scaled_buckets, minimum=1)
-
-    @property
-    def forecaster_space(self):
-        """The forecaster's actions, a :class:`pglab.envs.forecast_game.DiscreteActionSpace`."""
-        from pglab.envs.forecast_game import DiscreteActionSpace
-
-        return DiscreteActionSpace(self.n_bins, self.max_delta)
-
-    @property
-    def adversary_space(self):
-        """The adversary's actions, a :class:`pglab.envs.forecast_game.DiscreteActionSpace`."""
-        from pglab.envs.forecast_game import DiscreteActionSpace
-
-        return DiscreteActionSpace(self.adversary_bins, self.adversary_max)
 
 
 def check_device(device: str) -> None:
@@ -272,9 +260,3 @@ class BacktestConfig(ForecastLearnerConfig):
                 self.game.horizon,
                 f"must be <= window_size - 2 = {self.window_size - 2} (an episode needs horizon + 2 rows)",
             )
-
-
-# The names these configs had in pglab.commands.forecast.
-TrainForecastConfig = ForecastTrainConfig
-EvaluateCheckpointConfig = ForecastEvaluateConfig
-EvaluateForecastConfig = ForecastModelEvaluateConfig

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from pglab.configs.forecast import SimulationConfig  # torch-free configs (re-exported)
+from pglab.configs.forecast import SimulationConfig
 from pglab.data.series import ForecastSeries
 from pglab.errors import ConfigError, DataError
 from pglab.validation import check_int, check_positive
@@ -91,6 +91,16 @@ class DiscreteActionSpace:
 
     def to_dict(self) -> dict:
         return {"n_bins": self.n_bins, "max_delta": self.max_delta}
+
+
+def forecaster_space(config: SimulationConfig) -> DiscreteActionSpace:
+    """The forecaster's actions: ``n_bins`` deltas in ``[-max_delta, max_delta]``."""
+    return DiscreteActionSpace(config.n_bins, config.max_delta)
+
+
+def adversary_space(config: SimulationConfig) -> DiscreteActionSpace:
+    """The adversary's actions: ``adversary_bins`` perturbations in ``[-adversary_max, adversary_max]``."""
+    return DiscreteActionSpace(config.adversary_bins, config.adversary_max)
 
 
 @dataclass(frozen=True)
@@ -264,12 +274,14 @@ class ForecastGame:
         adversary_explore: bool | None = None,
     ) -> list[Transition]:
         """Play ``horizon`` rounds; return the trajectory log (no learning happens here)."""
-        forecaster_deltas = self.config.forecaster_space.deltas
-        adversary_deltas = self.config.adversary_space.deltas
+        forecaster_deltas = forecaster_space(self.config).deltas
+        adversary_deltas = adversary_space(self.config).deltas
         adversary_explore = explore if adversary_explore is None else adversary_explore
+        encoder = self.encoder
+        assert encoder is not None  # __post_init__ fitted it
         logs: list[Transition] = []
         state = state_at(self.series, self.start)
-        key = self.encoder(state)
+        key = encoder(state)
         for t in range(self.start, self.start + self.config.horizon):
             action = forecaster.act(key, explore)
             forecast = state.value + forecaster_deltas[action]
@@ -278,7 +290,7 @@ class ForecastGame:
             realised = float(self.series.target[t + 1] + perturbation)
             reward = -abs(realised - forecast)  # forecaster: -|realised - forecast|
             next_state = state_at(self.series, t + 1)
-            next_key = self.encoder(next_state)
+            next_key = encoder(next_state)
             logs.append(
                 Transition(
                     state, action, reward, next_state, key, next_key, float(forecast), realised, adversary_action
