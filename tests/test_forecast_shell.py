@@ -58,7 +58,10 @@ def test_the_forecast_configs_import_neither_envs_nor_torch():
     imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
     imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
     assert not [name for name in imported if name and (name.startswith("pglab.envs") or name == "torch")]
-    code = "import sys, pglab.configs.forecast; print(sorted(m for m in sys.modules if m.startswith('pglab.envs') or m == 'torch'))"
+    code = (
+        "import sys, pglab.configs.forecast; "
+        "print(sorted(m for m in sys.modules if m.startswith('pglab.envs') or m == 'torch'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -105,9 +108,20 @@ def test_resume_budget_below_the_checkpoint_is_refused_and_a_larger_one_continue
 def test_a_run_writes_csv_jsonl_and_tensorboard(tmp_path):
     run = tmp_path / "run"
     assert train_cli(run, "--episodes", "3") == 0
-    assert pd.read_csv(run / "metrics.csv")["episode"].tolist() == [1, 2, 3]
+    metrics = pd.read_csv(run / "metrics.csv")
+    assert metrics["episode"].tolist() == [1, 2, 3]
+    # the shell's speed metrics (5 rounds per episode), none of the trainer's own
+    assert {"perf/step_s", "perf/env_steps_per_s"} <= set(metrics.columns)
+    assert [c for c in metrics.columns if c.startswith("perf/")] == ["perf/step_s", "perf/env_steps_per_s"]
+    assert (metrics["perf/env_steps_per_s"] > 0).all()
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["meta"]["series"] == "synthetic(seed=0)" and records[0]["meta"]["rows"] == 240
     assert [r["episode"] for r in records if "episode" in r] == [1, 2, 3]
+    from pglab.run.checkpoint import load_checkpoint_file
+
+    checkpoint = load_checkpoint_file(run / "checkpoints" / "checkpoint_latest.pt")
+    assert checkpoint["counters"]["env_steps"] == 3 * 5
+    assert set(checkpoint["extra"]) == {"forecaster", "loop", "encoder", "series"}
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["n_episodes"] == 3
@@ -239,6 +253,29 @@ def test_a_forecast_checkpoint_loads_as_an_agent_with_a_value(tmp_path, algo):
         agent.value(torch.as_tensor(obs)).tolist()
         == agent.value(torch.tensor([agent.encoder(s) for s in states])).tolist()
     )
+
+
+@pytest.mark.slow
+def test_a_rarl_checkpoint_holds_both_tables_and_a_damaged_one_is_a_checkpoint_error(tmp_path):
+    from pglab.algos.forecast import agent_from_checkpoint, train_forecast
+    from pglab.algos.tabular.serialization import agent_to_dict, load_q_table
+    from pglab.errors import CheckpointError
+    from pglab.run.checkpoint import load_checkpoint_file
+
+    run = tmp_path / "run"
+    train_forecast(tiny_config(run, algo="rarl", episodes=4, alternation_schedule=2), echo=lambda *a, **k: None)
+    checkpoint = load_checkpoint_file(run)
+    agent = agent_from_checkpoint(checkpoint)
+    for table, path in ((agent.policy, "forecaster.json"), (agent.adversary, "forecaster.adversary.json")):
+        assert table is not None and table.n_states > 0
+        assert agent_to_dict(table) == agent_to_dict(load_q_table(run / path))
+    for damage in ({"adversary": None}, {"encoder": {"kind": "cubic"}}):
+        damaged = {**checkpoint, "extra": {**checkpoint["extra"], **damage}}
+        with pytest.raises(CheckpointError, match="forecast agents missing or unreadable"):
+            agent_from_checkpoint(damaged)
+    without = {**checkpoint, "extra": {k: v for k, v in checkpoint["extra"].items() if k != "forecaster"}}
+    with pytest.raises(CheckpointError, match="'forecaster'"):
+        agent_from_checkpoint(without)
 
 
 # --- the CLI vocabulary ------------------------------------------------------------------------

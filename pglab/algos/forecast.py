@@ -18,8 +18,8 @@ The learners are NumPy tables on the CPU; nothing here runs on a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,13 +28,25 @@ from typing import Any
 import numpy as np
 
 from pglab.agent import Agent
+from pglab.algos.tabular.agents import QTableAgent, WoLFPHCAgent
+from pglab.algos.tabular.loops import IterativeFeedbackLoop, RADversarialTrainer, TrainingLoop, train_best_response
 from pglab.configs.forecast import (
     BacktestConfig,
     ForecastLearnerConfig,
     ForecastModelEvaluateConfig,
     ForecastTrainConfig,
 )
-from pglab.errors import CheckpointError, DataError, TensorContractError, UsageError
+from pglab.data.series import ForecastSeries
+from pglab.envs.forecast_game import (
+    ForecastState,
+    StateEncoder,
+    adversary_space,
+    encoder_from_dict,
+    forecaster_space,
+    make_state_encoder,
+    state_at,
+)
+from pglab.errors import CheckpointError, ConfigError, DataError, TensorContractError, UsageError
 from pglab.run.shell import TrainerSpec, TrainingRun
 
 KINDS = ("forecast-q", "forecast-wolf", "forecast-rarl")
@@ -53,17 +65,15 @@ SPEC = TrainerSpec(
 
 
 # --- building blocks ---------------------------------------------------------------------------
-def load_data(config: ForecastLearnerConfig | ForecastModelEvaluateConfig):
-    """The config's series (a :class:`pglab.data.ForecastSeries`)."""
+def load_data(config: ForecastLearnerConfig | ForecastModelEvaluateConfig) -> ForecastSeries:
+    """The config's series."""
     from pglab.data import load_series
 
     return load_series(config.source, target=config.target, driver=config.driver, seed=config.data_seed)
 
 
-def make_agents(config: ForecastLearnerConfig):
+def make_agents(config: ForecastLearnerConfig) -> tuple[QTableAgent, QTableAgent | None]:
     """``(forecaster, adversary or None)`` for ``config.algo``, untrained."""
-    from pglab.algos.tabular import QTableAgent, WoLFPHCAgent
-    from pglab.envs.forecast_game import adversary_space, forecaster_space
 
     game = config.game
     space = forecaster_space(game)
@@ -76,6 +86,7 @@ def make_agents(config: ForecastLearnerConfig):
     )
     # An unseen state falls back to delta 0: the random-walk forecast, not a random guess.
     zero = space.delta_to_action(0.0)
+    forecaster: QTableAgent
     if config.algo == "wolf":
         forecaster = WoLFPHCAgent(
             space,
@@ -99,6 +110,54 @@ def make_agents(config: ForecastLearnerConfig):
     return forecaster, adversary
 
 
+@dataclasses.dataclass
+class ForecastLearners:
+    """A run's players and the loop that trains them: Q-learning or WoLF-PHC alone
+    (:class:`~pglab.algos.tabular.TrainingLoop`), or RARL's forecaster and adversary
+    (:class:`~pglab.algos.tabular.RADversarialTrainer`)."""
+
+    forecaster: QTableAgent
+    adversary: QTableAgent | None
+    loop: TrainingLoop | RADversarialTrainer
+
+    @classmethod
+    def build(cls, config: ForecastLearnerConfig) -> ForecastLearners:
+        """Untrained learners for ``config.algo``, seeded from ``config.seed``."""
+        forecaster, adversary = make_agents(config)
+        loop: TrainingLoop | RADversarialTrainer
+        if adversary is not None:
+            loop = RADversarialTrainer(
+                config.game,
+                alternation_schedule=config.alternation_schedule,
+                total_epochs=config.episodes,
+                seed=config.seed,
+            )
+        else:
+            loop = TrainingLoop(config.game, n_episodes=config.episodes, seed=config.seed)
+        return cls(forecaster, adversary, loop)
+
+    def players(self) -> dict[str, QTableAgent]:
+        """The tables by role: ``forecaster`` and, for RARL, ``adversary``."""
+        return {"forecaster": self.forecaster, **({"adversary": self.adversary} if self.adversary is not None else {})}
+
+    def episode(self, series: ForecastSeries, encoder: StateEncoder) -> dict[str, float]:
+        """Play the next episode (RARL: epoch), learn from it; return its metrics.
+
+        Episode ``i`` (0-based) plays the game seeded with ``seed + i``, so one call per
+        episode equals one long run, and a resumed loop continues where it stopped.
+        """
+        if self.adversary is not None:
+            assert isinstance(self.loop, RADversarialTrainer)  # built together by build()
+            return self.loop.episode(self.forecaster, self.adversary, series=series, encoder=encoder)
+        assert isinstance(self.loop, TrainingLoop)
+        return self.loop.episode(self.forecaster, series=series, encoder=encoder)
+
+    def summary(self) -> dict[str, Any]:
+        if isinstance(self.loop, RADversarialTrainer):
+            return self.loop.summary()
+        return self.loop.summary(self.forecaster)
+
+
 # --- training ----------------------------------------------------------------------------------
 def train_forecast(
     config: ForecastTrainConfig,
@@ -116,98 +175,35 @@ def train_forecast(
         ``{"run_dir", "summary", "outputs", "interrupted", "exit_code"}``; ``outputs``
         lists the Q-table JSON files written (none after a stop).
     """
-    from pglab.algos.tabular import RADversarialTrainer, TrainingLoop
-    from pglab.algos.tabular.serialization import agent_from_dict, agent_to_dict, save_q_table
-    from pglab.envs.forecast_game import encoder_from_dict, make_state_encoder
-    from pglab.run.checkpoint import build_checkpoint
-    from pglab.run.config import config_to_dict
+    from pglab.run.state import Value
 
     with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
         config = run.config
-        config_dict = config_to_dict(dataclasses.replace(config, resume=None))
+        # -- build: the training rows, the learners, the state key fitted on those rows ----
+        series = training_series(config)
+        learners = ForecastLearners.build(config)
+        fitted_key = Value(make_state_encoder(config.game, series).to_dict())
+        run.track(
+            state={**learners.players(), "loop": learners.loop, "encoder": fitted_key},
+            meta={"series": series.name},
+            info={"rows": len(series)},
+        )
+        encoder = encoder_from_dict(fitted_key.value)  # a resumed run keeps the key it learned with
+        run.counters.setdefault("env_steps", 0)
 
-        # -- build: data, game, agents, loop ----------------------------------------------
-        series = load_data(config)
-        if config.train_rows is not None:
-            series.require_length(config.train_rows, f"train_rows={config.train_rows}")
-            series = series.slice(0, config.train_rows)
-        game = config.game
-        series.require_length(game.horizon + 2, f"horizon={game.horizon}")
-        forecaster, adversary = make_agents(config)
-        if adversary is not None:
-            loop = RADversarialTrainer(
-                game, alternation_schedule=config.alternation_schedule, total_epochs=config.episodes, seed=config.seed
-            )
-        else:
-            loop = TrainingLoop(game, n_episodes=config.episodes, seed=config.seed)
-        if run.checkpoint is not None:
-            extra, source = run.checkpoint["extra"], run.checkpoint.get("path", str(run.run_dir))
-            forecaster = agent_from_dict(json.loads(extra["forecaster"]), source=source)
-            if adversary is not None:
-                adversary = agent_from_dict(json.loads(extra["adversary"]), source=source)
-            loop.load_state_dict(json.loads(extra["loop"]))
-            encoder = encoder_from_dict(json.loads(extra["encoder"]))
-        else:
-            encoder = make_state_encoder(game, series)  # fitted on the training rows only
-        run.logger.write_meta({"kind": run.kind, "series": series.name, "rows": len(series)})
+        # -- episodes: play, learn, log ---------------------------------------------------
+        for episode in run.steps(config.episodes, desc=f"train forecast ({config.algo})", unit="ep"):
+            metrics = learners.episode(series, encoder)
+            run.counters["env_steps"] += config.game.horizon
+            run.log(episode, metrics)
+            run.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
 
-        def checkpoint() -> dict[str, Any]:
-            # The tables go in as JSON: exact floats and the agents' RNG states.
-            extra = {
-                "forecaster": json.dumps(agent_to_dict(forecaster)),
-                "loop": json.dumps(loop.state_dict()),
-                "encoder": json.dumps(encoder.to_dict()),
-            }
-            if adversary is not None:
-                extra["adversary"] = json.dumps(agent_to_dict(adversary))
-            return build_checkpoint(
-                kind=run.kind, config=config_dict, counters=dict(run.counters), models={}, extra=extra
-            )
-
-        # -- episodes ---------------------------------------------------------------------
-        stats: dict[str, float] = {}
-
-        def record(index: int, episode_stats: dict[str, float]) -> None:
-            stats.update(episode_stats)
-
-        for episode in run.steps(config.episodes, save=checkpoint, desc=f"train forecast ({config.algo})", unit="ep"):
-            started = time.perf_counter()
-            # Episode number `episode` (1-based) is the loop's episode `episode - 1`, seeded
-            # with seed + episode - 1, so one call per episode equals one long run.
-            if adversary is not None:
-                loop.run(forecaster, adversary, series=series, encoder=encoder, stop=episode, on_episode=record)
-            else:
-                loop.run(forecaster, series=series, encoder=encoder, stop=episode, on_episode=record)
-            elapsed = time.perf_counter() - started
-            run.log(episode, {**stats, "perf/iter_s": elapsed, "perf/steps_per_s": game.horizon / max(elapsed, 1e-9)})
-            run.set_postfix(reward=f"{stats['reward/mean']:.3f}")
-
-        # -- outputs ----------------------------------------------------------------------
-        summary = loop.summary() if adversary is not None else loop.summary(forecaster)
-        written: list[str] = []
-        if not run.interrupted:
-            metadata = {
-                "state_encoder": encoder.to_dict(),
-                "series": series.name,
-                "rows": len(series),
-                "algorithm": config.algo,
-                "config": config_dict,
-            }
-            output = Path(config.output) if config.output else run.run_dir / "forecaster.json"
-            save_q_table(forecaster, output, metadata={**metadata, "role": "forecaster"})
-            written.append(str(output))
-            if adversary is not None:
-                adversary_path = output.with_name(output.stem + ".adversary.json")
-                save_q_table(adversary, adversary_path, metadata={**metadata, "role": "adversary"})
-                written.append(str(adversary_path))
+        # -- outputs: the Q-tables of a finished run ----------------------------------------
+        summary = learners.summary()
+        written = [] if run.interrupted else write_q_tables(config, learners, series, encoder, run.run_dir)
         run.finish({**summary, "outputs": written})
     if not run.interrupted:
-        try:
-            from pglab.run.plots import plot_learning_curves
-
-            plot_learning_curves(run.run_dir, keys=["reward/mean", "stats/abs_td_error"], smooth=10)
-        except UsageError:
-            pass
+        plot_training(run.run_dir)
     return {
         "run_dir": str(run.run_dir),
         "summary": summary,
@@ -215,6 +211,52 @@ def train_forecast(
         "interrupted": run.interrupted,
         "exit_code": run.exit_code,
     }
+
+
+def training_series(config: ForecastTrainConfig) -> ForecastSeries:
+    """The rows a run trains on: the first ``train_rows`` (default: all), at least an episode's worth."""
+    series = load_data(config)
+    if config.train_rows is not None:
+        series.require_length(config.train_rows, f"train_rows={config.train_rows}")
+        series = series.slice(0, config.train_rows)
+    series.require_length(config.game.horizon + 2, f"horizon={config.game.horizon}")
+    return series
+
+
+def write_q_tables(
+    config: ForecastTrainConfig,
+    learners: ForecastLearners,
+    series: ForecastSeries,
+    encoder: StateEncoder,
+    run_dir: Path,
+) -> list[str]:
+    """Write the forecaster's Q-table JSON (``config.output``, default ``RUN_DIR/forecaster.json``)
+    and, for RARL, the adversary's beside it (``*.adversary.json``); return their paths."""
+    from pglab.algos.tabular.serialization import save_q_table
+    from pglab.run.config import config_to_dict
+
+    metadata = {
+        "state_encoder": encoder.to_dict(),
+        "series": series.name,
+        "rows": len(series),
+        "algorithm": config.algo,
+        "config": config_to_dict(dataclasses.replace(config, resume=None)),
+    }
+    output = Path(config.output) if config.output else run_dir / "forecaster.json"
+    paths = {"forecaster": output, "adversary": output.with_name(output.stem + ".adversary.json")}
+    written = []
+    for role, agent in learners.players().items():
+        save_q_table(agent, paths[role], metadata={**metadata, "role": role})
+        written.append(str(paths[role]))
+    return written
+
+
+def plot_training(run_dir: Path) -> None:
+    """``plots/learning_curves.png`` of a finished run (skipped where no figure can be drawn)."""
+    from pglab.run.plots import plot_learning_curves
+
+    with contextlib.suppress(UsageError):
+        plot_learning_curves(run_dir, keys=["reward/mean", "stats/abs_td_error"], smooth=10)
 
 
 # --- the agent ---------------------------------------------------------------------------------
@@ -266,8 +308,6 @@ class ForecastAgent(Agent):
     def state_keys(self, obs: Any) -> list[int]:
         """The Q-table keys of a batch: int ``[B]`` keys as they are, float ``[B, 3]``
         observations through the state key."""
-        from pglab.envs.forecast_game import ForecastState
-
         array = obs.detach().cpu().numpy() if hasattr(obs, "detach") else np.asarray(obs)
         if array.ndim == 1 and np.issubdtype(array.dtype, np.integer):
             return [int(key) for key in array]
@@ -313,10 +353,10 @@ class ForecastAgent(Agent):
 
 
 def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: Any = "cpu") -> ForecastAgent:
-    """Rebuild the agents of a loaded forecast checkpoint. ``device`` is accepted for the
-    common loader signature; the tables are NumPy arrays on the CPU."""
-    from pglab.algos.tabular.serialization import agent_from_dict
-    from pglab.envs.forecast_game import encoder_from_dict
+    """Rebuild the agents of a loaded forecast checkpoint: the tables of the run's config,
+    restored from ``extra["forecaster"]`` (``extra["adversary"]`` for RARL) with the state
+    key ``extra["encoder"]``. ``device`` is accepted for the common loader signature; the
+    tables are NumPy arrays on the CPU."""
     from pglab.run.config import config_from_dict
 
     source = checkpoint.get("path", "<checkpoint>")
@@ -324,16 +364,21 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: Any = "cpu") ->
         raise CheckpointError(
             f"checkpoint {source}: kind={checkpoint.get('kind')!r}, expected one of {', '.join(KINDS)}"
         )
+    config = config_from_dict(ForecastTrainConfig, {**checkpoint["config"], "resume": None})
+    learners = ForecastLearners.build(config)
     extra = checkpoint.get("extra", {})
     try:
-        forecaster = agent_from_dict(json.loads(extra["forecaster"]), source=source)
-        adversary = agent_from_dict(json.loads(extra["adversary"]), source=source) if "adversary" in extra else None
-        encoder = encoder_from_dict(json.loads(extra["encoder"]))
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        for role, agent in learners.players().items():
+            agent.load_state_dict(extra[role])
+        encoder = encoder_from_dict(extra["encoder"])
+    except (KeyError, TypeError, ValueError, ConfigError) as exc:
         raise CheckpointError(f"checkpoint {source}: forecast agents missing or unreadable ({exc!r})") from exc
-    config = config_from_dict(ForecastTrainConfig, {**checkpoint["config"], "resume": None})
     return ForecastAgent(
-        kind=checkpoint["kind"], config=config, policy=forecaster, encoder=encoder, adversary=adversary
+        kind=checkpoint["kind"],
+        config=config,
+        policy=learners.forecaster,
+        encoder=encoder,
+        adversary=learners.adversary,
     )
 
 
@@ -341,7 +386,6 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: Any = "cpu") ->
 def load_player(path: Path, role: str):
     """``(agent, state key, metadata)`` of a Q-table JSON written by ``pglab train forecast``."""
     from pglab.algos.tabular.serialization import load_q_table_with_metadata
-    from pglab.envs.forecast_game import encoder_from_dict
 
     agent, metadata = load_q_table_with_metadata(path)
     if "state_encoder" not in metadata:
@@ -359,8 +403,6 @@ def evaluate_forecaster(
     With an adversary, the realised value is ``y_t + perturbation`` for both the model
     and the random walk, so the comparison is like for like.
     """
-    from pglab.envs.forecast_game import state_at
-
     forecasts, naive, realised = [], [], []
     for t in rows:
         state = state_at(series, t - 1)
@@ -389,9 +431,6 @@ def best_response_attack(
 ) -> dict[str, Any]:
     """Train a fresh adversary (the run's game settings) against the frozen forecaster on
     rows ``start - 1 .. end - 1``, then evaluate the forecaster under its greedy attack."""
-    from pglab.algos.tabular import QTableAgent
-    from pglab.algos.tabular.loops import train_best_response
-    from pglab.envs.forecast_game import adversary_space
     from pglab.run.config import config_from_dict
 
     stored = dict(metadata.get("config") or {})
@@ -550,8 +589,6 @@ def run_backtest(config: BacktestConfig) -> dict[str, Any]:
     "predictions"}``."""
     import pandas as pd
 
-    from pglab.algos.tabular import IterativeFeedbackLoop, RADversarialTrainer, TrainingLoop
-    from pglab.envs.forecast_game import make_state_encoder, state_at
     from pglab.run.atomic import atomic_write_json, atomic_write_text
     from pglab.run.config import config_to_dict
     from pglab.run.device import resolve_device
