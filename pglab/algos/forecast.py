@@ -589,94 +589,120 @@ def run_backtest(config: BacktestConfig) -> dict[str, Any]:
     "predictions"}``."""
     import pandas as pd
 
-    from pglab.run.atomic import atomic_write_json, atomic_write_text
-    from pglab.run.config import config_to_dict
     from pglab.run.device import resolve_device
     from pglab.run.progress import progress_bar
     from pglab.run.rundir import default_run_dir
 
     resolve_device(config.device)  # refuses cuda without a GPU; the tables themselves stay on the CPU
     series = load_data(config)
-    game = config.game
     bounds = window_bounds(len(series), config.window_size, config.step_size, config.windows)
     output_dir = Path(config.output or default_run_dir("backtest"))
     output_dir.mkdir(parents=True, exist_ok=True)
-    window_rows, prediction_rows = [], []
     started = time.perf_counter()
+    window_rows: list[dict[str, Any]] = []
+    prediction_rows: list[dict[str, Any]] = []
     bar = progress_bar(len(bounds), desc=f"backtest ({config.algo}, {config.game.state_key})", unit="win")
     for index, (train_start, train_end, test_end) in enumerate(bounds):
-        window = series.slice(train_start, train_end)
-        encoder = make_state_encoder(game, window)
-        # Each window gets a fresh agent and its own seeds: nothing learned on one window
-        # leaks into another's out-of-sample rows except through its training data.
-        window_config = dataclasses.replace(config, seed=config.seed + 1000 * index)
-        forecaster, adversary = make_agents(window_config)
-        if adversary is not None:
-            RADversarialTrainer(game, config.alternation_schedule, config.episodes, window_config.seed).run(
-                forecaster, adversary, series=window, encoder=encoder
-            )
-        else:
-            TrainingLoop(game, config.episodes, window_config.seed).run(forecaster, series=window, encoder=encoder)
-        feedback = IterativeFeedbackLoop(encoder=encoder)
-        rows = range(train_end, test_end)
-        learned = []
-        for t in rows:
-            state = state_at(series, t - 1)
-            forecast = state.value + forecaster.action_space.action_to_delta(
-                forecaster.act(encoder(state), explore=False)
-            )
-            learned.append(forecast)
-            if config.feedback:
-                feedback.update_from_realized(forecaster, [(state, forecast, float(series.target[t]))])
-        baselines = baseline_forecasts(
-            window.target,
-            window.exogenous,
-            series.target[train_end - 2 : test_end],
-            series.exogenous[train_end - 2 : test_end],
-        )
-        actual = series.target[train_end:test_end]
-        methods = {"learned": np.asarray(learned), **baselines}
-        row = {
-            "window": index,
-            "train_start": series.dates[train_start],
-            "train_end": series.dates[train_end - 1],
-            "test_start": series.dates[train_end],
-            "test_end": series.dates[test_end - 1],
-            "n": len(rows),
-            "states_seen": forecaster.n_states,
-        }
-        for name, forecasts in methods.items():
-            errors = actual - forecasts
-            row[f"mae_{name}"] = float(np.mean(np.abs(errors)))
-            row[f"rmse_{name}"] = float(np.sqrt(np.mean(errors**2)))
-        window_rows.append(row)
-        for k, t in enumerate(rows):
-            prediction_rows.append(
-                {
-                    "window": index,
-                    "date": series.dates[t],
-                    "actual": float(actual[k]),
-                    **{name: float(forecasts[k]) for name, forecasts in methods.items()},
-                }
-            )
+        window_row, window_predictions = backtest_window(config, series, index, train_start, train_end, test_end)
+        window_rows.append(window_row)
+        prediction_rows.extend(window_predictions)
         bar.update(1)
     bar.close()
-    predictions = pd.DataFrame(prediction_rows)
-    windows = pd.DataFrame(window_rows)
-    summary = summarise(predictions, windows)
-    summary.update(
-        {
-            "series": series.name,
-            "algorithm": config.algo,
-            "state_key": config.game.state_key,
-            "n_windows": len(bounds),
-            "window_size": config.window_size,
-            "step_size": config.step_size,
-            "episodes": config.episodes,
-            "feedback": config.feedback,
-            "wall_s": time.perf_counter() - started,
-        }
+    predictions, windows = pd.DataFrame(prediction_rows), pd.DataFrame(window_rows)
+    summary = {
+        **summarise(predictions, windows),
+        "series": series.name,
+        "algorithm": config.algo,
+        "state_key": config.game.state_key,
+        "n_windows": len(bounds),
+        "window_size": config.window_size,
+        "step_size": config.step_size,
+        "episodes": config.episodes,
+        "feedback": config.feedback,
+        "wall_s": time.perf_counter() - started,
+    }
+    write_backtest(output_dir, config, series, summary, windows, predictions)
+    return {"summary": summary, "output": str(output_dir), "windows": windows, "predictions": predictions}
+
+
+def backtest_window(
+    config: BacktestConfig, series: ForecastSeries, index: int, train_start: int, train_end: int, test_end: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Window ``index``: train fresh learners on rows ``train_start..train_end-1``, then
+    forecast rows ``train_end..test_end-1`` one step ahead with them and with the
+    baselines fitted on the same rows. Returns the window's row of ``windows.csv`` and
+    its rows of ``predictions.csv``."""
+    window = series.slice(train_start, train_end)
+    encoder = make_state_encoder(config.game, window)
+    # Each window gets fresh learners and its own seeds: nothing learned on one window
+    # leaks into another's out-of-sample rows except through its training data.
+    learners = ForecastLearners.build(dataclasses.replace(config, seed=config.seed + 1000 * index))
+    for _ in range(config.episodes):
+        learners.episode(window, encoder)
+    rows = range(train_end, test_end)
+    learned = forecast_out_of_sample(series, rows, learners.forecaster, encoder, feedback=config.feedback)
+    baselines = baseline_forecasts(
+        window.target,
+        window.exogenous,
+        series.target[train_end - 2 : test_end],
+        series.exogenous[train_end - 2 : test_end],
     )
+    actual = series.target[train_end:test_end]
+    methods = {"learned": learned, **baselines}
+    window_row: dict[str, Any] = {
+        "window": index,
+        "train_start": series.dates[train_start],
+        "train_end": series.dates[train_end - 1],
+        "test_start": series.dates[train_end],
+        "test_end": series.dates[test_end - 1],
+        "n": len(rows),
+        "states_seen": learners.forecaster.n_states,
+    }
+    for name, forecasts in methods.items():
+        errors = actual - forecasts
+        window_row[f"mae_{name}"] = float(np.mean(np.abs(errors)))
+        window_row[f"rmse_{name}"] = float(np.sqrt(np.mean(errors**2)))
+    predictions = [
+        {
+            "window": index,
+            "date": series.dates[t],
+            "actual": float(actual[k]),
+            **{name: float(forecasts[k]) for name, forecasts in methods.items()},
+        }
+        for k, t in enumerate(rows)
+    ]
+    return window_row, predictions
+
+
+def forecast_out_of_sample(
+    series: ForecastSeries, rows: range, forecaster: QTableAgent, encoder: StateEncoder, *, feedback: bool
+) -> np.ndarray:
+    """float64[len(rows)]: the greedy one-step forecasts of ``series.target[t]`` from row
+    ``t - 1``; with ``feedback``, the forecaster learns from each value once it is realised
+    (:class:`~pglab.algos.tabular.IterativeFeedbackLoop`)."""
+    online = IterativeFeedbackLoop(encoder=encoder)
+    learned = []
+    for t in rows:
+        state = state_at(series, t - 1)
+        forecast = state.value + forecaster.action_space.action_to_delta(forecaster.act(encoder(state), explore=False))
+        learned.append(forecast)
+        if feedback:
+            online.update_from_realized(forecaster, [(state, forecast, float(series.target[t]))])
+    return np.asarray(learned)
+
+
+def write_backtest(
+    output_dir: Path,
+    config: BacktestConfig,
+    series: ForecastSeries,
+    summary: dict[str, Any],
+    windows: Any,
+    predictions: Any,
+) -> None:
+    """``windows.csv``, ``predictions.csv``, ``summary.json`` and ``backtest.png`` in ``output_dir``, atomically."""
+    from pglab.run.atomic import atomic_write_json, atomic_write_text
+    from pglab.run.config import config_to_dict
+
     atomic_write_text(output_dir / "windows.csv", windows.to_csv(index=False))
     atomic_write_text(output_dir / "predictions.csv", predictions.to_csv(index=False))
     atomic_write_json(output_dir / "summary.json", {"summary": summary, "config": config_to_dict(config)})
@@ -687,7 +713,6 @@ def run_backtest(config: BacktestConfig) -> dict[str, Any]:
         title=f"{series.name}: {config.algo}, state_key={config.game.state_key}",
         target_label=target_label(series),
     )
-    return {"summary": summary, "output": str(output_dir), "windows": windows, "predictions": predictions}
 
 
 def summarise(predictions, windows) -> dict[str, Any]:
