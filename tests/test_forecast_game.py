@@ -43,7 +43,7 @@ def ramp(n=30):
 
 
 # --- state keys ------------------------------------------------------------------------------
-def test_state_hash_is_the_design_notes_formula():
+def test_state_hash_is_the_fixed_width_formula():
     # v = int((5.1 % 100) / 2) % 50 = 2; e = int((2.49 + 5) * 5) % 50 = 37
     assert _state_hash(ForecastState(5.1, 2.49, 0)) == 2 * 50 + 37
     # value 250.0: int(50 / 2) = 25; exogenous -7: int(-10) = -10 -> -10 % 50 = 40
@@ -193,7 +193,8 @@ def test_make_agents_builds_the_configured_learners(algo):
     if algo != "rarl":
         assert adversary is None
         return
-    assert type(adversary) is QTableAgent and adversary.n_actions == 7 and adversary.epsilon == 0.9
+    assert adversary is not None and type(adversary) is QTableAgent
+    assert adversary.n_actions == 7 and adversary.epsilon == 0.9
     assert adversary.hyperparameters() == {**learner, "seed": 6, "default_action": 3}  # bin 3 of 7: no perturbation
 
 

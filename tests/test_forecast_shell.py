@@ -217,14 +217,15 @@ def test_every_backtest_panel_has_a_y_label():
 def test_a_forecast_checkpoint_loads_as_an_agent_with_a_value(tmp_path, algo):
     import pglab
     from pglab.agent import Agent
-    from pglab.algos.forecast import train_forecast
+    from pglab.algos.forecast import ForecastAgent, train_forecast
     from pglab.data import load_series
     from pglab.envs.forecast_game import state_at
 
     run = tmp_path / "run"
     train_forecast(tiny_config(run, algo=algo, episodes=6), echo=lambda *a, **k: None)
     agent = pglab.load_checkpoint(run, device="auto")
-    assert isinstance(agent, Agent) and agent.kind == f"forecast-{algo}" and agent.config.algo == algo
+    assert isinstance(agent, Agent) and isinstance(agent, ForecastAgent)
+    assert agent.kind == f"forecast-{algo}" and agent.config.algo == algo
     table = agent.policy
     keys = torch.tensor(table.state_keys, dtype=torch.int64)
     if algo == "q":  # max_a Q(s, a): the state's value under the greedy policy
@@ -308,9 +309,9 @@ def test_shared_flag_names_and_deprecated_spellings(capsys):
     assert "--algorithm is deprecated" in notes and "--checkpoint-every is deprecated" in notes
     backtest = parse_flags(BacktestConfig, ["--output_dir", "out", "--algorithm", "q"], prog="pglab backtest").config
     assert str(backtest.output) == "out" and backtest.algo == "q"
-    # config.json of runs made before the rename still load
-    old = config_from_dict(ForecastTrainConfig, {"algorithm": "rarl", "checkpoint_every": 7})
-    assert (old.algo, old.save_interval) == ("rarl", 7)
+    # stored configs spelling the deprecated names load too
+    stored = config_from_dict(ForecastTrainConfig, {"algorithm": "rarl", "checkpoint_every": 7})
+    assert (stored.algo, stored.save_interval) == ("rarl", 7)
 
 
 @pytest.mark.parametrize(

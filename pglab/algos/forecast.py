@@ -416,13 +416,14 @@ def evaluate_forecaster(
                 adversary.act(adversary_encoder(state), explore=False)
             )
         realised.append(series.target[t] + perturbation)
-    forecasts, naive, realised = map(np.asarray, (forecasts, naive, realised))
+    model_error = np.asarray(realised) - np.asarray(forecasts)
+    naive_error = np.asarray(realised) - np.asarray(naive)
     return {
         "n": len(rows),
-        "mae": float(np.mean(np.abs(realised - forecasts))),
-        "rmse": float(np.sqrt(np.mean((realised - forecasts) ** 2))),
-        "mae_random_walk": float(np.mean(np.abs(realised - naive))),
-        "rmse_random_walk": float(np.sqrt(np.mean((realised - naive) ** 2))),
+        "mae": float(np.mean(np.abs(model_error))),
+        "rmse": float(np.sqrt(np.mean(model_error**2))),
+        "mae_random_walk": float(np.mean(np.abs(naive_error))),
+        "rmse_random_walk": float(np.sqrt(np.mean(naive_error**2))),
     }
 
 
@@ -433,18 +434,9 @@ def best_response_attack(
     rows ``start - 1 .. end - 1``, then evaluate the forecaster under its greedy attack."""
     from pglab.run.config import config_from_dict
 
-    stored = dict(metadata.get("config") or {})
-    # Old tables may spell fields the old way (algorithm, checkpoint_every): map them first.
-    renames = ForecastTrainConfig.DEPRECATED_NAMES
-    fields = {f.name for f in dataclasses.fields(ForecastTrainConfig)}
-    run = config_from_dict(
-        ForecastTrainConfig,
-        {
-            renames.get(k, k): v
-            for k, v in stored.items()
-            if renames.get(k, k) in fields and k not in ("output", "log_dir", "resume")
-        },
-    )
+    # The run's settings, without where it wrote (config_from_dict maps deprecated names).
+    stored = {k: v for k, v in (metadata.get("config") or {}).items() if k not in ("output", "log_dir", "resume")}
+    run = config_from_dict(ForecastTrainConfig, stored)
     window = series.slice(start - 1, end)
     game = dataclasses.replace(run.game, horizon=min(run.game.horizon, len(window) - 2))
     space = adversary_space(game)
@@ -545,7 +537,8 @@ def baseline_forecasts(
     Models (parameters estimated by statsmodels on the window only):
         random_walk: y_t = y_{t-1}
         ar1:         y_t = c + phi y_{t-1}                         (AutoReg, lags=1)
-        ar1_diff:    dy_t = c + phi dy_{t-1}, y_t = y_{t-1} + dy_t (AutoReg on differences = ARIMA(1,1,0) with drift, conditional MLE)
+        ar1_diff:    dy_t = c + phi dy_{t-1}, y_t = y_{t-1} + dy_t (AutoReg on differences
+                     = ARIMA(1,1,0) with drift, conditional MLE)
         arx_diff:    dy_t = c + phi dy_{t-1} + beta x_{t-1}        (OLS; uses the same driver as the learner)
     """
     import statsmodels.api as sm
@@ -575,7 +568,7 @@ def window_bounds(n_rows: int, window_size: int, step_size: int, max_windows: in
             f"window_size: the series has only {n_rows} rows; a window needs window_size + 2 rows "
             f"(a training window and at least one row to forecast) (got {window_size})"
         )
-    bounds = []
+    bounds: list[tuple[int, int, int]] = []
     start = 1
     while start + window_size < n_rows and (max_windows is None or len(bounds) < max_windows):
         bounds.append((start, start + window_size, min(start + window_size + step_size, n_rows)))

@@ -42,7 +42,8 @@ class SimulationConfig:
     adversary_max: float = 0.25
     """largest perturbation of the realised value, in target units"""
     state_key: StateKeyName = "scaled"
-    """state discretisation: 'scaled' (quantiles of change and driver, fitted on the training data) or 'hash' (design note)"""
+    """state discretisation: 'scaled' (quantiles of change and driver, fitted on the training data) or 'hash'
+    (fixed-width buckets of level and driver)"""
     hash_buckets: int = 50
     """buckets per dimension of the 'hash' key"""
     scaled_buckets: int = 3
@@ -74,7 +75,8 @@ class ForecastLearnerConfig:
     DEPRECATED_NAMES: ClassVar[dict[str, str]] = {"algorithm": "algo"}
 
     algo: str = "q"
-    """learner: 'q' (Q-learning), 'wolf' (WoLF-PHC) or 'rarl' (Q-learning forecaster trained against a learning adversary)"""
+    """learner: 'q' (Q-learning), 'wolf' (WoLF-PHC) or 'rarl' (a Q-learning forecaster trained against a learning
+    adversary)"""
     source: str = "auto"
     """data: 'auto' (fred if FRED_API_KEY is set, else macrodata), 'macrodata', 'synthetic', 'fred' or 'csv:PATH'"""
     target: str | None = None
@@ -211,7 +213,8 @@ class ForecastModelEvaluateConfig:
     end_row: int | None = None
     """one past the last forecast row (default: the end of the series)"""
     best_response_episodes: int = 0
-    """if > 0: train a fresh adversary for this many episodes against the frozen forecaster on the evaluated rows, then report the error under its attack (exploitability)"""
+    """if > 0: train a fresh adversary for this many episodes against the frozen forecaster on the evaluated rows,
+    then report the error under its attack (exploitability)"""
     output: Path | None = None
     """write the results as JSON here"""
     device: str = "auto"

@@ -20,8 +20,8 @@ the learners (``pglab.algos.tabular`` builds on this module, never the reverse).
 
 State keys map a continuous state to a Q-table row:
 
-* ``hash`` -- the design note's ``_state_hash`` exactly (50 x 50 buckets of the level
-  mod 100 and of the exogenous value, fixed widths 2.0 and 0.2);
+* ``hash`` -- fixed-width buckets: 50 x 50 buckets of the level mod 100 (width 2.0)
+  and of the exogenous value (width 0.2, offset 5);
 * ``scaled`` -- quantile buckets of the recent change ``y_t - y_{t-1}`` and of ``x_t``,
   with edges fitted on the training window only (no look-ahead).
 """
@@ -114,7 +114,7 @@ class ForecastState:
 
 
 def _state_hash(state: ForecastState, n_buckets: int = 50) -> int:
-    """The design note's state hash, verbatim (up to 50 x 50 = 2500 keys)."""
+    """Fixed-width buckets of the level mod 100 and of the exogenous value (up to 50 x 50 = 2500 keys)."""
     v_bucket = int((state.value % 100) / 2) % n_buckets
     e_bucket = int((state.exogenous + 5) * 5) % n_buckets
     return v_bucket * n_buckets + e_bucket
