@@ -36,7 +36,7 @@ from pglab.configs.forecast import (
     ForecastModelEvaluateConfig,
     ForecastTrainConfig,
 )
-from pglab.data.series import ForecastSeries
+from pglab.data import ForecastSeries, load_series
 from pglab.envs.forecast_game import (
     ForecastState,
     StateEncoder,
@@ -67,8 +67,6 @@ SPEC = TrainerSpec(
 # --- building blocks ---------------------------------------------------------------------------
 def load_data(config: ForecastLearnerConfig | ForecastModelEvaluateConfig) -> ForecastSeries:
     """The config's series."""
-    from pglab.data import load_series
-
     return load_series(config.source, target=config.target, driver=config.driver, seed=config.data_seed)
 
 

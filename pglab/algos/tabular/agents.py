@@ -256,7 +256,8 @@ class WoLFPHCAgent(QTableAgent):
         pi(s, argmax Q) += sum of the steps
 
     The ``min`` keeps ``pi`` a distribution without renormalising; while no probability
-    hits 0 it is exactly "+delta to the best, -delta/(n-1) to the rest". ``delta_win == delta_lose`` is plain PHC, which cycles in matching pennies.
+    hits 0 it is exactly "+delta to the best, -delta/(n-1) to the rest".
+    ``delta_win == delta_lose`` is plain PHC, which cycles in matching pennies.
 
     Acting: with probability epsilon a uniform action, else a sample from ``pi(s)``;
     ``explore=False`` returns the mode of ``pi(s)``.
