@@ -117,7 +117,8 @@ def _print_help(command: str, table: dict[str, Handler]) -> int:
     summaries = SUMMARIES.get(command) or {name: system.summary for name, system in SYSTEMS.items()}
     print(
         _listing(
-            f"usage: pglab {command} NAME [FLAGS]   (pglab {command} NAME --help lists NAME's flags)\n\nNAME is one of:",
+            f"usage: pglab {command} NAME [FLAGS]   (pglab {command} NAME --help lists NAME's flags)\n\n"
+            "NAME is one of:",
             table,
             summaries,
         )

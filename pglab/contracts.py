@@ -56,18 +56,20 @@ def check_tensor(
         where: prefix naming the boundary (``"a2c_td0_losses"``).
     """
 
-    # The messages are built only on failure: this runs on hot paths (every env step).
-    def fail(template: str) -> TensorContractError:
-        prefix = f"{where}: " if where else ""
-        expected = _describe(shape or (), dtype)
-        got = f"{str(tensor.dtype).removeprefix('torch.')}[{', '.join(map(str, tensor.shape))}] on {tensor.device}"
-        return TensorContractError(prefix + template.format(name=name, expected=expected, got=got))
-
     if not isinstance(tensor, torch.Tensor):
         prefix = f"{where}: " if where else ""
         raise TensorContractError(
             f"{prefix}{name} expected a torch.Tensor {_describe(shape or (), dtype)}, got {type(tensor).__name__}"
         )
+    checked: torch.Tensor = tensor
+
+    # The messages are built only on failure: this runs on hot paths (every env step).
+    def fail(template: str) -> TensorContractError:
+        prefix = f"{where}: " if where else ""
+        expected = _describe(shape or (), dtype)
+        got = f"{str(checked.dtype).removeprefix('torch.')}[{', '.join(map(str, checked.shape))}] on {checked.device}"
+        return TensorContractError(prefix + template.format(name=name, expected=expected, got=got))
+
     if dtype is not None:
         allowed = (dtype,) if isinstance(dtype, torch.dtype) else tuple(dtype)
         if tensor.dtype not in allowed:

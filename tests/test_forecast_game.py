@@ -16,7 +16,9 @@ from pglab.envs.forecast_game import (
     ScaledStateKey,
     SimulationConfig,
     _state_hash,
+    adversary_space,
     encoder_from_dict,
+    forecaster_space,
     state_at,
 )
 from pglab.errors import ConfigError, DataError
@@ -41,7 +43,7 @@ def ramp(n=30):
 
 
 # --- state keys ------------------------------------------------------------------------------
-def test_state_hash_is_the_design_notes_formula():
+def test_state_hash_is_the_fixed_width_formula():
     # v = int((5.1 % 100) / 2) % 50 = 2; e = int((2.49 + 5) * 5) % 50 = 37
     assert _state_hash(ForecastState(5.1, 2.49, 0)) == 2 * 50 + 37
     # value 250.0: int(50 / 2) = 25; exogenous -7: int(-10) = -10 -> -10 % 50 = 40
@@ -98,7 +100,7 @@ def test_simulation_config_rejects_bad_fields(field, value):
 def test_q_learning_on_a_deterministic_ramp_learns_the_exact_delta():
     """y rises by exactly 0.5 every step: the optimal delta is +0.5 (bin 15) in every state."""
     config = SimulationConfig(horizon=10, state_key="hash")
-    agent = QTableAgent(config.forecaster_space, gamma=0.0, seed=0, epsilon_decay=0.999)
+    agent = QTableAgent(forecaster_space(config), gamma=0.0, seed=0, epsilon_decay=0.999)
     summary = TrainingLoop(config, n_episodes=300, seed=1).run(agent, series=ramp(40))
     keys = {tr.state_key for tr in ForecastGame(config, 0, ramp(40)).run(Constant(0))}
     assert all(agent.act(k, explore=False) == 15 for k in keys)
@@ -124,7 +126,7 @@ def test_training_loop_in_two_halves_equals_one_run():
     series = load_series("synthetic", seed=1, n_rows=60)
 
     def agents():
-        return QTableAgent(config.forecaster_space, seed=2), QTableAgent(config.adversary_space, seed=3)
+        return QTableAgent(forecaster_space(config), seed=2), QTableAgent(adversary_space(config), seed=3)
 
     f1, a1 = agents()
     full = TrainingLoop(config, 20, seed=5)
@@ -140,7 +142,7 @@ def test_training_loop_in_two_halves_equals_one_run():
 def test_rarl_alternates_and_freezes_the_other_player():
     config = SimulationConfig(horizon=6)
     series = load_series("synthetic", seed=2, n_rows=50)
-    forecaster, adversary = QTableAgent(config.forecaster_space, seed=0), QTableAgent(config.adversary_space, seed=1)
+    forecaster, adversary = QTableAgent(forecaster_space(config), seed=0), QTableAgent(adversary_space(config), seed=1)
     trainer = RADversarialTrainer(config, alternation_schedule=3, total_epochs=12, seed=0)
     snapshots = []
     trainer.run(forecaster, adversary, series=series, stop=3)
@@ -191,7 +193,8 @@ def test_make_agents_builds_the_configured_learners(algo):
     if algo != "rarl":
         assert adversary is None
         return
-    assert type(adversary) is QTableAgent and adversary.n_actions == 7 and adversary.epsilon == 0.9
+    assert adversary is not None and type(adversary) is QTableAgent
+    assert adversary.n_actions == 7 and adversary.epsilon == 0.9
     assert adversary.hyperparameters() == {**learner, "seed": 6, "default_action": 3}  # bin 3 of 7: no perturbation
 
 

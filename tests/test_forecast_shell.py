@@ -1,5 +1,5 @@
-"""The forecast system on the shared training shell (issue 18): layering, resume, logs,
-stops, the agent API, the CLI vocabulary, CSV errors and the backtest figure."""
+"""The forecast system on the shared training shell: layering, resume, logs, stops, the
+agent API, the CLI vocabulary, CSV errors and the backtest figure."""
 
 import copy
 import json
@@ -46,6 +46,26 @@ def test_the_game_imports_no_algos():
     assert out.strip() == "[]"
 
 
+def test_the_forecast_configs_import_neither_envs_nor_torch():
+    """Configs sit below the game: no import of pglab.envs (not even inside a function)
+    and none of torch, so ``--help`` stays fast."""
+    import ast
+    import inspect
+
+    import pglab.configs.forecast as configs
+
+    tree = ast.parse(inspect.getsource(configs))
+    imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    assert not [name for name in imported if name and (name.startswith("pglab.envs") or name == "torch")]
+    code = (
+        "import sys, pglab.configs.forecast; "
+        "print(sorted(m for m in sys.modules if m.startswith('pglab.envs') or m == 'torch'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def test_the_trainer_and_the_agent_loader_live_in_algos():
     import pglab.algos.forecast as algos_forecast
     import pglab.commands.forecast as commands_forecast
@@ -54,7 +74,7 @@ def test_the_trainer_and_the_agent_loader_live_in_algos():
     assert "train_forecast" not in vars(commands_forecast) and "run_training" not in vars(commands_forecast)
 
 
-# --- resume (issue item 3) ---------------------------------------------------------------------
+# --- resume ------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_resume_refuses_changed_game_fields_and_names_them(tmp_path, capsys):
     run = tmp_path / "run"
@@ -83,14 +103,25 @@ def test_resume_budget_below_the_checkpoint_is_refused_and_a_larger_one_continue
     assert pd.read_csv(run / "metrics.csv")["episode"].tolist() == [1, 2, 3, 4, 5, 6]
 
 
-# --- logs, stops, device (items 8, 9, 10) ------------------------------------------------------
+# --- logs, stops, device -----------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_run_writes_csv_jsonl_and_tensorboard(tmp_path):
     run = tmp_path / "run"
     assert train_cli(run, "--episodes", "3") == 0
-    assert pd.read_csv(run / "metrics.csv")["episode"].tolist() == [1, 2, 3]
+    metrics = pd.read_csv(run / "metrics.csv")
+    assert metrics["episode"].tolist() == [1, 2, 3]
+    # the shell's speed metrics (5 rounds per episode), none of the trainer's own
+    assert {"perf/step_s", "perf/env_steps_per_s"} <= set(metrics.columns)
+    assert [c for c in metrics.columns if c.startswith("perf/")] == ["perf/step_s", "perf/env_steps_per_s"]
+    assert (metrics["perf/env_steps_per_s"] > 0).all()
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["meta"]["series"] == "synthetic(seed=0)" and records[0]["meta"]["rows"] == 240
     assert [r["episode"] for r in records if "episode" in r] == [1, 2, 3]
+    from pglab.run.checkpoint import load_checkpoint_file
+
+    checkpoint = load_checkpoint_file(run / "checkpoints" / "checkpoint_latest.pt")
+    assert checkpoint["counters"]["env_steps"] == 3 * 5
+    assert set(checkpoint["extra"]) == {"forecaster", "loop", "encoder", "series"}
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["n_episodes"] == 3
@@ -126,7 +157,7 @@ def test_device_flag_is_accepted_and_checked(tmp_path, capsys):
         assert not (tmp_path / "cuda").exists()  # a failed start leaves nothing behind
 
 
-# --- CSV sources (item 7) ----------------------------------------------------------------------
+# --- CSV sources -------------------------------------------------------------------------------
 def test_a_csv_without_a_date_column_is_a_one_line_data_error(tmp_path, capsys):
     from pglab.data import load_series
     from pglab.errors import DataError
@@ -154,7 +185,7 @@ def test_a_directory_as_csv_source_says_it_is_a_directory(tmp_path):
     assert str(tmp_path) in str(caught.value) and "no such file" not in str(caught.value)
 
 
-# --- the backtest figure (item 16) --------------------------------------------------------------
+# --- the backtest figure -----------------------------------------------------------------------
 def test_every_backtest_panel_has_a_y_label():
     import matplotlib.pyplot as plt
 
@@ -180,20 +211,21 @@ def test_every_backtest_panel_has_a_y_label():
         plt.close(fig)
 
 
-# --- the agent API (item 11) --------------------------------------------------------------------
+# --- the agent API -----------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", ["q", "wolf"])
 def test_a_forecast_checkpoint_loads_as_an_agent_with_a_value(tmp_path, algo):
     import pglab
     from pglab.agent import Agent
-    from pglab.algos.forecast import train_forecast
+    from pglab.algos.forecast import ForecastAgent, train_forecast
     from pglab.data import load_series
     from pglab.envs.forecast_game import state_at
 
     run = tmp_path / "run"
     train_forecast(tiny_config(run, algo=algo, episodes=6), echo=lambda *a, **k: None)
     agent = pglab.load_checkpoint(run, device="auto")
-    assert isinstance(agent, Agent) and agent.kind == f"forecast-{algo}" and agent.config.algo == algo
+    assert isinstance(agent, Agent) and isinstance(agent, ForecastAgent)
+    assert agent.kind == f"forecast-{algo}" and agent.config.algo == algo
     table = agent.policy
     keys = torch.tensor(table.state_keys, dtype=torch.int64)
     if algo == "q":  # max_a Q(s, a): the state's value under the greedy policy
@@ -224,7 +256,30 @@ def test_a_forecast_checkpoint_loads_as_an_agent_with_a_value(tmp_path, algo):
     )
 
 
-# --- the CLI vocabulary (item 6, 10) -------------------------------------------------------------
+@pytest.mark.slow
+def test_a_rarl_checkpoint_holds_both_tables_and_a_damaged_one_is_a_checkpoint_error(tmp_path):
+    from pglab.algos.forecast import agent_from_checkpoint, train_forecast
+    from pglab.algos.tabular.serialization import agent_to_dict, load_q_table
+    from pglab.errors import CheckpointError
+    from pglab.run.checkpoint import load_checkpoint_file
+
+    run = tmp_path / "run"
+    train_forecast(tiny_config(run, algo="rarl", episodes=4, alternation_schedule=2), echo=lambda *a, **k: None)
+    checkpoint = load_checkpoint_file(run)
+    agent = agent_from_checkpoint(checkpoint)
+    for table, path in ((agent.policy, "forecaster.json"), (agent.adversary, "forecaster.adversary.json")):
+        assert table is not None and table.n_states > 0
+        assert agent_to_dict(table) == agent_to_dict(load_q_table(run / path))
+    for damage in ({"adversary": None}, {"encoder": {"kind": "cubic"}}):
+        damaged = {**checkpoint, "extra": {**checkpoint["extra"], **damage}}
+        with pytest.raises(CheckpointError, match="forecast agents missing or unreadable"):
+            agent_from_checkpoint(damaged)
+    without = {**checkpoint, "extra": {k: v for k, v in checkpoint["extra"].items() if k != "forecaster"}}
+    with pytest.raises(CheckpointError, match="'forecaster'"):
+        agent_from_checkpoint(without)
+
+
+# --- the CLI vocabulary ------------------------------------------------------------------------
 def test_shared_flag_names_and_deprecated_spellings(capsys):
     from pglab.configs.forecast import BacktestConfig, ForecastTrainConfig
     from pglab.run.config import config_from_dict, parse_flags
@@ -254,9 +309,9 @@ def test_shared_flag_names_and_deprecated_spellings(capsys):
     assert "--algorithm is deprecated" in notes and "--checkpoint-every is deprecated" in notes
     backtest = parse_flags(BacktestConfig, ["--output_dir", "out", "--algorithm", "q"], prog="pglab backtest").config
     assert str(backtest.output) == "out" and backtest.algo == "q"
-    # config.json of runs made before the rename still load
-    old = config_from_dict(ForecastTrainConfig, {"algorithm": "rarl", "checkpoint_every": 7})
-    assert (old.algo, old.save_interval) == ("rarl", 7)
+    # stored configs spelling the deprecated names load too
+    stored = config_from_dict(ForecastTrainConfig, {"algorithm": "rarl", "checkpoint_every": 7})
+    assert (stored.algo, stored.save_interval) == ("rarl", 7)
 
 
 @pytest.mark.parametrize(

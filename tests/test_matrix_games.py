@@ -5,6 +5,8 @@ WoLF-PHC approach the unique mixed Nash equilibrium, while plain policy hill cli
 (delta_win == delta_lose) keeps cycling around it.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 
@@ -12,10 +14,18 @@ from pglab.algos.tabular import WoLFPHCAgent
 from pglab.envs.matrix_games import coordination, make_game, matching_pennies, rock_paper_scissors, self_play
 from pglab.errors import ConfigError
 
+
+class Setting(NamedTuple):
+    alpha: float
+    delta_win: float
+    steps: int
+    start: tuple[list[float], list[float]]
+
+
 # Q must track the opponent faster than the policies move (alpha >> delta), as in the paper.
 SETTINGS = {
-    "matching_pennies": dict(alpha=0.1, delta_win=0.002, steps=3000, start=([0.9, 0.1], [0.2, 0.8])),
-    "rock_paper_scissors": dict(alpha=0.2, delta_win=0.0005, steps=10000, start=([0.8, 0.1, 0.1], [0.1, 0.1, 0.8])),
+    "matching_pennies": Setting(alpha=0.1, delta_win=0.002, steps=3000, start=([0.9, 0.1], [0.2, 0.8])),
+    "rock_paper_scissors": Setting(alpha=0.2, delta_win=0.0005, steps=10000, start=([0.8, 0.1, 0.1], [0.1, 0.1, 0.8])),
 }
 
 
@@ -23,21 +33,21 @@ def play(name, delta_win_ratio, delta_lose_ratio, seed=1):
     """Self-play with delta_win = ratio * the game's delta_win (and delta_lose likewise)."""
     game, cfg = make_game(name), SETTINGS[name]
     agents = []
-    for k, start in enumerate(cfg["start"]):
+    for k, start in enumerate(cfg.start):
         agent = WoLFPHCAgent(
             len(start),
-            alpha=cfg["alpha"],
+            alpha=cfg.alpha,
             gamma=0.0,
             epsilon=0.05,
             epsilon_decay=1.0,
             epsilon_min=0.05,
-            delta_win=delta_win_ratio * cfg["delta_win"],
-            delta_lose=delta_lose_ratio * cfg["delta_win"],
+            delta_win=delta_win_ratio * cfg.delta_win,
+            delta_lose=delta_lose_ratio * cfg.delta_win,
             seed=seed + k,
         )
         agent.set_policy(0, start)
         agents.append(agent)
-    return self_play(game, *agents, n_steps=cfg["steps"], record_every=50)
+    return self_play(game, *agents, n_steps=cfg.steps, record_every=50)
 
 
 def tail_distance(out):
@@ -78,6 +88,7 @@ def test_wolf_converges_to_the_mixed_equilibrium_of_rock_paper_scissors_while_ph
 def test_equilibria_make_every_action_indifferent():
     """At the mixed equilibrium each pure action earns the same against the opponent's mix."""
     for game in (matching_pennies(), rock_paper_scissors()):
+        assert game.nash_row is not None and game.nash_col is not None
         np.testing.assert_allclose(game.row_payoff @ game.nash_col, 0.0, atol=1e-12)
         np.testing.assert_allclose(game.nash_row @ game.col_payoff, 0.0, atol=1e-12)
         assert game.expected_payoffs(game.nash_row, game.nash_col) == pytest.approx((0.0, 0.0))

@@ -5,6 +5,7 @@ reference value, an exact count, an invariant), not the line that a mutant chang
 """
 
 import copy
+from typing import Any
 
 import numpy as np
 import pytest
@@ -61,7 +62,7 @@ def test_ppo_kl_early_stop_compares_the_epoch_mean_strictly_with_the_target(monk
     than ran would not), a target equal to it does not ("exceeds" is strict)."""
     import pglab.algos.onpolicy as onpolicy
 
-    kls = []
+    kls: list[float] = []
 
     def recording(*args, **kwargs):
         out = clip_loss(*args, **kwargs)
@@ -72,7 +73,7 @@ def test_ppo_kl_early_stop_compares_the_epoch_mean_strictly_with_the_target(monk
     monkeypatch.setattr(onpolicy, "ppo_clip_loss", recording)
     model = LinearActorCritic()
     obs, actions, batch = fixed_batch(model, 6)
-    base = dict(algo="ppo", ppo_epochs=2, num_minibatches=1, max_grad_norm=1e6)
+    base: dict[str, Any] = dict(algo="ppo", ppo_epochs=2, num_minibatches=1, max_grad_norm=1e6)
     run_update(copy.deepcopy(model), obs, actions, batch, OnPolicyHyperparams(**base))
     first_kl = kls[0]
     assert first_kl > 0.01

@@ -293,7 +293,7 @@ def test_value_errors_say_what_is_wrong():
     z = f64(2, 3)
     for gamma in (1.5, -0.1, float("nan"), "0.9"):
         with pytest.raises(ValueError, match=r"^compute_gae: gamma must lie in \[0, 1\], got "):
-            compute_gae(z, z, flags(2, 3), None, f64(2), gamma, 0.9)
+            compute_gae(z, z, flags(2, 3), None, f64(2), gamma, 0.9)  # type: ignore[arg-type]  # "0.9": a str on purpose
     with pytest.raises(ValueError, match=r"^compute_gae: lam must lie in \[0, 1\], got 2"):
         compute_gae(z, z, flags(2, 3), None, f64(2), 0.9, 2)
     with pytest.raises(ValueError, match=r"^reward_to_go: discount must lie in \[0, 1\], got 1.01$"):
@@ -316,7 +316,7 @@ def test_value_errors_say_what_is_wrong():
         ppo_clip_loss(f64(2), f64(2), f64(2), f64(2), f64(2), value_clip_coef=0.2)
     assert str(info.value) == "ppo_clip_loss: value clipping needs old_values"
     with pytest.raises(ValueError) as info:
-        maxk_gradient_weights(f64(1, 3), 2, variance_reduction="loo")
+        maxk_gradient_weights(f64(1, 3), 2, variance_reduction="loo")  # type: ignore[arg-type]  # an unknown mode on purpose
     assert str(info.value) == (
         "maxk_gradient_weights: variance_reduction must be one of 'none', 'sample_loo', 'subloo', got 'loo'"
     )

@@ -160,7 +160,8 @@ def test_wolf_update_matches_hand_computation():
     np.testing.assert_allclose(agent.average_policy("s"), [1 / 3 - 0.025, 1 / 3 - 0.025, 1 / 3 + 0.05])
     np.testing.assert_allclose(agent.policy("s"), [1 / 3 + 0.05, 1 / 3 - 0.1, 1 / 3 + 0.05])
     # Q(s, 1) = -5 (best still 0): E_pi Q = 2*0.38333 - 5*0.23333 + 1*0.38333 = -0.01667
-    # avg (count 3) = avg + (pi - avg)/3 = [0.325, 0.26667, 0.40833]: E_avg Q = 0.65 - 1.33333 + 0.40833 = -0.275 -> winning
+    # avg (count 3) = avg + (pi - avg)/3 = [0.325, 0.26667, 0.40833]:
+    # E_avg Q = 0.65 - 1.33333 + 0.40833 = -0.275 -> winning
     agent.update("s", 1, -5.0, "s")
     assert agent.last_delta == 0.1
     # Q(s, 0) = -10: best = 2. E_pi Q = -10*0.43333 - 5*0.18333 + 0.43333 < E_avg Q -> losing, delta 0.4:

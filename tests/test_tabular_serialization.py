@@ -5,14 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from pglab.algos.tabular import DiscreteActionSpace, QTableAgent, TrainingLoop, WoLFPHCAgent, load_q_table, save_q_table
+from pglab.algos.tabular import DiscreteActionSpace, QTableAgent, WoLFPHCAgent, load_q_table, save_q_table
 from pglab.errors import CheckpointError
 
 
 def trained(agent_cls, **kwargs):
     agent = agent_cls(DiscreteActionSpace(7, 0.5), seed=4, **kwargs)
     rng = np.random.default_rng(0)
-    for t in range(500):
+    for _ in range(500):
         s = int(rng.integers(20))
         agent.update(s, agent.act(s), float(rng.normal()), int(rng.integers(20)))
     return agent
@@ -21,8 +21,8 @@ def trained(agent_cls, **kwargs):
 @pytest.mark.parametrize("agent_cls", [QTableAgent, WoLFPHCAgent])
 def test_round_trip_is_exact_and_learning_continues_identically(tmp_path, agent_cls):
     agent = trained(agent_cls)
-    path = TrainingLoop.save_q_table(agent, tmp_path / "agent.json", metadata={"note": "x"})
-    loaded = TrainingLoop.load_q_table(path)
+    path = save_q_table(agent, tmp_path / "agent.json", metadata={"note": "x"})
+    loaded = load_q_table(path)
     assert type(loaded) is agent_cls and loaded.epsilon == agent.epsilon
     assert loaded.action_space == agent.action_space and loaded.state_keys == agent.state_keys
     n = agent.n_states

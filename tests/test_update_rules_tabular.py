@@ -18,7 +18,14 @@ import pytest
 from pglab.algos.tabular import QTableAgent, RADversarialTrainer, TrainingLoop, WoLFPHCAgent
 from pglab.algos.tabular.loops import train_best_response
 from pglab.data import ForecastSeries, load_series
-from pglab.envs.forecast_game import ForecastGame, HashStateKey, SimulationConfig, state_at
+from pglab.envs.forecast_game import (
+    ForecastGame,
+    HashStateKey,
+    SimulationConfig,
+    adversary_space,
+    forecaster_space,
+    state_at,
+)
 
 
 # --- references --------------------------------------------------------------------------------
@@ -111,7 +118,7 @@ def test_q_update_matches_the_reference_step_by_step_with_terminals():
 
 def test_q_update_one_step_by_hand_terminal_and_not():
     agent = QTableAgent(2, alpha=0.5, gamma=0.8, epsilon=0.0, epsilon_min=0.0)
-    agent.set_state(
+    agent.load_state_dict(
         {
             "epsilon": 0.0,
             "entries": [
@@ -226,8 +233,8 @@ def expected_rounds(config, series, encoder, seed, forecaster_acts, adversary_ac
     rounds = []
     for k, t in enumerate(range(start, start + config.horizon)):
         action, perturbation = forecaster_acts[k][2], adversary_acts[k][2]
-        forecast = series.target[t] + config.forecaster_space.deltas[action]
-        realised = series.target[t + 1] + config.adversary_space.deltas[perturbation]
+        forecast = series.target[t] + forecaster_space(config).deltas[action]
+        realised = series.target[t + 1] + adversary_space(config).deltas[perturbation]
         rounds.append(
             (
                 encoder(state_at(series, t)),
@@ -245,8 +252,8 @@ def test_rarl_learner_gets_its_own_reward_and_the_other_player_is_frozen():
     adversary blocks: the adversary learns from +|err| while the forecaster plays greedily."""
     series = load_series("synthetic", seed=2, n_rows=40)
     encoder = HashStateKey(10)
-    forecaster = Recording(GAME.forecaster_space, gamma=0.5, seed=0)
-    adversary = Recording(GAME.adversary_space, gamma=0.5, seed=1)
+    forecaster = Recording(forecaster_space(GAME), gamma=0.5, seed=0)
+    adversary = Recording(adversary_space(GAME), gamma=0.5, seed=1)
     trainer = RADversarialTrainer(GAME, alternation_schedule=2, total_epochs=8, seed=3)
     trainer.run(forecaster, adversary, series=series, encoder=encoder)
     h = GAME.horizon
@@ -274,8 +281,8 @@ def test_rarl_learner_gets_its_own_reward_and_the_other_player_is_frozen():
 def test_training_loop_with_an_adversary_gives_it_the_negated_reward():
     series = load_series("synthetic", seed=4, n_rows=40)
     encoder = HashStateKey(10)
-    forecaster = Recording(GAME.forecaster_space, gamma=0.5, seed=0)
-    adversary = Recording(GAME.adversary_space, gamma=0.5, seed=1)
+    forecaster = Recording(forecaster_space(GAME), gamma=0.5, seed=0)
+    adversary = Recording(adversary_space(GAME), gamma=0.5, seed=1)
     TrainingLoop(GAME, n_episodes=3, seed=7).run(forecaster, adversary, series=series, encoder=encoder)
     h = GAME.horizon
     for episode in range(3):
@@ -300,16 +307,16 @@ def test_best_response_adversary_learns_to_push_against_a_frozen_forecaster():
     n = 40
     series = ForecastSeries(np.arange(n) * 0.5 + 3.0, np.sin(np.arange(n)), tuple(f"t{i}" for i in range(n)), "ramp")
     config = SimulationConfig(horizon=10, state_key="hash")
-    frozen = QTableAgent(config.forecaster_space, default_action=config.forecaster_space.delta_to_action(0.0))
+    frozen = QTableAgent(forecaster_space(config), default_action=forecaster_space(config).delta_to_action(0.0))
     adversary = QTableAgent(
-        config.adversary_space, alpha=0.5, gamma=0.0, epsilon=1.0, epsilon_decay=0.99, epsilon_min=0.1, seed=0
+        adversary_space(config), alpha=0.5, gamma=0.0, epsilon=1.0, epsilon_decay=0.99, epsilon_min=0.1, seed=0
     )
     history = train_best_response(
         frozen, adversary, config, series=series, encoder=HashStateKey(1), episodes=150, seed=0
     )
     assert frozen.n_updates == 0 and frozen.n_states == 0
     assert adversary.state_keys == [0]
-    np.testing.assert_allclose(adversary.q_values(0), 0.5 + config.adversary_space.deltas, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(adversary.q_values(0), 0.5 + adversary_space(config).deltas, rtol=0, atol=1e-4)
     assert adversary.act(0, explore=False) == config.adversary_bins - 1
     # history: the mean error the adversary caused per episode. Exploring uniformly at first:
     # E|0.5 + p| = 0.5; at the end 90% greedy: 0.9 * 0.75 + 0.1 * 0.5 = 0.725.

@@ -18,8 +18,8 @@ The learners are NumPy tables on the CPU; nothing here runs on a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,13 +28,25 @@ from typing import Any
 import numpy as np
 
 from pglab.agent import Agent
+from pglab.algos.tabular.agents import QTableAgent, WoLFPHCAgent
+from pglab.algos.tabular.loops import IterativeFeedbackLoop, RADversarialTrainer, TrainingLoop, train_best_response
 from pglab.configs.forecast import (
     BacktestConfig,
     ForecastLearnerConfig,
     ForecastModelEvaluateConfig,
     ForecastTrainConfig,
 )
-from pglab.errors import CheckpointError, DataError, TensorContractError, UsageError
+from pglab.data import ForecastSeries, load_series
+from pglab.envs.forecast_game import (
+    ForecastState,
+    StateEncoder,
+    adversary_space,
+    encoder_from_dict,
+    forecaster_space,
+    make_state_encoder,
+    state_at,
+)
+from pglab.errors import CheckpointError, ConfigError, DataError, TensorContractError, UsageError
 from pglab.run.shell import TrainerSpec, TrainingRun
 
 KINDS = ("forecast-q", "forecast-wolf", "forecast-rarl")
@@ -53,19 +65,16 @@ SPEC = TrainerSpec(
 
 
 # --- building blocks ---------------------------------------------------------------------------
-def load_data(config: ForecastLearnerConfig | ForecastModelEvaluateConfig):
-    """The config's series (a :class:`pglab.data.ForecastSeries`)."""
-    from pglab.data import load_series
-
+def load_data(config: ForecastLearnerConfig | ForecastModelEvaluateConfig) -> ForecastSeries:
+    """The config's series."""
     return load_series(config.source, target=config.target, driver=config.driver, seed=config.data_seed)
 
 
-def make_agents(config: ForecastLearnerConfig):
+def make_agents(config: ForecastLearnerConfig) -> tuple[QTableAgent, QTableAgent | None]:
     """``(forecaster, adversary or None)`` for ``config.algo``, untrained."""
-    from pglab.algos.tabular import QTableAgent, WoLFPHCAgent
 
     game = config.game
-    space = game.forecaster_space
+    space = forecaster_space(game)
     common = dict(
         alpha=config.alpha,
         gamma=config.gamma,
@@ -75,6 +84,7 @@ def make_agents(config: ForecastLearnerConfig):
     )
     # An unseen state falls back to delta 0: the random-walk forecast, not a random guess.
     zero = space.delta_to_action(0.0)
+    forecaster: QTableAgent
     if config.algo == "wolf":
         forecaster = WoLFPHCAgent(
             space,
@@ -88,13 +98,62 @@ def make_agents(config: ForecastLearnerConfig):
         forecaster = QTableAgent(space, seed=config.seed, default_action=zero, **common)
     adversary = None
     if config.algo == "rarl":
+        opponent_space = adversary_space(game)
         adversary = QTableAgent(
-            game.adversary_space,
+            opponent_space,
             seed=config.seed + 1,
-            default_action=game.adversary_space.delta_to_action(0.0),
+            default_action=opponent_space.delta_to_action(0.0),
             **common,
         )
     return forecaster, adversary
+
+
+@dataclasses.dataclass
+class ForecastLearners:
+    """A run's players and the loop that trains them: Q-learning or WoLF-PHC alone
+    (:class:`~pglab.algos.tabular.TrainingLoop`), or RARL's forecaster and adversary
+    (:class:`~pglab.algos.tabular.RADversarialTrainer`)."""
+
+    forecaster: QTableAgent
+    adversary: QTableAgent | None
+    loop: TrainingLoop | RADversarialTrainer
+
+    @classmethod
+    def build(cls, config: ForecastLearnerConfig) -> ForecastLearners:
+        """Untrained learners for ``config.algo``, seeded from ``config.seed``."""
+        forecaster, adversary = make_agents(config)
+        loop: TrainingLoop | RADversarialTrainer
+        if adversary is not None:
+            loop = RADversarialTrainer(
+                config.game,
+                alternation_schedule=config.alternation_schedule,
+                total_epochs=config.episodes,
+                seed=config.seed,
+            )
+        else:
+            loop = TrainingLoop(config.game, n_episodes=config.episodes, seed=config.seed)
+        return cls(forecaster, adversary, loop)
+
+    def players(self) -> dict[str, QTableAgent]:
+        """The tables by role: ``forecaster`` and, for RARL, ``adversary``."""
+        return {"forecaster": self.forecaster, **({"adversary": self.adversary} if self.adversary is not None else {})}
+
+    def episode(self, series: ForecastSeries, encoder: StateEncoder) -> dict[str, float]:
+        """Play the next episode (RARL: epoch), learn from it; return its metrics.
+
+        Episode ``i`` (0-based) plays the game seeded with ``seed + i``, so one call per
+        episode equals one long run, and a resumed loop continues where it stopped.
+        """
+        if self.adversary is not None:
+            assert isinstance(self.loop, RADversarialTrainer)  # built together by build()
+            return self.loop.episode(self.forecaster, self.adversary, series=series, encoder=encoder)
+        assert isinstance(self.loop, TrainingLoop)
+        return self.loop.episode(self.forecaster, series=series, encoder=encoder)
+
+    def summary(self) -> dict[str, Any]:
+        if isinstance(self.loop, RADversarialTrainer):
+            return self.loop.summary()
+        return self.loop.summary(self.forecaster)
 
 
 # --- training ----------------------------------------------------------------------------------
@@ -114,98 +173,35 @@ def train_forecast(
         ``{"run_dir", "summary", "outputs", "interrupted", "exit_code"}``; ``outputs``
         lists the Q-table JSON files written (none after a stop).
     """
-    from pglab.algos.tabular import RADversarialTrainer, TrainingLoop
-    from pglab.algos.tabular.serialization import agent_from_dict, agent_to_dict, save_q_table
-    from pglab.envs.forecast_game import encoder_from_dict, make_state_encoder
-    from pglab.run.checkpoint import build_checkpoint
-    from pglab.run.config import config_to_dict
+    from pglab.run.state import Value
 
     with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
         config = run.config
-        config_dict = config_to_dict(dataclasses.replace(config, resume=None))
+        # -- build: the training rows, the learners, the state key fitted on those rows ----
+        series = training_series(config)
+        learners = ForecastLearners.build(config)
+        fitted_key = Value(make_state_encoder(config.game, series).to_dict())
+        run.track(
+            state={**learners.players(), "loop": learners.loop, "encoder": fitted_key},
+            meta={"series": series.name},
+            info={"rows": len(series)},
+        )
+        encoder = encoder_from_dict(fitted_key.value)  # a resumed run keeps the key it learned with
+        run.counters.setdefault("env_steps", 0)
 
-        # -- build: data, game, agents, loop ----------------------------------------------
-        series = load_data(config)
-        if config.train_rows is not None:
-            series.require_length(config.train_rows, f"train_rows={config.train_rows}")
-            series = series.slice(0, config.train_rows)
-        game = config.game
-        series.require_length(game.horizon + 2, f"horizon={game.horizon}")
-        forecaster, adversary = make_agents(config)
-        if adversary is not None:
-            loop = RADversarialTrainer(
-                game, alternation_schedule=config.alternation_schedule, total_epochs=config.episodes, seed=config.seed
-            )
-        else:
-            loop = TrainingLoop(game, n_episodes=config.episodes, seed=config.seed)
-        if run.checkpoint is not None:
-            extra, source = run.checkpoint["extra"], run.checkpoint.get("path", str(run.run_dir))
-            forecaster = agent_from_dict(json.loads(extra["forecaster"]), source=source)
-            if adversary is not None:
-                adversary = agent_from_dict(json.loads(extra["adversary"]), source=source)
-            loop.set_state(json.loads(extra["loop"]))
-            encoder = encoder_from_dict(json.loads(extra["encoder"]))
-        else:
-            encoder = make_state_encoder(game, series)  # fitted on the training rows only
-        run.logger.write_meta({"kind": run.kind, "series": series.name, "rows": len(series)})
+        # -- episodes: play, learn, log ---------------------------------------------------
+        for episode in run.steps(config.episodes, desc=f"train forecast ({config.algo})", unit="ep"):
+            metrics = learners.episode(series, encoder)
+            run.counters["env_steps"] += config.game.horizon
+            run.log(episode, metrics)
+            run.set_postfix(reward=f"{metrics['reward/mean']:.3f}")
 
-        def checkpoint() -> dict[str, Any]:
-            # The tables go in as JSON: exact floats and the agents' RNG states.
-            extra = {
-                "forecaster": json.dumps(agent_to_dict(forecaster)),
-                "loop": json.dumps(loop.get_state()),
-                "encoder": json.dumps(encoder.to_dict()),
-            }
-            if adversary is not None:
-                extra["adversary"] = json.dumps(agent_to_dict(adversary))
-            return build_checkpoint(
-                kind=run.kind, config=config_dict, counters=dict(run.counters), models={}, extra=extra
-            )
-
-        # -- episodes ---------------------------------------------------------------------
-        stats: dict[str, float] = {}
-
-        def record(index: int, episode_stats: dict[str, float]) -> None:
-            stats.update(episode_stats)
-
-        for episode in run.steps(config.episodes, save=checkpoint, desc=f"train forecast ({config.algo})", unit="ep"):
-            started = time.perf_counter()
-            # Episode number `episode` (1-based) is the loop's episode `episode - 1`, seeded
-            # with seed + episode - 1, so one call per episode equals one long run.
-            if adversary is not None:
-                loop.run(forecaster, adversary, series=series, encoder=encoder, stop=episode, on_episode=record)
-            else:
-                loop.run(forecaster, series=series, encoder=encoder, stop=episode, on_episode=record)
-            elapsed = time.perf_counter() - started
-            run.log(episode, {**stats, "perf/iter_s": elapsed, "perf/steps_per_s": game.horizon / max(elapsed, 1e-9)})
-            run.set_postfix(reward=f"{stats['reward/mean']:.3f}")
-
-        # -- outputs ----------------------------------------------------------------------
-        summary = loop.summary() if adversary is not None else loop.summary(forecaster)
-        written: list[str] = []
-        if not run.interrupted:
-            metadata = {
-                "state_encoder": encoder.to_dict(),
-                "series": series.name,
-                "rows": len(series),
-                "algorithm": config.algo,
-                "config": config_dict,
-            }
-            output = Path(config.output) if config.output else run.run_dir / "forecaster.json"
-            save_q_table(forecaster, output, metadata={**metadata, "role": "forecaster"})
-            written.append(str(output))
-            if adversary is not None:
-                adversary_path = output.with_name(output.stem + ".adversary.json")
-                save_q_table(adversary, adversary_path, metadata={**metadata, "role": "adversary"})
-                written.append(str(adversary_path))
+        # -- outputs: the Q-tables of a finished run ----------------------------------------
+        summary = learners.summary()
+        written = [] if run.interrupted else write_q_tables(config, learners, series, encoder, run.run_dir)
         run.finish({**summary, "outputs": written})
     if not run.interrupted:
-        try:
-            from pglab.run.plots import plot_learning_curves
-
-            plot_learning_curves(run.run_dir, keys=["reward/mean", "stats/abs_td_error"], smooth=10)
-        except UsageError:
-            pass
+        plot_training(run.run_dir)
     return {
         "run_dir": str(run.run_dir),
         "summary": summary,
@@ -213,6 +209,52 @@ def train_forecast(
         "interrupted": run.interrupted,
         "exit_code": run.exit_code,
     }
+
+
+def training_series(config: ForecastTrainConfig) -> ForecastSeries:
+    """The rows a run trains on: the first ``train_rows`` (default: all), at least an episode's worth."""
+    series = load_data(config)
+    if config.train_rows is not None:
+        series.require_length(config.train_rows, f"train_rows={config.train_rows}")
+        series = series.slice(0, config.train_rows)
+    series.require_length(config.game.horizon + 2, f"horizon={config.game.horizon}")
+    return series
+
+
+def write_q_tables(
+    config: ForecastTrainConfig,
+    learners: ForecastLearners,
+    series: ForecastSeries,
+    encoder: StateEncoder,
+    run_dir: Path,
+) -> list[str]:
+    """Write the forecaster's Q-table JSON (``config.output``, default ``RUN_DIR/forecaster.json``)
+    and, for RARL, the adversary's beside it (``*.adversary.json``); return their paths."""
+    from pglab.algos.tabular.serialization import save_q_table
+    from pglab.run.config import config_to_dict
+
+    metadata = {
+        "state_encoder": encoder.to_dict(),
+        "series": series.name,
+        "rows": len(series),
+        "algorithm": config.algo,
+        "config": config_to_dict(dataclasses.replace(config, resume=None)),
+    }
+    output = Path(config.output) if config.output else run_dir / "forecaster.json"
+    paths = {"forecaster": output, "adversary": output.with_name(output.stem + ".adversary.json")}
+    written = []
+    for role, agent in learners.players().items():
+        save_q_table(agent, paths[role], metadata={**metadata, "role": role})
+        written.append(str(paths[role]))
+    return written
+
+
+def plot_training(run_dir: Path) -> None:
+    """``plots/learning_curves.png`` of a finished run (skipped where no figure can be drawn)."""
+    from pglab.run.plots import plot_learning_curves
+
+    with contextlib.suppress(UsageError):
+        plot_learning_curves(run_dir, keys=["reward/mean", "stats/abs_td_error"], smooth=10)
 
 
 # --- the agent ---------------------------------------------------------------------------------
@@ -264,8 +306,6 @@ class ForecastAgent(Agent):
     def state_keys(self, obs: Any) -> list[int]:
         """The Q-table keys of a batch: int ``[B]`` keys as they are, float ``[B, 3]``
         observations through the state key."""
-        from pglab.envs.forecast_game import ForecastState
-
         array = obs.detach().cpu().numpy() if hasattr(obs, "detach") else np.asarray(obs)
         if array.ndim == 1 and np.issubdtype(array.dtype, np.integer):
             return [int(key) for key in array]
@@ -311,10 +351,10 @@ class ForecastAgent(Agent):
 
 
 def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: Any = "cpu") -> ForecastAgent:
-    """Rebuild the agents of a loaded forecast checkpoint. ``device`` is accepted for the
-    common loader signature; the tables are NumPy arrays on the CPU."""
-    from pglab.algos.tabular.serialization import agent_from_dict
-    from pglab.envs.forecast_game import encoder_from_dict
+    """Rebuild the agents of a loaded forecast checkpoint: the tables of the run's config,
+    restored from ``extra["forecaster"]`` (``extra["adversary"]`` for RARL) with the state
+    key ``extra["encoder"]``. ``device`` is accepted for the common loader signature; the
+    tables are NumPy arrays on the CPU."""
     from pglab.run.config import config_from_dict
 
     source = checkpoint.get("path", "<checkpoint>")
@@ -322,16 +362,21 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: Any = "cpu") ->
         raise CheckpointError(
             f"checkpoint {source}: kind={checkpoint.get('kind')!r}, expected one of {', '.join(KINDS)}"
         )
+    config = config_from_dict(ForecastTrainConfig, {**checkpoint["config"], "resume": None})
+    learners = ForecastLearners.build(config)
     extra = checkpoint.get("extra", {})
     try:
-        forecaster = agent_from_dict(json.loads(extra["forecaster"]), source=source)
-        adversary = agent_from_dict(json.loads(extra["adversary"]), source=source) if "adversary" in extra else None
-        encoder = encoder_from_dict(json.loads(extra["encoder"]))
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        for role, agent in learners.players().items():
+            agent.load_state_dict(extra[role])
+        encoder = encoder_from_dict(extra["encoder"])
+    except (KeyError, TypeError, ValueError, ConfigError) as exc:
         raise CheckpointError(f"checkpoint {source}: forecast agents missing or unreadable ({exc!r})") from exc
-    config = config_from_dict(ForecastTrainConfig, {**checkpoint["config"], "resume": None})
     return ForecastAgent(
-        kind=checkpoint["kind"], config=config, policy=forecaster, encoder=encoder, adversary=adversary
+        kind=checkpoint["kind"],
+        config=config,
+        policy=learners.forecaster,
+        encoder=encoder,
+        adversary=learners.adversary,
     )
 
 
@@ -339,7 +384,6 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: Any = "cpu") ->
 def load_player(path: Path, role: str):
     """``(agent, state key, metadata)`` of a Q-table JSON written by ``pglab train forecast``."""
     from pglab.algos.tabular.serialization import load_q_table_with_metadata
-    from pglab.envs.forecast_game import encoder_from_dict
 
     agent, metadata = load_q_table_with_metadata(path)
     if "state_encoder" not in metadata:
@@ -357,8 +401,6 @@ def evaluate_forecaster(
     With an adversary, the realised value is ``y_t + perturbation`` for both the model
     and the random walk, so the comparison is like for like.
     """
-    from pglab.envs.forecast_game import state_at
-
     forecasts, naive, realised = [], [], []
     for t in rows:
         state = state_at(series, t - 1)
@@ -372,13 +414,14 @@ def evaluate_forecaster(
                 adversary.act(adversary_encoder(state), explore=False)
             )
         realised.append(series.target[t] + perturbation)
-    forecasts, naive, realised = map(np.asarray, (forecasts, naive, realised))
+    model_error = np.asarray(realised) - np.asarray(forecasts)
+    naive_error = np.asarray(realised) - np.asarray(naive)
     return {
         "n": len(rows),
-        "mae": float(np.mean(np.abs(realised - forecasts))),
-        "rmse": float(np.sqrt(np.mean((realised - forecasts) ** 2))),
-        "mae_random_walk": float(np.mean(np.abs(realised - naive))),
-        "rmse_random_walk": float(np.sqrt(np.mean((realised - naive) ** 2))),
+        "mae": float(np.mean(np.abs(model_error))),
+        "rmse": float(np.sqrt(np.mean(model_error**2))),
+        "mae_random_walk": float(np.mean(np.abs(naive_error))),
+        "rmse_random_walk": float(np.sqrt(np.mean(naive_error**2))),
     }
 
 
@@ -387,25 +430,14 @@ def best_response_attack(
 ) -> dict[str, Any]:
     """Train a fresh adversary (the run's game settings) against the frozen forecaster on
     rows ``start - 1 .. end - 1``, then evaluate the forecaster under its greedy attack."""
-    from pglab.algos.tabular import QTableAgent
-    from pglab.algos.tabular.loops import train_best_response
     from pglab.run.config import config_from_dict
 
-    stored = dict(metadata.get("config") or {})
-    # Old tables may spell fields the old way (algorithm, checkpoint_every): map them first.
-    renames = ForecastTrainConfig.DEPRECATED_NAMES
-    fields = {f.name for f in dataclasses.fields(ForecastTrainConfig)}
-    run = config_from_dict(
-        ForecastTrainConfig,
-        {
-            renames.get(k, k): v
-            for k, v in stored.items()
-            if renames.get(k, k) in fields and k not in ("output", "log_dir", "resume")
-        },
-    )
+    # The run's settings, without where it wrote (config_from_dict maps deprecated names).
+    stored = {k: v for k, v in (metadata.get("config") or {}).items() if k not in ("output", "log_dir", "resume")}
+    run = config_from_dict(ForecastTrainConfig, stored)
     window = series.slice(start - 1, end)
     game = dataclasses.replace(run.game, horizon=min(run.game.horizon, len(window) - 2))
-    space = game.adversary_space
+    space = adversary_space(game)
     adversary = QTableAgent(
         space,
         alpha=run.alpha,
@@ -503,7 +535,8 @@ def baseline_forecasts(
     Models (parameters estimated by statsmodels on the window only):
         random_walk: y_t = y_{t-1}
         ar1:         y_t = c + phi y_{t-1}                         (AutoReg, lags=1)
-        ar1_diff:    dy_t = c + phi dy_{t-1}, y_t = y_{t-1} + dy_t (AutoReg on differences = ARIMA(1,1,0) with drift, conditional MLE)
+        ar1_diff:    dy_t = c + phi dy_{t-1}, y_t = y_{t-1} + dy_t (AutoReg on differences
+                     = ARIMA(1,1,0) with drift, conditional MLE)
         arx_diff:    dy_t = c + phi dy_{t-1} + beta x_{t-1}        (OLS; uses the same driver as the learner)
     """
     import statsmodels.api as sm
@@ -533,7 +566,7 @@ def window_bounds(n_rows: int, window_size: int, step_size: int, max_windows: in
             f"window_size: the series has only {n_rows} rows; a window needs window_size + 2 rows "
             f"(a training window and at least one row to forecast) (got {window_size})"
         )
-    bounds = []
+    bounds: list[tuple[int, int, int]] = []
     start = 1
     while start + window_size < n_rows and (max_windows is None or len(bounds) < max_windows):
         bounds.append((start, start + window_size, min(start + window_size + step_size, n_rows)))
@@ -547,96 +580,120 @@ def run_backtest(config: BacktestConfig) -> dict[str, Any]:
     "predictions"}``."""
     import pandas as pd
 
-    from pglab.algos.tabular import IterativeFeedbackLoop, RADversarialTrainer, TrainingLoop
-    from pglab.envs.forecast_game import make_state_encoder, state_at
-    from pglab.run.atomic import atomic_write_json, atomic_write_text
-    from pglab.run.config import config_to_dict
     from pglab.run.device import resolve_device
     from pglab.run.progress import progress_bar
     from pglab.run.rundir import default_run_dir
 
     resolve_device(config.device)  # refuses cuda without a GPU; the tables themselves stay on the CPU
     series = load_data(config)
-    game = config.game
     bounds = window_bounds(len(series), config.window_size, config.step_size, config.windows)
     output_dir = Path(config.output or default_run_dir("backtest"))
     output_dir.mkdir(parents=True, exist_ok=True)
-    window_rows, prediction_rows = [], []
     started = time.perf_counter()
+    window_rows: list[dict[str, Any]] = []
+    prediction_rows: list[dict[str, Any]] = []
     bar = progress_bar(len(bounds), desc=f"backtest ({config.algo}, {config.game.state_key})", unit="win")
     for index, (train_start, train_end, test_end) in enumerate(bounds):
-        window = series.slice(train_start, train_end)
-        encoder = make_state_encoder(game, window)
-        # Each window gets a fresh agent and its own seeds: nothing learned on one window
-        # leaks into another's out-of-sample rows except through its training data.
-        window_config = dataclasses.replace(config, seed=config.seed + 1000 * index)
-        forecaster, adversary = make_agents(window_config)
-        if adversary is not None:
-            RADversarialTrainer(game, config.alternation_schedule, config.episodes, window_config.seed).run(
-                forecaster, adversary, series=window, encoder=encoder
-            )
-        else:
-            TrainingLoop(game, config.episodes, window_config.seed).run(forecaster, series=window, encoder=encoder)
-        feedback = IterativeFeedbackLoop(encoder=encoder)
-        rows = range(train_end, test_end)
-        learned = []
-        for t in rows:
-            state = state_at(series, t - 1)
-            forecast = state.value + forecaster.action_space.action_to_delta(
-                forecaster.act(encoder(state), explore=False)
-            )
-            learned.append(forecast)
-            if config.feedback:
-                feedback.update_from_realized(forecaster, [(state, forecast, float(series.target[t]))])
-        baselines = baseline_forecasts(
-            window.target,
-            window.exogenous,
-            series.target[train_end - 2 : test_end],
-            series.exogenous[train_end - 2 : test_end],
-        )
-        actual = series.target[train_end:test_end]
-        methods = {"learned": np.asarray(learned), **baselines}
-        row = {
-            "window": index,
-            "train_start": series.dates[train_start],
-            "train_end": series.dates[train_end - 1],
-            "test_start": series.dates[train_end],
-            "test_end": series.dates[test_end - 1],
-            "n": len(rows),
-            "states_seen": forecaster.n_states,
-        }
-        for name, forecasts in methods.items():
-            errors = actual - forecasts
-            row[f"mae_{name}"] = float(np.mean(np.abs(errors)))
-            row[f"rmse_{name}"] = float(np.sqrt(np.mean(errors**2)))
-        window_rows.append(row)
-        for k, t in enumerate(rows):
-            prediction_rows.append(
-                {
-                    "window": index,
-                    "date": series.dates[t],
-                    "actual": float(actual[k]),
-                    **{name: float(forecasts[k]) for name, forecasts in methods.items()},
-                }
-            )
+        window_row, window_predictions = backtest_window(config, series, index, train_start, train_end, test_end)
+        window_rows.append(window_row)
+        prediction_rows.extend(window_predictions)
         bar.update(1)
     bar.close()
-    predictions = pd.DataFrame(prediction_rows)
-    windows = pd.DataFrame(window_rows)
-    summary = summarise(predictions, windows)
-    summary.update(
-        {
-            "series": series.name,
-            "algorithm": config.algo,
-            "state_key": config.game.state_key,
-            "n_windows": len(bounds),
-            "window_size": config.window_size,
-            "step_size": config.step_size,
-            "episodes": config.episodes,
-            "feedback": config.feedback,
-            "wall_s": time.perf_counter() - started,
-        }
+    predictions, windows = pd.DataFrame(prediction_rows), pd.DataFrame(window_rows)
+    summary = {
+        **summarise(predictions, windows),
+        "series": series.name,
+        "algorithm": config.algo,
+        "state_key": config.game.state_key,
+        "n_windows": len(bounds),
+        "window_size": config.window_size,
+        "step_size": config.step_size,
+        "episodes": config.episodes,
+        "feedback": config.feedback,
+        "wall_s": time.perf_counter() - started,
+    }
+    write_backtest(output_dir, config, series, summary, windows, predictions)
+    return {"summary": summary, "output": str(output_dir), "windows": windows, "predictions": predictions}
+
+
+def backtest_window(
+    config: BacktestConfig, series: ForecastSeries, index: int, train_start: int, train_end: int, test_end: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Window ``index``: train fresh learners on rows ``train_start..train_end-1``, then
+    forecast rows ``train_end..test_end-1`` one step ahead with them and with the
+    baselines fitted on the same rows. Returns the window's row of ``windows.csv`` and
+    its rows of ``predictions.csv``."""
+    window = series.slice(train_start, train_end)
+    encoder = make_state_encoder(config.game, window)
+    # Each window gets fresh learners and its own seeds: nothing learned on one window
+    # leaks into another's out-of-sample rows except through its training data.
+    learners = ForecastLearners.build(dataclasses.replace(config, seed=config.seed + 1000 * index))
+    for _ in range(config.episodes):
+        learners.episode(window, encoder)
+    rows = range(train_end, test_end)
+    learned = forecast_out_of_sample(series, rows, learners.forecaster, encoder, feedback=config.feedback)
+    baselines = baseline_forecasts(
+        window.target,
+        window.exogenous,
+        series.target[train_end - 2 : test_end],
+        series.exogenous[train_end - 2 : test_end],
     )
+    actual = series.target[train_end:test_end]
+    methods = {"learned": learned, **baselines}
+    window_row: dict[str, Any] = {
+        "window": index,
+        "train_start": series.dates[train_start],
+        "train_end": series.dates[train_end - 1],
+        "test_start": series.dates[train_end],
+        "test_end": series.dates[test_end - 1],
+        "n": len(rows),
+        "states_seen": learners.forecaster.n_states,
+    }
+    for name, forecasts in methods.items():
+        errors = actual - forecasts
+        window_row[f"mae_{name}"] = float(np.mean(np.abs(errors)))
+        window_row[f"rmse_{name}"] = float(np.sqrt(np.mean(errors**2)))
+    predictions = [
+        {
+            "window": index,
+            "date": series.dates[t],
+            "actual": float(actual[k]),
+            **{name: float(forecasts[k]) for name, forecasts in methods.items()},
+        }
+        for k, t in enumerate(rows)
+    ]
+    return window_row, predictions
+
+
+def forecast_out_of_sample(
+    series: ForecastSeries, rows: range, forecaster: QTableAgent, encoder: StateEncoder, *, feedback: bool
+) -> np.ndarray:
+    """float64[len(rows)]: the greedy one-step forecasts of ``series.target[t]`` from row
+    ``t - 1``; with ``feedback``, the forecaster learns from each value once it is realised
+    (:class:`~pglab.algos.tabular.IterativeFeedbackLoop`)."""
+    online = IterativeFeedbackLoop(encoder=encoder)
+    learned = []
+    for t in rows:
+        state = state_at(series, t - 1)
+        forecast = state.value + forecaster.action_space.action_to_delta(forecaster.act(encoder(state), explore=False))
+        learned.append(forecast)
+        if feedback:
+            online.update_from_realized(forecaster, [(state, forecast, float(series.target[t]))])
+    return np.asarray(learned)
+
+
+def write_backtest(
+    output_dir: Path,
+    config: BacktestConfig,
+    series: ForecastSeries,
+    summary: dict[str, Any],
+    windows: Any,
+    predictions: Any,
+) -> None:
+    """``windows.csv``, ``predictions.csv``, ``summary.json`` and ``backtest.png`` in ``output_dir``, atomically."""
+    from pglab.run.atomic import atomic_write_json, atomic_write_text
+    from pglab.run.config import config_to_dict
+
     atomic_write_text(output_dir / "windows.csv", windows.to_csv(index=False))
     atomic_write_text(output_dir / "predictions.csv", predictions.to_csv(index=False))
     atomic_write_json(output_dir / "summary.json", {"summary": summary, "config": config_to_dict(config)})
@@ -647,7 +704,6 @@ def run_backtest(config: BacktestConfig) -> dict[str, Any]:
         title=f"{series.name}: {config.algo}, state_key={config.game.state_key}",
         target_label=target_label(series),
     )
-    return {"summary": summary, "output": str(output_dir), "windows": windows, "predictions": predictions}
 
 
 def summarise(predictions, windows) -> dict[str, Any]:

@@ -63,19 +63,29 @@ def time_updates(agent, n_states: int, updates: int, seed: int, repeats: int) ->
 def time_training_loop(episodes: int = 100) -> float:
     from pglab.algos.tabular import QTableAgent, TrainingLoop
     from pglab.data import load_series
-    from pglab.envs.forecast_game import SimulationConfig
+    from pglab.envs.forecast_game import SimulationConfig, forecaster_space
 
     config = SimulationConfig(horizon=80)
     series = load_series("macrodata")
-    agent = QTableAgent(config.forecaster_space, gamma=0.0, seed=0)
+    agent = QTableAgent(forecaster_space(config), gamma=0.0, seed=0)
     start = time.perf_counter()
     TrainingLoop(config, n_episodes=episodes, seed=0).run(agent, series=series)
     return episodes * config.horizon / (time.perf_counter() - start)
 
 
+@dataclasses.dataclass(frozen=True)
+class SelfPlaySetting:
+    """A self-play experiment: the learning rate, WoLF's winning step and each player's
+    starting policy (away from the equilibrium)."""
+
+    alpha: float
+    delta_win: float
+    start: tuple[list[float], list[float]]
+
+
 CONVERGENCE = {  # the settings of tests/test_matrix_games.py
-    "matching_pennies": dict(alpha=0.1, delta_win=0.0005, start=([0.9, 0.1], [0.2, 0.8])),
-    "rock_paper_scissors": dict(alpha=0.2, delta_win=0.0005, start=([0.8, 0.1, 0.1], [0.1, 0.1, 0.8])),
+    "matching_pennies": SelfPlaySetting(alpha=0.1, delta_win=0.0005, start=([0.9, 0.1], [0.2, 0.8])),
+    "rock_paper_scissors": SelfPlaySetting(alpha=0.2, delta_win=0.0005, start=([0.8, 0.1, 0.1], [0.1, 0.1, 0.8])),
 }
 
 
@@ -85,16 +95,16 @@ def convergence(name: str, ratio: float, steps: int, seed: int) -> dict[str, np.
 
     settings = CONVERGENCE[name]
     agents = []
-    for k, start in enumerate(settings["start"]):
+    for k, start in enumerate(settings.start):
         agent = WoLFPHCAgent(
             len(start),
-            alpha=settings["alpha"],
+            alpha=settings.alpha,
             gamma=0.0,
             epsilon=0.05,
             epsilon_decay=1.0,
             epsilon_min=0.05,
-            delta_win=settings["delta_win"],
-            delta_lose=ratio * settings["delta_win"],
+            delta_win=settings.delta_win,
+            delta_lose=ratio * settings.delta_win,
             seed=seed + 1 + k,
         )
         agent.set_policy(0, start)

@@ -10,37 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pglab.configs.forecast import (  # noqa: F401  (re-exported: the names these configs had here)
-    ALGORITHMS,
+from pglab.configs.forecast import (
     BacktestConfig,
-    EvaluateCheckpointConfig,
-    EvaluateForecastConfig,
     ForecastEvaluateConfig,
     ForecastModelEvaluateConfig,
     ForecastTrainConfig,
-    TrainForecastConfig,
 )
 from pglab.validation import check_output_file
-
-
-def __getattr__(name: str) -> Any:
-    # The computations moved to pglab.algos.forecast; old imports from here keep working
-    # without importing torch for --help.
-    if name in (
-        "make_agents",
-        "baseline_forecasts",
-        "window_bounds",
-        "run_backtest",
-        "summarise",
-        "plot_backtest",
-        "evaluate_forecaster",
-        "best_response_attack",
-        "BASELINES",
-    ):
-        import pglab.algos.forecast as algos_forecast
-
-        return getattr(algos_forecast, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- train -------------------------------------------------------------------------------------
@@ -152,6 +128,7 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"{'' if dm is None else f'{dm:8.2f}':>8} {'' if share is None else f'{100 * share:5.0f}%':>6}"
         )
     lines.append(
-        "DM t: learned minus baseline absolute error (< -2: the learner is significantly better); win%: windows where the learner's MAE is lower"
+        "DM t: learned minus baseline absolute error (< -2: the learner is significantly better); "
+        "win%: windows where the learner's MAE is lower"
     )
     return "\n".join(lines)

@@ -27,7 +27,9 @@ StateKeyName = Literal["hash", "scaled"]
 
 @dataclasses.dataclass(frozen=True)
 class SimulationConfig:
-    """Settings of the game (the data source is chosen by the command, not here)."""
+    """Settings of the game (the data source is chosen by the command, not here); the
+    action spaces they describe are built by :func:`pglab.envs.forecast_game.forecaster_space`
+    and :func:`~pglab.envs.forecast_game.adversary_space`."""
 
     horizon: int = 80
     """rounds per episode"""
@@ -40,7 +42,8 @@ class SimulationConfig:
     adversary_max: float = 0.25
     """largest perturbation of the realised value, in target units"""
     state_key: StateKeyName = "scaled"
-    """state discretisation: 'scaled' (quantiles of change and driver, fitted on the training data) or 'hash' (design note)"""
+    """state discretisation: 'scaled' (quantiles of change and driver, fitted on the training data) or 'hash'
+    (fixed-width buckets of level and driver)"""
     hash_buckets: int = 50
     """buckets per dimension of the 'hash' key"""
     scaled_buckets: int = 3
@@ -55,20 +58,6 @@ class SimulationConfig:
         check_choice("state_key", self.state_key, ("hash", "scaled"))
         check_int("hash_buckets", self.hash_buckets, minimum=1)
         check_int("scaled_buckets", self.scaled_buckets, minimum=1)
-
-    @property
-    def forecaster_space(self):
-        """The forecaster's actions, a :class:`pglab.envs.forecast_game.DiscreteActionSpace`."""
-        from pglab.envs.forecast_game import DiscreteActionSpace
-
-        return DiscreteActionSpace(self.n_bins, self.max_delta)
-
-    @property
-    def adversary_space(self):
-        """The adversary's actions, a :class:`pglab.envs.forecast_game.DiscreteActionSpace`."""
-        from pglab.envs.forecast_game import DiscreteActionSpace
-
-        return DiscreteActionSpace(self.adversary_bins, self.adversary_max)
 
 
 def check_device(device: str) -> None:
@@ -86,7 +75,8 @@ class ForecastLearnerConfig:
     DEPRECATED_NAMES: ClassVar[dict[str, str]] = {"algorithm": "algo"}
 
     algo: str = "q"
-    """learner: 'q' (Q-learning), 'wolf' (WoLF-PHC) or 'rarl' (Q-learning forecaster trained against a learning adversary)"""
+    """learner: 'q' (Q-learning), 'wolf' (WoLF-PHC) or 'rarl' (a Q-learning forecaster trained against a learning
+    adversary)"""
     source: str = "auto"
     """data: 'auto' (fred if FRED_API_KEY is set, else macrodata), 'macrodata', 'synthetic', 'fred' or 'csv:PATH'"""
     target: str | None = None
@@ -223,7 +213,8 @@ class ForecastModelEvaluateConfig:
     end_row: int | None = None
     """one past the last forecast row (default: the end of the series)"""
     best_response_episodes: int = 0
-    """if > 0: train a fresh adversary for this many episodes against the frozen forecaster on the evaluated rows, then report the error under its attack (exploitability)"""
+    """if > 0: train a fresh adversary for this many episodes against the frozen forecaster on the evaluated rows,
+    then report the error under its attack (exploitability)"""
     output: Path | None = None
     """write the results as JSON here"""
     device: str = "auto"
@@ -272,9 +263,3 @@ class BacktestConfig(ForecastLearnerConfig):
                 self.game.horizon,
                 f"must be <= window_size - 2 = {self.window_size - 2} (an episode needs horizon + 2 rows)",
             )
-
-
-# The names these configs had in pglab.commands.forecast.
-TrainForecastConfig = ForecastTrainConfig
-EvaluateCheckpointConfig = ForecastEvaluateConfig
-EvaluateForecastConfig = ForecastModelEvaluateConfig

@@ -20,8 +20,8 @@ the learners (``pglab.algos.tabular`` builds on this module, never the reverse).
 
 State keys map a continuous state to a Q-table row:
 
-* ``hash`` -- the design note's ``_state_hash`` exactly (50 x 50 buckets of the level
-  mod 100 and of the exogenous value, fixed widths 2.0 and 0.2);
+* ``hash`` -- fixed-width buckets: 50 x 50 buckets of the level mod 100 (width 2.0)
+  and of the exogenous value (width 0.2, offset 5);
 * ``scaled`` -- quantile buckets of the recent change ``y_t - y_{t-1}`` and of ``x_t``,
   with edges fitted on the training window only (no look-ahead).
 """
@@ -35,7 +35,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from pglab.configs.forecast import SimulationConfig  # torch-free configs (re-exported)
+from pglab.configs.forecast import SimulationConfig
 from pglab.data.series import ForecastSeries
 from pglab.errors import ConfigError, DataError
 from pglab.validation import check_int, check_positive
@@ -93,6 +93,16 @@ class DiscreteActionSpace:
         return {"n_bins": self.n_bins, "max_delta": self.max_delta}
 
 
+def forecaster_space(config: SimulationConfig) -> DiscreteActionSpace:
+    """The forecaster's actions: ``n_bins`` deltas in ``[-max_delta, max_delta]``."""
+    return DiscreteActionSpace(config.n_bins, config.max_delta)
+
+
+def adversary_space(config: SimulationConfig) -> DiscreteActionSpace:
+    """The adversary's actions: ``adversary_bins`` perturbations in ``[-adversary_max, adversary_max]``."""
+    return DiscreteActionSpace(config.adversary_bins, config.adversary_max)
+
+
 @dataclass(frozen=True)
 class ForecastState:
     """What the players see at date ``t``: the level, the driver and the last change."""
@@ -104,7 +114,7 @@ class ForecastState:
 
 
 def _state_hash(state: ForecastState, n_buckets: int = 50) -> int:
-    """The design note's state hash, verbatim (up to 50 x 50 = 2500 keys)."""
+    """Fixed-width buckets of the level mod 100 and of the exogenous value (up to 50 x 50 = 2500 keys)."""
     v_bucket = int((state.value % 100) / 2) % n_buckets
     e_bucket = int((state.exogenous + 5) * 5) % n_buckets
     return v_bucket * n_buckets + e_bucket
@@ -264,12 +274,14 @@ class ForecastGame:
         adversary_explore: bool | None = None,
     ) -> list[Transition]:
         """Play ``horizon`` rounds; return the trajectory log (no learning happens here)."""
-        forecaster_deltas = self.config.forecaster_space.deltas
-        adversary_deltas = self.config.adversary_space.deltas
+        forecaster_deltas = forecaster_space(self.config).deltas
+        adversary_deltas = adversary_space(self.config).deltas
         adversary_explore = explore if adversary_explore is None else adversary_explore
+        encoder = self.encoder
+        assert encoder is not None  # __post_init__ fitted it
         logs: list[Transition] = []
         state = state_at(self.series, self.start)
-        key = self.encoder(state)
+        key = encoder(state)
         for t in range(self.start, self.start + self.config.horizon):
             action = forecaster.act(key, explore)
             forecast = state.value + forecaster_deltas[action]
@@ -278,7 +290,7 @@ class ForecastGame:
             realised = float(self.series.target[t + 1] + perturbation)
             reward = -abs(realised - forecast)  # forecaster: -|realised - forecast|
             next_state = state_at(self.series, t + 1)
-            next_key = self.encoder(next_state)
+            next_key = encoder(next_state)
             logs.append(
                 Transition(
                     state, action, reward, next_state, key, next_key, float(forecast), realised, adversary_action

@@ -193,7 +193,7 @@ class QTableAgent:
         self.n_updates += 1
         return float(td_error)
 
-    # --- (de)serialisation: used by pglab.algos.tabular.serialization ---------------
+    # --- state: checkpoints and pglab.algos.tabular.serialization -------------------
     def hyperparameters(self) -> dict[str, Any]:
         return {
             "alpha": self.alpha,
@@ -210,8 +210,10 @@ class QTableAgent:
     def load_row_entry(self, row: int, entry: dict[str, Any]) -> None:
         self.q[row] = entry["q"]
 
-    def get_state(self) -> dict[str, Any]:
-        """Everything needed to continue learning bit-identically (JSON-ready)."""
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue learning bit-identically (JSON-ready): epsilon,
+        the update count, the RNG state and the table's entries (the hyperparameters
+        come from the constructor)."""
         return {
             "epsilon": self.epsilon,
             "n_updates": self.n_updates,
@@ -219,7 +221,8 @@ class QTableAgent:
             "entries": [{"state": key, **self.row_entry(row)} for row, key in enumerate(self._keys)],
         }
 
-    def set_state(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into an agent built with the same action space."""
         check_range("epsilon", state["epsilon"], 0.0, 1.0)
         self.epsilon = float(state["epsilon"])
         self.n_updates = int(state.get("n_updates", 0))
@@ -253,8 +256,8 @@ class WoLFPHCAgent(QTableAgent):
         pi(s, argmax Q) += sum of the steps
 
     The ``min`` keeps ``pi`` a distribution without renormalising; while no probability
-    hits 0 it is exactly the design note's "+delta to the best, -delta/(n-1) to the
-    rest". ``delta_win == delta_lose`` is plain PHC, which cycles in matching pennies.
+    hits 0 it is exactly "+delta to the best, -delta/(n-1) to the rest".
+    ``delta_win == delta_lose`` is plain PHC, which cycles in matching pennies.
 
     Acting: with probability epsilon a uniform action, else a sample from ``pi(s)``;
     ``explore=False`` returns the mode of ``pi(s)``.

@@ -14,13 +14,27 @@ from typing import Any
 import numpy as np
 
 from pglab.algos.tabular.agents import QTableAgent
-from pglab.algos.tabular.serialization import load_q_table, save_q_table
 from pglab.data.series import ForecastSeries
-from pglab.envs.forecast_game import ForecastGame, ForecastState, HashStateKey, SimulationConfig, StateEncoder
+from pglab.envs.forecast_game import (
+    ForecastGame,
+    ForecastState,
+    HashStateKey,
+    SimulationConfig,
+    StateEncoder,
+    Transition,
+    make_state_encoder,
+)
 from pglab.errors import ConfigError
 from pglab.validation import check_int
 
 EpisodeCallback = Callable[[int, dict[str, float]], None]
+
+
+def _adversary_action(transition: Transition) -> int:
+    """The adversary's action of a round the adversary played."""
+    if transition.adversary_action is None:
+        raise ValueError("a transition without an adversary action cannot train the adversary")
+    return transition.adversary_action
 
 
 def _episode_stats(logs: list, td_errors: list[float]) -> dict[str, float]:
@@ -68,22 +82,34 @@ class TrainingLoop:
         stop = self.n_episodes if stop is None else stop
         if start != len(self.rewards_history):
             raise ConfigError("start", start, f"must equal the episodes already run ({len(self.rewards_history)})")
+        encoder = encoder if encoder is not None else make_state_encoder(self.config, series)
         for episode in range(start, stop):
-            game = ForecastGame(self.config, self.seed + episode, series, encoder)
-            encoder = game.encoder  # fitted once, reused by later episodes
-            logs = game.run(forecaster, adversary)
-            td_errors = []
-            for tr in logs:
-                td_errors.append(forecaster.update(tr.state_key, tr.action, tr.reward, tr.next_state_key))
-                if adversary is not None:
-                    adversary.update(tr.state_key, tr.adversary_action, -tr.reward, tr.next_state_key)
-            stats = _episode_stats(logs, td_errors)
-            self.rewards_history.append(stats["reward/mean"])
-            self.td_history.extend(abs(td) for td in td_errors)
-            self.td_history = self.td_history[-100:]
+            stats = self.episode(forecaster, adversary, series=series, encoder=encoder)
             if on_episode is not None:
-                on_episode(episode, {**stats, "stats/epsilon": forecaster.epsilon})
+                on_episode(episode, stats)
         return self.summary(forecaster)
+
+    def episode(
+        self,
+        forecaster: QTableAgent,
+        adversary: QTableAgent | None = None,
+        *,
+        series: ForecastSeries,
+        encoder: StateEncoder,
+    ) -> dict[str, float]:
+        """Play the next episode (number ``len(rewards_history)``), learn from it, return its metrics."""
+        game = ForecastGame(self.config, self.seed + len(self.rewards_history), series, encoder)
+        logs = game.run(forecaster, adversary)
+        td_errors = []
+        for tr in logs:
+            td_errors.append(forecaster.update(tr.state_key, tr.action, tr.reward, tr.next_state_key))
+            if adversary is not None:
+                adversary.update(tr.state_key, _adversary_action(tr), -tr.reward, tr.next_state_key)
+        stats = _episode_stats(logs, td_errors)
+        self.rewards_history.append(stats["reward/mean"])
+        self.td_history.extend(abs(td) for td in td_errors)
+        self.td_history = self.td_history[-100:]
+        return {**stats, "stats/epsilon": forecaster.epsilon}
 
     def summary(self, forecaster: QTableAgent) -> dict[str, Any]:
         return {
@@ -94,16 +120,12 @@ class TrainingLoop:
             "rewards_history": list(self.rewards_history),
         }
 
-    def get_state(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"rewards_history": list(self.rewards_history), "td_history": list(self.td_history)}
 
-    def set_state(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rewards_history = [float(v) for v in state["rewards_history"]]
         self.td_history = [float(v) for v in state["td_history"]]
-
-    # The design note's spelling: TrainingLoop.save_q_table(agent, path) / load_q_table(path).
-    save_q_table = staticmethod(save_q_table)
-    load_q_table = staticmethod(load_q_table)
 
 
 @dataclass
@@ -141,34 +163,41 @@ class RADversarialTrainer:
         stop: int | None = None,
         on_episode: EpisodeCallback | None = None,
     ) -> dict[str, Any]:
+        """Train epochs ``len(epoch_results)..stop-1`` (default: to ``total_epochs``); return the summary."""
         stop = self.total_epochs if stop is None else stop
+        encoder = encoder if encoder is not None else make_state_encoder(self.config, series)
         for epoch in range(len(self.epoch_results), stop):
-            training = self.phase(epoch)
-            game = ForecastGame(self.config, self.seed + epoch, series, encoder)
-            encoder = game.encoder
-            learner_is_forecaster = training == "forecaster"
-            logs = game.run(
-                forecaster, adversary, explore=learner_is_forecaster, adversary_explore=not learner_is_forecaster
-            )
-            td_errors = [
-                forecaster.update(tr.state_key, tr.action, tr.reward, tr.next_state_key)
-                if learner_is_forecaster
-                else adversary.update(tr.state_key, tr.adversary_action, -tr.reward, tr.next_state_key)
-                for tr in logs
-            ]
-            stats = _episode_stats(logs, td_errors)
-            self.epoch_results.append({"epoch": epoch, "training": training, "mean_reward": stats["reward/mean"]})
+            stats = self.episode(forecaster, adversary, series=series, encoder=encoder)
             if on_episode is not None:
-                on_episode(
-                    epoch,
-                    {
-                        **stats,
-                        "stats/training_forecaster": float(learner_is_forecaster),
-                        "stats/epsilon": forecaster.epsilon,
-                        "stats/adversary_epsilon": adversary.epsilon,
-                    },
-                )
+                on_episode(epoch, stats)
         return self.summary()
+
+    def episode(
+        self, forecaster: QTableAgent, adversary: QTableAgent, *, series: ForecastSeries, encoder: StateEncoder
+    ) -> dict[str, float]:
+        """Play the next epoch (number ``len(epoch_results)``): the player whose block it is
+        learns; return the epoch's metrics."""
+        epoch = len(self.epoch_results)
+        training = self.phase(epoch)
+        game = ForecastGame(self.config, self.seed + epoch, series, encoder)
+        learner_is_forecaster = training == "forecaster"
+        logs = game.run(
+            forecaster, adversary, explore=learner_is_forecaster, adversary_explore=not learner_is_forecaster
+        )
+        td_errors = [
+            forecaster.update(tr.state_key, tr.action, tr.reward, tr.next_state_key)
+            if learner_is_forecaster
+            else adversary.update(tr.state_key, _adversary_action(tr), -tr.reward, tr.next_state_key)
+            for tr in logs
+        ]
+        stats = _episode_stats(logs, td_errors)
+        self.epoch_results.append({"epoch": epoch, "training": training, "mean_reward": stats["reward/mean"]})
+        return {
+            **stats,
+            "stats/training_forecaster": float(learner_is_forecaster),
+            "stats/epsilon": forecaster.epsilon,
+            "stats/adversary_epsilon": adversary.epsilon,
+        }
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -177,10 +206,10 @@ class RADversarialTrainer:
             "epoch_results": [dict(r) for r in self.epoch_results],
         }
 
-    def get_state(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"epoch_results": [dict(r) for r in self.epoch_results]}
 
-    def set_state(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.epoch_results = [dict(r) for r in state["epoch_results"]]
 
 
@@ -239,6 +268,6 @@ def train_best_response(
             forecaster, adversary, explore=False, adversary_explore=True
         )
         for tr in logs:
-            adversary.update(tr.state_key, tr.adversary_action, -tr.reward, tr.next_state_key)
+            adversary.update(tr.state_key, _adversary_action(tr), -tr.reward, tr.next_state_key)
         history.append(float(np.mean([-tr.reward for tr in logs])))
     return history

@@ -39,7 +39,7 @@ def agent_to_dict(agent: QTableAgent, metadata: dict[str, Any] | None = None) ->
         "algorithm": agent.algorithm,
         "action_space": agent.action_space.to_dict(),
         "hyperparameters": agent.hyperparameters(),
-        **agent.get_state(),
+        **agent.state_dict(),
         "metadata": metadata or {},
     }
 
@@ -116,7 +116,7 @@ def agent_from_dict(
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
                 raise _fail(source, f"entries[{i}].count={count!r} must be an integer >= 0")
     try:
-        agent.set_state(payload)
+        agent.load_state_dict(payload)
     except (ConfigError, TypeError, ValueError, KeyError) as exc:
         raise _fail(source, f"cannot restore the agent's state: {exc}") from exc
     return agent
