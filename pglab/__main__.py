@@ -1,0 +1,5 @@
+"""`python -m pglab`: the `pglab` command."""
+
+from pglab.cli import console_main
+
+console_main()
