@@ -25,6 +25,7 @@ stopped by SIGINT/SIGTERM after saving its checkpoint (continue it with --resume
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import traceback
@@ -249,6 +250,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("pglab: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`pglab ... | head`): not an error of pglab's
+        # Python would report the pipe again when it flushes stdout at exit; point it at devnull
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_OK
     except SystemExit as exc:  # tyro/argparse: 2 on a usage error, 0 after --help
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     except Exception:  # a bug, not a usage error: keep the traceback
