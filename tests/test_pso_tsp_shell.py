@@ -182,14 +182,10 @@ def test_stop_then_resume_is_bit_exact(tmp_path):
     assert resumed.exit_code == 0 and resumed.iterations == 3
     for (name, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values(), strict=False):
         assert torch.equal(a, b), name
-    timing = {"wall_time", "perf/iter_s", "perf/steps_per_s"}
 
-    def rows(run):
+    def rows(run):  # without the shell's wall-clock columns
         with open(run / "metrics.csv", newline="") as handle:
-            return [
-                {k: v for k, v in row.items() if k not in timing and not k.startswith("perf/")}
-                for row in csv.DictReader(handle)
-            ]
+            return [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in csv.DictReader(handle)]
 
     assert rows(tmp_path / "full") == rows(tmp_path / "half")
 
@@ -218,8 +214,8 @@ def test_old_run_loads_evaluates_and_resumes(tmp_path, capsys):
         make_config(PSOTSPTrainConfig, **{**TINY, "algo": "vpg_gae"}, n_iterations=1, log_dir=run_dir), **QUIET
     )
 
-    def to_old(config):  # flat (before the nested env and update configs), rl_mode, no threads
-        flat = {k: v for k, v in config.items() if k not in ("threads", "env", "update")}
+    def to_old(config):  # flat (before the nested env and update configs), rl_mode, no threads, no controller
+        flat = {k: v for k, v in config.items() if k not in ("threads", "env", "update", "controller")}
         update = dict(config["update"])
         update["rl_mode"] = update.pop("algo")
         return {**flat, **config["env"], **update}
@@ -233,12 +229,13 @@ def test_old_run_loads_evaluates_and_resumes(tmp_path, capsys):
     assert "rl_mode" in load_checkpoint_file(run_dir, kinds=["pso-tsp"])["config"]
 
     agent = pglab.load_checkpoint(run_dir, device="auto")
-    assert agent.config.algo == "vpg_gae"
+    assert agent.config.algo == "vpg_gae" and agent.config.controller == "edge_policy"
     capsys.readouterr()
     assert cli_main(["evaluate", str(run_dir), "--episodes", "2", "--no-optimal"]) == 0
     assert "2 held-out instances" in capsys.readouterr().out
     assert cli_main(["train", "pso-tsp", "--resume", str(run_dir), "--n_iterations", "2"]) == 0
-    assert load_checkpoint_file(run_dir, kinds=["pso-tsp"])["config"]["update"]["algo"] == "vpg_gae"
+    resumed = load_checkpoint_file(run_dir, kinds=["pso-tsp"])["config"]
+    assert resumed["update"]["algo"] == "vpg_gae" and resumed["controller"] == "edge_policy"
 
 
 @pytest.mark.parametrize("algo", ["ppo", "reinforce_raw"])
