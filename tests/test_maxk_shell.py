@@ -52,8 +52,8 @@ def steps_logged(run_dir):
 @pytest.mark.parametrize("command", [["train", "maxk-pomo", "--help"], ["evaluate", "maxk-pomo", "--help"]])
 def test_help_imports_neither_torch_nor_rl4co(command):
     code = (
-        "import sys\nfrom pglab.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in ('torch', 'rl4co', 'lightning') if m in sys.modules))" % command
+        f"import sys\nfrom pglab.cli import main\ntry:\n    main({command!r})\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'rl4co', 'lightning') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
