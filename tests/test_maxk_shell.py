@@ -81,7 +81,7 @@ def test_config_modes_are_the_estimators_modes():
 
 
 def test_defaults_are_the_documented_runs():
-    """Issue 21: `pglab train maxk-pomo` with no flags trains what docs/maxk.md measured (its
+    """`pglab train maxk-pomo` with no flags trains what docs/maxk.md measured (its
     reproduce command at 2,000 steps), up to the flags that pin the machine (threads,
     device) and the seed."""
     import re

@@ -24,7 +24,7 @@ from pglab.run.checkpoint import load_checkpoint_file
 from pglab.run.config import make_config
 from pglab.run.seeding import make_generator
 
-# The edge policy with the settings these tests were written for (the defaults before issue 21).
+# The edge policy with the settings these tests are written for.
 EDGE_POLICY = dict(
     controller="edge_policy",
     train_decode="sample",

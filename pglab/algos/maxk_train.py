@@ -205,7 +205,7 @@ def _fit_with_lightning(run: TrainingRun) -> dict[str, float]:
     with contextlib.suppress(SystemExit):  # Lightning's answer to SIGTERM (SIGTERMException) and Ctrl-C (sys.exit(1))
         trainer.fit(model)
     if not shell.done and run.registry is not None:
-        # Lightning left its loop before the shell's ended (its own signal handling): save where it stands
+        # Lightning left its loop while the shell's was still running (its own signal handling): save here
         run.counters["step"] = int(trainer.global_step)
         run.save(int(trainer.global_step), run.build_checkpoint())
         run.interrupted = True

@@ -10,7 +10,7 @@ One training iteration (CleanRL's phases)::
                reinforce_raw uses the Monte Carlo returns with a batch-mean baseline
     optimise   pglab.algos.onpolicy.onpolicy_update (--algo reinforce_raw|vpg_gae|ppo);
                samples are (iteration, instance, particle) triples, re-evaluated from the
-               stored swarm snapshots (the note's "ephemeral state snapshots")
+               stored swarm snapshots
     log / checkpoint / greedy validation against classic PSO
 
 The run itself (run directory, resume, device, threads, seed, metrics.csv/jsonl and
@@ -95,7 +95,7 @@ SPEC = TrainerSpec(
     resumable=RESUMABLE_FIELDS,
     total_steps=lambda c: c.n_iterations,
     budget_field="n_iterations",
-    # a run stored before the controller field existed trained the edge policy
+    # a stored config without a controller field is an edge-policy run
     stored_defaults={"controller": "edge_policy"},
 )
 
@@ -331,7 +331,7 @@ def shaped_reward(
 ) -> torch.Tensor:
     """Per-particle reward ``[B, P]`` after one PSO step (all divided by ``L_ref``):
 
-    * ``tour_length``: ``(L0_mean - L_t)``, the note's ``-L_t`` shifted per instance;
+    * ``tour_length``: ``(L0_mean - L_t)``, ``-L_t`` shifted per instance;
     * ``pbest_improvement``: ``pbest_{t-1} - pbest_t`` (sums to the particle's total
       personal-best improvement over the episode);
     * ``gbest_improvement``: ``best_{t-1} - best_t`` of the instance, shared by its
@@ -857,11 +857,9 @@ def train_pso_tsp(
             rngs=training.generators,
             info={"env_steps_per_iteration": training.env_steps_per_iteration},
         )
-        # The shell's counters plus ours: env_steps (particle updates, each a decoded tour) and
-        # best_validation_pct, the best validation improvement so far (the model of
-        # checkpoints/checkpoint_best.pt), -inf before the first validation.
+        # The shell's counters plus ours: env_steps (particle updates, each a decoded tour) and,
+        # from the first validation on, best_validation_pct (keep_if_best).
         run.counters.setdefault("env_steps", 0)
-        run.counters.setdefault("best_validation_pct", float("-inf"))
         iteration, last_metrics, last_improvement = training_loop(run, training)
         run.finish(training.summary(last_metrics, last_improvement))
     return PSOTSPRunResult(
@@ -908,8 +906,11 @@ def training_loop(
 def keep_if_best(run: TrainingRun, iteration: int, improvement: float) -> None:
     """Model selection on the validation instances (never the held-out set that ``pglab
     evaluate`` uses): a new best improvement writes ``checkpoints/checkpoint_best.pt``,
-    the shell's checkpoint of the run as it is now (``pglab evaluate RUN/checkpoints/checkpoint_best.pt``)."""
-    if improvement <= run.counters["best_validation_pct"]:
+    the shell's checkpoint of the run as it is now (``pglab evaluate RUN/checkpoints/checkpoint_best.pt``).
+    The counter ``best_validation_pct`` holds the best improvement so far (absent before
+    the first validation)."""
+    best = run.counters.get("best_validation_pct")
+    if best is not None and improvement <= best:
         return
     run.counters["best_validation_pct"] = improvement
     run.counters[SPEC.step_key] = iteration  # the shell advances it after the step; this checkpoint is taken inside it
