@@ -100,6 +100,7 @@ def test_train_resume_is_bit_identical_and_evaluate_reports_gaps(tmp_path):
     a = load_checkpoint_file(full / "checkpoints" / "checkpoint_latest.pt")
     b = load_checkpoint_file(part / "checkpoints" / "checkpoint_latest.pt")
     assert a["counters"]["step"] == b["counters"]["step"] == 6
+    assert a["counters"]["env_steps"] == b["counters"]["env_steps"] == 6 * 4 * 6  # steps x instances x starts
     for name, tensor in a["models"]["model"].items():
         assert torch.equal(tensor, b["models"]["model"][name]), name
     assert read_rows(full / "metrics.csv") == read_rows(part / "metrics.csv")
@@ -171,7 +172,7 @@ def test_sigterm_writes_a_final_checkpoint_and_resume_completes_the_run(tmp_path
     cut = maxk_train.train_maxk_pomo(MaxKPOMOTrainConfig(**base, log_dir=tmp_path / "cut"), echo=lambda *a, **k: None)
     assert cut["interrupted"] and cut["step"] == 3 and cut["exit_code"] == 130
     saved = load_checkpoint_file(tmp_path / "cut" / "checkpoints" / "checkpoint_latest.pt")
-    assert saved["counters"]["step"] == 3
+    assert saved["counters"]["step"] == 3 and saved["counters"]["env_steps"] == 3 * 4 * 6
     monkeypatch.setattr(maxk_train, "random_locs", real_locs)
     maxk_train.train_maxk_pomo(MaxKPOMOTrainConfig(resume=tmp_path / "cut", n_steps=5), echo=lambda *a, **k: None)
     a = load_checkpoint_file(tmp_path / "full" / "checkpoints" / "checkpoint_latest.pt")
@@ -212,13 +213,16 @@ def test_lightning_trainer_trains_and_leaves_a_pglab_checkpoint(tmp_path):
     # The shell's logs hold the same numbers under pglab's names, one row per step.
     ours = list(csv.DictReader((run / "metrics.csv").open()))
     assert [int(row["step"]) for row in ours] == [1, 2, 3]
+    assert all(float(row["perf/env_steps_per_s"]) > 0 and float(row["perf/step_s"]) > 0 for row in ours)
     for theirs, row in zip(logged, ours, strict=False):
         assert float(row["stats/max@3_tour_length"]) == pytest.approx(-float(theirs["train/rho_hat"]), rel=1e-6)
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     agent = pglab.load_checkpoint(run, device="cpu")
     assert agent.config.trainer == "lightning" and agent.model.k == 3
     saved = load_checkpoint_file(run / "checkpoints" / "checkpoint_latest.pt")
-    assert saved["counters"]["step"] == 3
+    assert saved["counters"]["step"] == 3 and saved["counters"]["env_steps"] == 3 * 4 * 6
+    meta = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["meta"]
+    assert meta["kind"] == "maxk-pomo" and meta["label"] == "maxk-pomo/subloo"
     # The rows evaluate like any run, and a Lightning run cannot be resumed.
     assert (
         main(

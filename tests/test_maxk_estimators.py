@@ -7,6 +7,7 @@ References used here:
 * the exact objective ``E[max of k]`` is differentiated by autograd.
 """
 
+import functools
 import itertools
 import math
 
@@ -445,7 +446,7 @@ def test_weights_are_differentiable_through_the_rewards():
     cotangent = torch.randn(3, 9, generator=gen, dtype=torch.float64)
     for mode in MODES:
         leaf = rewards.clone().requires_grad_(True)
-        assert torch.autograd.gradcheck(lambda x: maxk_gradient_weights(x, 3, variance_reduction=mode), (leaf,))
+        assert torch.autograd.gradcheck(functools.partial(maxk_gradient_weights, k=3, variance_reduction=mode), (leaf,))
         (grad64,) = torch.autograd.grad(
             (maxk_gradient_weights(leaf, 3, variance_reduction=mode) * cotangent).sum(), leaf
         )

@@ -52,8 +52,8 @@ def steps_logged(run_dir):
 @pytest.mark.parametrize("command", [["train", "maxk-pomo", "--help"], ["evaluate", "maxk-pomo", "--help"]])
 def test_help_imports_neither_torch_nor_rl4co(command):
     code = (
-        "import sys\nfrom pglab.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in ('torch', 'rl4co', 'lightning') if m in sys.modules))" % command
+        f"import sys\nfrom pglab.cli import main\ntry:\n    main({command!r})\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'rl4co', 'lightning') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -81,7 +81,7 @@ def test_config_modes_are_the_estimators_modes():
 
 
 def test_defaults_are_the_documented_runs():
-    """Issue 21: `pglab train maxk-pomo` with no flags trains what docs/maxk.md measured (its
+    """`pglab train maxk-pomo` with no flags trains what docs/maxk.md measured (its
     reproduce command at 2,000 steps), up to the flags that pin the machine (threads,
     device) and the seed."""
     import re

@@ -1,4 +1,4 @@
-"""Issue 21: batched 2-opt, common random numbers across a population, the constant-PSO
+"""Batched 2-opt, common random numbers across a population, the constant-PSO
 tuning, the swarm_es controller and its ES trainer, the encoder cache, the evaluation's
 tuned / equal-time / 2-opt rows, and the bests stored as tours."""
 

@@ -1,4 +1,4 @@
-"""pso-tsp on the shared training shell (issue 18): resume semantics, logs, exit codes,
+"""pso-tsp on the shared training shell: resume semantics, logs, exit codes,
 the CLI vocabulary (with the old spellings still accepted), the agent API and ``--help``
 without torch. Tiny instances throughout (TSP8, 4 particles, 3 PSO steps)."""
 
@@ -59,7 +59,7 @@ TINY_FLAGS = [
     "--mu_scale",
     "1",
 ]
-# The edge policy with the settings these tests were written for (the defaults before issue 21).
+# The edge policy with the settings these tests are written for.
 TINY = dict(
     num_cities=8,
     knn=4,
@@ -113,7 +113,6 @@ def test_resume_applies_a_given_flag_equal_to_its_default(tmp_path):
         == 0
     )
     # --log-interval 5 is the default; given on the command line it must still be applied
-    # (before the shell, "equals the default" counted as "not given": rows 3 and 4 appeared).
     assert cli_main(["train", "pso-tsp", "--resume", str(run_dir), "--n_iterations", "4", "--log_interval", "5"]) == 0
     assert logged_iterations(run_dir) == [1, 2, 4]
     assert load_checkpoint_file(run_dir, kinds=["pso-tsp"])["config"]["log_interval"] == 5
@@ -182,14 +181,10 @@ def test_stop_then_resume_is_bit_exact(tmp_path):
     assert resumed.exit_code == 0 and resumed.iterations == 3
     for (name, a), b in zip(full.model.state_dict().items(), resumed.model.state_dict().values(), strict=False):
         assert torch.equal(a, b), name
-    timing = {"wall_time", "perf/iter_s", "perf/steps_per_s"}
 
-    def rows(run):
+    def rows(run):  # without the shell's wall-clock columns
         with open(run / "metrics.csv", newline="") as handle:
-            return [
-                {k: v for k, v in row.items() if k not in timing and not k.startswith("perf/")}
-                for row in csv.DictReader(handle)
-            ]
+            return [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in csv.DictReader(handle)]
 
     assert rows(tmp_path / "full") == rows(tmp_path / "half")
 
@@ -201,7 +196,7 @@ def test_deprecated_names_still_work(tmp_path, capsys):
     old_yaml = tmp_path / "old.yaml"
     old_yaml.write_text("rl_mode: reinforce_raw\nnum_cities: 8\n")
     assert load_yaml_config(PSOTSPTrainConfig, old_yaml).algo == "reinforce_raw"
-    # the config stored in a checkpoint written before the rename (no algo, no threads)
+    # a config stored with old names (rl_mode, no algo, no threads)
     stored = {**{k: v for k, v in TINY.items() if k != "algo"}, "rl_mode": "vpg_gae", "log_dir": None, "resume": None}
     assert config_from_dict(PSOTSPTrainConfig, stored).algo == "vpg_gae"
     from pglab.commands.pso_tsp import PSOTSPEvalConfig
@@ -212,14 +207,14 @@ def test_deprecated_names_still_work(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_old_run_loads_evaluates_and_resumes(tmp_path, capsys):
-    """A run written before the rename (``rl_mode`` in config.json and checkpoints)."""
+    """A run stored with the old names (``rl_mode`` in config.json and checkpoints, flat, no controller)."""
     run_dir = tmp_path / "old"
     train_pso_tsp(
         make_config(PSOTSPTrainConfig, **{**TINY, "algo": "vpg_gae"}, n_iterations=1, log_dir=run_dir), **QUIET
     )
 
-    def to_old(config):  # flat (before the nested env and update configs), rl_mode, no threads
-        flat = {k: v for k, v in config.items() if k not in ("threads", "env", "update")}
+    def to_old(config):  # flat (no nested env and update configs), rl_mode, no threads, no controller
+        flat = {k: v for k, v in config.items() if k not in ("threads", "env", "update", "controller")}
         update = dict(config["update"])
         update["rl_mode"] = update.pop("algo")
         return {**flat, **config["env"], **update}
@@ -233,12 +228,13 @@ def test_old_run_loads_evaluates_and_resumes(tmp_path, capsys):
     assert "rl_mode" in load_checkpoint_file(run_dir, kinds=["pso-tsp"])["config"]
 
     agent = pglab.load_checkpoint(run_dir, device="auto")
-    assert agent.config.algo == "vpg_gae"
+    assert agent.config.algo == "vpg_gae" and agent.config.controller == "edge_policy"
     capsys.readouterr()
     assert cli_main(["evaluate", str(run_dir), "--episodes", "2", "--no-optimal"]) == 0
     assert "2 held-out instances" in capsys.readouterr().out
     assert cli_main(["train", "pso-tsp", "--resume", str(run_dir), "--n_iterations", "2"]) == 0
-    assert load_checkpoint_file(run_dir, kinds=["pso-tsp"])["config"]["update"]["algo"] == "vpg_gae"
+    resumed = load_checkpoint_file(run_dir, kinds=["pso-tsp"])["config"]
+    assert resumed["update"]["algo"] == "vpg_gae" and resumed["controller"] == "edge_policy"
 
 
 @pytest.mark.parametrize("algo", ["ppo", "reinforce_raw"])
@@ -277,12 +273,12 @@ def test_evaluate_output_directory_is_a_one_line_error(tmp_path, capsys):
     assert "output" in err and len(err.strip().splitlines()) == 1
 
 
-def test_nested_env_and_update_configs_keep_pso_defaults_and_the_note_keys(tmp_path, capsys):
-    """Issue 18: PSOTSPEnvConfig and OnPolicyHyperparams are fields of the trainer config
+def test_nested_env_and_update_configs_keep_pso_defaults_and_the_old_keys(tmp_path, capsys):
+    """PSOTSPEnvConfig and OnPolicyHyperparams are fields of the trainer config
     (config.env, config.update) with their plain flags and keys. A partial update (one key in
     YAML, one flag, one Python keyword) keeps the PSO trainer's own update defaults (one
-    minibatch, vpg_gae and the note's entropy 0.01, clip 1.0), not OnPolicyHyperparams' class defaults; the
-    design note's key names are accepted (issue 21)."""
+    minibatch, vpg_gae, entropy 0.01, clip 1.0), not OnPolicyHyperparams' class defaults; the
+    old key names (ppo_clip, value_loss_coeff, entropy_coeff) are accepted."""
     import dataclasses
 
     from pglab.configs.pso_tsp import PSO_UPDATE_DEFAULTS, PSOTSPEnvConfig

@@ -70,6 +70,8 @@ class MaxKPOMO(POMO):
             ``optimizer_kwargs``, ``num_starts``, ``num_augment``, ``policy_kwargs`` ...).
     """
 
+    train_metrics: list[str]  # RL4COLitModule's: the names training_step returns as "train/<name>"
+
     def __init__(
         self,
         env: Any = None,
@@ -119,7 +121,8 @@ class MaxKPOMO(POMO):
         if frame is None:
             # Lightning inspects the caller's frame for __init__ arguments; this wrapper
             # must hand it the frame of *our* caller, not its own.
-            frame = inspect.currentframe().f_back
+            here = inspect.currentframe()
+            frame = here.f_back if here is not None else None
         super().save_hyperparameters(*args, ignore=names, frame=frame, logger=logger)
 
     def calculate_loss(
@@ -309,10 +312,7 @@ class MaxKPOMOAgent(Agent):
         )
         tours = unbatchify(out["actions"], num_nodes)  # [B, n starts, n]
         reward = unbatchify(out["reward"], num_nodes)  # [B, n starts], reward = -length
-        if deterministic:
-            start = reward.argmax(dim=-1)
-        else:
-            start = torch.randint(num_nodes, (batch,), device=reward.device)
+        start = reward.argmax(dim=-1) if deterministic else torch.randint(num_nodes, (batch,), device=reward.device)
         rows = torch.arange(batch, device=reward.device)
         return tours[rows, start].long(), -reward[rows, start]
 

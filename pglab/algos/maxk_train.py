@@ -10,21 +10,24 @@ RL4CO supplies the TSP environment, the attention policy, multi-start decoding a
         Adam step on out["loss"] (grad-norm clipped)
         log every log_every steps; the shell checkpoints every save_interval steps
 
+``env_steps`` (the shell's counter, and its ``perf/env_steps_per_s``) counts the tours
+decoded in training: ``batch_size * num_loc`` per step (POMO starts one tour at each node).
+
 This loop (``--trainer pglab``, the default) gives exact ``--resume`` (N + resume + N
 steps == 2N steps bit for bit on the CPU), which Lightning's resume (no RNG state,
 dataset regenerated in ``setup``) does not. ``--trainer lightning`` fits the same
 module with RL4CO's ``RL4COTrainer`` instead (one epoch of ``n_steps`` batches; no
-``--resume``), in the same run-directory lifecycle.
+``--resume``); a callback runs the shell's loop inside Lightning's (metric rows,
+progress, checkpoints, stops).
 
 ``--algo pomo`` trains plain RL4CO POMO with the same loop and budget (the baseline).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
+import contextlib
 import sys
-import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -74,15 +77,11 @@ class MetricWindow:
         for name, value in sample.items():
             self.values.setdefault(name, []).append(value)
 
-    def row(self, step_seconds: float) -> dict[str, float]:
-        """The window's means plus the last step's timing; empties the window."""
-        from pglab.run.logger import to_float
-
+    def row(self) -> dict[str, torch.Tensor]:
+        """The window's means; empties the window."""
         row = {name: torch.stack(values).mean() for name, values in self.values.items()}
-        row["perf/iter_s"] = torch.tensor(step_seconds)
-        row["perf/steps_per_s"] = torch.tensor(1.0 / max(step_seconds, 1e-9))
         self.values.clear()
-        return {name: to_float(value) for name, value in row.items()}
+        return row
 
 
 def train_maxk_pomo(
@@ -104,10 +103,8 @@ def train_maxk_pomo(
         the last metric row, ``config`` the run's (merged) config.
     """
     with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
-        if run.config.trainer == "lightning":
-            last = _fit_with_lightning(run)
-        else:
-            last = _train_with_pglab_loop(run)
+        fit = _fit_with_lightning if run.config.trainer == "lightning" else _train_with_pglab_loop
+        last = fit(run)
         run.finish({"label": run.config.label, **last})
     return {
         "run_dir": run.run_dir,
@@ -119,28 +116,22 @@ def train_maxk_pomo(
     }
 
 
-def _build_checkpoint(run: TrainingRun, model, optimizer, rng: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    from pglab.run.checkpoint import build_checkpoint
-    from pglab.run.config import config_to_dict
+def _track(run: TrainingRun, model: torch.nn.Module, optimizer: Any, rngs: dict[str, torch.Generator]) -> None:
+    """Register the run's state with the shell (both trainers), and start the tour count."""
+    run.track(models={"model": model}, optimizers={"adam": optimizer}, rngs=rngs, info={"label": run.config.label})
+    run.counters.setdefault("env_steps", 0)
 
-    config = dataclasses.replace(run.config, resume=None)
-    return build_checkpoint(
-        kind=KIND,
-        config=config_to_dict(config),
-        counters=dict(run.counters),
-        models={"model": model.state_dict()},
-        optimizers={"adam": optimizer.state_dict()},
-        rng=rng,
-        extra={"label": config.label, **extra},
-    )
+
+def _tours_per_step(config: MaxKPOMOTrainConfig) -> int:
+    """Tours decoded by one training step: ``num_loc`` per instance (POMO's starts)."""
+    return config.batch_size * config.num_loc
 
 
 def _train_with_pglab_loop(run: TrainingRun) -> dict[str, float]:
     """``--trainer pglab``: the loop above; returns the last metric row."""
     from tensordict import TensorDict
 
-    from pglab.run.checkpoint import load_state_dict_checked
-    from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state
+    from pglab.run.seeding import make_generator
 
     config, device = run.config, run.device
     # -- build (torch's global generator was seeded by the shell: the weights) --
@@ -148,20 +139,11 @@ def _train_with_pglab_loop(run: TrainingRun) -> dict[str, float]:
     model = build_model(config, device)
     # Adam as RL4CO's configure_optimizers builds it (no scheduler), kept here to own its state.
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    run.counters.setdefault("instances", 0)
-    if run.checkpoint is not None:
-        load_state_dict_checked(model, run.checkpoint["models"]["model"], name="model", source=run.checkpoint["path"])
-        optimizer.load_state_dict(run.checkpoint["optimizers"]["adam"])
-        restore_rng_state(run.checkpoint["rng"], {"data": data_generator})
-
-    def checkpoint() -> dict[str, Any]:
-        return _build_checkpoint(run, model, optimizer, capture_rng_state({"data": data_generator}))
-
+    _track(run, model, optimizer, {"data": data_generator})
     model.train()
     last: dict[str, float] = {}
     window = MetricWindow()
-    for step in run.steps(config.n_steps, save=checkpoint, desc=f"train {config.label}", unit="step"):
-        tick = time.perf_counter()
+    for step in run.steps(config.n_steps, desc=f"train {config.label}", unit="step"):
         # -- sample instances, decode n tours each, loss (RL4CO shared_step) --
         locs = random_locs(data_generator, config.batch_size, config.num_loc).to(device)
         batch = TensorDict({"locs": locs}, batch_size=[config.batch_size], device=device)
@@ -171,13 +153,11 @@ def _train_with_pglab_loop(run: TrainingRun) -> dict[str, float]:
         out["loss"].backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
         optimizer.step()
-        step_seconds = time.perf_counter() - tick
-        run.counters["instances"] += config.batch_size
+        run.counters["env_steps"] += _tours_per_step(config)
         # -- log --
         window.add(step_metrics(out, config.k, grad_norm))
         if step % config.log_every == 0 or step == config.n_steps:
-            last = window.row(step_seconds)
-            run.log(step, last)
+            last = run.log(step, window.row())
             run.set_postfix(len=f"{last['stats/tour_length']:.3f}", best=f"{last['stats/best_of_n_tour_length']:.3f}")
     return last
 
@@ -188,14 +168,13 @@ def _fit_with_lightning(run: TrainingRun) -> dict[str, float]:
     RL4CO generates ``n_steps * batch_size`` training instances (and 2 batches of
     validation instances) in ``setup``. Lightning clips gradients at ``max_grad_norm``,
     keeps float32 matmuls (RL4CO's default "medium" precision runs them in bfloat16 on
-    CPUs with AMX) and writes its own CSV log to ``run_dir/lightning``; a callback writes
-    the same pglab metrics as the pglab loop (``metrics.csv``, ``metrics.jsonl``,
-    TensorBoard; no ``stats/grad_norm``, which Lightning keeps to itself) and turns
-    SIGINT/SIGTERM into Lightning's ``should_stop``. The final model (also after a stop)
-    is saved as a pglab checkpoint, so ``pglab evaluate`` and ``pglab.load_checkpoint``
-    read it like any other run. Returns the last metric row.
+    CPUs with AMX) and writes its own CSV log to ``run_dir/lightning``. The shell's
+    bookkeeping runs inside Lightning's loop through a callback (:func:`_shell_callback`):
+    the same metric rows as the pglab loop (no ``stats/grad_norm``, which Lightning keeps
+    to itself), progress, checkpoints every ``save_interval`` steps and at the end, and
+    stops on SIGINT/SIGTERM; ``pglab evaluate`` and ``pglab.load_checkpoint`` read the
+    checkpoints like any other run's. Returns the last metric row.
     """
-    from lightning.pytorch.callbacks import Callback
     from lightning.pytorch.loggers import CSVLogger
     from rl4co.utils.trainer import RL4COTrainer
 
@@ -208,27 +187,7 @@ def _fit_with_lightning(run: TrainingRun) -> dict[str, float]:
         test_data_size=config.batch_size,
     )
     last: dict[str, float] = {}
-
-    class PglabMetrics(Callback):
-        """pglab's metric rows and stop requests inside Lightning's loop."""
-
-        def __init__(self):
-            self.window = MetricWindow()
-            self.tick = time.perf_counter()
-
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            self.tick = time.perf_counter()
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            step = int(trainer.global_step)
-            self.window.add(step_metrics(outputs, config.k))
-            if step % config.log_every == 0 or step == config.n_steps:
-                last.clear()
-                last.update(self.window.row(time.perf_counter() - self.tick))
-                run.log(step, last)
-            if run.stop_requested:
-                trainer.should_stop = True
-
+    shell = _shell_callback(run, last)
     trainer = RL4COTrainer(
         max_epochs=1,
         accelerator="gpu" if device.type == "cuda" else "cpu",
@@ -238,24 +197,59 @@ def _fit_with_lightning(run: TrainingRun) -> dict[str, float]:
         gradient_clip_val=config.max_grad_norm,
         log_every_n_steps=config.log_every,
         logger=[CSVLogger(run.run_dir, name="", version="lightning")],
-        callbacks=[PglabMetrics()],
+        callbacks=[shell],
         enable_checkpointing=False,
         enable_model_summary=False,
-        enable_progress_bar=os.environ.get("PGLAB_NO_PROGRESS", "") in ("", "0"),
+        enable_progress_bar=False,  # the shell's progress bar
     )
-    tick = time.perf_counter()
-    try:
+    with contextlib.suppress(SystemExit):  # Lightning's answer to SIGTERM (SIGTERMException) and Ctrl-C (sys.exit(1))
         trainer.fit(model)
-    except SystemExit:  # Lightning's answer to SIGTERM (SIGTERMException) and to Ctrl-C (sys.exit(1))
-        pass
-    step = int(trainer.global_step)
-    run.counters.update({"step": step, "instances": step * config.batch_size, "wall_time": time.perf_counter() - tick})
-    run.save(step, _build_checkpoint(run, model, trainer.optimizers[0], {}, trainer="lightning"))
-    if step < config.n_steps:
+    if not shell.done and run.registry is not None:
+        # Lightning left its loop while the shell's was still running (its own signal handling): save here
+        run.counters["step"] = int(trainer.global_step)
+        run.save(int(trainer.global_step), run.build_checkpoint())
         run.interrupted = True
-        echo_stop = f"stopped: checkpoint saved at step {step} in {run.run_dir} (--trainer lightning cannot be resumed)"
-        run.echo(echo_stop, file=sys.stderr)
+    if run.interrupted:
+        run.echo(
+            "note: a --trainer lightning run cannot be resumed; its checkpoint evaluates like any other",
+            file=sys.stderr,
+        )
     return last
+
+
+def _shell_callback(run: TrainingRun, last: dict[str, float]) -> Any:
+    """The shell inside Lightning's loop: a ``Callback`` that registers the module and its
+    optimiser when the fit starts and steps through :meth:`TrainingRun.steps` batch by
+    batch (progress, checkpoints, stop requests), counting decoded tours and writing
+    pglab's metric rows (the latest into ``last``). Its ``done`` says the shell's loop
+    ended (the last step, or a stop it saved a checkpoint for)."""
+    from lightning.pytorch.callbacks import Callback
+
+    config = run.config
+
+    class ShellCallback(Callback):
+        def __init__(self):
+            self.window = MetricWindow()
+            self.steps: Iterator[int] = iter(())
+            self.done = False
+
+        def on_train_start(self, trainer, pl_module):
+            _track(run, pl_module, trainer.optimizers[0], {})
+            self.steps = run.steps(config.n_steps, desc=f"train {config.label}", unit="step")
+            next(self.steps)
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            step = int(trainer.global_step)
+            run.counters["env_steps"] += _tours_per_step(config)
+            self.window.add(step_metrics(outputs, config.k))
+            if step % config.log_every == 0 or step == config.n_steps:
+                last.clear()
+                last.update(run.log(step, self.window.row()))
+            if next(self.steps, None) is None:  # the shell ended its loop after this step
+                self.done = True
+                trainer.should_stop = True
+
+    return ShellCallback()
 
 
 __all__ = ["SPEC", "train_maxk_pomo", "step_metrics", "MetricWindow", "MaxKPOMOTrainConfig"]

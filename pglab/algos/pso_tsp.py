@@ -10,7 +10,7 @@ One training iteration (CleanRL's phases)::
                reinforce_raw uses the Monte Carlo returns with a batch-mean baseline
     optimise   pglab.algos.onpolicy.onpolicy_update (--algo reinforce_raw|vpg_gae|ppo);
                samples are (iteration, instance, particle) triples, re-evaluated from the
-               stored swarm snapshots (the note's "ephemeral state snapshots")
+               stored swarm snapshots
     log / checkpoint / greedy validation against classic PSO
 
 The run itself (run directory, resume, device, threads, seed, metrics.csv/jsonl and
@@ -24,9 +24,9 @@ instance. Per-instance shifts and scales leave the optimal policy unchanged.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,11 +60,11 @@ from pglab.nets.tsp_pso import (
     swarm_scalars,
 )
 from pglab.run.atomic import atomic_write_json
-from pglab.run.checkpoint import build_checkpoint, load_state_dict_checked, save_checkpoint
-from pglab.run.config import config_from_dict, config_to_dict
+from pglab.run.checkpoint import load_state_dict_checked, save_checkpoint
+from pglab.run.config import config_from_dict
 from pglab.run.device import resolve_device
 from pglab.run.logger import MetricsLogger
-from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state
+from pglab.run.seeding import make_generator
 from pglab.run.shell import TrainerSpec, TrainingRun
 
 __all__ = [
@@ -95,6 +95,8 @@ SPEC = TrainerSpec(
     resumable=RESUMABLE_FIELDS,
     total_steps=lambda c: c.n_iterations,
     budget_field="n_iterations",
+    # a stored config without a controller field is an edge-policy run
+    stored_defaults={"controller": "edge_policy"},
 )
 
 
@@ -182,6 +184,7 @@ class PSOTSPAgent(Agent):
                 f"{self.kind} agent: trained with --algo reinforce_raw, whose value head is never "
                 "trained (vpg_gae and ppo train one)"
             )
+        assert isinstance(self.model, HyperparamTSPModel)  # every controller but swarm_es
         with torch.no_grad():
             node_emb, edge_emb = self.model.encode_instances(obs.coords, obs.neighbours, obs.edge_dist)
             _, _, values = self.model(
@@ -328,7 +331,7 @@ def shaped_reward(
 ) -> torch.Tensor:
     """Per-particle reward ``[B, P]`` after one PSO step (all divided by ``L_ref``):
 
-    * ``tour_length``: ``(L0_mean - L_t)``, the note's ``-L_t`` shifted per instance;
+    * ``tour_length``: ``(L0_mean - L_t)``, ``-L_t`` shifted per instance;
     * ``pbest_improvement``: ``pbest_{t-1} - pbest_t`` (sums to the particle's total
       personal-best improvement over the episode);
     * ``gbest_improvement``: ``best_{t-1} - best_t`` of the instance, shared by its
@@ -436,18 +439,24 @@ def constant_swarm_lengths(
     run in chunks of at most ``max_batch_cells`` decoding-logit cells (B P n^2) at once;
     a chunk's draws are the same as the whole batch's (the env draws one block).
     """
-    K, I = coefficients.shape[0], coords.shape[0]
+    K, num_instances = coefficients.shape[0], coords.shape[0]
     n, P = env_config.num_cities, env_config.n_particles
-    chunk = max(1, min(K, max_batch_cells // max(1, I * P * n * n)))
+    chunk = max(1, min(K, max_batch_cells // max(1, num_instances * P * n * n)))
     out = []
     for start in range(0, K, chunk):
         block = coefficients[start : start + chunk].to(coords.device, torch.float32)  # [R, 3]
         R = block.shape[0]
         env = PSOTSPEnv(env_config, coords.device, make_generator(seed, coords.device), decode="greedy", replicas=R)
-        wc1c2 = block.repeat_interleave(I, dim=0)[:, None, None, :]  # [R*I, 1, 1, 3], candidate-major
-        best = run_swarm(env, coords.repeat(R, 1, 1), lambda s: wc1c2.expand(*s.position.shape, 3))
-        out.append(best.reshape(R, I))
+        wc1c2 = block.repeat_interleave(num_instances, dim=0)[:, None, None, :]  # [R*I, 1, 1, 3], candidate-major
+        best = run_swarm(env, coords.repeat(R, 1, 1), constant_policy(wc1c2))
+        out.append(best.reshape(R, num_instances))
     return torch.cat(out)
+
+
+def constant_policy(wc1c2: torch.Tensor) -> Callable[[SwarmState], torch.Tensor]:
+    """The coefficient policy that applies ``wc1c2`` (``[3]``, or any shape that broadcasts
+    to ``[B, P, D, 3]``) at every PSO step."""
+    return lambda state: wc1c2.expand(*state.position.shape, 3)
 
 
 def tune_constant_coefficients(
@@ -526,17 +535,17 @@ def controller_swarm_lengths(
     """Best tour lengths ``[K, I]`` of K controllers (parameter vectors ``flat [K, M]``) on
     instances ``coords [I, n, 2]``: one batch of K * I swarms, candidate-major, in ``env``
     (greedy decoding, ``replicas=K``: common random numbers)."""
-    K, I = flat.shape[0], coords.shape[0]
+    K, num_instances = flat.shape[0], coords.shape[0]
     params = controller.population(flat)
     T = env.config.pso_iterations
     state = env.reset(coords.repeat(K, 1, 1))
     with torch.no_grad():
         for _ in range(T):
             features = swarm_features(state, T)  # [K*I, P, F]
-            coefficients = controller(features.reshape(K, I, *features.shape[1:]), params)  # [K, I, P, 3]
-            wc1c2 = coefficients.reshape(K * I, -1, 1, 3).expand(*state.position.shape, 3)
+            coefficients = controller(features.reshape(K, num_instances, *features.shape[1:]), params)  # [K, I, P, 3]
+            wc1c2 = coefficients.reshape(K * num_instances, -1, 1, 3).expand(*state.position.shape, 3)
             state, _, _ = env.step(wc1c2)
-    return state.best_cost.reshape(K, I)
+    return state.best_cost.reshape(K, num_instances)
 
 
 def centered_ranks(values: torch.Tensor) -> torch.Tensor:
@@ -585,6 +594,15 @@ def es_gradient(
 
 # -- the training loop ------------------------------------------------------------------------------
 
+# Seeds of the run's streams besides the four training generators (4 * seed + 0..3): the
+# validation instances (VALIDATION_SEED_OFFSET + seed), the swarm noise of every validation
+# (VALIDATION_SWARM_SEED), the tuning stage of a swarm_es run (TUNE_SEED_OFFSET + seed);
+# `pglab evaluate` draws its held-out set from 20_261_123.
+VALIDATION_SEED_OFFSET = 10_000
+VALIDATION_SWARM_SEED = 1
+TUNE_SEED_OFFSET = 1_000_003
+BEST_CHECKPOINT = "checkpoint_best.pt"
+
 
 @dataclass
 class PSOTSPRunResult:
@@ -595,6 +613,228 @@ class PSOTSPRunResult:
     """0, or :data:`pglab.errors.EXIT_INTERRUPTED` (130) after SIGINT/SIGTERM"""
     model: HyperparamTSPModel | SwarmController
     last_metrics: dict[str, float]
+
+
+def training_generators(config: PSOTSPTrainConfig, device: torch.device) -> dict[str, torch.Generator]:
+    """The run's four streams: instances, env noise (decoding, r1, r2), policy sampling (the
+    ES perturbations for swarm_es), minibatch order."""
+    names = ("instances", "env", "action", "update")
+    return {name: make_generator(config.seed * 4 + i, device) for i, name in enumerate(names)}
+
+
+def validation_instances(config: PSOTSPTrainConfig, device: torch.device) -> torch.Tensor:
+    """The fixed validation instances ``[eval_instances, n, 2]`` of a run (model selection
+    for ``checkpoint_best.pt``; never the held-out set of ``pglab evaluate``)."""
+    generator = make_generator(VALIDATION_SEED_OFFSET + config.seed, device)
+    return random_instances(config.eval_instances, config.env.num_cities, generator, device)
+
+
+class EdgePolicyTraining:
+    """``--controller edge_policy``: the per-edge Gaussian policy trained by ``--algo``.
+
+    One :meth:`step` is the module docstring's iteration (instances, rollout, advantages,
+    optimise); :meth:`validate` runs the greedy policy (its mean) against classic PSO on
+    the validation instances.
+    """
+
+    def __init__(self, config: PSOTSPTrainConfig, device: torch.device):
+        self.config = config
+        self.model = build_model(config, device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, eps=1e-5)
+        self.generators = training_generators(config, device)
+        self.env = PSOTSPEnv(
+            config.env, device, self.generators["env"], decode=config.train_decode, paired=config.antithetic
+        )
+        self.validation_coords = validation_instances(config, device)
+        self.classic_length: torch.Tensor | None = None  # classic PSO on the validation instances (first validation)
+        self.desc = f"train pso-tsp --algo {config.algo}"
+        # env_steps: particle updates, each one decoded tour
+        self.env_steps_per_iteration = (
+            config.instances_per_iteration * config.env.n_particles * config.env.pso_iterations
+        )
+
+    def step(self) -> dict[str, torch.Tensor]:
+        """One training iteration; returns the row's metrics (tensors)."""
+        config, device = self.config, self.env.device
+        # -- instances -----------------------------------------------------------------------
+        count = config.instances_per_iteration // 2 if config.antithetic else config.instances_per_iteration
+        coords = random_instances(count, config.env.num_cities, self.generators["instances"], device)
+        if config.antithetic:  # each instance twice: a mirrored pair
+            coords = torch.cat([coords, coords])
+        # -- rollout -------------------------------------------------------------------------
+        self.model.eval()
+        rollout = collect_rollout(self.model, self.env, coords, config, self.generators["action"])
+        # -- advantages ----------------------------------------------------------------------
+        advantages, returns = advantages_and_returns(rollout, config.update)
+        batch = OnPolicyBatch(
+            old_log_probs=rollout.log_probs.reshape(-1),
+            advantages=advantages,
+            returns=returns,
+            old_values=rollout.values.reshape(-1),
+        )
+        # -- optimise ------------------------------------------------------------------------
+        self.model.train()
+        metrics = onpolicy_update(
+            make_evaluate(self.model, rollout, config),
+            batch,
+            self.model.parameters(),
+            self.optimizer,
+            config.update,
+            generator=self.generators["update"],
+        )
+        return {**metrics, **rollout_metrics(rollout)}
+
+    def validate(self) -> tuple[dict[str, Any], float]:
+        """``(eval.csv row, improvement over classic PSO in %)``: greedy swarms, same noise."""
+        if self.classic_length is None:
+            self.classic_length = classic_validation(self.config, self.validation_coords, seed=VALIDATION_SWARM_SEED)
+        self.model.eval()
+        learned = greedy_validation(self.model, self.config, self.validation_coords, seed=VALIDATION_SWARM_SEED)
+        improvement = float(100.0 * (self.classic_length - learned) / self.classic_length)
+        row = {
+            "eval/tour_length_learned": learned,
+            "eval/tour_length_classic": self.classic_length,
+            "eval/improvement_pct": improvement,
+        }
+        return row, improvement
+
+    def postfix(self, row: dict[str, float]) -> dict[str, str]:
+        return {"best": f"{row['tour_length/best']:.3f}"}
+
+    def summary(self, last_metrics: dict[str, float], last_improvement: float | None) -> dict[str, Any]:
+        summary: dict[str, Any] = {
+            key: last_metrics[key] for key in ("tour_length/mean", "tour_length/best") if key in last_metrics
+        }
+        if last_improvement is not None:
+            summary["eval/improvement_pct"] = last_improvement
+        return summary
+
+
+def rollout_metrics(rollout: Rollout) -> dict[str, torch.Tensor]:
+    """The episode statistics of one edge-policy rollout (tensors, no host sync)."""
+    episode_return = rollout.rewards.sum(0)  # [B, P], undiscounted
+    return {
+        "return/mean": episode_return.mean(),
+        "return/std": episode_return.std(),
+        "tour_length/mean": rollout.tour_length.mean(),
+        "tour_length/best": rollout.best_cost.mean(),
+        # what the policy proposes, averaged over particles, edges and iterations
+        **{f"policy/{name}_mean": rollout.actions[..., i].mean() for i, name in enumerate(("w", "c1", "c2"))},
+    }
+
+
+def set_flat_gradient(parameters, gradient: torch.Tensor) -> None:
+    """Give each parameter its slice of a flat gradient (the :meth:`SwarmController.flat_parameters` order)."""
+    start = 0
+    for p in parameters:
+        p.grad = gradient[start : start + p.numel()].reshape(p.shape).clone()
+        start += p.numel()
+
+
+class SwarmESTraining:
+    """``--controller swarm_es``: tune the constant PSO, then evolution-strategies steps.
+
+    Stage 0 (a fresh run only): :func:`tune_constant_coefficients` on training instances
+    (``tuned.json`` in the run directory); the controller starts as that constant PSO. A
+    resumed run gets its tuned constant back with the controller's weights (the ``base``
+    buffer). Then per :meth:`step`: ``instances_per_iteration`` fresh instances, one
+    :func:`es_gradient` estimate (all candidates greedy, common random numbers), one Adam
+    step (lr ``es_lr``) along it. :meth:`validate`: the controller (deterministic, greedy)
+    vs classic and vs the tuned constant on the validation instances; model selection is
+    against the tuned constant.
+    """
+
+    def __init__(self, config: PSOTSPTrainConfig, device: torch.device, base: tuple[float, float, float]):
+        self.config = config
+        self.model = build_controller(config, device, base)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.es_lr)
+        self.generators = training_generators(config, device)
+        candidates = 2 + 2 * config.es_pairs  # the centre, the base constant and the population
+        self.env = PSOTSPEnv(config.env, device, self.generators["env"], decode="greedy", replicas=candidates)
+        self.validation_coords = validation_instances(config, device)
+        # classic and tuned-constant PSO on the validation instances [2, I] (first validation)
+        self.baseline_lengths: torch.Tensor | None = None
+        self.desc = "train pso-tsp --controller swarm_es"
+        # env_steps: particle updates of every candidate swarm, each one decoded tour
+        self.env_steps_per_iteration = (
+            candidates * config.instances_per_iteration * config.env.n_particles * config.env.pso_iterations
+        )
+
+    def step(self) -> dict[str, Any]:
+        """One ES iteration; returns the row's metrics."""
+        config, device = self.config, self.env.device
+        coords = random_instances(
+            config.instances_per_iteration, config.env.num_cities, self.generators["instances"], device
+        )
+        gradient, metrics = es_gradient(
+            self.model, self.env, coords, config.es_pairs, config.es_sigma, self.generators["action"]
+        )
+        self.optimizer.zero_grad()
+        set_flat_gradient(self.model.parameters(), -gradient)  # Adam minimises: ascend the fitness
+        self.optimizer.step()
+        return {**metrics, "es/gradient_norm": gradient.norm()}
+
+    def validate(self) -> tuple[dict[str, Any], float]:
+        """``(eval.csv row, improvement over the tuned constant in %)``: greedy swarms, same noise."""
+        device = self.validation_coords.device
+        if self.baseline_lengths is None:
+            constants = torch.stack([torch.tensor([CLASSIC_W, CLASSIC_C1, CLASSIC_C2], device=device), self.model.base])
+            self.baseline_lengths = constant_swarm_lengths(
+                self.config.env, self.validation_coords, constants, seed=VALIDATION_SWARM_SEED
+            )
+        classic_lengths, base_lengths = self.baseline_lengths
+        env = PSOTSPEnv(self.config.env, device, make_generator(VALIDATION_SWARM_SEED, device), decode="greedy")
+        learned = controller_swarm_lengths(self.model, env, self.validation_coords, self.model.flat_parameters()[None])[
+            0
+        ]
+        improvement = float(100.0 * (1.0 - learned / base_lengths).mean())
+        row = {
+            "eval/tour_length_learned": learned.mean(),
+            "eval/tour_length_classic": classic_lengths.mean(),
+            "eval/tour_length_tuned": base_lengths.mean(),
+            "eval/improvement_pct": float(100.0 * (1.0 - learned / classic_lengths).mean()),
+            "eval/improvement_vs_tuned_pct": improvement,
+        }
+        return row, improvement
+
+    def postfix(self, row: dict[str, float]) -> dict[str, str]:
+        return {"vs_base": f"{row['es/centre_vs_base_pct']:+.2f}%"}
+
+    def summary(self, last_metrics: dict[str, float], last_improvement: float | None) -> dict[str, Any]:
+        summary: dict[str, Any] = {"tuned": self.model.base.tolist()}
+        if last_improvement is not None:
+            summary["eval/improvement_vs_tuned_pct"] = last_improvement
+        return summary
+
+
+def tune_base(run: TrainingRun, config: PSOTSPTrainConfig) -> tuple[float, float, float]:
+    """Stage 0 of a fresh swarm_es run: the tuned constant ``(w, c1, c2)`` (also written
+    to ``tuned.json`` in the run directory)."""
+    tick = time.perf_counter()
+    tuned = tune_constant_coefficients(
+        config.env,
+        candidates=config.tune_candidates,
+        instances=config.tune_instances,
+        seed=TUNE_SEED_OFFSET + config.seed,
+        device=run.device,
+    )
+    tuned["seconds"] = time.perf_counter() - tick
+    atomic_write_json(run.run_dir / "tuned.json", tuned)
+    run.echo(
+        f"tuned constant PSO: w={tuned['w']:.4f} c1={tuned['c1']:.4f} c2={tuned['c2']:.4f} "
+        f"({100 * (1 - tuned['score']):+.2f} % vs classic on {2 * config.tune_instances} tuning instances)"
+    )
+    return float(tuned["w"]), float(tuned["c1"]), float(tuned["c2"])
+
+
+def build_training(run: TrainingRun) -> EdgePolicyTraining | SwarmESTraining:
+    """The run's trainer for its ``--controller``, built (a resumed swarm_es run skips the
+    tuning: ``track`` restores its tuned constant with the weights)."""
+    config, device = run.config, run.device
+    if config.controller == "edge_policy":
+        return EdgePolicyTraining(config, device)
+    base = tune_base(run, config) if run.checkpoint is None else (CLASSIC_W, CLASSIC_C1, CLASSIC_C2)
+    return SwarmESTraining(config, device, base)
 
 
 def train_pso_tsp(
@@ -610,252 +850,38 @@ def train_pso_tsp(
         stop_after: stop as if SIGTERM arrived after this many iterations (tests).
     """
     with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
-        config, device = run.config, run.device
-        if run.checkpoint is not None and "controller" not in run.checkpoint["config"]:
-            config = dataclasses.replace(config, controller="edge_policy")  # a run from before the field
-        if config.controller == "swarm_es":
-            controller, iteration, last_metrics = _train_swarm_es(run, config)
-            return PSOTSPRunResult(
-                run_dir=run.run_dir,
-                iterations=iteration,
-                interrupted=run.interrupted,
-                exit_code=run.exit_code,
-                model=controller,
-                last_metrics=last_metrics,
-            )
-        # -- build ----------------------------------------------------------------------------
-        model = build_model(config, device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, eps=1e-5)
-        hp = config.update
-        # Separate streams: instances, env noise (decode, r1, r2), policy sampling, minibatch order.
-        generators = {
-            name: make_generator(config.seed * 4 + i, device)
-            for i, name in enumerate(("instances", "env", "action", "update"))
-        }
-        env = PSOTSPEnv(config.env, device, generators["env"], decode=config.train_decode, paired=config.antithetic)
-        validation_coords = random_instances(
-            config.eval_instances, config.env.num_cities, make_generator(10_000 + config.seed, device), device
+        training = build_training(run)
+        run.track(
+            models={"model": training.model},
+            optimizers={"adam": training.optimizer},
+            rngs=training.generators,
+            info={"env_steps_per_iteration": training.env_steps_per_iteration},
         )
-        # The shell's counters (iteration, wall_time) plus ours; best_validation_pct is the best
-        # greedy validation improvement over classic PSO so far (its model is
-        # checkpoints/checkpoint_best.pt), -inf before the first validation.
-        counters = run.counters
-        counters.setdefault("env_steps", 0)
-        counters.setdefault("best_validation_pct", float("-inf"))
-        if run.checkpoint is not None:
-            load_state_dict_checked(
-                model, run.checkpoint["models"]["model"], name="model", source=run.checkpoint["path"]
-            )
-            optimizer.load_state_dict(run.checkpoint["optimizers"]["adam"])
-            restore_rng_state(run.checkpoint["rng"], generators)
-        run.logger.write_meta({"kind": KIND, "config": config_to_dict(config)})
-        classic_length = classic_validation(config, validation_coords, seed=1) if config.eval_interval else None
-
-        def checkpoint_state() -> dict[str, Any]:
-            return build_checkpoint(
-                kind=KIND,
-                config=config_to_dict(dataclasses.replace(config, resume=None)),
-                counters=dict(counters),
-                models={"model": model.state_dict()},
-                optimizers={"adam": optimizer.state_dict()},
-                rng=capture_rng_state(generators),
-            )
-
-        last_metrics: dict[str, float] = {}
-        last_improvement: float | None = None
-        iteration = run.start
-        steps_per_iteration = config.instances_per_iteration * config.env.n_particles * config.env.pso_iterations
-        # eval.csv / eval.jsonl: the validations, a second log beside the shell's metrics.
-        with MetricsLogger(
-            run.run_dir,
-            csv_name="eval.csv",
-            jsonl_name="eval.jsonl",
-            tensorboard_dir=None,
-            resume_step=run.start if run.resumed else None,
-        ) as eval_logger:
-            for iteration in run.steps(
-                config.n_iterations, save=checkpoint_state, desc=f"train pso-tsp --algo {config.algo}"
-            ):
-                tick = time.perf_counter()
-                # -- rollout ----------------------------------------------------------------
-                if config.antithetic:  # each instance twice: a mirrored pair
-                    coords = random_instances(
-                        config.instances_per_iteration // 2, config.env.num_cities, generators["instances"], device
-                    )
-                    coords = torch.cat([coords, coords])
-                else:
-                    coords = random_instances(
-                        config.instances_per_iteration, config.env.num_cities, generators["instances"], device
-                    )
-                model.eval()
-                rollout = collect_rollout(model, env, coords, config, generators["action"])
-                # -- advantages -------------------------------------------------------------
-                advantages, returns = advantages_and_returns(rollout, hp)
-                batch = OnPolicyBatch(
-                    old_log_probs=rollout.log_probs.reshape(-1),
-                    advantages=advantages,
-                    returns=returns,
-                    old_values=rollout.values.reshape(-1),
-                )
-                # -- optimise ---------------------------------------------------------------
-                model.train()
-                metrics = onpolicy_update(
-                    make_evaluate(model, rollout, config),
-                    batch,
-                    model.parameters(),
-                    optimizer,
-                    hp,
-                    generator=generators["update"],
-                )
-                elapsed = time.perf_counter() - tick
-                # The shell advances counters["iteration"] after the step; checkpoint_best.pt
-                # below is written inside it, so set it here.
-                counters["iteration"] = iteration
-                counters["env_steps"] += steps_per_iteration
-                wall_time = float(counters["wall_time"]) + elapsed  # training time up to this iteration
-                # -- log ----------------------------------------------------------------------
-                last = iteration == config.n_iterations
-                if iteration % config.log_interval == 0 or last:
-                    episode_return = rollout.rewards.sum(0)  # [B, P], undiscounted
-                    last_metrics = run.log(
-                        iteration,
-                        {
-                            **metrics,
-                            "return/mean": episode_return.mean(),
-                            "return/std": episode_return.std(),
-                            "tour_length/mean": rollout.tour_length.mean(),
-                            "tour_length/best": rollout.best_cost.mean(),
-                            # what the policy proposes, averaged over particles, edges and iterations
-                            **{
-                                f"policy/{name}_mean": rollout.actions[..., i].mean()
-                                for i, name in enumerate(("w", "c1", "c2"))
-                            },
-                            "env_steps": counters["env_steps"],
-                            "wall_time": wall_time,
-                            "perf/iter_s": elapsed,
-                            "perf/steps_per_s": steps_per_iteration / max(elapsed, 1e-9),
-                        },
-                    )
-                    run.set_postfix(best=f"{last_metrics['tour_length/best']:.3f}")
-                # -- validate -----------------------------------------------------------------
-                if config.eval_interval and (iteration % config.eval_interval == 0 or last):
-                    model.eval()
-                    learned = greedy_validation(model, config, validation_coords, seed=1)
-                    last_improvement = float(100.0 * (classic_length - learned) / classic_length)
-                    eval_logger.log(
-                        iteration,
-                        {
-                            "eval/tour_length_learned": learned,
-                            "eval/tour_length_classic": classic_length,
-                            "eval/improvement_pct": last_improvement,
-                            "wall_time": wall_time,
-                        },
-                    )
-                    if last_improvement > counters["best_validation_pct"]:
-                        # Model selection on the validation instances (never the held-out set
-                        # that `pglab evaluate` uses): `pglab evaluate RUN/checkpoints/checkpoint_best.pt`.
-                        counters["best_validation_pct"] = last_improvement
-                        save_checkpoint(run.run_dir / "checkpoints" / "checkpoint_best.pt", checkpoint_state())
-        summary: dict[str, Any] = {
-            key: last_metrics[key] for key in ("tour_length/mean", "tour_length/best") if key in last_metrics
-        }
-        if last_improvement is not None:
-            summary["eval/improvement_pct"] = last_improvement
-            summary["best_validation_pct"] = float(counters["best_validation_pct"])
-        run.finish(summary)
+        # The shell's counters plus ours: env_steps (particle updates, each a decoded tour) and,
+        # from the first validation on, best_validation_pct (keep_if_best).
+        run.counters.setdefault("env_steps", 0)
+        iteration, last_metrics, last_improvement = training_loop(run, training)
+        run.finish(training.summary(last_metrics, last_improvement))
     return PSOTSPRunResult(
         run_dir=run.run_dir,
         iterations=iteration,
         interrupted=run.interrupted,
         exit_code=run.exit_code,
-        model=model,
+        model=training.model,
         last_metrics=last_metrics,
     )
 
 
-# The tuning stage of a swarm_es run draws from its own stream: seed TUNE_SEED_OFFSET + seed
-# (training streams are 4 * seed + 0..3, validation 10_000 + seed, evaluation 20_261_123).
-TUNE_SEED_OFFSET = 1_000_003
-
-
-def set_flat_gradient(parameters, gradient: torch.Tensor) -> None:
-    """Give each parameter its slice of a flat gradient (the :meth:`SwarmController.flat_parameters` order)."""
-    start = 0
-    for p in parameters:
-        p.grad = gradient[start : start + p.numel()].reshape(p.shape).clone()
-        start += p.numel()
-
-
-def _train_swarm_es(run: TrainingRun, config: PSOTSPTrainConfig) -> tuple[SwarmController, int, dict[str, float]]:
-    """The ``swarm_es`` training loop (inside ``run``): tune the constant, then ES steps.
-
-    Stage 0 (a fresh run only): :func:`tune_constant_coefficients` on training instances
-    (``tuned.json`` in the run directory); the controller starts as that constant PSO.
-    Then per iteration: ``instances_per_iteration`` fresh instances, one
-    :func:`es_gradient` estimate (all candidates greedy, common random numbers), one Adam
-    step (lr ``es_lr``) along it. Validation: the controller (deterministic, greedy) vs
-    classic and vs the tuned constant on ``eval_instances`` fixed instances;
-    ``checkpoint_best.pt`` keeps the best against the tuned constant.
-    """
-    device = run.device
-    generators = {
-        name: make_generator(config.seed * 4 + i, device)
-        for i, name in enumerate(("instances", "env", "action", "update"))
-    }
-    counters = run.counters
-    counters.setdefault("env_steps", 0)
-    counters.setdefault("best_validation_pct", float("-inf"))
-    if run.checkpoint is None:
-        tick = time.perf_counter()
-        tuned = tune_constant_coefficients(
-            config.env,
-            candidates=config.tune_candidates,
-            instances=config.tune_instances,
-            seed=TUNE_SEED_OFFSET + config.seed,
-            device=device,
-        )
-        tuned["seconds"] = time.perf_counter() - tick
-        atomic_write_json(run.run_dir / "tuned.json", tuned)
-        run.echo(
-            f"tuned constant PSO: w={tuned['w']:.4f} c1={tuned['c1']:.4f} c2={tuned['c2']:.4f} "
-            f"({100 * (1 - tuned['score']):+.2f} % vs classic on {2 * config.tune_instances} tuning instances)"
-        )
-        base = (tuned["w"], tuned["c1"], tuned["c2"])
-    else:
-        base = tuple(float(x) for x in run.checkpoint["models"]["model"]["base"].tolist())
-    controller = build_controller(config, device, base)
-    optimizer = torch.optim.Adam(controller.parameters(), lr=config.es_lr)
-    if run.checkpoint is not None:
-        load_state_dict_checked(
-            controller, run.checkpoint["models"]["model"], name="model", source=run.checkpoint["path"]
-        )
-        optimizer.load_state_dict(run.checkpoint["optimizers"]["adam"])
-        restore_rng_state(run.checkpoint["rng"], generators)
-    run.logger.write_meta({"kind": KIND, "config": config_to_dict(config)})
-    validation_coords = random_instances(
-        config.eval_instances, config.env.num_cities, make_generator(10_000 + config.seed, device), device
-    )
-    if config.eval_interval:
-        constants = torch.tensor([[CLASSIC_W, CLASSIC_C1, CLASSIC_C2], list(base)], device=device)
-        classic_lengths, base_lengths = constant_swarm_lengths(config.env, validation_coords, constants, seed=1)
-
-    def checkpoint_state() -> dict[str, Any]:
-        return build_checkpoint(
-            kind=KIND,
-            config=config_to_dict(dataclasses.replace(config, resume=None)),
-            counters=dict(counters),
-            models={"model": controller.state_dict()},
-            optimizers={"adam": optimizer.state_dict()},
-            rng=capture_rng_state(generators),
-        )
-
+def training_loop(
+    run: TrainingRun, training: EdgePolicyTraining | SwarmESTraining
+) -> tuple[int, dict[str, float], float | None]:
+    """The iterations of either controller: step, log, validate (``eval.csv``, a second log
+    beside the shell's metrics). Returns ``(last iteration, last metric row, last
+    validation improvement or None)``."""
+    config = run.config
     last_metrics: dict[str, float] = {}
     last_improvement: float | None = None
     iteration = run.start
-    candidates = 2 + 2 * config.es_pairs
-    steps_per_iteration = (
-        candidates * config.instances_per_iteration * config.env.n_particles * config.env.pso_iterations
-    )
     with MetricsLogger(
         run.run_dir,
         csv_name="eval.csv",
@@ -863,61 +889,29 @@ def _train_swarm_es(run: TrainingRun, config: PSOTSPTrainConfig) -> tuple[SwarmC
         tensorboard_dir=None,
         resume_step=run.start if run.resumed else None,
     ) as eval_logger:
-        for iteration in run.steps(
-            config.n_iterations, save=checkpoint_state, desc="train pso-tsp --controller swarm_es"
-        ):
-            tick = time.perf_counter()
-            coords = random_instances(
-                config.instances_per_iteration, config.env.num_cities, generators["instances"], device
-            )
-            env = PSOTSPEnv(config.env, device, generators["env"], decode="greedy", replicas=candidates)
-            gradient, metrics = es_gradient(
-                controller, env, coords, config.es_pairs, config.es_sigma, generators["action"]
-            )
-            optimizer.zero_grad()
-            set_flat_gradient(controller.parameters(), -gradient)  # Adam minimises: ascend the fitness
-            optimizer.step()
-            elapsed = time.perf_counter() - tick
-            counters["iteration"] = iteration
-            counters["env_steps"] += steps_per_iteration
-            wall_time = float(counters["wall_time"]) + elapsed
+        for iteration in run.steps(config.n_iterations, desc=training.desc):
+            metrics = training.step()
+            run.counters["env_steps"] += training.env_steps_per_iteration
             last = iteration == config.n_iterations
             if iteration % config.log_interval == 0 or last:
-                last_metrics = run.log(
-                    iteration,
-                    {
-                        **metrics,
-                        "es/gradient_norm": gradient.norm(),
-                        "env_steps": counters["env_steps"],
-                        "wall_time": wall_time,
-                        "perf/iter_s": elapsed,
-                        "perf/steps_per_s": steps_per_iteration / max(elapsed, 1e-9),
-                    },
-                )
-                run.set_postfix(vs_base=f"{last_metrics['es/centre_vs_base_pct']:+.2f}%")
+                last_metrics = run.log(iteration, {**metrics, "env_steps": run.counters["env_steps"]})
+                run.set_postfix(**training.postfix(last_metrics))
             if config.eval_interval and (iteration % config.eval_interval == 0 or last):
-                env = PSOTSPEnv(config.env, device, make_generator(1, device), decode="greedy")
-                learned = controller_swarm_lengths(
-                    controller, env, validation_coords, controller.flat_parameters()[None]
-                )[0]
-                last_improvement = float(100.0 * (1.0 - learned / base_lengths).mean())
-                eval_logger.log(
-                    iteration,
-                    {
-                        "eval/tour_length_learned": learned.mean(),
-                        "eval/tour_length_classic": classic_lengths.mean(),
-                        "eval/tour_length_tuned": base_lengths.mean(),
-                        "eval/improvement_pct": float(100.0 * (1.0 - learned / classic_lengths).mean()),
-                        "eval/improvement_vs_tuned_pct": last_improvement,
-                        "wall_time": wall_time,
-                    },
-                )
-                if last_improvement > counters["best_validation_pct"]:
-                    counters["best_validation_pct"] = last_improvement
-                    save_checkpoint(run.run_dir / "checkpoints" / "checkpoint_best.pt", checkpoint_state())
-    summary: dict[str, Any] = {"tuned": list(base)}
-    if last_improvement is not None:
-        summary["eval/improvement_vs_tuned_pct"] = last_improvement
-        summary["best_validation_pct"] = float(counters["best_validation_pct"])
-    run.finish(summary)
-    return controller, iteration, last_metrics
+                row, last_improvement = training.validate()
+                eval_logger.log(iteration, row)
+                keep_if_best(run, iteration, last_improvement)
+    return iteration, last_metrics, last_improvement
+
+
+def keep_if_best(run: TrainingRun, iteration: int, improvement: float) -> None:
+    """Model selection on the validation instances (never the held-out set that ``pglab
+    evaluate`` uses): a new best improvement writes ``checkpoints/checkpoint_best.pt``,
+    the shell's checkpoint of the run as it is now (``pglab evaluate RUN/checkpoints/checkpoint_best.pt``).
+    The counter ``best_validation_pct`` holds the best improvement so far (absent before
+    the first validation)."""
+    best = run.counters.get("best_validation_pct")
+    if best is not None and improvement <= best:
+        return
+    run.counters["best_validation_pct"] = improvement
+    run.counters[SPEC.step_key] = iteration  # the shell advances it after the step; this checkpoint is taken inside it
+    save_checkpoint(run.run_dir / "checkpoints" / BEST_CHECKPOINT, run.build_checkpoint())

@@ -18,13 +18,20 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import math
 import time
+from collections.abc import Callable
 
 import torch
 
-from pglab.estimators.maxk import VARIANCE_REDUCTIONS, maxk_gradient_weights, maxk_reward_estimate
+from pglab.estimators.maxk import (
+    VARIANCE_REDUCTIONS,
+    VarianceReduction,
+    maxk_gradient_weights,
+    maxk_reward_estimate,
+)
 
 
 def _time(fn, repeats: int, device: torch.device, *, clock=time.perf_counter) -> float:
@@ -139,7 +146,7 @@ def _rl4co_overhead(device: torch.device, repeats: int) -> list[tuple[str, float
     return rows
 
 
-def _gradient_variance(device: torch.device, draws: int) -> list[tuple[str, float, float, float]]:
+def _gradient_variance(device: torch.device, draws: int) -> list[tuple[VarianceReduction, float, float, float]]:
     """Empirical variance of the Max@K gradient per mode on TSP20 (random-init policy).
 
     The same batch of 16 instances is decoded ``draws`` times (20 starts each); for each
@@ -159,7 +166,7 @@ def _gradient_variance(device: torch.device, draws: int) -> list[tuple[str, floa
     params = [p for p in model.parameters() if p.requires_grad]
     generator = torch.Generator().manual_seed(1)
     locs = torch.rand(16, 20, 2, generator=generator).to(device)
-    grads: dict[str, list[torch.Tensor]] = {mode: [] for mode in VARIANCE_REDUCTIONS}
+    grads: dict[VarianceReduction, list[torch.Tensor]] = {mode: [] for mode in VARIANCE_REDUCTIONS}
     torch.manual_seed(2)
     for _ in range(draws):
         td = model.env.reset(TensorDict({"locs": locs}, batch_size=[16], device=device))
@@ -184,8 +191,8 @@ def _gradient_variance(device: torch.device, draws: int) -> list[tuple[str, floa
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench/maxk.py", description=__doc__.splitlines()[0])
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bench/maxk.py", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--batch", type=int, default=512, help="B, rows (instances)")
     parser.add_argument("--n", type=int, default=128, help="samples per row")
     parser.add_argument("--k", type=int, default=8, help="subset size")
@@ -202,25 +209,22 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DRAWS",
         help="also measure the gradient variance of each mode on TSP20 (needs rl4co)",
     )
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    dtype = getattr(torch, args.dtype)
-    generator = torch.Generator().manual_seed(0)
-    rewards = (-4.0 + 0.3 * torch.randn(args.batch, args.n, generator=generator)).to(device=device, dtype=dtype)
+    return parser.parse_args(argv)
 
+
+def _print_estimator_timings(args: argparse.Namespace, rewards: torch.Tensor, device: torch.device) -> None:
+    """Wall, CPU time and peak memory of each estimator call, and with ties in every row."""
     print(
-        f"Max@K estimators: B={args.batch}, n={args.n}, k={args.k}, {args.dtype}, device={device}, threads={args.threads}"
+        f"Max@K estimators: B={args.batch}, n={args.n}, k={args.k}, {args.dtype}, device={device}, "
+        f"threads={args.threads}"
     )
     print(f"{'function':<40} {'wall ms':>10} {'cpu ms':>10} {'alloc MB':>10}")
-    cases = [("maxk_reward_estimate", lambda: maxk_reward_estimate(rewards, args.k))]
+    cases: list[tuple[str, Callable[[], torch.Tensor]]] = [
+        ("maxk_reward_estimate", lambda: maxk_reward_estimate(rewards, args.k))
+    ]
     for mode in VARIANCE_REDUCTIONS:
-        cases.append(
-            (
-                f"maxk_gradient_weights[{mode}]",
-                lambda mode=mode: maxk_gradient_weights(rewards, args.k, variance_reduction=mode),
-            )
-        )
+        weights = functools.partial(maxk_gradient_weights, rewards, args.k, variance_reduction=mode)
+        cases.append((f"maxk_gradient_weights[{mode}]", weights))
     # Rewards on a grid of 0.01: ties in every row (tied samples then share one weight).
     tied = torch.round(rewards * 100) / 100
     cases.append(
@@ -235,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{_peak_memory_mb(fn, device):>10.2f}"
         )
 
+
+def _print_brute_force(args: argparse.Namespace, rewards: torch.Tensor, device: torch.device) -> None:
+    """The brute-force reference at ``--brute-n`` (checked against the vectorised
+    weights), and its cost extrapolated to ``--n``."""
     brute_rewards = rewards[:, : args.brute_n]
     subsets = math.comb(args.brute_n, args.k)
     brute_ms = _time(lambda: brute_force_weights(brute_rewards, args.k), max(3, args.repeats // 10), device)
@@ -255,24 +263,40 @@ def main(argv: list[str] | None = None) -> int:
         f"{extrapolated_s:.3g} s/call ({per_subset_ns:.2f} ns per subset-row)"
     )
 
-    if args.rl4co:
-        print()
-        print("training step (TSP20, batch 64, 20 starts, embed 64, 3 layers), forward + backward,")
+
+def _print_rl4co_overhead(device: torch.device, repeats: int) -> None:
+    print()
+    print("training step (TSP20, batch 64, 20 starts, embed 64, 3 layers), forward + backward,")
+    print("median of interleaved rounds (CPU time on the CPU, wall time on CUDA); calculate_loss alone on [64, 20]:")
+    rows = _rl4co_overhead(device, repeats)
+    base_step, base_loss = rows[0][1], rows[0][2]
+    print(f"{'model':<24} {'step ms':>9} {'vs pomo':>9} {'loss ms':>9} {'loss - pomo loss, % of step':>28}")
+    for name, step_ms, loss_ms in rows:
         print(
-            "median of interleaved rounds (CPU time on the CPU, wall time on CUDA); calculate_loss alone on [64, 20]:"
+            f"{name:<24} {step_ms:>9.1f} {100 * (step_ms / base_step - 1):>+8.1f}% {loss_ms:>9.3f} "
+            f"{100 * (loss_ms - base_loss) / base_step:>+27.2f}%"
         )
-        rows = _rl4co_overhead(device, max(5, args.repeats // 5))
-        base_step, base_loss = rows[0][1], rows[0][2]
-        print(f"{'model':<24} {'step ms':>9} {'vs pomo':>9} {'loss ms':>9} {'loss - pomo loss, % of step':>28}")
-        for name, step_ms, loss_ms in rows:
-            print(
-                f"{name:<24} {step_ms:>9.1f} {100 * (step_ms / base_step - 1):>+8.1f}% {loss_ms:>9.3f} "
-                f"{100 * (loss_ms - base_loss) / base_step:>+27.2f}%"
-            )
+
+
+def _print_gradient_variance(device: torch.device, draws: int) -> None:
+    print()
+    print(f"gradient variance, TSP20 random-init policy, 16 instances x 20 starts, k=8, {draws} draws:")
+    print(f"{'mode':<12} {'|mean grad|^2':>14} {'E|g - mean|^2':>14} {'var/|target|^2':>15}")
+    for mode, signal, variance, ratio in _gradient_variance(device, draws):
+        print(f"{mode:<12} {signal:>14.4g} {variance:>14.4g} {ratio:>15.3g}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
+    generator = torch.Generator().manual_seed(0)
+    rewards = (-4.0 + 0.3 * torch.randn(args.batch, args.n, generator=generator)).to(device=device, dtype=dtype)
+    _print_estimator_timings(args, rewards, device)
+    _print_brute_force(args, rewards, device)
+    if args.rl4co:
+        _print_rl4co_overhead(device, max(5, args.repeats // 5))
     if args.variance:
-        print()
-        print(f"gradient variance, TSP20 random-init policy, 16 instances x 20 starts, k=8, {args.variance} draws:")
-        print(f"{'mode':<12} {'|mean grad|^2':>14} {'E|g - mean|^2':>14} {'var/|target|^2':>15}")
-        for mode, signal, variance, ratio in _gradient_variance(device, args.variance):
-            print(f"{mode:<12} {signal:>14.4g} {variance:>14.4g} {ratio:>15.3g}")
+        _print_gradient_variance(device, args.variance)
     return 0

@@ -101,8 +101,8 @@ def evaluate_checkpoint(argv: list[str]) -> int:
     return evaluate(["--checkpoints", argv[0], *argv[1:]])
 
 
-# Names that lived here before the trainer moved to pglab.algos (imported on first use,
-# so that importing this module stays torch-free).
+# Names re-exported from pglab.algos (imported on first use, so that importing this
+# module stays torch-free).
 _MOVED = {
     "train_maxk_pomo": "pglab.algos.maxk_train",
     "agent_from_checkpoint": "pglab.algos.maxk_pomo",

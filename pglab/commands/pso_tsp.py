@@ -25,10 +25,22 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from pglab.configs.pso_tsp import PSOTSPEvalConfig, PSOTSPTrainConfig  # torch-free: `--help` stays fast
+from pglab.configs.pso_tsp import (  # torch-free: `--help` stays fast
+    PSOTSPEnvConfig,
+    PSOTSPEvalConfig,
+    PSOTSPTrainConfig,
+)
 from pglab.errors import UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from pglab.algos.pso_tsp import PSOTSPAgent
 
 
 def train(argv: list[str]) -> int:
@@ -39,7 +51,8 @@ def train(argv: list[str]) -> int:
         PSOTSPTrainConfig,
         argv,
         prog="pglab train pso-tsp",
-        description="Learn a PSO controller for the TSP (Deep-PSO): per-particle (swarm_es) or per-edge (edge_policy) coefficients.",
+        description="Learn a PSO controller for the TSP (Deep-PSO): per-particle (swarm_es) or per-edge "
+        "(edge_policy) coefficients.",
     )
     from pglab.algos.pso_tsp import train_pso_tsp
 
@@ -73,6 +86,13 @@ def load_tuned(path: Path) -> dict:
     return tuned
 
 
+def size_overrides(config: PSOTSPEvalConfig) -> dict[str, int]:
+    """The swarm settings given on the command line (``--num-cities``, ``--n-particles``,
+    ``--pso-iterations``), which replace the checkpoint's (or the defaults)."""
+    names = ("num_cities", "n_particles", "pso_iterations")
+    return {name: getattr(config, name) for name in names if getattr(config, name) is not None}
+
+
 def run_tuning(config: PSOTSPEvalConfig, *, echo=print) -> dict:
     """``--tune N``: random search of the constant (w, c1, c2) on the training distribution."""
     import torch
@@ -84,13 +104,7 @@ def run_tuning(config: PSOTSPEvalConfig, *, echo=print) -> dict:
     device = resolve_device(config.device)
     if config.threads > 0:
         torch.set_num_threads(config.threads)
-    env_config = PSOTSPTrainConfig().env
-    overrides = {
-        name: getattr(config, name)
-        for name in ("num_cities", "n_particles", "pso_iterations")
-        if getattr(config, name) is not None
-    }
-    env_config = dataclasses.replace(env_config, **overrides)
+    env_config = dataclasses.replace(PSOTSPTrainConfig().env, **size_overrides(config))
     tick, cpu = time.perf_counter(), time.process_time()
     # Tuning instances come from their own stream (seed + TUNE_SEED_OFFSET): never the
     # held-out set that an evaluation with the same --seed draws.
@@ -102,6 +116,7 @@ def run_tuning(config: PSOTSPEvalConfig, *, echo=print) -> dict:
         device=device,
     )
     tuned.update(seconds=time.perf_counter() - tick, cpu_seconds=time.process_time() - cpu)
+    assert config.output is not None  # PSOTSPEvalConfig: --tune needs --output
     atomic_write_json(config.output, tuned)
     echo(
         f"TSP{env_config.num_cities}: best of {config.tune} constant (w, c1, c2) on {config.episodes} + "
@@ -112,19 +127,35 @@ def run_tuning(config: PSOTSPEvalConfig, *, echo=print) -> dict:
     return tuned
 
 
-def run_evaluation(config: PSOTSPEvalConfig, *, echo=print) -> list[dict]:
-    """Every method on the held-out set; returns the table rows (also printed)."""
-    if config.tune:
-        return [run_tuning(config, echo=echo)]
+CLASSIC = (0.7298, 1.49618, 1.49618)  # Clerc & Kennedy's constriction coefficients (w, c1, c2)
+
+
+@dataclass
+class HeldOut:
+    """What every method of an evaluation runs on: the held-out instances (the same seeded
+    set for all), their float64 distance matrices, the swarm settings, the learned agent
+    (if a checkpoint was given) and the tuned constant (if ``--tuned`` was given)."""
+
+    device: torch.device
+    env_config: PSOTSPEnvConfig
+    agent: PSOTSPAgent | None
+    tuned: dict | None
+    coords: torch.Tensor  # [N, n, 2]
+    dists: list[np.ndarray]  # N float64 [n, n]
+    dist64: torch.Tensor  # [N, n, n] float64, on device
+
+
+def prepare_held_out(config: PSOTSPEvalConfig, *, echo=print) -> HeldOut:
+    """Load the checkpoint and ``--tuned`` file, apply the size overrides and draw the
+    held-out instances (``--seed``)."""
     import numpy as np
     import torch
 
-    from pglab.algos.pso_tsp import agent_from_checkpoint, run_swarm
-    from pglab.envs.pso_tsp import PSOTSPEnv, fixed_coefficients, random_coefficients, random_instances, two_opt_batch
-    from pglab.envs.tsp_solvers import distance_matrix, nearest_neighbour_tour, reference_tour, tour_length
+    from pglab.algos.pso_tsp import agent_from_checkpoint
+    from pglab.envs.pso_tsp import random_instances
+    from pglab.envs.tsp_solvers import distance_matrix
     from pglab.run.checkpoint import load_checkpoint_file
     from pglab.run.device import resolve_device
-    from pglab.run.progress import progress_bar
     from pglab.run.seeding import make_generator
 
     device = resolve_device(config.device)
@@ -137,11 +168,7 @@ def run_evaluation(config: PSOTSPEvalConfig, *, echo=print) -> list[dict]:
             load_checkpoint_file(config.checkpoint, kinds=["pso-tsp"], map_location=device), device
         )
         train_config = agent.config
-    overrides = {
-        name: getattr(config, name)
-        for name in ("num_cities", "n_particles", "pso_iterations")
-        if getattr(config, name) is not None
-    }
+    overrides = size_overrides(config)
     if agent is not None and "num_cities" in overrides and overrides["num_cities"] != train_config.env.num_cities:
         raise UsageError(
             f"num_cities: the checkpoint was trained on n={train_config.env.num_cities}; "
@@ -156,137 +183,235 @@ def run_evaluation(config: PSOTSPEvalConfig, *, echo=print) -> list[dict]:
             f"note: {config.tuned} was tuned on TSP{tuned['num_cities']}, evaluated here on TSP{env_config.num_cities}",
             file=sys.stderr,
         )
-    n, T = env_config.num_cities, env_config.pso_iterations
-    coords = random_instances(config.episodes, n, make_generator(config.seed, device), device)
+    coords = random_instances(config.episodes, env_config.num_cities, make_generator(config.seed, device), device)
     dists = [distance_matrix(c) for c in coords.cpu().double().numpy()]
-    dist64 = torch.as_tensor(np.stack(dists), device=device)
-    rows: list[dict] = []
-    sampled = agent is not None and agent.config.controller == "edge_policy"
-    swarms = 3 + int(tuned is not None) + (1 + int(sampled) if agent is not None else 0)
-    methods = (
-        int(config.optimal)
-        + swarms * (2 if config.local_search == "2opt" else 1)
-        + 2
-        + (1 + int(tuned is not None) if agent is not None and config.equal_time else 0)
-    )
-    bar = progress_bar(methods, desc=f"evaluate pso-tsp (TSP{n}, {config.episodes} instances)", unit="method")
+    return HeldOut(device, env_config, agent, tuned, coords, dists, torch.as_tensor(np.stack(dists), device=device))
 
-    def lengths_of(tours: torch.Tensor) -> np.ndarray:
-        # Lengths recomputed in float64 from the tours, so gaps to the optimum are exact.
+
+class Methods:
+    """Runs and times the methods on the held-out set; each row holds the tour lengths
+    (float64, recomputed from the tours, so gaps to the optimum are exact), wall and CPU
+    seconds."""
+
+    def __init__(self, config: PSOTSPEvalConfig, held_out: HeldOut):
+        from pglab.run.progress import progress_bar
+
+        self.config, self.held_out = config, held_out
+        self.rows: list[dict] = []
+        self.bar = progress_bar(
+            self.count(),
+            desc=f"evaluate pso-tsp (TSP{held_out.env_config.num_cities}, {config.episodes} instances)",
+            unit="method",
+        )
+
+    def count(self) -> int:
+        """How many rows :func:`run_methods` makes (the progress bar's total)."""
+        config, held_out = self.config, self.held_out
+        tuned, agent = held_out.tuned is not None, held_out.agent is not None
+        swarms = 3 + int(tuned) + (1 + int(self.sampled) if agent else 0)
+        equal_time = 1 + int(tuned) if agent and config.equal_time else 0
+        return int(config.optimal) + swarms * (2 if config.local_search == "2opt" else 1) + 2 + equal_time
+
+    @property
+    def sampled(self) -> bool:
+        """The agent has sampled coefficients (an edge policy)."""
+        return self.held_out.agent is not None and self.held_out.agent.config.controller == "edge_policy"
+
+    def lengths_of(self, tours: torch.Tensor) -> np.ndarray:
+        import numpy as np
+
+        from pglab.envs.tsp_solvers import tour_length
+
+        dists = self.held_out.dists
         return np.array([tour_length(d, t) for d, t in zip(dists, tours.cpu().numpy(), strict=False)])
 
-    def record(name: str, lengths, wall: float, cpu: float, **extra) -> dict:
+    def record(self, name: str, lengths: np.ndarray, wall: float, cpu: float, **extra) -> dict:
         row = {"method": name, "lengths": lengths, "seconds": wall, "cpu_seconds": cpu, **extra}
-        rows.append(row)
-        bar.update(1)
+        self.rows.append(row)
+        self.bar.update(1)
         return row
 
-    def swarm(name: str, policy, env_cfg=env_config) -> dict:
+    def swarm(self, name: str, policy, env_config: PSOTSPEnvConfig | None = None) -> dict:
+        """A greedy swarm on the held-out instances with the evaluation's swarm seed (the
+        same initial swarms for every method at the same settings)."""
+        import torch
+
+        from pglab.algos.pso_tsp import run_swarm
+        from pglab.envs.pso_tsp import PSOTSPEnv
+        from pglab.run.seeding import make_generator
+
+        device, env_config = self.held_out.device, env_config or self.held_out.env_config
         tick, cpu = time.perf_counter(), time.process_time()
-        env = PSOTSPEnv(env_cfg, device, make_generator(config.swarm_seed, device), decode="greedy")
+        env = PSOTSPEnv(env_config, device, make_generator(self.config.swarm_seed, device), decode="greedy")
         with torch.no_grad():
-            run_swarm(env, coords, policy)
+            run_swarm(env, self.held_out.coords, policy)
+        assert env.state is not None  # run_swarm reset it
         tours = env.state.best_tour
-        row = record(
-            name,
-            lengths_of(tours),
-            time.perf_counter() - tick,
-            time.process_time() - cpu,
-            pso_iterations=env_cfg.pso_iterations,
-        )
+        wall, cpu = time.perf_counter() - tick, time.process_time() - cpu
+        row = self.record(name, self.lengths_of(tours), wall, cpu, pso_iterations=env_config.pso_iterations)
         row["tours"] = tours
         return row
 
-    def constant(w: float, c1: float, c2: float):
+    def constant(self, w: float, c1: float, c2: float):
+        """The policy of constant-coefficient PSO."""
+        from pglab.envs.pso_tsp import fixed_coefficients
+
+        device = self.held_out.device
         return lambda s: fixed_coefficients(tuple(s.position.shape), w, c1, c2, device=device)
 
-    # Warm-up (untimed): the first swarm of a process pays torch's one-time costs, which
-    # would otherwise be charged to whichever method runs first.
-    with torch.no_grad():
-        warm = PSOTSPEnv(
-            dataclasses.replace(env_config, pso_iterations=2), device, make_generator(0, device), decode="greedy"
-        )
-        run_swarm(warm, coords[:1], agent.act if agent is not None else constant(0.7298, 1.49618, 1.49618))
+    def warm_up(self) -> None:
+        """Untimed: the first swarm of a process pays torch's one-time costs, which would
+        otherwise be charged to whichever method runs first."""
+        import torch
 
+        from pglab.algos.pso_tsp import run_swarm
+        from pglab.envs.pso_tsp import PSOTSPEnv
+        from pglab.run.seeding import make_generator
+
+        held_out = self.held_out
+        short = dataclasses.replace(held_out.env_config, pso_iterations=2)
+        policy = held_out.agent.act if held_out.agent is not None else self.constant(*CLASSIC)
+        with torch.no_grad():
+            env = PSOTSPEnv(short, held_out.device, make_generator(0, held_out.device), decode="greedy")
+            run_swarm(env, held_out.coords[:1], policy)
+
+
+def run_methods(config: PSOTSPEvalConfig, held_out: HeldOut) -> tuple[list[dict], dict[str, Any]]:
+    """Every method on the held-out set. Returns the rows and the reference rows/lengths
+    the table is judged against: ``{"optimal": lengths or None, "classic": row, "tuned":
+    row or None}``."""
+    methods = Methods(config, held_out)
+    methods.warm_up()
     try:
-        optimal = None
-        if config.optimal:
-            tick, cpu = time.perf_counter(), time.process_time()
-            refs = [reference_tour(d, held_karp_max_n=config.held_karp_max_n) for d in dists]
-            optimal = np.array([r.length for r in refs])
-            record(f"optimal ({refs[0].method})", optimal, time.perf_counter() - tick, time.process_time() - cpu)
-        swarm_rows = []
-        learned = None
-        if agent is not None:
-            kind = "controller" if not sampled else "mean coefficients"
-            learned = swarm(f"learned PSO ({kind})", lambda s: agent.act(s, deterministic=True))
-            swarm_rows.append(learned)
-            if sampled:
-                policy_generator = make_generator(config.swarm_seed + 1, device)
-                swarm_rows.append(
-                    swarm(
-                        "learned PSO (sampled coefficients)",
-                        lambda s: agent.act(s, deterministic=False, generator=policy_generator),
-                    )
-                )
-        classic = swarm("classic PSO (w=0.7298, c=1.49618)", constant(0.7298, 1.49618, 1.49618))
-        swarm_rows.append(classic)
-        tuned_row = None
-        if tuned is not None:
-            tuned_name = f"tuned PSO (w={tuned['w']:.3f}, c1={tuned['c1']:.3f}, c2={tuned['c2']:.3f})"
-            tuned_row = swarm(tuned_name, constant(tuned["w"], tuned["c1"], tuned["c2"]))
-            swarm_rows.append(tuned_row)
-        coefficient_generator = make_generator(config.swarm_seed + 2, device)
-        swarm_rows.append(
-            swarm(
-                "random-coefficient PSO",
-                lambda s: random_coefficients(tuple(s.position.shape), coefficient_generator, device=device),
-            )
-        )
-        if learned is not None and config.equal_time:
-            # The learned controller's extra CPU time, spent by the constant swarms on more
-            # iterations (CPU time, not wall time: the ratio is stable on a loaded machine).
-            longer = max(T, round(T * learned["cpu_seconds"] / max(classic["cpu_seconds"], 1e-9)))
-            longer_config = dataclasses.replace(env_config, pso_iterations=longer)
-            swarm(f"classic PSO, equal time ({longer} iterations)", constant(0.7298, 1.49618, 1.49618), longer_config)
-            if tuned is not None:
-                swarm(
-                    f"tuned PSO, equal time ({longer} iterations)",
-                    constant(tuned["w"], tuned["c1"], tuned["c2"]),
-                    longer_config,
-                )
+        optimal = optimal_lengths(methods) if config.optimal else None
+        swarm_rows, classic, tuned_row = swarm_methods(methods)
+        if held_out.agent is not None and config.equal_time:
+            equal_time_methods(methods, learned=swarm_rows[0], classic=classic)
         if config.local_search == "2opt":
-            for row in list(swarm_rows):
-                tick, cpu = time.perf_counter(), time.process_time()
-                improved = two_opt_batch(dist64, row["tours"])
-                record(
-                    f"{row['method']} + 2-opt",
-                    lengths_of(improved),
-                    row["seconds"] + time.perf_counter() - tick,
-                    row["cpu_seconds"] + time.process_time() - cpu,
-                )
-
-        tick, cpu = time.perf_counter(), time.process_time()
-        nn_tours = torch.as_tensor(np.stack([nearest_neighbour_tour(d) for d in dists]), device=device)
-        nn_wall, nn_cpu = time.perf_counter() - tick, time.process_time() - cpu
-        record("nearest neighbour", lengths_of(nn_tours), nn_wall, nn_cpu)
-        tick, cpu = time.perf_counter(), time.process_time()
-        two_opt_tours = two_opt_batch(dist64, nn_tours)
-        record(
-            "nearest neighbour + 2-opt",
-            lengths_of(two_opt_tours),
-            nn_wall + time.perf_counter() - tick,
-            nn_cpu + time.process_time() - cpu,
-        )
+            two_opt_methods(methods, swarm_rows)
+        nearest_neighbour_methods(methods)
     finally:
-        bar.close()
+        methods.bar.close()
+    return methods.rows, {"optimal": optimal, "classic": classic, "tuned": tuned_row}
 
-    def paired(reference: np.ndarray, lengths: np.ndarray) -> tuple[float, float]:
-        """100 (L_ref - L) / L_ref per instance: its mean and standard error."""
-        gain = 100.0 * (reference - lengths) / reference
-        return float(gain.mean()), (float(gain.std(ddof=1) / np.sqrt(len(gain))) if len(gain) > 1 else float("nan"))
 
-    episodes = config.episodes
+def optimal_lengths(methods: Methods) -> np.ndarray:
+    """The optimal row: Held–Karp for n <= held_karp_max_n, else LKH-3 (elkai)."""
+    import numpy as np
+
+    from pglab.envs.tsp_solvers import reference_tour
+
+    tick, cpu = time.perf_counter(), time.process_time()
+    refs = [reference_tour(d, held_karp_max_n=methods.config.held_karp_max_n) for d in methods.held_out.dists]
+    optimal = np.array([r.length for r in refs])
+    methods.record(f"optimal ({refs[0].method})", optimal, time.perf_counter() - tick, time.process_time() - cpu)
+    return optimal
+
+
+def swarm_methods(methods: Methods) -> tuple[list[dict], dict, dict | None]:
+    """The learned (mean, and sampled for an edge policy), classic, tuned and random PSO
+    rows; returns ``(swarm rows, classic row, tuned row or None)``."""
+    from pglab.envs.pso_tsp import random_coefficients
+    from pglab.run.seeding import make_generator
+
+    config, held_out = methods.config, methods.held_out
+    device, agent, tuned = held_out.device, held_out.agent, held_out.tuned
+    rows = []
+    if agent is not None:
+        kind = "mean coefficients" if methods.sampled else "controller"
+        rows.append(methods.swarm(f"learned PSO ({kind})", lambda s: agent.act(s, deterministic=True)))
+        if methods.sampled:
+            policy_generator = make_generator(config.swarm_seed + 1, device)
+            rows.append(
+                methods.swarm(
+                    "learned PSO (sampled coefficients)",
+                    lambda s: agent.act(s, deterministic=False, generator=policy_generator),
+                )
+            )
+    classic = methods.swarm("classic PSO (w=0.7298, c=1.49618)", methods.constant(*CLASSIC))
+    rows.append(classic)
+    tuned_row = None
+    if tuned is not None:
+        tuned_name = f"tuned PSO (w={tuned['w']:.3f}, c1={tuned['c1']:.3f}, c2={tuned['c2']:.3f})"
+        tuned_row = methods.swarm(tuned_name, methods.constant(tuned["w"], tuned["c1"], tuned["c2"]))
+        rows.append(tuned_row)
+    coefficient_generator = make_generator(config.swarm_seed + 2, device)
+    rows.append(
+        methods.swarm(
+            "random-coefficient PSO",
+            lambda s: random_coefficients(tuple(s.position.shape), coefficient_generator, device=device),
+        )
+    )
+    return rows, classic, tuned_row
+
+
+def equal_time_methods(methods: Methods, *, learned: dict, classic: dict) -> None:
+    """Classic (and tuned) PSO given the learned controller's extra CPU time as more
+    iterations (CPU time, not wall time: the ratio is stable on a loaded machine)."""
+    env_config, tuned = methods.held_out.env_config, methods.held_out.tuned
+    T = env_config.pso_iterations
+    longer = max(T, round(T * learned["cpu_seconds"] / max(classic["cpu_seconds"], 1e-9)))
+    longer_config = dataclasses.replace(env_config, pso_iterations=longer)
+    methods.swarm(f"classic PSO, equal time ({longer} iterations)", methods.constant(*CLASSIC), longer_config)
+    if tuned is not None:
+        constant = methods.constant(tuned["w"], tuned["c1"], tuned["c2"])
+        methods.swarm(f"tuned PSO, equal time ({longer} iterations)", constant, longer_config)
+
+
+def two_opt_methods(methods: Methods, swarm_rows: list[dict]) -> None:
+    """Each swarm's best tours improved by batched 2-opt (its time added to the swarm's)."""
+    from pglab.envs.pso_tsp import two_opt_batch
+
+    for row in swarm_rows:
+        tick, cpu = time.perf_counter(), time.process_time()
+        improved = two_opt_batch(methods.held_out.dist64, row["tours"])
+        methods.record(
+            f"{row['method']} + 2-opt",
+            methods.lengths_of(improved),
+            row["seconds"] + time.perf_counter() - tick,
+            row["cpu_seconds"] + time.process_time() - cpu,
+        )
+
+
+def nearest_neighbour_methods(methods: Methods) -> None:
+    """Nearest neighbour, and nearest neighbour + 2-opt."""
+    import numpy as np
+    import torch
+
+    from pglab.envs.pso_tsp import two_opt_batch
+    from pglab.envs.tsp_solvers import nearest_neighbour_tour
+
+    held_out = methods.held_out
+    tick, cpu = time.perf_counter(), time.process_time()
+    tours = np.stack([nearest_neighbour_tour(d) for d in held_out.dists])
+    nn_tours = torch.as_tensor(tours, device=held_out.device)
+    nn_wall, nn_cpu = time.perf_counter() - tick, time.process_time() - cpu
+    methods.record("nearest neighbour", methods.lengths_of(nn_tours), nn_wall, nn_cpu)
+    tick, cpu = time.perf_counter(), time.process_time()
+    two_opt_tours = two_opt_batch(held_out.dist64, nn_tours)
+    methods.record(
+        "nearest neighbour + 2-opt",
+        methods.lengths_of(two_opt_tours),
+        nn_wall + time.perf_counter() - tick,
+        nn_cpu + time.process_time() - cpu,
+    )
+
+
+def paired(reference: np.ndarray, lengths: np.ndarray) -> tuple[float, float]:
+    """100 (L_ref - L) / L_ref per instance: its mean and standard error."""
+    import numpy as np
+
+    gain = 100.0 * (reference - lengths) / reference
+    return float(gain.mean()), (float(gain.std(ddof=1) / np.sqrt(len(gain))) if len(gain) > 1 else float("nan"))
+
+
+def table_rows(rows: list[dict], references: dict[str, Any], episodes: int) -> list[dict]:
+    """The table: per method the mean length, gap to the optimum, paired gains over
+    classic (and tuned) PSO with their standard errors, the win rate over classic, and
+    times per instance."""
+    import numpy as np
+
+    optimal, classic, tuned_row = references["optimal"], references["classic"], references["tuned"]
     table = []
     for row in rows:
         entry = {
@@ -310,11 +435,17 @@ def run_evaluation(config: PSOTSPEvalConfig, *, echo=print) -> list[dict]:
         if tuned_row is not None:
             entry["vs_tuned_pct"], entry["vs_tuned_se"] = paired(tuned_row["lengths"], row["lengths"])
         table.append(entry)
+    return table
+
+
+def print_table(table: list[dict], config: PSOTSPEvalConfig, held_out: HeldOut, *, echo=print) -> None:
+    env_config = held_out.env_config
     echo(
-        f"TSP{n}: {episodes} held-out instances (seed {config.seed}), {env_config.n_particles} particles, "
-        f"{T} PSO iterations, k={env_config.k}, greedy decode; times per instance (wall / CPU ms)"
+        f"TSP{env_config.num_cities}: {config.episodes} held-out instances (seed {config.seed}), "
+        f"{env_config.n_particles} particles, {env_config.pso_iterations} PSO iterations, k={env_config.k}, "
+        "greedy decode; times per instance (wall / CPU ms)"
     )
-    versus_tuned = tuned_row is not None
+    versus_tuned = held_out.tuned is not None
     header = f"{'method':<46} {'mean length':>11} {'gap %':>13} {'vs classic %':>15}"
     echo(header + (f" {'vs tuned %':>15}" if versus_tuned else "") + f" {'shorter':>8} {'wall ms':>8} {'CPU ms':>8}")
     for entry in table:
@@ -323,24 +454,40 @@ def run_evaluation(config: PSOTSPEvalConfig, *, echo=print) -> list[dict]:
         line += f"{entry['vs_classic_pct']:+6.2f} +- {entry['vs_classic_se']:.2f}"
         if versus_tuned:
             line += f" {entry['vs_tuned_pct']:+6.2f} +- {entry['vs_tuned_se']:.2f}"
-        line += f" {entry['shorter_than_classic']:>8.0%} {entry['ms_per_instance']:>8.2f} {entry['cpu_ms_per_instance']:>8.2f}"
+        line += f" {entry['shorter_than_classic']:>8.0%}"
+        line += f" {entry['ms_per_instance']:>8.2f} {entry['cpu_ms_per_instance']:>8.2f}"
         echo(line)
-    if config.output is not None:
-        from pglab.run.atomic import atomic_write_json
 
-        per_instance = {row["method"]: row["lengths"].tolist() for row in rows}
-        atomic_write_json(
-            config.output,
-            {
-                "config": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(config).items()},
-                "num_cities": n,
-                "n_particles": env_config.n_particles,
-                "pso_iterations": T,
-                "tuned": tuned,
-                "rows": table,
-                "lengths": per_instance,
-            },
-        )
+
+def write_table(path: Path, table: list[dict], rows: list[dict], config: PSOTSPEvalConfig, held_out: HeldOut) -> None:
+    """``--output``: the config, the table and every method's per-instance lengths."""
+    from pglab.run.atomic import atomic_write_json
+
+    env_config = held_out.env_config
+    atomic_write_json(
+        path,
+        {
+            "config": {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(config).items()},
+            "num_cities": env_config.num_cities,
+            "n_particles": env_config.n_particles,
+            "pso_iterations": env_config.pso_iterations,
+            "tuned": held_out.tuned,
+            "rows": table,
+            "lengths": {row["method"]: row["lengths"].tolist() for row in rows},
+        },
+    )
+
+
+def run_evaluation(config: PSOTSPEvalConfig, *, echo=print) -> list[dict]:
+    """Every method on the held-out set; returns the table rows (also printed)."""
+    if config.tune:
+        return [run_tuning(config, echo=echo)]
+    held_out = prepare_held_out(config, echo=echo)
+    rows, references = run_methods(config, held_out)
+    table = table_rows(rows, references, config.episodes)
+    print_table(table, config, held_out, echo=echo)
+    if config.output is not None:
+        write_table(config.output, table, rows, config, held_out)
     return table
 
 

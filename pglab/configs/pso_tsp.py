@@ -4,11 +4,11 @@ Torch-free on purpose: ``pglab train pso-tsp --help`` builds its flag list from 
 module alone. :mod:`pglab.envs.pso_tsp` and :mod:`pglab.algos.pso_tsp` re-export these
 names, so ``from pglab.algos.pso_tsp import PSOTSPTrainConfig`` keeps working.
 
-Renamed fields (the one CLI vocabulary of issue 18); the old names still work as flags
-(with a one-line note), in YAML files and in the configs stored in old checkpoints:
+Other names of fields (``DEPRECATED_NAMES``) still work as flags (with a one-line note),
+in YAML files and in the configs stored in checkpoints:
 
     rl_mode        -> algo       (trainer)
-    ppo_clip, value_loss_coeff, entropy_coeff -> clip_coef, value_coef, entropy_coef (the note's keys)
+    ppo_clip, value_loss_coeff, entropy_coeff -> clip_coef, value_coef, entropy_coef
     num_instances  -> episodes   (evaluator: the number of held-out instances)
 """
 
@@ -33,8 +33,7 @@ from pglab.validation import (
 
 KIND = "pso-tsp"
 # The PSO trainer's update defaults (--controller edge_policy) differ from PPO's (CleanRL's):
-# one minibatch (the whole trajectory), entropy 0.01 and vpg_gae, as in the design note, and a
-# looser gradient clip.
+# one minibatch (the whole trajectory), entropy 0.01 and vpg_gae, and a looser gradient clip.
 PSO_UPDATE_DEFAULTS = OnPolicyHyperparams(algo="vpg_gae", num_minibatches=1, entropy_coef=0.01, max_grad_norm=1.0)
 CONTROLLERS = ("swarm_es", "edge_policy")
 REWARDS = ("tour_length", "pbest_improvement", "gbest_improvement", "gbest_credit")
@@ -98,7 +97,6 @@ class PSOTSPTrainConfig:
     """Configuration of ``pglab train pso-tsp`` (configs/tsp.yaml)."""
 
     # Old names still accepted as flags, YAML keys and in stored checkpoint configs.
-    # The design note's key names are accepted too (ppo_clip, value_loss_coeff, entropy_coeff).
     DEPRECATED_NAMES: ClassVar[dict[str, str]] = {
         "rl_mode": "algo",
         "ppo_clip": "clip_coef",
@@ -112,7 +110,7 @@ class PSOTSPTrainConfig:
     controller: Literal["swarm_es", "edge_policy"] = "swarm_es"
     """swarm_es: a deterministic per-particle controller (w, c1, c2) = tuned constants + MLP(swarm
     state), trained by evolution strategies on its greedy result (the recommended setup);
-    edge_policy: the per-edge attention policy trained by --algo (the design note's model)"""
+    edge_policy: the per-edge attention policy trained by --algo"""
     # -- swarm_es: constant tuning, controller, evolution strategies --------------------------
     tune_candidates: int = 48
     """swarm_es: random-search candidates for the constant (w, c1, c2) the controller starts from"""
@@ -130,7 +128,7 @@ class PSOTSPTrainConfig:
     train_decode: Literal["sample", "greedy"] = "greedy"
     """decoding during training rollouts (evaluation always decodes greedily)"""
     reward: Literal["tour_length", "pbest_improvement", "gbest_improvement", "gbest_credit"] = "gbest_improvement"
-    """per-particle reward: -tour length (the note), own-best or swarm-best improvement, or the
+    """per-particle reward: -tour length, own-best or swarm-best improvement, or the
     swarm-best improvement credited to the particle whose tour achieved it"""
     # -- network ----------------------------------------------------------------------------
     emb_dim: int = 16
@@ -150,7 +148,7 @@ class PSOTSPTrainConfig:
     mu_scale: float = 5.0
     """mean coefficients = classic + mu_scale * network output (a faster-moving mean)"""
     log_prob_reduction: Literal["mean", "sum"] = "mean"
-    """per-particle log-likelihood: mean over edges (the note) or the exact sum"""
+    """per-particle log-likelihood: mean over edges or the exact sum"""
     particle_noise_std: float = 0.3
     """std of an exploration offset per coefficient shared by all edges (0: per-edge noise only)"""
     noise_scope: Literal["particle", "swarm"] = "swarm"

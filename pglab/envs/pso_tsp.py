@@ -208,7 +208,8 @@ class PSOTSPEnv:
         if shape[0] % self.replicas:
             even = " (an even size)" if self.replicas == 2 else ""
             raise ValueError(
-                f"PSOTSPEnv(replicas={self.replicas}): the batch must be a multiple of {self.replicas}{even}, got {shape[0]}"
+                f"PSOTSPEnv(replicas={self.replicas}): the batch must be a multiple of {self.replicas}{even}, "
+                f"got {shape[0]}"
             )
         block = draw((shape[0] // self.replicas, *shape[1:]), generator=self.generator, device=self.device)
         return block.repeat(self.replicas, *([1] * (len(shape) - 1)))
@@ -306,6 +307,7 @@ class PSOTSPEnv:
         position = x + velocity  # x <- x + v
         tours, cost = self.decode(position, state)
         improved = cost < state.pbest_cost
+        assert state.pbest_tour is not None  # reset decodes the first tours
         state = dataclasses.replace(
             state,
             position=position,

@@ -237,5 +237,6 @@ def reference_tour(dist: np.ndarray, *, held_karp_max_n: int = 16, lkh_runs: int
         tour, length = held_karp(dist)
         return Reference(tour, length, "held_karp")
     raise UsageError(
-        f"optimal reference for n={n}: needs the 'elkai' package (pip install pglab[co]); Held–Karp handles n <= {HELD_KARP_MAX_N}"
+        f"optimal reference for n={n}: needs the 'elkai' package (pip install pglab[co]); "
+        f"Held–Karp handles n <= {HELD_KARP_MAX_N}"
     )

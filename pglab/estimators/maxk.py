@@ -74,7 +74,7 @@ from pglab.contracts import check_tensor
 from pglab.estimators._checks import FLOATS
 
 VarianceReduction = Literal["none", "sample_loo", "subloo"]
-VARIANCE_REDUCTIONS: tuple[str, ...] = ("none", "sample_loo", "subloo")
+VARIANCE_REDUCTIONS: tuple[VarianceReduction, ...] = ("none", "sample_loo", "subloo")
 
 
 # -- binomial-coefficient ratios ------------------------------------------------------
@@ -336,7 +336,9 @@ def _sort_rows(
         return torch.sort(work, dim=-1, descending=descending, stable=stable)
     values, indices = packed
     if stable and exact_tie_order and _has_ties(values):
-        values, indices = _packed_sort(work, descending, stable=True)
+        repacked = _packed_sort(work, descending, stable=True)
+        assert repacked is not None  # the same rewards packed into keys a moment ago
+        values, indices = repacked
     if work.requires_grad:
         return work.gather(-1, indices), indices
     return values, indices

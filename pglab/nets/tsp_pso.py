@@ -88,6 +88,9 @@ class HyperparamTSPModel(nn.Module):
             instance, shared by its particles). See :func:`sample_coefficients`.
     """
 
+    classic: torch.Tensor  # buffer [3]: classic PSO's (w, c1, c2), the untrained mean
+    source_city: torch.Tensor  # buffer [D]: the source city of each candidate edge
+
     def __init__(
         self,
         num_cities: int,
@@ -121,6 +124,7 @@ class HyperparamTSPModel(nn.Module):
         self.policy_head = build_mlp(emb_dim, (emb_dim,), 6, activation="relu")
         self.value_head = build_mlp(emb_dim, (emb_dim,), 1, activation="relu")
         last = self.policy_head[-1]
+        assert isinstance(last, nn.Linear)  # build_mlp ends with its output layer
         nn.init.zeros_(last.weight)
         nn.init.zeros_(last.bias)
         with torch.no_grad():
@@ -302,8 +306,10 @@ def gaussian_log_prob_entropy(
     """
     if noise_scope == "swarm" and particle_noise_std > 0:
         num_particles = mu.shape[-3]
-        joint = [x.reshape(x.shape[0], 1, -1, x.shape[-1]) for x in (mu, sigma, actions)]
-        log_prob, entropy = gaussian_log_prob_entropy(*joint, "sum", particle_noise_std, "particle")  # [S, 1]
+        mu_joint, sigma_joint, actions_joint = (x.reshape(x.shape[0], 1, -1, x.shape[-1]) for x in (mu, sigma, actions))
+        log_prob, entropy = gaussian_log_prob_entropy(
+            mu_joint, sigma_joint, actions_joint, "sum", particle_noise_std, "particle"
+        )  # [S, 1]
         scale = num_particles * (mu.shape[-2] if reduction == "mean" else 1)
         return (log_prob / scale).expand(-1, num_particles), (entropy / scale).expand(-1, num_particles)
     num_edges = mu.shape[-2]
@@ -381,6 +387,8 @@ class SwarmController(nn.Module):
     (the ES trainer): ``params`` from :meth:`population` holds each tensor with a leading
     ``K`` and ``features`` is ``[K, ..., F]``.
     """
+
+    base: torch.Tensor  # buffer [3]: the constant (w, c1, c2)
 
     def __init__(
         self,
