@@ -60,7 +60,7 @@ from pglab.nets.tsp_pso import (
     swarm_scalars,
 )
 from pglab.run.atomic import atomic_write_json
-from pglab.run.checkpoint import load_state_dict_checked, save_checkpoint
+from pglab.run.checkpoint import load_state_dict_checked
 from pglab.run.config import config_from_dict
 from pglab.run.device import resolve_device
 from pglab.run.logger import MetricsLogger
@@ -913,5 +913,4 @@ def keep_if_best(run: TrainingRun, iteration: int, improvement: float) -> None:
     if best is not None and improvement <= best:
         return
     run.counters["best_validation_pct"] = improvement
-    run.counters[SPEC.step_key] = iteration  # the shell advances it after the step; this checkpoint is taken inside it
-    save_checkpoint(run.run_dir / "checkpoints" / BEST_CHECKPOINT, run.build_checkpoint())
+    run.save_copy(BEST_CHECKPOINT, iteration)

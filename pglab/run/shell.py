@@ -441,6 +441,7 @@ class TrainingRun:
         self.registry.add(models=models, optimizers=optimizers, rngs=rngs, state=state, meta=meta)
         if self.checkpoint is not None:
             self.registry.restore(self.checkpoint)
+        self._perf_mark = (time.perf_counter(), self.start, float(self.counters.get("env_steps", 0)))
         params = sum(p.numel() for module in self.registry.models.values() for p in module.parameters())
         self.logger.write_meta(
             {
@@ -475,6 +476,16 @@ class TrainingRun:
             counters=dict(self.counters),
             **self.registry.capture(),
         )
+
+    def save_copy(self, name: str, step: int) -> Path:
+        """A named checkpoint beside the numbered ones (``checkpoints/<name>``, e.g. the best
+        model so far), of the tracked state as it is inside step ``step``; the run's latest
+        checkpoint is untouched."""
+        from pglab.run.checkpoint import save_checkpoint
+
+        checkpoint = self.build_checkpoint()
+        checkpoint["counters"][self.spec.step_key] = step
+        return save_checkpoint(self.run_dir / "checkpoints" / name, checkpoint)
 
     # -- the loop ----------------------------------------------------------------------
     @property
