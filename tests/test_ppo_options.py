@@ -214,17 +214,3 @@ def test_lunarlander_file_trains_with_box2d(tmp_path):
     agent = pglab.load_checkpoint(resumed.run_dir, device="cpu")
     actions = agent.predict(np.zeros((3, 8), dtype=np.float32), deterministic=True)
     assert actions.shape == (3,) and set(np.asarray(actions).tolist()) <= {0, 1, 2, 3}
-
-
-@pytest.mark.parametrize(
-    "value", [np.float64(-1.25), np.float32(2.5), np.int64(7), np.bool_(True), 3.5, 4, None, "text"]
-)
-def test_env_attribute_snapshots_survive_a_weights_only_load(tmp_path, value):
-    # np.float64 is also a Python float; stored as one it pickled as a NumPy scalar that
-    # torch.load(weights_only=True) refuses.
-    from pglab.algos.ppo import _restored, _storable
-
-    path = tmp_path / "snapshot.pt"
-    torch.save({"field": _storable(value)}, path)
-    restored = _restored(torch.load(path, weights_only=True)["field"], None)
-    assert restored == value and type(restored) is type(value)

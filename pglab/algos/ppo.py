@@ -310,132 +310,6 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str
 
 
 # --------------------------------------------------------------------------------------
-# Environment snapshots (exact resume)
-# --------------------------------------------------------------------------------------
-# Attributes that are configuration, rendering or links, not simulation state.
-_SKIP_ATTRIBUTES = {
-    "env",
-    "envs",
-    "env_fns",
-    "spec",
-    "_saved_kwargs",
-    "metadata",
-    "_metadata",
-    "render_mode",
-    "_cached_spec",
-    "action_space",
-    "observation_space",
-    "_action_space",
-    "_observation_space",
-    "single_action_space",
-    "single_observation_space",
-    "screen",
-    "clock",
-    "autoreset_mode",
-}
-
-
-def _storable(value: Any) -> Any:
-    """A weights_only-loadable copy of one attribute value, or ``_SKIP``."""
-    # NumPy scalars first: np.float64 is also a Python float, but pickles as a NumPy object
-    # that a weights_only load refuses (LunarLander's prev_shaping).
-    if isinstance(value, np.generic) and not isinstance(value, np.object_):
-        return {"ndarray": torch.from_numpy(np.asarray(value).copy()), "dtype": str(value.dtype), "scalar": True}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return {"py": value}
-    if isinstance(value, np.ndarray) and value.dtype != object:
-        return {"ndarray": torch.from_numpy(value.copy()), "dtype": str(value.dtype)}
-    if isinstance(value, np.random.Generator):
-        return {"np_generator": value.bit_generator.state}
-    return _SKIP
-
-
-_SKIP = object()
-# Physics engines whose state lives in C objects, not in plain attributes: an env holding
-# one cannot be snapshotted, and restoring its other attributes onto a fresh world would
-# mix two states; such runs resume from freshly reset environments (with a warning).
-_OPAQUE_SIMULATORS = ("Box2D", "mujoco", "pybullet")
-
-
-def _is_opaque_simulator(value: Any) -> bool:
-    return type(value).__module__.split(".")[0] in _OPAQUE_SIMULATORS
-
-
-def _restored(stored: dict[str, Any], current: Any) -> Any:
-    if "py" in stored:
-        return stored["py"]
-    if "ndarray" in stored:
-        array = stored["ndarray"].numpy().astype(stored["dtype"], copy=True)
-        return array[()] if stored.get("scalar") else array
-    state = stored["np_generator"]
-    generator = (
-        current
-        if isinstance(current, np.random.Generator)
-        else np.random.Generator(getattr(np.random, state["bit_generator"])())
-    )
-    generator.bit_generator.state = state
-    return generator
-
-
-def _state_holders(vector_env: Any) -> list[Any] | None:
-    """Every object whose attributes make up the simulation state: the vector env and,
-    for a ``SyncVectorEnv``, each copy's chain of wrappers. ``None`` if unreachable."""
-    from gymnasium.vector import AsyncVectorEnv
-
-    if isinstance(vector_env, AsyncVectorEnv):
-        return None  # the copies live in worker processes
-    holders = [vector_env]
-    for copy in getattr(vector_env, "envs", []):
-        layer = copy
-        while layer is not None:
-            holders.append(layer)
-            layer = getattr(layer, "env", None)
-    return holders
-
-
-def capture_env_state(env: Any) -> dict[str, Any] | None:
-    """A snapshot of a batched env for checkpoints (``None``: cannot be captured)."""
-    if hasattr(env, "state_dict"):
-        return {"native": env.state_dict()}
-    holders = _state_holders(getattr(env, "env", None)) if hasattr(env, "env") else None
-    if holders is None:
-        return None
-    layers = []
-    for holder in holders:
-        fields = {}
-        for name, value in vars(holder).items():
-            if name in _SKIP_ATTRIBUTES:
-                continue
-            if _is_opaque_simulator(value):
-                return None
-            stored = _storable(value)
-            if stored is not _SKIP:
-                fields[name] = stored
-        layers.append({"type": type(holder).__name__, "fields": fields})
-    return {"layers": layers}
-
-
-def restore_env_state(env: Any, state: dict[str, Any] | None, *, source: str) -> bool:
-    """Inverse of :func:`capture_env_state`; returns whether the state was restored."""
-    if state is None:
-        return False
-    if "native" in state:
-        env.load_state_dict(state["native"])
-        return True
-    holders = _state_holders(getattr(env, "env", None)) if hasattr(env, "env") else None
-    if holders is None or len(holders) != len(state["layers"]):
-        raise CheckpointError(
-            f"checkpoint {source}: its environment snapshot does not match the environment built from the config"
-        )
-    for holder, layer in zip(holders, state["layers"], strict=False):
-        if type(holder).__name__ != layer["type"]:
-            raise CheckpointError(f"checkpoint {source}: environment layer {layer['type']} != {type(holder).__name__}")
-        for name, stored in layer["fields"].items():
-            setattr(holder, name, _restored(stored, getattr(holder, name, None)))
-    return True
-
-
-# --------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------
 @dataclass
@@ -692,13 +566,14 @@ def _train_iterations(
             if extra.get("normalizer") is None:
                 raise CheckpointError(f"checkpoint {source}: holds no normalisation statistics")
             normalizer.load_state_dict(extra["normalizer"])
-        if not restore_env_state(env, extra["env_state"], source=source):
+        if extra["env_state"] is None:  # the environment could not capture its state (pglab.envs.base)
             warnings.warn(
                 f"env={config.env}: its state could not be checkpointed; the resumed run continues from "
                 "freshly reset environments and is not bit-identical to an uninterrupted one",
                 stacklevel=2,
             )
         else:
+            env.load_state_dict(extra["env_state"])
             obs = extra["obs"].to(device)
             # Running episode returns belong to the restored episodes only.
             tracker.load_state_dict(extra["tracker"])
@@ -730,7 +605,7 @@ def _train_iterations(
                 "obs": obs.detach().cpu().clone(),
                 "tracker": tracker.state_dict(),
                 "window": window.state_dict(),
-                "env_state": capture_env_state(env),
+                "env_state": env.state_dict(),
                 "action": action.to_dict(),
                 "obs_dim": obs_dim,
                 "image_shape": None if image_shape is None else list(image_shape),

@@ -64,7 +64,7 @@ import torch
 
 from pglab.contracts import check_tensor
 from pglab.envs.base import ActionSpec, StepResult
-from pglab.errors import ConfigError
+from pglab.errors import CheckpointError, ConfigError
 
 # Options of the C++ env that this module owns (set from episodic_life/clip_rewards).
 _OWNED_ALE_OPTIONS = ("reward_clipping", "episodic_life", "life_loss_info", "autoreset_mode")
@@ -228,6 +228,17 @@ class AtariEnv:
 
     def close(self) -> None:
         self.games.close()
+
+    # -- checkpoints -------------------------------------------------------------------
+    def state_dict(self) -> None:
+        """Nothing: the emulators run in ALE's C++ threads, and ale-py's vector env offers
+        no snapshot of them, so a resumed run starts new games (the trainer says so)."""
+        return None
+
+    def load_state_dict(self, state: None) -> None:
+        """Accepts the ``None`` of :meth:`state_dict`: the games stay as they are."""
+        if state is not None:
+            raise CheckpointError("checkpoint: holds an environment snapshot, which an Atari environment cannot load")
 
 
 def make_atari_env(game: str, num_envs: int, *, device: torch.device | str = "cpu", **options: Any) -> AtariEnv:
