@@ -207,7 +207,7 @@ def test_lunarlander_file_trains_with_box2d(tmp_path):
         **QUIET,
     )
     first = train_ppo(config, stop_after=1)
-    assert first.env_steps == 16 * 32 and load_checkpoint_file(first.run_dir)["extra"]["env_state"] is None
+    assert first.env_steps == 16 * 32 and load_checkpoint_file(first.run_dir)["extra"]["env"] is None
     with pytest.warns(UserWarning, match="not bit-identical"):
         resumed = train_ppo(dataclasses.replace(config, log_dir=None, resume=tmp_path / "lander"))
     assert resumed.env_steps == 2 * 16 * 32 and resumed.exit_code == 0

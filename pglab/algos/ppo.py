@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -74,12 +73,14 @@ from pglab.losses.ppo_fused import blas_threads, fused_ppo_gradient
 from pglab.nets.actor_critic import ActorCritic, GSDEActorCritic, build_actor_critic
 from pglab.nets.nature_cnn import NatureCNNActorCritic
 from pglab.run.atomic import atomic_write_json
-from pglab.run.checkpoint import build_checkpoint, load_state_dict_checked
-from pglab.run.config import config_from_dict, config_to_dict
+from pglab.run.checkpoint import load_state_dict_checked
+from pglab.run.config import config_from_dict
 from pglab.run.device import resolve_device
+from pglab.run.episodes import EpisodeStats
 from pglab.run.progress import progress_bar
-from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state
+from pglab.run.seeding import make_generator
 from pglab.run.shell import TrainerSpec, TrainingRun
+from pglab.run.state import Value
 from pglab.validation import check_int
 
 KIND = "ppo"
@@ -398,50 +399,6 @@ def _hooks(callbacks: list[Any], name: str) -> list[Callable[[Any], Any]]:
     return [getattr(callback, name) for callback in callbacks if callable(getattr(callback, name, None))]
 
 
-class EpisodeWindow:
-    """Statistics of the episodes finished since the last metric row, kept on the device
-    (float64 0-d tensors, no host sync until the row is logged)."""
-
-    NAMES = ("count", "return_sum", "return_sq_sum", "length_sum")
-
-    def __init__(self, device: torch.device):
-        self.sums = {name: torch.zeros((), dtype=torch.float64, device=device) for name in self.NAMES}
-
-    def add(self, episode_returns: torch.Tensor, episode_lengths: torch.Tensor) -> None:
-        """``episode_returns`` / ``episode_lengths`` ``[N, T]``: non-zero length where an
-        episode ended at that step, 0 elsewhere (:meth:`EpisodeTracker.update_rollout`)."""
-        finished = episode_lengths > 0
-        returns = episode_returns.double()
-        self.sums["count"] += finished.sum()
-        self.sums["return_sum"] += returns.sum()
-        self.sums["return_sq_sum"] += returns.pow(2).sum()
-        self.sums["length_sum"] += episode_lengths.sum()
-
-    def metrics(self) -> dict[str, torch.Tensor]:
-        """``return/mean``, ``return/std``, ``episode/length``, ``episode/count``. In an
-        interval in which no episode ended the first three are 0/0 = NaN, which the
-        logger writes as "no value" (an empty CSV cell), not as a number."""
-        count = self.sums["count"]
-        mean = self.sums["return_sum"] / count
-        return {
-            "return/mean": mean,
-            "return/std": (self.sums["return_sq_sum"] / count - mean.pow(2)).clamp_min(0).sqrt(),
-            "episode/length": self.sums["length_sum"] / count,
-            "episode/count": count,
-        }
-
-    def reset(self) -> None:
-        for value in self.sums.values():
-            value.zero_()
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {name: value.cpu() for name, value in self.sums.items()}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        device = self.sums["count"].device
-        self.sums = {name: value.to(device) for name, value in state.items()}
-
-
 def train_ppo(
     config: PPOConfig,
     *,
@@ -547,38 +504,39 @@ def _train_iterations(
     if normalizer is not None:
         obs = normalizer.reset(obs)
     tracker = EpisodeTracker(config.num_envs, device)
-    window = EpisodeWindow(device)
+    window = EpisodeStats(device)
     run.counters.setdefault("env_steps", 0)
 
+    obs_box = Value(obs)
+    run.track(
+        models={"agent": net},
+        optimizers={"agent": optimizer},
+        rngs={"action": action_generator, "minibatch": minibatch_generator},
+        state={
+            "env": env,
+            "tracker": tracker,
+            "episodes": window,
+            "obs": obs_box,
+            **({"normalizer": normalizer} if normalizer is not None else {}),
+        },
+        meta={
+            "action": action.to_dict(),
+            "obs_dim": obs_dim,
+            "image_shape": None if image_shape is None else list(image_shape),
+        },
+    )
     if run.checkpoint is not None:
-        checkpoint = run.checkpoint
-        source = checkpoint["path"]
-        if (
-            ActionInfo.from_dict(checkpoint["extra"]["action"]) != action
-            or int(checkpoint["extra"]["obs_dim"]) != obs_dim
-        ):
-            raise CheckpointError(f"checkpoint {source}: its spaces do not match env={config.env!r}")
-        load_state_dict_checked(net, checkpoint["models"]["agent"], name="agent", source=source)
-        optimizer.load_state_dict(checkpoint["optimizers"]["agent"])
-        restore_rng_state(checkpoint["rng"], {"action": action_generator, "minibatch": minibatch_generator})
-        extra = checkpoint["extra"]
-        if normalizer is not None:
-            if extra.get("normalizer") is None:
-                raise CheckpointError(f"checkpoint {source}: holds no normalisation statistics")
-            normalizer.load_state_dict(extra["normalizer"])
-        if extra["env_state"] is None:  # the environment could not capture its state (pglab.envs.base)
+        if run.checkpoint["extra"]["env"] is None:  # the environment could not capture its state (pglab.envs.base)
             warnings.warn(
                 f"env={config.env}: its state could not be checkpointed; the resumed run continues from "
                 "freshly reset environments and is not bit-identical to an uninterrupted one",
                 stacklevel=2,
             )
-        else:
-            env.load_state_dict(extra["env_state"])
-            obs = extra["obs"].to(device)
             # Running episode returns belong to the restored episodes only.
-            tracker.load_state_dict(extra["tracker"])
-        window.load_state_dict(extra["window"])
-        stored_iterations = replace(config, total_steps=int(checkpoint["config"]["total_steps"])).num_iterations
+            obs_box.value = obs
+            tracker.load_state_dict(EpisodeTracker(config.num_envs, device).state_dict())
+        obs = obs_box.value
+        stored_iterations = replace(config, total_steps=int(run.checkpoint["config"]["total_steps"])).num_iterations
         linear = config.lr_schedule == "linear" or hp.clip_schedule == "linear"
         if linear and stored_iterations != config.num_iterations and run.start < config.num_iterations:
             # fraction 1 - (k-1)/K with the new K from here on: the rates jump to the new run's schedule
@@ -591,39 +549,14 @@ def _train_iterations(
                 "values",
                 stacklevel=2,
             )
-    run.logger.write_meta({"kind": KIND, "env": config.env, "algo": config.algo})
-
-    def make_checkpoint() -> dict[str, Any]:
-        return build_checkpoint(
-            kind=KIND,
-            config=config_to_dict(replace(config, resume=None)),
-            counters=dict(run.counters),
-            models={"agent": net.state_dict()},
-            optimizers={"agent": optimizer.state_dict()},
-            rng=capture_rng_state({"action": action_generator, "minibatch": minibatch_generator}),
-            extra={
-                "obs": obs.detach().cpu().clone(),
-                "tracker": tracker.state_dict(),
-                "window": window.state_dict(),
-                "env_state": env.state_dict(),
-                "action": action.to_dict(),
-                "obs_dim": obs_dim,
-                "image_shape": None if image_shape is None else list(image_shape),
-                "normalizer": None if normalizer is None else normalizer.state_dict(),
-            },
-        )
 
     # Rollout storage: per-step tensors are appended to lists and stacked once per
     # rollout into batch-major [num_envs, num_steps, ...] (pglab's [B, T]); one stack
     # per field costs less than a slice assignment per field and step.
     N, T = config.num_envs, config.num_steps
     num_iterations = config.num_iterations
-    train_seconds = 0.0
-    window_start, window_steps = time.perf_counter(), 0
-    for iteration in run.steps(
-        num_iterations, save=make_checkpoint, desc=f"train ppo {config.env} --algo {config.algo}"
-    ):
-        tick = time.perf_counter()
+    wall_time_at_start = float(run.counters["wall_time"])
+    for iteration in run.steps(num_iterations, desc=f"train ppo {config.env} --algo {config.algo}"):
         if config.lr_schedule == "linear":
             # lr_k = lr * (1 - (k - 1) / K): linear decay to 0 (CleanRL)
             optimizer.param_groups[0]["lr"] = config.lr * schedule_fraction("linear", iteration, num_iterations)
@@ -767,10 +700,8 @@ def _train_iterations(
             )
 
         # -- 5. log (the shell saves checkpoints after this body) ----------------------
-        elapsed = time.perf_counter() - tick
-        train_seconds += elapsed
+        obs_box.value = obs
         run.counters["env_steps"] += N * T
-        window_steps += N * T
         if iteration % config.log_interval == 0 or iteration == num_iterations:
             row = {
                 "env_steps": run.counters["env_steps"],
@@ -778,12 +709,9 @@ def _train_iterations(
                 **update_metrics,
                 "stats/lr": optimizer.param_groups[0]["lr"],
                 **({"stats/clip_coef": iteration_hp.clip_coef} if hp.clip_schedule != "constant" else {}),
-                "perf/iter_s": elapsed,
-                "perf/steps_per_s": window_steps / max(time.perf_counter() - window_start, 1e-9),
             }
             logged = run.log(iteration, row)
             window.reset()
-            window_start, window_steps = time.perf_counter(), 0
             mean_return = logged["return/mean"]
             run.set_postfix(
                 ret="-" if math.isnan(mean_return) else f"{mean_return:.1f}",
@@ -794,7 +722,7 @@ def _train_iterations(
 
     if normalizer is not None:
         normalizer.training = False  # the returned agent (and the final evaluation) use frozen statistics
-    return agent, train_seconds, stopped_by_callback
+    return agent, float(run.counters["wall_time"]) - wall_time_at_start, stopped_by_callback
 
 
 # --------------------------------------------------------------------------------------
