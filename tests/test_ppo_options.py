@@ -192,8 +192,6 @@ def test_lunarlander_file_trains_with_box2d(tmp_path):
     # agent API loads it.
     import dataclasses
 
-    import numpy as np
-
     import pglab
 
     config = load_yaml_config(PPOConfig, CONFIGS / "lunarlander.yaml")

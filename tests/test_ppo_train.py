@@ -15,7 +15,6 @@ import torch
 import pglab
 from pglab.algos.ppo import PPOAgent, PPOConfig, train_ppo
 from pglab.cli import main as cli_main
-from pglab.envs.registry import make_env
 from pglab.errors import ConfigError
 from pglab.run.checkpoint import load_checkpoint_file
 from pglab.run.config import make_config

@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from pglab.contracts import check_tensor
+from pglab.envs.atari import AtariEnv, make_atari_env
 from pglab.envs.atari import ale_game as _ale_game
-from pglab.envs.atari import make_atari_env
 from pglab.envs.base import ActionSpec, StepResult
 from pglab.errors import CheckpointError, ConfigError
 
@@ -357,7 +357,7 @@ def make_gym_env(
     device: torch.device | str = "cpu",
     vectorization: str = "auto",
     **env_kwargs: Any,
-) -> GymVectorAdapter:
+) -> GymVectorAdapter | AtariEnv:
     """Build a vectorised Gymnasium (or ALE) environment wrapped as a batched env.
 
     ``vectorization``: ``"vector"`` steps all copies as array operations (only ids in
