@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from pglab.envs.base import EpisodeTracker
+from pglab.envs.base import EpisodeTracker, checkpointed
 from pglab.envs.gym_adapter import _ale_game, _restored, _storable, make_gym_env
 from pglab.envs.registry import NATIVE_ENVS, make_env
 from pglab.errors import CheckpointError, ConfigError, TensorContractError
@@ -220,3 +220,15 @@ def test_every_native_env_in_the_registry_builds_steps_and_snapshots():
         env.close()
     with pytest.raises(ConfigError, match="env: unknown pglab environment; choose one of pglab:pixel-goal"):
         make_env("pglab:ghm", 2)
+
+
+def test_an_env_without_state_dict_is_checkpointed_as_capturing_nothing():
+    class Bare:  # a native env that has no state_dict / load_state_dict
+        pass
+
+    stand_in = checkpointed(Bare())
+    assert stand_in.state_dict() is None
+    stand_in.load_state_dict(None)
+    env = make_gym_env("CartPole-v1", num_envs=2)
+    assert checkpointed(env) is env
+    env.close()

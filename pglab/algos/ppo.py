@@ -70,7 +70,7 @@ from pglab.configs.ppo import (  # PPOConfig re-exported: pglab.algos.ppo.PPOCon
     schedule_fraction,
 )
 from pglab.envs.atari import evaluation_options, reported_episodes
-from pglab.envs.base import ActionSpec, EpisodeTracker
+from pglab.envs.base import ActionSpec, EpisodeTracker, checkpointed
 from pglab.envs.normalize import ObsRewardNormalizer
 from pglab.envs.registry import make_env
 from pglab.errors import CheckpointError, ConfigError
@@ -574,7 +574,7 @@ def build_training(run: TrainingRun, config: PPOConfig, env: Any) -> PPOTraining
         optimizers={"agent": optimizer},
         rngs={"action": action_generator, "minibatch": minibatch_generator},
         state={
-            "env": env,
+            "env": checkpointed(env),
             "tracker": training.tracker,
             "episodes": training.episodes,
             "obs": training.obs,
