@@ -706,6 +706,7 @@ def collect_rollout(
     steps: dict[str, list[torch.Tensor]] = {name: [] for name in ROLLOUT_FIELDS}
     reported: list[tuple[torch.Tensor, torch.Tensor]] = []
     obs = training.obs.value
+    no_trunc_value = torch.zeros(N, device=obs.device)
     # inference_mode, not just no_grad: it also skips autograd's version counters,
     # about 10% of a CPU rollout step with these small nets.
     with torch.inference_mode():
@@ -721,7 +722,7 @@ def collect_rollout(
             obs, rewards, raw_rewards, dones, truncs, info = env_step(training, env_actions)
             if (episodes := reported_episodes(info)) is not None:  # Atari: whole games, raw score
                 reported.append(episodes)
-            trunc_value = truncation_value(training, obs, truncs, info)
+            trunc_value = truncation_value(training, obs, truncs, info, no_trunc_value)
             outputs = (actions, log_probs, values, rewards, dones, truncs, trunc_value, raw_rewards)
             for name, value in zip(ROLLOUT_FIELDS[1:], outputs, strict=True):
                 steps[name].append(value)
@@ -749,12 +750,12 @@ def env_step(
 
 
 def truncation_value(
-    training: PPOTraining, obs: torch.Tensor, truncs: torch.Tensor, info: dict[str, Any]
+    training: PPOTraining, obs: torch.Tensor, truncs: torch.Tensor, info: dict[str, Any], zeros: torch.Tensor
 ) -> torch.Tensor:
     """``[N]``: where a time limit cut an episode, ``V(final_obs)`` (the value of the
-    pre-reset observation: its future is bootstrapped); 0 elsewhere."""
+    pre-reset observation: its future is bootstrapped); ``zeros`` where none was cut."""
     if not bool(truncs.any()):
-        return torch.zeros_like(truncs, dtype=torch.float32)
+        return zeros
     final_obs = info.get("final_obs", obs)
     if training.normalizer is not None and "final_obs" in info:
         final_obs = training.normalizer.normalize_obs(final_obs)  # this step's statistics, no update
