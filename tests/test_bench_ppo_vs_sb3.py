@@ -93,7 +93,7 @@ def test_sb3_atari_evaluation_scores_whole_games_on_the_training_pipeline():
     rng = np.random.default_rng(1)
     actions = rng.integers(0, 4, size=(20_000, 1))
     total, lives_lost = 0.0, 0
-    for step, action in enumerate(actions):
+    for action in actions:
         _, rewards, dones, infos = env.step(action)
         total += float(rewards[0])
         lives_lost += int(dones[0])

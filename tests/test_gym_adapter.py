@@ -1,9 +1,11 @@
+import numpy as np
 import pytest
 import torch
 
-from pglab.envs.base import EpisodeTracker
-from pglab.envs.gym_adapter import _ale_game, make_gym_env
-from pglab.errors import ConfigError, TensorContractError
+from pglab.envs.base import EpisodeTracker, checkpointed
+from pglab.envs.gym_adapter import _ale_game, _restored, _storable, make_gym_env
+from pglab.envs.registry import NATIVE_ENVS, make_env
+from pglab.errors import CheckpointError, ConfigError, TensorContractError
 
 
 def test_cartpole_adapter_same_step_autoreset_and_final_obs():
@@ -53,6 +55,11 @@ def test_ale_ids_and_breakout_pixels():
         assert reward.dtype == torch.float32 and done.dtype == torch.bool
         finished_any |= bool((done | trunc).any())
     assert finished_any  # 200 frames = 50 agent steps: the time limit truncates
+    # ALE's emulators cannot be captured: no snapshot, and none is accepted
+    assert env.state_dict() is None
+    env.load_state_dict(None)
+    with pytest.raises(CheckpointError, match="Atari environment cannot load"):
+        env.load_state_dict({"layers": []})
     env.close()
 
 
@@ -129,3 +136,99 @@ def test_numpy_to_tensor_conversion_keeps_dtype_and_values_on_every_path():
     swapped = np.array([1.0, 2.0], dtype=">f4")  # non-native byte order
     assert _to_tensor(swapped, torch.float32, cpu).tolist() == [1.0, 2.0]
     assert _to_tensor([1.0, 2.0], torch.float32, cpu).tolist() == [1.0, 2.0]  # not an array at all
+
+
+def _actions(env, generator, steps):
+    spec = env.action_spec
+    if spec.kind == "discrete":
+        return [torch.randint(0, spec.num_actions, (env.num_envs,), generator=generator) for _ in range(steps)]
+    return [4 * torch.rand((env.num_envs, *spec.shape), generator=generator) - 2 for _ in range(steps)]
+
+
+@pytest.mark.parametrize(
+    ("env_id", "vectorization"), [("CartPole-v1", "vector"), ("CartPole-v1", "sync"), ("Pendulum-v1", "sync")]
+)
+def test_state_dict_round_trip_continues_the_same_episodes_in_a_fresh_env(tmp_path, env_id, vectorization):
+    # Stepped, snapshotted (through a weights_only checkpoint file), stepped on; the snapshot
+    # loaded into a freshly built env with another seed replays the same continuation:
+    # CartPole's 40 steps cross terminations, whose resets draw from the restored generator;
+    # Pendulum's 240 cross its 200-step time limit.
+    steps = 40 if env_id == "CartPole-v1" else 240
+    env = make_gym_env(env_id, num_envs=3, vectorization=vectorization)
+    env.reset(seed=0)
+    for actions in _actions(env, torch.Generator().manual_seed(0), 7):
+        env.step(actions)
+    torch.save(env.state_dict(), tmp_path / "env.pt")
+    actions = _actions(env, torch.Generator().manual_seed(1), steps)
+    ahead = [env.step(a) for a in actions]
+    assert any(bool((done | trunc).any()) for _, _, done, trunc, _ in ahead)
+    env.close()
+
+    fresh = make_gym_env(env_id, num_envs=3, vectorization=vectorization)
+    fresh.reset(seed=123)
+    fresh.load_state_dict(torch.load(tmp_path / "env.pt", weights_only=True))
+    again = [fresh.step(a) for a in actions]
+    fresh.close()
+    for t, (first, second) in enumerate(zip(ahead, again, strict=True)):
+        for name, x, y in zip(("obs", "reward", "done", "trunc"), first[:4], second[:4], strict=True):
+            assert torch.equal(x, y), (t, name)
+        assert torch.equal(first[4]["final_obs"], second[4]["final_obs"]), t
+
+
+def test_state_dict_is_none_where_the_state_lives_elsewhere_and_a_foreign_snapshot_is_refused():
+    # AsyncVectorEnv: the copies live in worker processes; nothing is captured and loading
+    # nothing leaves the environments as they are.
+    remote = make_gym_env("CartPole-v1", num_envs=2, vectorization="async")
+    obs = remote.reset(seed=0)
+    assert remote.state_dict() is None
+    remote.load_state_dict(None)
+    actions = torch.zeros(2, dtype=torch.int64)
+    stepped = remote.step(actions)[0]
+    remote.close()
+    local = make_gym_env("CartPole-v1", num_envs=2, vectorization="sync")
+    assert torch.equal(local.reset(seed=0), obs) and torch.equal(local.step(actions)[0], stepped)
+    vector = make_gym_env("CartPole-v1", num_envs=2, vectorization="vector")
+    with pytest.raises(CheckpointError, match="environment"):
+        vector.load_state_dict(local.state_dict())  # three layers per copy against one vector env
+    local.close()
+    vector.close()
+
+
+@pytest.mark.parametrize(
+    "value", [np.float64(-1.25), np.float32(2.5), np.int64(7), np.bool_(True), 3.5, 4, None, "text"]
+)
+def test_env_attribute_snapshots_survive_a_weights_only_load(tmp_path, value):
+    # np.float64 is also a Python float; stored as one it pickled as a NumPy scalar that
+    # torch.load(weights_only=True) refuses.
+    path = tmp_path / "snapshot.pt"
+    torch.save({"field": _storable(value)}, path)
+    restored = _restored(torch.load(path, weights_only=True)["field"], None)
+    assert restored == value and type(restored) is type(value)
+
+
+def test_every_native_env_in_the_registry_builds_steps_and_snapshots():
+    # Each pglab:NAME resolves to a factory whose env steps and round-trips its state; an
+    # unknown name is one line naming env.
+    for name in NATIVE_ENVS:
+        env = make_env(f"pglab:{name}", 2, seed=0)
+        env.reset(seed=0)
+        actions = torch.zeros(2, dtype=env.action_spec.dtype)
+        state = env.state_dict()
+        first = env.step(actions)[0]
+        env.load_state_dict(state)
+        assert torch.equal(env.step(actions)[0], first), name
+        env.close()
+    with pytest.raises(ConfigError, match="env: unknown pglab environment; choose one of pglab:pixel-goal"):
+        make_env("pglab:ghm", 2)
+
+
+def test_an_env_without_state_dict_is_checkpointed_as_capturing_nothing():
+    class Bare:  # a native env that has no state_dict / load_state_dict
+        pass
+
+    stand_in = checkpointed(Bare())
+    assert stand_in.state_dict() is None
+    stand_in.load_state_dict(None)
+    env = make_gym_env("CartPole-v1", num_envs=2)
+    assert checkpointed(env) is env
+    env.close()

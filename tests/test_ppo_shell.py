@@ -144,6 +144,12 @@ def test_no_nan_cells_when_no_episode_ended_in_an_interval(tmp_path):
     rows = [r for r in records if "iteration" in r]
     assert "nan" not in json.dumps(rows).lower()
     assert all(("return/mean" in r) == (r["episode/count"] > 0) for r in rows)
+    # speed comes from the shell, from the env_steps counter the trainer keeps
+    assert {"perf/step_s", "perf/env_steps_per_s"} <= set(metrics.columns)
+    assert not {"perf/iter_s", "perf/steps_per_s"} & set(metrics.columns)
+    assert (metrics["perf/env_steps_per_s"] > 0).all() and list(metrics["env_steps"]) == [8 * k for k in range(1, 13)]
+    meta = records[0]["meta"]
+    assert meta["kind"] == "ppo" and meta["obs_dim"] == 4 and meta["action"]["kind"] == "discrete"
 
 
 def test_help_imports_no_torch():

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import pglab
-from pglab.algos.ppo import PPOAgent, PPOConfig, capture_env_state, restore_env_state, train_ppo
+from pglab.algos.ppo import PPOAgent, PPOConfig, train_ppo
 from pglab.cli import main as cli_main
 from pglab.envs.registry import make_env
 from pglab.errors import ConfigError
@@ -63,19 +63,31 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, env, vectoriz
     assert metrics_a[columns].equals(metrics_b[columns])
 
 
-def test_env_snapshot_restores_gymnasium_state():
-    env = make_env("gym:CartPole-v1", 3, seed=0)
-    env.reset(seed=0)
-    actions = torch.tensor([1, 0, 1])
-    for _ in range(5):
-        env.step(actions)
-    snapshot = capture_env_state(env)
-    ahead = [env.step(actions)[0] for _ in range(30)]  # crosses terminations and resets
-    restore_env_state(env, snapshot, source="test")
-    again = [env.step(actions)[0] for _ in range(30)]
-    for x, y in zip(ahead, again, strict=False):
-        assert torch.equal(x, y)
+def test_a_run_whose_environments_capture_nothing_resumes_from_fresh_ones(tmp_path):
+    # AsyncVectorEnv copies live in worker processes: the checkpoint holds no environment
+    # state, so the resumed run warns and starts from freshly reset copies: the seed's
+    # first observations, and running episodes counted from there (4-step rollouts end no
+    # CartPole episode, so the tracker's lengths count the steps since the start).
+    from pglab.algos.ppo import PPOCallback
+
+    class FirstObservations(PPOCallback):
+        def __init__(self):
+            self.seen = []
+
+        def on_rollout_end(self, info):
+            self.seen.append(info.rollout["obs"][:, 0].clone())
+
+    fields = dict(env="gym:CartPole-v1", vectorization="async", num_steps=4, total_steps=2 * 4 * 3, **QUIET)
+    first = train_ppo(small_config(tmp_path, "async", **fields), stop_after=1)
+    assert load_checkpoint_file(first.run_dir)["extra"]["env"] is None
+    assert load_checkpoint_file(first.run_dir)["extra"]["tracker"]["lengths"].tolist() == [4, 4]
+    recorder = FirstObservations()
+    with pytest.warns(UserWarning, match="freshly reset environments and is not bit-identical"):
+        train_ppo(make_config(PPOConfig, resume=tmp_path / "async", **QUIET), stop_after=1, callbacks=[recorder])
+    env = make_env("gym:CartPole-v1", 2, vectorization="async")
+    assert torch.equal(recorder.seen[0], env.reset(seed=0))
     env.close()
+    assert load_checkpoint_file(first.run_dir)["extra"]["tracker"]["lengths"].tolist() == [4, 4]
 
 
 def test_train_cli_checkpoint_evaluate_and_load(tmp_path, capsys):

@@ -1,13 +1,14 @@
 """PPO / VPG+GAE / REINFORCE on any batched environment (``pglab train ppo``).
 
-Reads like CleanRL's ``ppo.py``: a config (:class:`pglab.configs.ppo.PPOConfig`), then a
-loop in visible phases
+Reads like CleanRL's ``ppo.py``: a config (:class:`pglab.configs.ppo.PPOConfig`), a build
+(:func:`build_training`), then a loop in visible phases (:func:`train_iterations`)
 
     collect rollout -> bootstrap value -> advantages -> optimise (K epochs) -> log
+    (collect_rollout)                    (compute_advantages) (optimise)   (log_row)
 
 inside the shared training shell (:class:`pglab.run.shell.TrainingRun`), which owns the
-run directory, resume, device/threads/seed, logs, checkpoints, SIGINT/SIGTERM and
-``summary.json``. The update itself is the shared
+run directory, resume, device/threads/seed, logs (with the ``perf/*`` metrics),
+checkpoints, SIGINT/SIGTERM and ``summary.json``. The update itself is the shared
 :func:`pglab.algos.onpolicy.onpolicy_update` (the same code the Deep-PSO trainer uses),
 so ``--algo reinforce_raw | vpg_gae | ppo`` switch the estimator and loss, not the loop.
 
@@ -34,22 +35,25 @@ Callbacks (Python API): ``train_ppo(config, callbacks=[...])`` calls ``on_step(S
 after every vector-env step and ``on_rollout_end(RolloutInfo)`` after every rollout; a
 callback returning ``False`` stops the run after the current iteration, with a checkpoint.
 
-Exact resume: the checkpoint stores networks, optimiser, every RNG, the current
-observations, running episode statistics, the normalisation statistics and the
-environments' own state (for Gymnasium envs whose state lives in plain attributes: numpy
-arrays, numbers and ``np.random.Generator``s, which covers classic control and toy text).
-So on the CPU, N iterations + ``--resume`` + N more == 2N iterations, bit for bit, when
-the budget of the first run was already 2N or both schedules are constant (a linear
-schedule is a function of the total budget, so extending the budget changes the rest of it).
+Exact resume: the trainer registers the network, the optimiser, its generators, the
+environments, the running episodes, the episode statistics of the current metric row,
+the normalisation statistics and the current observations with the shell once
+(``run.track``), which checkpoints and restores them. Environments snapshot themselves
+(``state_dict``, :mod:`pglab.envs.base`): pglab's native envs and Gymnasium's classic
+control and toy text envs are captured; an environment that cannot capture its state
+(Box2D, MuJoCo, ``--vectorization async``, Atari) resumes from freshly reset copies, with
+a warning. So on the CPU, N iterations + ``--resume`` + N more == 2N iterations, bit for
+bit, when the environment is captured and the budget of the first run was already 2N or
+both schedules are constant (a linear schedule is a function of the total budget, so
+extending the budget changes the rest of it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -60,26 +64,29 @@ import torch
 from pglab.agent import Agent
 from pglab.algos.flat_adam import FlatAdam
 from pglab.algos.onpolicy import OnPolicyBatch, onpolicy_update
-from pglab.configs.ppo import (
+from pglab.configs.ppo import (  # PPOConfig re-exported: pglab.algos.ppo.PPOConfig keeps working
+    OnPolicyHyperparams,
     PPOConfig,
     schedule_fraction,
-)  # PPOConfig re-exported: pglab.algos.ppo.PPOConfig keeps working
+)
 from pglab.envs.atari import evaluation_options, reported_episodes
-from pglab.envs.base import ActionSpec, EpisodeTracker
+from pglab.envs.base import ActionSpec, EpisodeTracker, checkpointed
 from pglab.envs.normalize import ObsRewardNormalizer
 from pglab.envs.registry import make_env
 from pglab.errors import CheckpointError, ConfigError
 from pglab.estimators import compute_gae, reward_to_go
-from pglab.losses.ppo_fused import blas_threads, fused_ppo_gradient
-from pglab.nets.actor_critic import ActorCritic, GSDEActorCritic, build_actor_critic
+from pglab.losses.ppo_fused import FusedPPOGradient, blas_threads, fused_ppo_gradient
+from pglab.nets.actor_critic import CategoricalActorCritic, GaussianActorCritic, GSDEActorCritic, build_actor_critic
 from pglab.nets.nature_cnn import NatureCNNActorCritic
 from pglab.run.atomic import atomic_write_json
-from pglab.run.checkpoint import build_checkpoint, load_state_dict_checked
-from pglab.run.config import config_from_dict, config_to_dict
+from pglab.run.checkpoint import load_state_dict_checked
+from pglab.run.config import config_from_dict
 from pglab.run.device import resolve_device
+from pglab.run.episodes import EpisodeStats
 from pglab.run.progress import progress_bar
-from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state
+from pglab.run.seeding import make_generator
 from pglab.run.shell import TrainerSpec, TrainingRun
+from pglab.run.state import Value
 from pglab.validation import check_int
 
 KIND = "ppo"
@@ -98,7 +105,11 @@ SPEC = TrainerSpec(
 )
 
 # Per-step rollout outputs, in the order the trainer stacks them into [N, T, ...] buffers.
-ROLLOUT_FIELDS = ("obs", "actions", "log_probs", "values", "rewards", "dones", "truncs", "trunc_values")
+ROLLOUT_FIELDS = ("obs", "actions", "log_probs", "values", "rewards", "dones", "truncs", "trunc_values", "raw_rewards")
+
+# The networks an agent runs: actor-critic MLPs (Discrete, Box, Box with gSDE) and the Nature CNN.
+PolicyNetwork = CategoricalActorCritic | GaussianActorCritic | GSDEActorCritic | NatureCNNActorCritic
+MLP_NETWORKS = (CategoricalActorCritic, GaussianActorCritic, GSDEActorCritic)
 
 
 # --------------------------------------------------------------------------------------
@@ -159,7 +170,7 @@ class PPOAgent(Agent):
     applies the training run's final (frozen) statistics itself.
 
     Attributes: ``kind`` (``"ppo"``), ``config`` (:class:`PPOConfig`), ``device``,
-    ``policy`` (the :class:`~pglab.nets.actor_critic.ActorCritic`, actor and critic),
+    ``policy`` (the network, actor and critic: a :data:`PolicyNetwork`),
     ``action`` (:class:`ActionInfo`), ``obs_dim``, ``normalizer``
     (:class:`~pglab.envs.normalize.ObsRewardNormalizer` or ``None``).
     """
@@ -168,7 +179,7 @@ class PPOAgent(Agent):
 
     def __init__(
         self,
-        policy: ActorCritic,
+        policy: PolicyNetwork,
         config: PPOConfig,
         action: ActionInfo,
         obs_dim: int,
@@ -231,18 +242,18 @@ def build_agent(
     device: torch.device,
     normalizer: ObsRewardNormalizer | None = None,
     *,
-    image_shape: tuple[int, ...] | None = None,
+    image_shape: tuple[int, int, int] | None = None,
 ) -> PPOAgent:
     """The agent's network: the Nature CNN for image observations (``image_shape`` given,
     see :func:`image_shape_of`), else actor and critic MLPs of ``config.hidden_dims``."""
     if image_shape is not None:
         if action.kind != "discrete":
             raise ConfigError("env", f"{action.kind} actions", "the Nature CNN policy needs Discrete actions")
-        net = NatureCNNActorCritic(tuple(image_shape), action.size).to(device)
-        return PPOAgent(net, config, action, obs_dim, device, normalizer)
+        cnn = NatureCNNActorCritic(image_shape, action.size).to(device)
+        return PPOAgent(cnn, config, action, obs_dim, device, normalizer)
     if config.use_sde and action.kind != "continuous":
         raise ConfigError("use_sde", True, "gSDE needs Box actions; this environment's actions are Discrete")
-    net = build_actor_critic(
+    mlp = build_actor_critic(
         obs_dim,
         action.kind,
         action.size,
@@ -252,7 +263,8 @@ def build_agent(
         ortho_init=config.ortho_init,
         use_sde=config.use_sde,
     ).to(device)
-    return PPOAgent(net, config, action, obs_dim, device, normalizer)
+    assert isinstance(mlp, MLP_NETWORKS)  # the builder's three kinds
+    return PPOAgent(mlp, config, action, obs_dim, device, normalizer)
 
 
 def image_shape_of(env: Any) -> tuple[int, int, int] | None:
@@ -261,7 +273,7 @@ def image_shape_of(env: Any) -> tuple[int, int, int] | None:
     SB3's ``MlpPolicy`` would; e.g. PixelGoalEnv's 16x16 boards)."""
     shape = tuple(int(s) for s in env.observation_shape)
     if env.observation_dtype == torch.uint8 and len(shape) == 3 and min(shape[1:]) >= 36:
-        return shape  # type: ignore[return-value]
+        return shape[0], shape[1], shape[2]
     return None
 
 
@@ -283,174 +295,39 @@ def build_normalizer(config: PPOConfig, obs_shape: tuple[int, ...]) -> ObsReward
 
 
 def agent_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str = "auto") -> PPOAgent:
-    """The :class:`PPOAgent` stored in a loaded ``ppo`` checkpoint (``pglab.load_checkpoint``).
+    """The :class:`PPOAgent` stored in a loaded ``ppo`` checkpoint (``pglab.load_checkpoint``):
+    the network (``models["agent"]``), the spaces (``extra["action"]``, ``extra["obs_dim"]``,
+    ``extra["image_shape"]``) and, for a run that normalised observations, the final
+    statistics (``extra["normalizer"]``, frozen).
 
     ``device``: a ``torch.device`` or ``auto``/``cpu``/``cuda[:N]``."""
     device = resolve_device(device) if isinstance(device, str) else torch.device(device)
     source = checkpoint.get("path", "<memory>")
+    extra = checkpoint.get("extra", {})
     try:
         config = config_from_dict(PPOConfig, {**checkpoint["config"], "resume": None, "log_dir": None})
-        action = ActionInfo.from_dict(checkpoint["extra"]["action"])
-        obs_dim = int(checkpoint["extra"]["obs_dim"])
-        normalizer = None
-        if config.normalizes:
-            stats = checkpoint["extra"]["normalizer"]
-            normalizer = build_normalizer(config, tuple(stats["obs_rms"]["mean"].shape))
-            normalizer.load_state_dict(stats)
-            normalizer.training = False  # evaluation applies the statistics, never updates them
+        action = ActionInfo.from_dict(extra["action"])
+        obs_dim = int(extra["obs_dim"])
+        normalizer = _stored_normalizer(config, extra["normalizer"]) if config.normalizes else None
+        image_shape = extra.get("image_shape")  # None for MLP agents
+        weights = checkpoint["models"]["agent"]
     except (KeyError, TypeError) as exc:
         raise CheckpointError(f"checkpoint {source}: not a complete ppo checkpoint (missing {exc})") from exc
-    image_shape = checkpoint["extra"].get("image_shape")  # absent in checkpoints of MLP agents
-    agent = build_agent(
-        config, obs_dim, action, device, normalizer, image_shape=None if image_shape is None else tuple(image_shape)
-    )
-    load_state_dict_checked(agent.policy, checkpoint["models"]["agent"], name="agent", source=source)
+    shape = None if image_shape is None else (int(image_shape[0]), int(image_shape[1]), int(image_shape[2]))
+    agent = build_agent(config, obs_dim, action, device, normalizer, image_shape=shape)
+    load_state_dict_checked(agent.policy, weights, name="agent", source=source)
     agent.policy.eval()
     return agent
 
 
-# --------------------------------------------------------------------------------------
-# Environment snapshots (exact resume)
-# --------------------------------------------------------------------------------------
-# Attributes that are configuration, rendering or links, not simulation state.
-_SKIP_ATTRIBUTES = {
-    "env",
-    "envs",
-    "env_fns",
-    "spec",
-    "_saved_kwargs",
-    "metadata",
-    "_metadata",
-    "render_mode",
-    "_cached_spec",
-    "action_space",
-    "observation_space",
-    "_action_space",
-    "_observation_space",
-    "single_action_space",
-    "single_observation_space",
-    "screen",
-    "clock",
-    "autoreset_mode",
-}
-
-
-def _storable(value: Any) -> Any:
-    """A weights_only-loadable copy of one attribute value, or ``_SKIP``."""
-    # NumPy scalars first: np.float64 is also a Python float, but pickles as a NumPy object
-    # that a weights_only load refuses (LunarLander's prev_shaping).
-    if isinstance(value, np.generic) and not isinstance(value, np.object_):
-        return {"ndarray": torch.from_numpy(np.asarray(value).copy()), "dtype": str(value.dtype), "scalar": True}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return {"py": value}
-    if isinstance(value, np.ndarray) and value.dtype != object:
-        return {"ndarray": torch.from_numpy(value.copy()), "dtype": str(value.dtype)}
-    if isinstance(value, np.random.Generator):
-        return {"np_generator": value.bit_generator.state}
-    return _SKIP
-
-
-_SKIP = object()
-# Physics engines whose state lives in C objects, not in plain attributes: an env holding
-# one cannot be snapshotted, and restoring its other attributes onto a fresh world would
-# mix two states; such runs resume from freshly reset environments (with a warning).
-_OPAQUE_SIMULATORS = ("Box2D", "mujoco", "pybullet")
-
-
-def _is_opaque_simulator(value: Any) -> bool:
-    return type(value).__module__.split(".")[0] in _OPAQUE_SIMULATORS
-
-
-def _restored(stored: dict[str, Any], current: Any) -> Any:
-    if "py" in stored:
-        return stored["py"]
-    if "ndarray" in stored:
-        array = stored["ndarray"].numpy().astype(stored["dtype"], copy=True)
-        return array[()] if stored.get("scalar") else array
-    state = stored["np_generator"]
-    generator = (
-        current
-        if isinstance(current, np.random.Generator)
-        else np.random.Generator(getattr(np.random, state["bit_generator"])())
-    )
-    generator.bit_generator.state = state
-    return generator
-
-
-def _state_holders(vector_env: Any) -> list[Any] | None:
-    """Every object whose attributes make up the simulation state: the vector env and,
-    for a ``SyncVectorEnv``, each copy's chain of wrappers. ``None`` if unreachable."""
-    from gymnasium.vector import AsyncVectorEnv
-
-    if isinstance(vector_env, AsyncVectorEnv):
-        return None  # the copies live in worker processes
-    holders = [vector_env]
-    for copy in getattr(vector_env, "envs", []):
-        layer = copy
-        while layer is not None:
-            holders.append(layer)
-            layer = getattr(layer, "env", None)
-    return holders
-
-
-def capture_env_state(env: Any) -> dict[str, Any] | None:
-    """A snapshot of a batched env for checkpoints (``None``: cannot be captured)."""
-    if hasattr(env, "state_dict"):
-        return {"native": env.state_dict()}
-    holders = _state_holders(getattr(env, "env", None)) if hasattr(env, "env") else None
-    if holders is None:
-        return None
-    layers = []
-    for holder in holders:
-        fields = {}
-        for name, value in vars(holder).items():
-            if name in _SKIP_ATTRIBUTES:
-                continue
-            if _is_opaque_simulator(value):
-                return None
-            stored = _storable(value)
-            if stored is not _SKIP:
-                fields[name] = stored
-        layers.append({"type": type(holder).__name__, "fields": fields})
-    return {"layers": layers}
-
-
-def restore_env_state(env: Any, state: dict[str, Any] | None, *, source: str) -> bool:
-    """Inverse of :func:`capture_env_state`; returns whether the state was restored."""
-    if state is None:
-        return False
-    if "native" in state:
-        env.load_state_dict(state["native"])
-        return True
-    holders = _state_holders(getattr(env, "env", None)) if hasattr(env, "env") else None
-    if holders is None or len(holders) != len(state["layers"]):
-        raise CheckpointError(
-            f"checkpoint {source}: its environment snapshot does not match the environment built from the config"
-        )
-    for holder, layer in zip(holders, state["layers"], strict=False):
-        if type(holder).__name__ != layer["type"]:
-            raise CheckpointError(f"checkpoint {source}: environment layer {layer['type']} != {type(holder).__name__}")
-        for name, stored in layer["fields"].items():
-            setattr(holder, name, _restored(stored, getattr(holder, name, None)))
-    return True
-
-
-# --------------------------------------------------------------------------------------
-# Training
-# --------------------------------------------------------------------------------------
-@dataclass
-class PPORunResult:
-    run_dir: Path
-    iterations: int
-    env_steps: int
-    train_seconds: float
-    """wall time spent in training iterations (rollout + update), this session"""
-    evaluation: dict[str, float] | None
-    interrupted: bool
-    exit_code: int
-    """the command's exit code: 0, or :data:`pglab.errors.EXIT_INTERRUPTED` after a stop"""
-    stopped_by_callback: bool = False
-    """a callback returned ``False`` (the run stopped early with a checkpoint; ``interrupted`` is set too)"""
+def _stored_normalizer(config: PPOConfig, stats: dict[str, Any]) -> ObsRewardNormalizer:
+    """The run's normaliser with its stored statistics, frozen: evaluation applies them and
+    never updates them."""
+    normalizer = build_normalizer(config, tuple(stats["obs_rms"]["mean"].shape))
+    assert normalizer is not None  # the config normalises
+    normalizer.load_state_dict(stats)
+    normalizer.training = False
+    return normalizer
 
 
 # --------------------------------------------------------------------------------------
@@ -514,58 +391,97 @@ class PPOCallback:
         return None
 
 
-def _hooks(callbacks: list[Any], name: str) -> list[Callable[[Any], Any]]:
-    """The bound ``name`` methods of ``callbacks``; rejects objects that have neither hook."""
-    for callback in callbacks:
-        if not any(callable(getattr(callback, hook, None)) for hook in ("on_step", "on_rollout_end")):
-            raise ConfigError(
-                "callbacks", type(callback).__name__, "each callback needs an on_step and/or on_rollout_end method"
-            )
-    return [getattr(callback, name) for callback in callbacks if callable(getattr(callback, name, None))]
+class _Callbacks:
+    """The ``on_step`` / ``on_rollout_end`` hooks of the callbacks, and whether one of them
+    returned ``False`` (stop after this iteration)."""
+
+    def __init__(self, callbacks: Sequence[Any]):
+        for callback in callbacks:
+            if not any(callable(getattr(callback, hook, None)) for hook in ("on_step", "on_rollout_end")):
+                raise ConfigError(
+                    "callbacks", type(callback).__name__, "each callback needs an on_step and/or on_rollout_end method"
+                )
+        self.step_hooks = [c.on_step for c in callbacks if callable(getattr(c, "on_step", None))]
+        self.rollout_hooks = [c.on_rollout_end for c in callbacks if callable(getattr(c, "on_rollout_end", None))]
+        self.stop = False
+
+    def on_step(self, info: StepInfo) -> None:
+        self.stop |= any([hook(info) is False for hook in self.step_hooks])  # a list: every hook is called
+
+    def on_rollout_end(self, info: RolloutInfo) -> None:
+        self.stop |= any([hook(info) is False for hook in self.rollout_hooks])
 
 
-class EpisodeWindow:
-    """Statistics of the episodes finished since the last metric row, kept on the device
-    (float64 0-d tensors, no host sync until the row is logged)."""
+# --------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------
+@dataclass
+class PPORunResult:
+    run_dir: Path
+    iterations: int
+    env_steps: int
+    train_seconds: float
+    """wall-clock seconds of this session's iterations (the shell's ``wall_time`` counter)"""
+    evaluation: dict[str, float] | None
+    interrupted: bool
+    exit_code: int
+    """the command's exit code: 0, or :data:`pglab.errors.EXIT_INTERRUPTED` after a stop"""
+    stopped_by_callback: bool = False
+    """a callback returned ``False`` (the run stopped early with a checkpoint; ``interrupted`` is set too)"""
 
-    NAMES = ("count", "return_sum", "return_sq_sum", "length_sum")
 
-    def __init__(self, device: torch.device):
-        self.sums = {name: torch.zeros((), dtype=torch.float64, device=device) for name in self.NAMES}
+@dataclass
+class PPOTraining:
+    """What a run builds once and carries from one iteration to the next (all of it
+    registered with the shell, which checkpoints and restores it)."""
 
-    def add(self, episode_returns: torch.Tensor, episode_lengths: torch.Tensor) -> None:
-        """``episode_returns`` / ``episode_lengths`` ``[N, T]``: non-zero length where an
-        episode ended at that step, 0 elsewhere (:meth:`EpisodeTracker.update_rollout`)."""
-        finished = episode_lengths > 0
-        returns = episode_returns.double()
-        self.sums["count"] += finished.sum()
-        self.sums["return_sum"] += returns.sum()
-        self.sums["return_sq_sum"] += returns.pow(2).sum()
-        self.sums["length_sum"] += episode_lengths.sum()
+    env: Any
+    agent: PPOAgent
+    optimizer: torch.optim.Optimizer
+    closed_form: FusedPPOGradient | None
+    """PPO's gradient in closed form, where the network allows it"""
+    flat_optimizer: FlatAdam | None
+    """the closed form's Adam step over flat buffers (its state lives in ``optimizer``)"""
+    action_generator: torch.Generator
+    """policy sampling (on the device)"""
+    minibatch_generator: torch.Generator
+    """minibatch shuffles (CPU)"""
+    normalizer: ObsRewardNormalizer | None
+    tracker: EpisodeTracker
+    """running return and length of every copy's current episode"""
+    episodes: EpisodeStats
+    """the episodes that ended since the last metric row"""
+    obs: Value
+    """the current observations ``[N, *obs_shape]``, as the policy sees them"""
 
-    def metrics(self) -> dict[str, torch.Tensor]:
-        """``return/mean``, ``return/std``, ``episode/length``, ``episode/count``. In an
-        interval in which no episode ended the first three are 0/0 = NaN, which the
-        logger writes as "no value" (an empty CSV cell), not as a number."""
-        count = self.sums["count"]
-        mean = self.sums["return_sum"] / count
-        return {
-            "return/mean": mean,
-            "return/std": (self.sums["return_sq_sum"] / count - mean.pow(2)).clamp_min(0).sqrt(),
-            "episode/length": self.sums["length_sum"] / count,
-            "episode/count": count,
-        }
 
-    def reset(self) -> None:
-        for value in self.sums.values():
-            value.zero_()
+@dataclass
+class Rollout:
+    """One rollout, batch-major ``[N, T, ...]`` (``N`` copies, ``T`` steps)."""
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {name: value.cpu() for name, value in self.sums.items()}
+    obs: torch.Tensor
+    actions: torch.Tensor
+    """the network's actions (unclipped)"""
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    """what the update learns from (normalised if enabled)"""
+    dones: torch.Tensor
+    truncs: torch.Tensor
+    trunc_values: torch.Tensor
+    """``V(final_obs)`` where a time limit cut the episode, 0 elsewhere"""
+    raw_rewards: torch.Tensor
+    """the environment's rewards (the episode statistics sum these)"""
+    last_value: torch.Tensor
+    """``[N]``: ``V(s_T)``, the bootstrap value of the state after the rollout"""
+    reported: list[tuple[torch.Tensor, torch.Tensor]]
+    """per step, the ``(returns, lengths) [N]`` of the episodes the environment reports itself
+    (Atari's whole games); empty for other environments"""
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        device = self.sums["count"].device
-        self.sums = {name: value.to(device) for name, value in state.items()}
+    def buffers(self) -> dict[str, torch.Tensor]:
+        """The buffers :class:`RolloutInfo` hands to callbacks."""
+        names = ("obs", "actions", "log_probs", "values", "rewards", "dones", "truncs")
+        return {name: getattr(self, name) for name in names}
 
 
 def train_ppo(
@@ -574,7 +490,7 @@ def train_ppo(
     given: frozenset[str] | None = None,
     echo: Callable[..., None] = print,
     stop_after: int | None = None,
-    callbacks: list[Any] | tuple[Any, ...] = (),
+    callbacks: Sequence[Any] = (),
 ) -> PPORunResult:
     """Train (or, with ``config.resume``, continue) a run.
 
@@ -589,76 +505,97 @@ def train_ppo(
         callbacks: objects with ``on_step(StepInfo)`` and/or ``on_rollout_end(RolloutInfo)``
             (see :class:`PPOCallback`); one returning ``False`` stops the run cleanly.
     """
-    callbacks = list(callbacks)
-    _hooks(callbacks, "on_step")  # rejects an object with neither hook before anything is built
+    hooks = _Callbacks(list(callbacks))  # rejects an object with neither hook before anything is built
     with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
-        config, device = run.config, run.device
-        action_generator = make_generator(config.seed, device)  # policy sampling
-        minibatch_generator = make_generator(config.seed + 1)  # minibatch shuffles (CPU)
+        config = run.config
         env = make_env(
             config.env,
             config.num_envs,
-            device=device,
+            device=run.device,
             seed=config.seed,
             **({"vectorization": config.vectorization} if config.env.startswith("gym:") else {}),
         )
         try:
-            agent, train_seconds, stopped_by_callback = _train_iterations(
-                run, config, env, action_generator, minibatch_generator, callbacks
-            )
+            training = build_training(run, config, env)
+            train_seconds = train_iterations(run, config, training, hooks)
         finally:
             env.close()
-
-        # -- final evaluation of the deterministic policy on held-out seeds ---------------
-        iteration, env_steps = int(run.counters["iteration"]), int(run.counters["env_steps"])
-        evaluation = None
-        if config.eval_episodes > 0 and not run.interrupted:
-            evaluation = evaluate_agent(
-                agent, config.env, episodes=config.eval_episodes, seed=config.seed + 10_000, device=device
-            )
-            atomic_write_json(
-                run.run_dir / "evaluation.json", {"iteration": iteration, "env_steps": env_steps, **evaluation}
-            )
-            echo(
-                f"evaluation ({config.eval_episodes} episodes, deterministic): return {evaluation['return/mean']:.2f} "
-                f"+- {evaluation['return/std']:.2f}; run directory: {run.run_dir}"
-            )
-        run.finish({"env_steps": env_steps, **{f"eval/{key}": value for key, value in (evaluation or {}).items()}})
+        evaluation = final_evaluation(run, config, training.agent, echo)
+        run.finish(
+            {
+                "env_steps": run.counters["env_steps"],
+                **{f"eval/{key}": value for key, value in (evaluation or {}).items()},
+            }
+        )
     return PPORunResult(
         run_dir=run.run_dir,
-        iterations=iteration,
-        env_steps=env_steps,
+        iterations=int(run.counters["iteration"]),
+        env_steps=int(run.counters["env_steps"]),
         train_seconds=train_seconds,
         evaluation=evaluation,
         interrupted=run.interrupted,
         exit_code=run.exit_code,
-        stopped_by_callback=stopped_by_callback,
+        stopped_by_callback=hooks.stop,
     )
 
 
-def _train_iterations(
-    run: TrainingRun,
-    config: PPOConfig,
-    env: Any,
-    action_generator: torch.Generator,
-    minibatch_generator: torch.Generator,
-    callbacks: list[Any] = (),
-) -> tuple[PPOAgent, float, bool]:
-    """Build the agent (restoring ``run.checkpoint``) and run the iterations.
-
-    Returns the agent, the seconds spent in iterations (rollout + update) and whether a
-    callback stopped the run."""
+# -- build --------------------------------------------------------------------------------
+def build_training(run: TrainingRun, config: PPOConfig, env: Any) -> PPOTraining:
+    """The agent, its update, the generators and the rollout state, registered with the
+    shell (which restores them all when the run resumes)."""
     device = run.device
-    # -- build ---------------------------------------------------------------------------
+    action_generator = make_generator(config.seed, device)
+    minibatch_generator = make_generator(config.seed + 1)
     action = ActionInfo.from_spec(env.action_spec)
     obs_dim = int(np.prod(env.observation_shape)) if env.observation_shape else 1
     image_shape = image_shape_of(env)
     normalizer = build_normalizer(config, tuple(env.observation_shape))
     agent = build_agent(config, obs_dim, action, device, normalizer, image_shape=image_shape)
-    net = agent.policy
-    use_sde = isinstance(net, GSDEActorCritic)
-    step_hooks, rollout_hooks = _hooks(list(callbacks), "on_step"), _hooks(list(callbacks), "on_rollout_end")
-    stopped_by_callback = False
+    optimizer, closed_form, flat_optimizer = _build_update(config, agent.policy, device)
+    first_obs = env.reset(seed=config.seed)
+    if normalizer is not None:
+        first_obs = normalizer.reset(first_obs)
+    training = PPOTraining(
+        env=env,
+        agent=agent,
+        optimizer=optimizer,
+        closed_form=closed_form,
+        flat_optimizer=flat_optimizer,
+        action_generator=action_generator,
+        minibatch_generator=minibatch_generator,
+        normalizer=normalizer,
+        tracker=EpisodeTracker(config.num_envs, device),
+        episodes=EpisodeStats(device),
+        obs=Value(first_obs),
+    )
+    run.counters.setdefault("env_steps", 0)
+    run.track(
+        models={"agent": agent.policy},
+        optimizers={"agent": optimizer},
+        rngs={"action": action_generator, "minibatch": minibatch_generator},
+        state={
+            "env": checkpointed(env),
+            "tracker": training.tracker,
+            "episodes": training.episodes,
+            "obs": training.obs,
+            **({"normalizer": normalizer} if normalizer is not None else {}),
+        },
+        meta={
+            "action": action.to_dict(),
+            "obs_dim": obs_dim,
+            "image_shape": None if image_shape is None else list(image_shape),
+        },
+    )
+    if run.checkpoint is not None:
+        _continue_uncaptured_environments(run, config, training, first_obs)
+        _warn_of_a_stretched_schedule(run, config)
+    return training
+
+
+def _build_update(
+    config: PPOConfig, net: PolicyNetwork, device: torch.device
+) -> tuple[torch.optim.Adam, FusedPPOGradient | None, FlatAdam | None]:
+    """The optimiser, and the update's closed-form path where it applies."""
     # fused: one kernel for the whole Adam step instead of a Python loop over parameters
     # (the networks are tiny, so per-op dispatch dominates the update's cost).
     optimizer = torch.optim.Adam(
@@ -668,258 +605,276 @@ def _train_iterations(
     closed_form = fused_ppo_gradient(net) if config.fused_update and config.algo == "ppo" else None
     # ... and its Adam step over flat buffers (the same state, checkpointed through `optimizer`)
     flat_optimizer = FlatAdam(optimizer) if closed_form is not None else None
-    hp = config.update
-    obs = env.reset(seed=config.seed)
-    if normalizer is not None:
-        obs = normalizer.reset(obs)
-    tracker = EpisodeTracker(config.num_envs, device)
-    window = EpisodeWindow(device)
-    run.counters.setdefault("env_steps", 0)
+    return optimizer, closed_form, flat_optimizer
 
-    if run.checkpoint is not None:
-        checkpoint = run.checkpoint
-        source = checkpoint["path"]
-        if (
-            ActionInfo.from_dict(checkpoint["extra"]["action"]) != action
-            or int(checkpoint["extra"]["obs_dim"]) != obs_dim
-        ):
-            raise CheckpointError(f"checkpoint {source}: its spaces do not match env={config.env!r}")
-        load_state_dict_checked(net, checkpoint["models"]["agent"], name="agent", source=source)
-        optimizer.load_state_dict(checkpoint["optimizers"]["agent"])
-        restore_rng_state(checkpoint["rng"], {"action": action_generator, "minibatch": minibatch_generator})
-        extra = checkpoint["extra"]
-        if normalizer is not None:
-            if extra.get("normalizer") is None:
-                raise CheckpointError(f"checkpoint {source}: holds no normalisation statistics")
-            normalizer.load_state_dict(extra["normalizer"])
-        if not restore_env_state(env, extra["env_state"], source=source):
-            warnings.warn(
-                f"env={config.env}: its state could not be checkpointed; the resumed run continues from "
-                "freshly reset environments and is not bit-identical to an uninterrupted one",
-                stacklevel=2,
-            )
-        else:
-            obs = extra["obs"].to(device)
-            # Running episode returns belong to the restored episodes only.
-            tracker.load_state_dict(extra["tracker"])
-        window.load_state_dict(extra["window"])
-        stored_iterations = replace(config, total_steps=int(checkpoint["config"]["total_steps"])).num_iterations
-        linear = config.lr_schedule == "linear" or hp.clip_schedule == "linear"
-        if linear and stored_iterations != config.num_iterations and run.start < config.num_iterations:
-            # fraction 1 - (k-1)/K with the new K from here on: the rates jump to the new run's schedule
-            before = schedule_fraction("linear", run.start, stored_iterations)
-            after = schedule_fraction("linear", run.start + 1, config.num_iterations)
-            warnings.warn(
-                f"total_steps: the linear lr/clip schedule now spans {config.num_iterations} iterations, not "
-                f"{stored_iterations}: from iteration {run.start + 1} the rates follow the new budget's schedule "
-                f"and {'rise' if after > before else 'fall'} from {before:.3g} to {after:.3g} of their initial "
-                "values",
-                stacklevel=2,
-            )
-    run.logger.write_meta({"kind": KIND, "env": config.env, "algo": config.algo})
 
-    def make_checkpoint() -> dict[str, Any]:
-        return build_checkpoint(
-            kind=KIND,
-            config=config_to_dict(replace(config, resume=None)),
-            counters=dict(run.counters),
-            models={"agent": net.state_dict()},
-            optimizers={"agent": optimizer.state_dict()},
-            rng=capture_rng_state({"action": action_generator, "minibatch": minibatch_generator}),
-            extra={
-                "obs": obs.detach().cpu().clone(),
-                "tracker": tracker.state_dict(),
-                "window": window.state_dict(),
-                "env_state": capture_env_state(env),
-                "action": action.to_dict(),
-                "obs_dim": obs_dim,
-                "image_shape": None if image_shape is None else list(image_shape),
-                "normalizer": None if normalizer is None else normalizer.state_dict(),
-            },
+def _continue_uncaptured_environments(
+    run: TrainingRun, config: PPOConfig, training: PPOTraining, first_obs: torch.Tensor
+) -> None:
+    """A resumed run whose environments could not capture their state (``state_dict()``
+    gave ``None``, see :mod:`pglab.envs.base`) continues from the freshly reset ones: their
+    observations, and no running episodes."""
+    assert run.checkpoint is not None
+    if run.checkpoint["extra"]["env"] is not None:
+        return
+    warnings.warn(
+        f"env={config.env}: its state could not be checkpointed; the resumed run continues from "
+        "freshly reset environments and is not bit-identical to an uninterrupted one",
+        stacklevel=3,
+    )
+    training.obs.value = first_obs
+    training.tracker.load_state_dict(EpisodeTracker(config.num_envs, run.device).state_dict())
+
+
+def _warn_of_a_stretched_schedule(run: TrainingRun, config: PPOConfig) -> None:
+    """A linear lr/clip schedule is a function of the budget: a resume that changes the
+    budget makes the rates jump to the new budget's schedule; say by how much."""
+    assert run.checkpoint is not None
+    stored_iterations = replace(config, total_steps=int(run.checkpoint["config"]["total_steps"])).num_iterations
+    linear = config.lr_schedule == "linear" or config.update.clip_schedule == "linear"
+    if linear and stored_iterations != config.num_iterations and run.start < config.num_iterations:
+        # fraction 1 - (k-1)/K with the new K from here on: the rates jump to the new run's schedule
+        before = schedule_fraction("linear", run.start, stored_iterations)
+        after = schedule_fraction("linear", run.start + 1, config.num_iterations)
+        warnings.warn(
+            f"total_steps: the linear lr/clip schedule now spans {config.num_iterations} iterations, not "
+            f"{stored_iterations}: from iteration {run.start + 1} the rates follow the new budget's schedule "
+            f"and {'rise' if after > before else 'fall'} from {before:.3g} to {after:.3g} of their initial "
+            "values",
+            stacklevel=3,
         )
 
-    # Rollout storage: per-step tensors are appended to lists and stacked once per
-    # rollout into batch-major [num_envs, num_steps, ...] (pglab's [B, T]); one stack
-    # per field costs less than a slice assignment per field and step.
-    N, T = config.num_envs, config.num_steps
-    num_iterations = config.num_iterations
-    train_seconds = 0.0
-    window_start, window_steps = time.perf_counter(), 0
-    for iteration in run.steps(
-        num_iterations, save=make_checkpoint, desc=f"train ppo {config.env} --algo {config.algo}"
-    ):
-        tick = time.perf_counter()
-        if config.lr_schedule == "linear":
-            # lr_k = lr * (1 - (k - 1) / K): linear decay to 0 (CleanRL)
-            optimizer.param_groups[0]["lr"] = config.lr * schedule_fraction("linear", iteration, num_iterations)
-        if hp.clip_schedule == "constant":
-            iteration_hp = hp
-        else:  # the same fraction for the clip range (RL-Zoo's clip_range: lin_0.2)
-            iteration_hp = replace(
-                hp, clip_coef=hp.clip_coef * schedule_fraction(hp.clip_schedule, iteration, num_iterations)
-            )
 
-        # -- 1. collect a rollout with the current policy ------------------------------
-        steps: dict[str, list[torch.Tensor]] = {name: [] for name in ROLLOUT_FIELDS}
-        reported: list[tuple[torch.Tensor, torch.Tensor]] = []  # episodes the env reports itself
-        raw_rewards: list[torch.Tensor] = []  # with reward normalisation: for the episode statistics
-        no_trunc_value = torch.zeros(N, device=device)
-        rollout_start_steps = run.counters["env_steps"]
-        # inference_mode, not just no_grad: it also skips autograd's version counters,
-        # about 10% of a CPU rollout step with these small nets.
-        with torch.inference_mode():
-            policy_step = net.rollout_actor()  # actor + critic side by side, weights frozen
-            for rollout_step in range(T):
-                if use_sde and (
-                    rollout_step == 0 or (config.sde_sample_freq > 0 and rollout_step % config.sde_sample_freq == 0)
-                ):
-                    net.reset_noise(N, action_generator)  # gSDE: new exploration matrices
-                actions, log_probs, values = policy_step(obs, action_generator)
-                steps["obs"].append(obs)
-                env_actions = agent.to_env(actions)
-                obs, rewards, dones, truncs, info = env.step(env_actions)
-                if normalizer is not None:
-                    raw_rewards.append(rewards)
-                    obs, rewards = normalizer.step(obs, rewards, dones | truncs)
-                if (episodes := reported_episodes(info)) is not None:  # Atari: whole games, raw score
-                    reported.append(episodes)
-                for name, value in (
-                    ("actions", actions),
-                    ("log_probs", log_probs),
-                    ("values", values),
-                    ("rewards", rewards),
-                    ("dones", dones),
-                    ("truncs", truncs),
-                ):
-                    steps[name].append(value)
-                # A time limit: the future of the pre-reset state is bootstrapped.
-                if bool(truncs.any()):
-                    final_obs = info.get("final_obs", obs)
-                    if normalizer is not None and "final_obs" in info:
-                        final_obs = normalizer.normalize_obs(final_obs)  # this step's statistics, no update
-                    steps["trunc_values"].append(net.value(final_obs))
-                else:
-                    steps["trunc_values"].append(no_trunc_value)
-                if step_hooks:
-                    step_info = StepInfo(
-                        iteration,
-                        rollout_step,
-                        rollout_start_steps + (rollout_step + 1) * N,
-                        env_actions,
-                        raw_rewards[-1] if raw_rewards else rewards,
-                        dones,
-                        truncs,
-                        obs,
-                        agent,
-                    )
-                    stopped_by_callback |= any([hook(step_info) is False for hook in step_hooks])
-
-            # -- 2. bootstrap value of the state after the rollout ---------------------
-            last_value = net.value(obs)
-        obs_buf, action_buf, log_prob_buf, value_buf, reward_buf, done_buf, trunc_buf, trunc_value_buf = (
-            torch.stack(steps[name], dim=1) for name in ROLLOUT_FIELDS
-        )
-        if reported:  # the env's own episode statistics (Atari: not the clipped per-life rewards)
-            episode_returns, episode_lengths = (torch.stack(column, dim=1) for column in zip(*reported, strict=False))
-        else:  # raw rewards: the returns the user cares about, not the normalised ones
-            raw_reward_buf = torch.stack(raw_rewards, dim=1) if raw_rewards else reward_buf
-            episode_returns, episode_lengths = tracker.update_rollout(raw_reward_buf, done_buf | trunc_buf)
-        window.add(episode_returns, episode_lengths)
-        if rollout_hooks:
+# -- the loop -----------------------------------------------------------------------------
+def train_iterations(run: TrainingRun, config: PPOConfig, training: PPOTraining, hooks: _Callbacks) -> float:
+    """Iterations ``run.start + 1 .. num_iterations``: rollout, bootstrap value, advantages,
+    update, log (the shell saves checkpoints after each). Returns the seconds they took."""
+    wall_time_at_start = float(run.counters["wall_time"])
+    for iteration in run.steps(config.num_iterations, desc=f"train ppo {config.env} --algo {config.algo}"):
+        iteration_hp = apply_schedules(config, training.optimizer, iteration)
+        # 1. collect a rollout with the current policy, 2. bootstrap value
+        rollout = collect_rollout(config, training, hooks, iteration, int(run.counters["env_steps"]))
+        run.counters["env_steps"] += config.num_envs * config.num_steps
+        episode_returns, episode_lengths = finished_episodes(training, rollout)
+        if hooks.rollout_hooks:
             ended = episode_lengths > 0
-            rollout_info = RolloutInfo(
-                iteration,
-                rollout_start_steps + N * T,
-                episode_returns[ended].double(),
-                episode_lengths[ended],
-                {
-                    "obs": obs_buf,
-                    "actions": action_buf,
-                    "log_probs": log_prob_buf,
-                    "values": value_buf,
-                    "rewards": reward_buf,
-                    "dones": done_buf,
-                    "truncs": trunc_buf,
-                },
-                agent,
+            hooks.on_rollout_end(
+                RolloutInfo(
+                    iteration,
+                    int(run.counters["env_steps"]),
+                    episode_returns[ended].double(),
+                    episode_lengths[ended],
+                    rollout.buffers(),
+                    training.agent,
+                )
             )
-            stopped_by_callback |= any([hook(rollout_info) is False for hook in rollout_hooks])
-
-        # -- 3. advantages and value targets -------------------------------------------
-        if config.algo == "reinforce_raw":
-            # Monte Carlo reward-to-go within the rollout, no critic anywhere.
-            returns = reward_to_go(reward_buf, done_buf | trunc_buf, config.update.gamma)
-            advantages = returns
-        else:
-            # V(s'_t): the next row's value, the final observation's value at a time
-            # limit, last_value after the final step.
-            next_values = torch.cat([value_buf[:, 1:], last_value[:, None]], dim=1)
-            next_values = torch.where(trunc_buf, trunc_value_buf, next_values)
-            advantages, returns = compute_gae(
-                reward_buf,
-                value_buf,
-                done_buf,
-                trunc_buf,
-                last_value,
-                config.update.gamma,
-                config.update.gae_lambda,
-                next_values=next_values,
-            )
-
-        # -- 4. optimise: K epochs of minibatches (ppo) or one step --------------------
-        flat_obs = obs_buf.reshape(N * T, *env.observation_shape)
-        flat_actions = action_buf.reshape(N * T, *action_buf.shape[2:])
-        batch = OnPolicyBatch(
-            log_prob_buf.reshape(-1), advantages.reshape(-1), returns.reshape(-1), value_buf.reshape(-1)
-        )
-
-        def evaluate(index: torch.Tensor):
-            return net.evaluate_actions(flat_obs[index], flat_actions[index])
-
-        if flat_optimizer is not None:  # a callback's zero_grad() must not leave the step on stale gradients
-            flat_optimizer.ensure_grad_views()
-        fused_gradient = None if closed_form is None else closed_form.bind(flat_obs, flat_actions, batch)
-        # the closed form's matrix products run on NumPy's BLAS: as many threads as torch's
-        with blas_threads(torch.get_num_threads()) if fused_gradient is not None else contextlib.nullcontext():
-            update_metrics = onpolicy_update(
-                evaluate,
-                batch,
-                net.parameters(),
-                flat_optimizer or optimizer,
-                iteration_hp,
-                generator=minibatch_generator,
-                fused_gradient=fused_gradient,
-            )
-
-        # -- 5. log (the shell saves checkpoints after this body) ----------------------
-        elapsed = time.perf_counter() - tick
-        train_seconds += elapsed
-        run.counters["env_steps"] += N * T
-        window_steps += N * T
-        if iteration % config.log_interval == 0 or iteration == num_iterations:
-            row = {
-                "env_steps": run.counters["env_steps"],
-                **window.metrics(),
-                **update_metrics,
-                "stats/lr": optimizer.param_groups[0]["lr"],
-                **({"stats/clip_coef": iteration_hp.clip_coef} if hp.clip_schedule != "constant" else {}),
-                "perf/iter_s": elapsed,
-                "perf/steps_per_s": window_steps / max(time.perf_counter() - window_start, 1e-9),
-            }
-            logged = run.log(iteration, row)
-            window.reset()
-            window_start, window_steps = time.perf_counter(), 0
-            mean_return = logged["return/mean"]
-            run.set_postfix(
-                ret="-" if math.isnan(mean_return) else f"{mean_return:.1f}",
-                kl=f"{logged.get('stats/approx_kl', 0.0):.4f}",
-            )
-        if stopped_by_callback:
+        # 3. advantages and value targets, 4. optimise
+        advantages, returns = compute_advantages(config, rollout)
+        update_metrics = optimise(training, rollout, advantages, returns, iteration_hp)
+        # 5. log (the shell adds perf/* and saves checkpoints after the body)
+        if iteration % config.log_interval == 0 or iteration == config.num_iterations:
+            log_row(run, iteration, training, update_metrics, iteration_hp)
+        if hooks.stop:
             run.request_stop()  # the shell saves a checkpoint after this iteration and ends the loop
+    if training.normalizer is not None:
+        training.normalizer.training = False  # the returned agent (and the final evaluation) use frozen statistics
+    return float(run.counters["wall_time"]) - wall_time_at_start
 
-    if normalizer is not None:
-        normalizer.training = False  # the returned agent (and the final evaluation) use frozen statistics
-    return agent, train_seconds, stopped_by_callback
+
+def apply_schedules(config: PPOConfig, optimizer: torch.optim.Optimizer, iteration: int) -> OnPolicyHyperparams:
+    """Set the iteration's learning rate on ``optimizer``; return its update hyperparameters
+    (the clip range of a linear clip schedule)."""
+    hp = config.update
+    if config.lr_schedule == "linear":
+        # lr_k = lr * (1 - (k - 1) / K): linear decay to 0 (CleanRL)
+        optimizer.param_groups[0]["lr"] = config.lr * schedule_fraction("linear", iteration, config.num_iterations)
+    if hp.clip_schedule == "constant":
+        return hp
+    # the same fraction for the clip range (RL-Zoo's clip_range: lin_0.2)
+    return replace(hp, clip_coef=hp.clip_coef * schedule_fraction(hp.clip_schedule, iteration, config.num_iterations))
+
+
+def collect_rollout(
+    config: PPOConfig, training: PPOTraining, hooks: _Callbacks, iteration: int, env_steps: int
+) -> Rollout:
+    """1. ``num_steps`` steps of the ``num_envs`` copies with the current policy; 2. the
+    value of the state after them. Per-step tensors are appended to lists and stacked once
+    into batch-major ``[N, T, ...]`` buffers: one stack per field costs less than a slice
+    assignment per field and step."""
+    N, T = config.num_envs, config.num_steps
+    agent, net, generator = training.agent, training.agent.policy, training.action_generator
+    steps: dict[str, list[torch.Tensor]] = {name: [] for name in ROLLOUT_FIELDS}
+    reported: list[tuple[torch.Tensor, torch.Tensor]] = []
+    obs = training.obs.value
+    no_trunc_value = torch.zeros(N, device=obs.device)
+    # inference_mode, not just no_grad: it also skips autograd's version counters,
+    # about 10% of a CPU rollout step with these small nets.
+    with torch.inference_mode():
+        policy_step = net.rollout_actor()  # actor + critic side by side, weights frozen
+        for rollout_step in range(T):
+            if isinstance(net, GSDEActorCritic) and (
+                rollout_step == 0 or (config.sde_sample_freq > 0 and rollout_step % config.sde_sample_freq == 0)
+            ):
+                net.reset_noise(N, generator)  # gSDE: new exploration matrices
+            actions, log_probs, values = policy_step(obs, generator)
+            steps["obs"].append(obs)
+            env_actions = agent.to_env(actions)
+            obs, rewards, raw_rewards, dones, truncs, info = env_step(training, env_actions)
+            if (episodes := reported_episodes(info)) is not None:  # Atari: whole games, raw score
+                reported.append(episodes)
+            trunc_value = truncation_value(training, obs, truncs, info, no_trunc_value)
+            outputs = (actions, log_probs, values, rewards, dones, truncs, trunc_value, raw_rewards)
+            for name, value in zip(ROLLOUT_FIELDS[1:], outputs, strict=True):
+                steps[name].append(value)
+            if hooks.step_hooks:
+                done = env_steps + (rollout_step + 1) * N
+                hooks.on_step(
+                    StepInfo(iteration, rollout_step, done, env_actions, raw_rewards, dones, truncs, obs, agent)
+                )
+        last_value = net.value(obs)
+    training.obs.value = obs
+    buffers = {name: torch.stack(values, dim=1) for name, values in steps.items()}
+    return Rollout(**buffers, last_value=last_value, reported=reported)
+
+
+def env_step(
+    training: PPOTraining, env_actions: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """One step of every copy: ``(obs, rewards, raw_rewards, dones, truncs, info)``, the
+    observations and rewards normalised (when enabled), ``raw_rewards`` the environment's."""
+    obs, rewards, dones, truncs, info = training.env.step(env_actions)
+    raw_rewards = rewards
+    if training.normalizer is not None:
+        obs, rewards = training.normalizer.step(obs, rewards, dones | truncs)
+    return obs, rewards, raw_rewards, dones, truncs, info
+
+
+def truncation_value(
+    training: PPOTraining, obs: torch.Tensor, truncs: torch.Tensor, info: dict[str, Any], zeros: torch.Tensor
+) -> torch.Tensor:
+    """``[N]``: where a time limit cut an episode, ``V(final_obs)`` (the value of the
+    pre-reset observation: its future is bootstrapped); ``zeros`` where none was cut."""
+    if not bool(truncs.any()):
+        return zeros
+    final_obs = info.get("final_obs", obs)
+    if training.normalizer is not None and "final_obs" in info:
+        final_obs = training.normalizer.normalize_obs(final_obs)  # this step's statistics, no update
+    return training.agent.policy.value(final_obs)
+
+
+def finished_episodes(training: PPOTraining, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(returns, lengths) [N, T]`` of the episodes that ended in the rollout (0 elsewhere),
+    added to the row's :class:`EpisodeStats`: the environment's own statistics where it
+    reports them (Atari: whole games, not the clipped per-life rewards), else the sums of
+    the raw rewards (the returns the user cares about, not the normalised ones)."""
+    if rollout.reported:
+        returns, lengths = (torch.stack(column, dim=1) for column in zip(*rollout.reported, strict=True))
+    else:
+        returns, lengths = training.tracker.update_rollout(rollout.raw_rewards, rollout.dones | rollout.truncs)
+    training.episodes.add(returns, lengths)
+    return returns, lengths
+
+
+def compute_advantages(config: PPOConfig, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+    """3. ``(advantages, returns) [N, T]``: the update's advantages and the critic's targets."""
+    gamma = config.update.gamma
+    if config.algo == "reinforce_raw":
+        # Monte Carlo reward-to-go within the rollout, no critic anywhere.
+        returns = reward_to_go(rollout.rewards, rollout.dones | rollout.truncs, gamma)
+        return returns, returns
+    # V(s'_t): the next row's value, the final observation's value at a time limit,
+    # last_value after the final step.
+    next_values = torch.cat([rollout.values[:, 1:], rollout.last_value[:, None]], dim=1)
+    next_values = torch.where(rollout.truncs, rollout.trunc_values, next_values)
+    return compute_gae(
+        rollout.rewards,
+        rollout.values,
+        rollout.dones,
+        rollout.truncs,
+        rollout.last_value,
+        gamma,
+        config.update.gae_lambda,
+        next_values=next_values,
+    )
+
+
+def optimise(
+    training: PPOTraining,
+    rollout: Rollout,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    iteration_hp: OnPolicyHyperparams,
+) -> dict[str, torch.Tensor]:
+    """4. K epochs of minibatches (ppo) or one step (vpg_gae, reinforce_raw) on the rollout;
+    returns the update's metrics (``loss/*``, ``stats/*``)."""
+    net, optimizer, minibatch_generator = training.agent.policy, training.optimizer, training.minibatch_generator
+    closed_form, flat_optimizer = training.closed_form, training.flat_optimizer
+    num_samples = rollout.obs.shape[0] * rollout.obs.shape[1]
+    flat_obs = rollout.obs.reshape(num_samples, *rollout.obs.shape[2:])
+    flat_actions = rollout.actions.reshape(num_samples, *rollout.actions.shape[2:])
+    batch = OnPolicyBatch(
+        rollout.log_probs.reshape(-1), advantages.reshape(-1), returns.reshape(-1), rollout.values.reshape(-1)
+    )
+
+    def evaluate(index: torch.Tensor):
+        return net.evaluate_actions(flat_obs[index], flat_actions[index])
+
+    if flat_optimizer is not None:  # a callback's zero_grad() must not leave the step on stale gradients
+        flat_optimizer.ensure_grad_views()
+    fused_gradient = None if closed_form is None else closed_form.bind(flat_obs, flat_actions, batch)
+    # the closed form's matrix products run on NumPy's BLAS: as many threads as torch's
+    with blas_threads(torch.get_num_threads()) if fused_gradient is not None else contextlib.nullcontext():
+        update_metrics = onpolicy_update(
+            evaluate,
+            batch,
+            net.parameters(),
+            flat_optimizer or optimizer,
+            iteration_hp,
+            generator=minibatch_generator,
+            fused_gradient=fused_gradient,
+        )
+    return update_metrics
+
+
+def log_row(
+    run: TrainingRun,
+    iteration: int,
+    training: PPOTraining,
+    update_metrics: dict[str, torch.Tensor],
+    iteration_hp: OnPolicyHyperparams,
+) -> None:
+    """5. One metric row (the episodes since the previous row, the update's metrics, the
+    schedules' values; the shell adds ``perf/*``), and the progress bar's return and KL."""
+    schedules = {"stats/lr": training.optimizer.param_groups[0]["lr"]}
+    if run.config.update.clip_schedule != "constant":
+        schedules["stats/clip_coef"] = iteration_hp.clip_coef
+    row = {"env_steps": run.counters["env_steps"], **training.episodes.metrics(), **update_metrics, **schedules}
+    logged = run.log(iteration, row)
+    training.episodes.reset()
+    mean_return = logged["return/mean"]
+    run.set_postfix(
+        ret="-" if math.isnan(mean_return) else f"{mean_return:.1f}",
+        kl=f"{logged.get('stats/approx_kl', 0.0):.4f}",
+    )
+
+
+def final_evaluation(
+    run: TrainingRun, config: PPOConfig, agent: PPOAgent, echo: Callable[..., None]
+) -> dict[str, float] | None:
+    """The deterministic policy on ``eval_episodes`` held-out seeds, written to
+    ``evaluation.json`` (``None``: no evaluation asked for, or the run was stopped)."""
+    if config.eval_episodes <= 0 or run.interrupted:
+        return None
+    evaluation = evaluate_agent(
+        agent, config.env, episodes=config.eval_episodes, seed=config.seed + 10_000, device=run.device
+    )
+    counters = {"iteration": int(run.counters["iteration"]), "env_steps": int(run.counters["env_steps"])}
+    atomic_write_json(run.run_dir / "evaluation.json", {**counters, **evaluation})
+    echo(
+        f"evaluation ({config.eval_episodes} episodes, deterministic): return {evaluation['return/mean']:.2f} "
+        f"+- {evaluation['return/std']:.2f}; run directory: {run.run_dir}"
+    )
+    return evaluation
 
 
 # --------------------------------------------------------------------------------------

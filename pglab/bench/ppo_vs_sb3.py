@@ -64,6 +64,7 @@ import torch
 
 from pglab.envs.atari import is_atari_spec
 from pglab.envs.gym_adapter import _VECTOR_IMPLEMENTATIONS
+from pglab.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "ppo"
 DEFAULT_CONFIGS = ("cartpole", "acrobot")
@@ -138,7 +139,10 @@ def sb3_atari_id(env_spec: str) -> str:
 
     from pglab.envs.atari import ale_game
 
-    return rom_id_to_name(ale_game(env_spec.removeprefix("gym:"))) + "NoFrameskip-v4"
+    game = ale_game(env_spec.removeprefix("gym:"))
+    if game is None:
+        raise ConfigError("env", env_spec, "is not an Atari game (gym:ALE/NAME-v5 or ale:NAME)")
+    return rom_id_to_name(game) + "NoFrameskip-v4"
 
 
 def sb3_atari_env(env_spec: str, num_envs: int, seed: int, *, evaluation: bool = False) -> Any:
@@ -227,8 +231,9 @@ def run_sb3(config: Any, seed: int, episodes: int) -> dict[str, float]:
         return _run_sb3_atari(config, seed, episodes)
     wall, cpu = time.perf_counter(), time.process_time()
     env = make_vec_env(env_id, n_envs=config.num_envs, seed=seed)
+    normalized = None
     if config.normalizes:  # RL-Zoo: VecNormalize with the algorithm's gamma
-        env = VecNormalize(
+        env = normalized = VecNormalize(
             env,
             norm_obs=config.normalize_obs,
             norm_reward=config.normalize_reward,
@@ -243,9 +248,9 @@ def run_sb3(config: Any, seed: int, episodes: int) -> dict[str, float]:
     steps = int(model.num_timesteps)
 
     def act(obs: np.ndarray) -> np.ndarray:
-        if config.normalizes and config.normalize_obs:
-            obs = env.normalize_obs(obs)  # frozen statistics (no update outside training)
-        return model.predict(obs, deterministic=True)[0]
+        # normalised with the frozen statistics (no update outside training)
+        seen = normalized.normalize_obs(obs) if normalized is not None and config.normalize_obs else obs
+        return model.predict(seen, deterministic=True)[0]
 
     final = evaluate_policy(env_id, act, episodes)
     env.close()
@@ -330,7 +335,10 @@ def _ratio(speed: float, baseline: float) -> str:
 
 
 def format_table(results: dict[str, dict[str, list[dict[str, float]]]]) -> str:
-    header = f"{'env':<16} {'library':<10} {'seeds':>5} {'env steps':>9} {'return (+- s.e.)':>18}  {'per seed':<34} {'steps/s':>8} {'steps/cpu-s':>11} {'speed-up (cpu)':>14}"
+    header = (
+        f"{'env':<16} {'library':<10} {'seeds':>5} {'env steps':>9} {'return (+- s.e.)':>18}  {'per seed':<34} "
+        f"{'steps/s':>8} {'steps/cpu-s':>11} {'speed-up (cpu)':>14}"
+    )
     lines = [header, "-" * len(header)]
     for env_id, by_lib in results.items():
         sb3_sps = (
@@ -345,8 +353,8 @@ def format_table(results: dict[str, dict[str, list[dict[str, float]]]]) -> str:
             cpu_sps = statistics.mean(r["steps_per_cpu_s"] for r in runs)
             per_seed = " ".join(f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}" for v in returns)
             lines.append(
-                f"{env_id:<16} {lib:<10} {len(runs):>5} {runs[0]['env_steps']:>9} {_mean_std(returns):>18}  {per_seed:<34} "
-                f"{sps:>8.0f} {cpu_sps:>11.0f} {_ratio(cpu_sps, sb3_sps):>8}"
+                f"{env_id:<16} {lib:<10} {len(runs):>5} {runs[0]['env_steps']:>9} {_mean_std(returns):>18}  "
+                f"{per_seed:<34} {sps:>8.0f} {cpu_sps:>11.0f} {_ratio(cpu_sps, sb3_sps):>8}"
             )
     return "\n".join(lines)
 
@@ -404,8 +412,9 @@ def main(argv: list[str] | None = None) -> int:
                         )
                     results[env_id][lib].append({"seed": seed, "load_avg_1min": _load_average(), **run})
                     print(
-                        f"  {env_id} {lib:<10} seed {seed}: return {run['return']:8.1f}  {run['steps_per_s']:7.0f} steps/s  "
-                        f"{run['steps_per_cpu_s']:7.0f} steps/cpu-s ({run['wall_s']:.1f} s, load {_load_average():.1f})",
+                        f"  {env_id} {lib:<10} seed {seed}: return {run['return']:8.1f}  "
+                        f"{run['steps_per_s']:7.0f} steps/s  {run['steps_per_cpu_s']:7.0f} steps/cpu-s "
+                        f"({run['wall_s']:.1f} s, load {_load_average():.1f})",
                         flush=True,
                     )
     load["after"] = _load_average()

@@ -85,7 +85,8 @@ def evaluate(argv: list[str]) -> int:
     }
     # the summary for people on stderr, so stdout is the JSON report alone (pipe it to jq)
     print(
-        f"{env_spec}  {report['episodes']:.0f} episodes  return {result['return/mean']:.2f} +- {result['return/std']:.2f} "
+        f"{env_spec}  {report['episodes']:.0f} episodes  "
+        f"return {result['return/mean']:.2f} +- {result['return/std']:.2f} "
         f"(min {result['return/min']:.2f}, max {result['return/max']:.2f})  length {result['length/mean']:.1f}",
         file=sys.stderr,
     )

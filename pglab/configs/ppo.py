@@ -142,18 +142,21 @@ class PPOConfig:
     log_std_init: float = 0.0
     """initial log standard deviation of the Gaussian policy (Box actions)"""
     ortho_init: bool = True
-    """orthogonal initialisation (gain sqrt 2, 0.01 policy head, 1 value head); off: PyTorch's default init (SB3 ortho_init)"""
+    """orthogonal initialisation (gain sqrt 2, 0.01 policy head, 1 value head); off: PyTorch's
+    default init (SB3 ortho_init)"""
     fused_update: bool = True
     """PPO's gradient in closed form for plain Linear/Tanh|ReLU actor-critics (same loss and
     gradient as autograd to float rounding, ~1.6x faster updates on classic-control networks); other networks
     always use autograd. off: autograd everywhere"""
     use_sde: bool = False
-    """Box actions: generalized state-dependent exploration (gSDE, SB3's use_sde): noise = latent(s) @ W, W ~ N(0, exp(log_std)^2) resampled per rollout"""
+    """Box actions: generalized state-dependent exploration (gSDE, SB3's use_sde):
+    noise = latent(s) @ W, W ~ N(0, exp(log_std)^2) resampled per rollout"""
     sde_sample_freq: int = -1
     """with --use-sde: also resample W every this many steps (-1: once per rollout)"""
     # -- normalisation (SB3 VecNormalize) -----------------------------------------------
     normalize_obs: bool = False
-    """normalise observations by their running mean/std (updated while training, frozen for evaluation; stored in checkpoints)"""
+    """normalise observations by their running mean/std (updated while training, frozen for
+    evaluation; stored in checkpoints)"""
     normalize_reward: bool = False
     """scale rewards by the running std of the discounted return (gamma = --gamma), not centred"""
     clip_obs: float = 10.0

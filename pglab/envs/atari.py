@@ -64,7 +64,7 @@ import torch
 
 from pglab.contracts import check_tensor
 from pglab.envs.base import ActionSpec, StepResult
-from pglab.errors import ConfigError
+from pglab.errors import CheckpointError, ConfigError
 
 # Options of the C++ env that this module owns (set from episodic_life/clip_rewards).
 _OWNED_ALE_OPTIONS = ("reward_clipping", "episodic_life", "life_loss_info", "autoreset_mode")
@@ -127,6 +127,8 @@ class AtariEnv:
         repeat_action_probability: float = 0.0,
         **ale_options: Any,
     ):
+        from gymnasium import spaces
+
         try:
             from ale_py.vector_env import AtariVectorEnv
         except ImportError as exc:  # pragma: no cover - ale-py is in the [atari] extra
@@ -162,11 +164,11 @@ class AtariEnv:
         self.num_envs = int(num_envs)
         self.device = torch.device(device)
         self.episodic_life, self.clip_rewards = bool(episodic_life), bool(clip_rewards)
-        self.observation_shape = tuple(int(s) for s in self.games.single_observation_space.shape)
+        frames, actions = self.games.single_observation_space, self.games.single_action_space
+        assert isinstance(frames, spaces.Box) and isinstance(actions, spaces.Discrete)  # ALE's spaces
+        self.observation_shape = tuple(int(s) for s in frames.shape)
         self.observation_dtype = torch.uint8
-        self.action_spec = ActionSpec(
-            kind="discrete", num_actions=int(self.games.single_action_space.n), dtype=torch.int64
-        )
+        self.action_spec = ActionSpec(kind="discrete", num_actions=int(actions.n), dtype=torch.int64)
         # Per game (NumPy, host side): lives at the previous step, running score and length.
         self._lives = np.zeros(self.num_envs, dtype=np.int64)
         self._score = np.zeros(self.num_envs, dtype=np.float64)
@@ -228,6 +230,17 @@ class AtariEnv:
 
     def close(self) -> None:
         self.games.close()
+
+    # -- checkpoints -------------------------------------------------------------------
+    def state_dict(self) -> None:
+        """Nothing: the emulators run in ALE's C++ threads, and ale-py's vector env offers
+        no snapshot of them, so a resumed run starts new games (the trainer says so)."""
+        return None
+
+    def load_state_dict(self, state: None) -> None:
+        """Accepts the ``None`` of :meth:`state_dict`: the games stay as they are."""
+        if state is not None:
+            raise CheckpointError("checkpoint: holds an environment snapshot, which an Atari environment cannot load")
 
 
 def make_atari_env(game: str, num_envs: int, *, device: torch.device | str = "cpu", **options: Any) -> AtariEnv:

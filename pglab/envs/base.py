@@ -11,6 +11,13 @@ automatically, in the same call (Gymnasium's ``SAME_STEP`` autoreset)::
 
 ``done`` means the episode ended (nothing to bootstrap); ``trunc`` means it was cut off
 (a time limit) and its continuation could be bootstrapped from ``final_obs``.
+
+Checkpoints: ``env.state_dict()`` returns the simulation state (tensors, arrays, generator
+states) and ``env.load_state_dict(state)`` puts it back into an environment built from
+the same config, so that a resumed run continues bit for bit. An environment that cannot
+capture its state returns ``None`` (and ``load_state_dict(None)`` leaves it as it is), and
+one without the two methods counts as such (:func:`checkpointed`); a trainer resumed from
+such a checkpoint starts from freshly reset environments and says so.
 """
 
 from __future__ import annotations
@@ -52,6 +59,29 @@ class BatchedEnv(Protocol):
     def step(self, actions: torch.Tensor) -> StepResult: ...
 
     def close(self) -> None: ...
+
+    def state_dict(self) -> Any: ...
+
+    def load_state_dict(self, state: Any) -> None: ...
+
+
+class _CapturesNothing:
+    """The checkpointed state of an environment without ``state_dict``: nothing."""
+
+    def state_dict(self) -> None:
+        return None
+
+    def load_state_dict(self, state: None) -> None:
+        pass
+
+
+def checkpointed(env: Any) -> Any:
+    """What a trainer registers to checkpoint ``env``: the environment itself, or, for one
+    without ``state_dict`` / ``load_state_dict``, a stand-in that captures nothing (so a
+    resumed run starts from freshly reset copies, as for any uncaptured state)."""
+    if callable(getattr(env, "state_dict", None)) and callable(getattr(env, "load_state_dict", None)):
+        return env
+    return _CapturesNothing()
 
 
 class EpisodeTracker:

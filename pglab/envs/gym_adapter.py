@@ -9,6 +9,13 @@ builds :class:`pglab.envs.atari.AtariEnv`: ALE's C++ vector env with the standar
 preprocessing (stacked 84x84 greyscale frames ``uint8 [N, 4, 84, 84]``, episodic life,
 reward clipping, the game score in ``info``). Gymnasium envs are wrapped in
 :class:`GymVectorAdapter`, which converts NumPy to torch tensors on the chosen device.
+
+Checkpoints: :meth:`GymVectorAdapter.state_dict` captures the simulation state held in
+plain attributes (NumPy arrays, numbers, strings, ``None``, ``np.random.Generator``) of the
+vector env and of each copy's chain of wrappers: the whole state of Gymnasium's classic
+control and toy text envs, so a run resumed from it continues bit for bit. It captures
+nothing (``None``) where the state lives elsewhere: in an ``AsyncVectorEnv``'s worker
+processes, or in a physics engine's C objects (Box2D, MuJoCo, PyBullet).
 """
 
 from __future__ import annotations
@@ -20,10 +27,10 @@ import numpy as np
 import torch
 
 from pglab.contracts import check_tensor
+from pglab.envs.atari import AtariEnv, make_atari_env
 from pglab.envs.atari import ale_game as _ale_game
-from pglab.envs.atari import make_atari_env
 from pglab.envs.base import ActionSpec, StepResult
-from pglab.errors import ConfigError
+from pglab.errors import CheckpointError, ConfigError
 
 _TORCH_DTYPES = {
     np.dtype(np.uint8): torch.uint8,
@@ -61,6 +68,73 @@ def _to_tensor(array: Any, dtype: torch.dtype, device: torch.device) -> torch.Te
     if tensor.dtype == dtype and tensor.device == device:
         return tensor
     return tensor.to(device=device, dtype=dtype)
+
+
+# -- checkpoints ---------------------------------------------------------------------------
+# Attributes that are configuration, rendering or links between layers, not simulation state.
+_NOT_STATE = frozenset(
+    {
+        "env",
+        "envs",
+        "env_fns",
+        "spec",
+        "_saved_kwargs",
+        "metadata",
+        "_metadata",
+        "render_mode",
+        "_cached_spec",
+        "action_space",
+        "observation_space",
+        "_action_space",
+        "_observation_space",
+        "single_action_space",
+        "single_observation_space",
+        "screen",
+        "clock",
+        "autoreset_mode",
+    }
+)
+# Physics engines whose state lives in C objects, not in plain attributes: an env holding
+# one cannot be captured, and restoring its other attributes onto a fresh world would mix
+# two states.
+_OPAQUE_SIMULATORS = ("Box2D", "mujoco", "pybullet")
+
+
+def _is_opaque_simulator(value: Any) -> bool:
+    return type(value).__module__.split(".")[0] in _OPAQUE_SIMULATORS
+
+
+def _storable(value: Any) -> dict[str, Any] | None:
+    """A ``weights_only``-loadable copy of one attribute value, or ``None`` for a value
+    that is not simulation state the adapter knows how to store (lists, dicts, objects)."""
+    # NumPy scalars first: np.float64 is also a Python float, but pickles as a NumPy object
+    # that a weights_only load refuses (LunarLander's prev_shaping).
+    if isinstance(value, np.generic) and not isinstance(value, np.object_):
+        return {"ndarray": torch.from_numpy(np.asarray(value).copy()), "dtype": str(value.dtype), "scalar": True}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"py": value}
+    if isinstance(value, np.ndarray) and value.dtype != object:
+        return {"ndarray": torch.from_numpy(value.copy()), "dtype": str(value.dtype)}
+    if isinstance(value, np.random.Generator):
+        return {"np_generator": value.bit_generator.state}
+    return None
+
+
+def _restored(stored: dict[str, Any], current: Any) -> Any:
+    """The attribute value :func:`_storable` stored (a generator is restored in place)."""
+    if "py" in stored:
+        return stored["py"]
+    if "ndarray" in stored:
+        array = stored["ndarray"].numpy().astype(stored["dtype"], copy=True)
+        return array[()] if stored.get("scalar") else array
+    state = stored["np_generator"]
+    generator = (
+        current
+        if isinstance(current, np.random.Generator)
+        else np.random.Generator(getattr(np.random, state["bit_generator"])())
+    )
+    generator.bit_generator.state = state
+    return generator
 
 
 def _action_spec(space: Any) -> ActionSpec:
@@ -151,6 +225,62 @@ class GymVectorAdapter:
     def close(self) -> None:
         self.env.close()
 
+    # -- checkpoints -------------------------------------------------------------------
+    def _state_holders(self) -> list[Any] | None:
+        """Every object whose attributes make up the simulation state: the vector env and,
+        for a ``SyncVectorEnv``, each copy's chain of wrappers. ``None`` when the copies
+        live in worker processes (``AsyncVectorEnv``)."""
+        from gymnasium.vector import AsyncVectorEnv
+
+        if isinstance(self.env, AsyncVectorEnv):
+            return None
+        holders = [self.env]
+        for copy in getattr(self.env, "envs", []):
+            layer = copy
+            while layer is not None:
+                holders.append(layer)
+                layer = getattr(layer, "env", None)
+        return holders
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """The simulation state of every copy (see the module docstring), or ``None`` when it
+        cannot be captured: the copies run in worker processes, or an env holds a physics
+        engine's C objects. Attributes of other types (lists, dicts, other objects) are not
+        captured; no classic control or toy text env keeps its state in one."""
+        holders = self._state_holders()
+        if holders is None:
+            return None
+        layers = []
+        for holder in holders:
+            fields = {}
+            for name, value in vars(holder).items():
+                if name in _NOT_STATE:
+                    continue
+                if _is_opaque_simulator(value):
+                    return None
+                stored = _storable(value)
+                if stored is not None:
+                    fields[name] = stored
+            layers.append({"type": type(holder).__name__, "fields": fields})
+        return {"layers": layers}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Put back a :meth:`state_dict`. ``None`` (nothing was captured) leaves the
+        environments as they are; a snapshot of other environments is a
+        :class:`~pglab.errors.CheckpointError`."""
+        if state is None:
+            return
+        holders = self._state_holders()
+        if holders is None or len(holders) != len(state["layers"]):
+            raise CheckpointError(
+                "checkpoint: its environment snapshot does not match the environment built from the config"
+            )
+        for holder, layer in zip(holders, state["layers"], strict=True):
+            if type(holder).__name__ != layer["type"]:
+                raise CheckpointError(f"checkpoint: environment layer {layer['type']} != {type(holder).__name__}")
+            for name, stored in layer["fields"].items():
+                setattr(holder, name, _restored(stored, getattr(holder, name, None)))
+
 
 @functools.cache
 def _same_step_cartpole() -> type:
@@ -227,7 +357,7 @@ def make_gym_env(
     device: torch.device | str = "cpu",
     vectorization: str = "auto",
     **env_kwargs: Any,
-) -> GymVectorAdapter:
+) -> GymVectorAdapter | AtariEnv:
     """Build a vectorised Gymnasium (or ALE) environment wrapped as a batched env.
 
     ``vectorization``: ``"vector"`` steps all copies as array operations (only ids in

@@ -11,10 +11,9 @@ import torch
 from pglab.errors import ConfigError
 
 # pglab:NAME -> "module:factory"; each factory takes (num_envs, *, device, seed, **kwargs)
-# and returns a pglab.envs.base.BatchedEnv.
+# and returns a pglab.envs.base.BatchedEnv (with state_dict / load_state_dict).
 NATIVE_ENVS: dict[str, str] = {
     "pixel-goal": "pglab.envs.pixel_goal:make_pixel_goal_env",
-    "ghm": "pglab.envs.ghm_env:make_ghm_env",
 }
 
 

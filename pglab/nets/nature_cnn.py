@@ -23,6 +23,7 @@ trainer and agent use either network unchanged: ``act``, ``rollout_actor``,
 from __future__ import annotations
 
 import math
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -37,10 +38,14 @@ def _conv_out(size: int, kernel: int, stride: int) -> int:
     return (size - kernel) // stride + 1
 
 
-def _orthogonal(layer: nn.Module, gain: float) -> nn.Module:
+Layer = TypeVar("Layer", nn.Conv2d, nn.Linear)
+
+
+def _orthogonal(layer: Layer, gain: float) -> Layer:
     """CleanRL's ``layer_init``: orthogonal weights of ``gain``, zero bias."""
     nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
+    if layer.bias is not None:
+        nn.init.zeros_(layer.bias)
     return layer
 
 
@@ -84,7 +89,8 @@ class NatureCNNActorCritic(nn.Module):
         self.obs_shape = tuple(int(s) for s in obs_shape)
         self.obs_dim = math.prod(self.obs_shape)
         self.num_actions = int(num_actions)
-        self.trunk = nature_trunk(*self.obs_shape, features=features)
+        channels, height, width = self.obs_shape
+        self.trunk = nature_trunk(channels, height, width, features=features)
         self.policy_head = _orthogonal(nn.Linear(features, self.num_actions), 0.01)
         self.value_head = _orthogonal(nn.Linear(features, 1), 1.0)
 
@@ -200,7 +206,10 @@ class StreamNatureActorCritic(StreamActorCritic):
         self, in_channels: int, height: int, width: int, num_actions: int, hidden: int = 512, sparsity: float = 0.9
     ):
         super().__init__(in_channels, height, width, num_actions, hidden, sparsity, torso=StreamNatureTorso)
-        self.arch["torso"] = "nature"
+
+    def architecture(self) -> dict[str, Any]:
+        """The constructor arguments and ``torso="nature"``."""
+        return {**super().architecture(), "torso": "nature"}
 
 
 def build_stream_actor_critic(
