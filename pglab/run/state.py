@@ -137,7 +137,8 @@ def _lookup(checkpoint: Mapping[str, Any], section: str, name: str, source: str)
     entries = checkpoint.get(section)
     if not isinstance(entries, Mapping) or name not in entries:
         raise CheckpointError(
-            f"checkpoint {source}: holds no {section} entry {name!r} (a checkpoint of another set-up)"
+            f"checkpoint {source}: holds no {section} entry {name!r}, which this run needs to resume "
+            "(written by another set-up or another version of pglab)"
         )
     return entries[name]
 
