@@ -171,7 +171,7 @@ class StreamACLearner:
             sparsity=config.sparsity,
             torso=config.torso,
         ).to(device)
-        assert isinstance(model, StreamActorCritic)
+        assert isinstance(model, StreamActorCritic)  # the Nature variant subclasses it; the builder returns nn.Module
         self.model = model
         traced = dict(lr=config.lr, gamma=config.gamma, lam=config.trace_lambda)
         self.actor = ObGD(model.actor_parameters(), kappa=ACTOR_KAPPA, **traced)
