@@ -1,5 +1,6 @@
-"""pglab train a2c / stream-ac inside the training shell (issue 18): one regression test per
-failure that issue lists for this system. Each fails on the code before the migration."""
+"""pglab train a2c / stream-ac inside the training shell: the two trainers' module
+boundary, logs, signals, resume rules, failed starts, --help without torch, the CLI
+vocabulary, stored configs with old field names, and the agent API."""
 
 import ast
 import csv
@@ -24,7 +25,12 @@ from pglab.errors import EXIT_INTERRUPTED
 from pglab.run.checkpoint import load_checkpoint_file
 
 ROOT = Path(__file__).resolve().parents[1]
-QUIET = lambda *a, **k: None  # noqa: E731
+
+
+def quiet(*args, **kwargs):
+    """An echo that prints nothing."""
+
+
 # tiny a2c runs: 4 envs on a 4x4 board, a 16-unit dense layer
 TINY_FLAGS = [
     "--num-envs",
@@ -96,8 +102,9 @@ def test_each_trainer_works_with_the_other_blocked(tmp_path):
         f"""
 from pglab.algos.stream_ac import train_stream_ac
 from pglab.configs.a2c import A2CTrainConfig, PixelGoalConfig
-train_stream_ac(A2CTrainConfig(algo="stream-ac", num_envs=1, total_env_steps=6, pixel_goal=PixelGoalConfig(grid_size=4), hidden=8, device="cpu",
-                               log_dir={str(run)!r}), echo=lambda *a, **k: None)
+config = A2CTrainConfig(algo="stream-ac", num_envs=1, total_env_steps=6, pixel_goal=PixelGoalConfig(grid_size=4),
+                        hidden=8, device="cpu", log_dir={str(run)!r})
+train_stream_ac(config, echo=lambda *a, **k: None)
 """,
     )
     # ...and the a2c module loads that stream-ac agent without pglab.algos.stream_ac
@@ -116,7 +123,7 @@ assert agent.kind == "a2c-stream-ac"
 def test_a2c_writes_csv_jsonl_and_tensorboard_with_empty_cells_where_no_episode_ended(tmp_path):
     run = tmp_path / "run"
     # one env, one env-step per window: most windows finish no episode
-    train_a2c(A2CTrainConfig(total_env_steps=12, log_dir=run, **{**TINY, "num_envs": 1}), echo=QUIET)
+    train_a2c(A2CTrainConfig(total_env_steps=12, log_dir=run, **{**TINY, "num_envs": 1}), echo=quiet)
     assert (run / "metrics.csv").exists() and (run / "metrics.jsonl").exists()
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     rows = list(csv.DictReader((run / "metrics.csv").open()))
@@ -148,7 +155,7 @@ def test_sigterm_exits_130_with_a_checkpoint(tmp_path, monkeypatch, capsys, algo
     assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
 
 
-# -- item 3: a resume applies the given budget without fresh-run cross-field checks -------
+# -- a resume applies the given budget without fresh-run cross-field checks --------------
 def test_resume_with_a_budget_below_the_default_num_envs(tmp_path, capsys):
     run = tmp_path / "run"
     flags = [
@@ -175,7 +182,7 @@ def test_resume_with_a_budget_below_the_default_num_envs(tmp_path, capsys):
     assert "total_env_steps" in capsys.readouterr().err and not (tmp_path / "b").exists()
 
 
-# -- item 4: killed before the first checkpoint -> resumable; failed start -> nothing -----
+# -- killed before the first checkpoint -> resumable; failed start -> nothing -------------
 @pytest.mark.slow
 def test_a_run_killed_before_its_first_checkpoint_resumes_from_step_0(tmp_path, capsys):
     run = tmp_path / "run"
@@ -228,7 +235,7 @@ def test_device_cuda_without_a_gpu_leaves_no_run_directory(tmp_path, capsys):
     assert "device" in capsys.readouterr().err and not run.exists()
 
 
-# -- item 12: --help without torch ----------------------------------------------------------
+# -- --help without torch -------------------------------------------------------------------
 @pytest.mark.parametrize("argv", [["train", "a2c", "--help"], ["train", "a2c", "--algo", "stream-ac", "--help"]])
 def test_help_does_not_import_torch(argv):
     code = (
@@ -286,7 +293,7 @@ def test_a_run_written_with_the_old_field_names_loads_and_resumes(tmp_path, caps
         cli_main(["train", "a2c", *TINY_FLAGS, "--total-env-steps", "8", "--save-interval", "7", "--log-dir", str(run)])
         == 0
     )
-    # rewrite config.json and the checkpoint as the old code wrote them: format 1, old names
+    # rewrite config.json and the checkpoint in format 1 with the old field names
     payload = json.loads((run / "config.json").read_text())
     payload["config"]["checkpoint_every_opt_steps"] = payload["config"].pop("save_interval")
     payload["config"].update(payload["config"].pop("pixel_goal"))  # the flat pixel-goal fields
@@ -381,7 +388,9 @@ def test_evaluation_counts_each_copys_first_episodes_not_the_quickest():
 
     from pglab.algos.a2c_common import evaluate_policy
 
-    act = lambda obs: torch.zeros(obs.shape[0], dtype=torch.int32)  # noqa: E731
+    def act(obs):  # always action 0
+        return torch.zeros(obs.shape[0], dtype=torch.int32)
+
     # 4 copies, 4 episodes: one per copy -> 1 success in 4. Counting the first 4 episodes
     # to end would take copy 0's four 1-step successes (rate 1.0).
     result = evaluate_policy(act, _ShortSuccessEnv(4), episodes=4)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from pglab.algos.a2c import A2C_RECORD_KEYS, DIST_KEYS, LOG_NAME, A2CTrainConfig, A2CTrainer, sample_actions, train_a2c
-from pglab.algos.a2c_common import EPISODE_KEYS
+from pglab.algos.a2c_common import EPISODE_KEYS, PERF_KEYS
 from pglab.cli import main as cli_main
 from pglab.envs.pixel_goal import PixelGoalConfig, PixelGoalEnv
 from pglab.errors import EXIT_INTERRUPTED, ConfigError, TensorContractError
@@ -43,16 +43,20 @@ GOLDEN_KEYS = {
     "stats/reset_rate",
     "episode/count",
     "return/mean",
+    "return/std",
     "episode/success_rate",
     "episode/length",
-    "perf/steps_per_s",
-    "perf/iter_s",
+    "perf/step_s",
+    "perf/env_steps_per_s",
     "stats/lr",
     "stats/dist_p10",
     "stats/dist_p50",
     "stats/dist_p90",
 }
-QUIET = lambda *a, **k: None  # noqa: E731
+
+
+def quiet(*args, **kwargs):
+    """An echo that prints nothing."""
 
 
 def read_log(run_dir):
@@ -67,14 +71,15 @@ def test_jsonl_golden_schema_and_counters(tmp_path):
     run = tmp_path / "run"
     # short episodes, so that windows hold both successes and truncations
     short = {**TINY, "pixel_goal": PixelGoalConfig(grid_size=4, max_steps=3)}
-    result = train_a2c(A2CTrainConfig(total_env_steps=8 * 2 * 5, log_dir=run, **short), echo=lambda *a, **k: None)
+    result = train_a2c(A2CTrainConfig(total_env_steps=8 * 2 * 5, log_dir=run, **short), echo=quiet)
     lines = read_log(run)
     assert set(lines[0]) == {"meta"}
     meta = lines[0]["meta"]
-    assert {"versions", "config", "run_id", "num_params"} <= set(meta) and "torch" in meta["versions"]
-    assert meta["config"]["num_envs"] == 8
+    assert {"versions", "config", "num_params", "architecture"} <= set(meta) and "torch" in meta["versions"]
+    assert meta["config"]["num_envs"] == 8 and meta["kind"] == "a2c-td0"
     records = lines[1:]
-    assert {"opt_steps", *A2C_RECORD_KEYS, *DIST_KEYS} == GOLDEN_KEYS
+    assert {"opt_steps", *A2C_RECORD_KEYS, *PERF_KEYS, *DIST_KEYS} == GOLDEN_KEYS
+    assert set(meta["record_keys"]) == GOLDEN_KEYS - set(DIST_KEYS)
     # the episode metrics are absent (no value) exactly in windows that finished no episode
     assert all(set(r) == (GOLDEN_KEYS if r["episode/count"] > 0 else GOLDEN_KEYS - set(EPISODE_KEYS)) for r in records)
     assert [r["opt_steps"] for r in records] == [1, 2, 3, 4, 5]
@@ -92,7 +97,6 @@ def test_jsonl_golden_schema_and_counters(tmp_path):
 
 
 def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
-    quiet = lambda *a, **k: None  # noqa: E731
     full, half = tmp_path / "full", tmp_path / "half"
     train_a2c(A2CTrainConfig(total_env_steps=8 * 2 * 8, log_dir=full, **TINY), echo=quiet)
     train_a2c(A2CTrainConfig(total_env_steps=8 * 2 * 4, log_dir=half, **TINY), echo=quiet)
@@ -100,7 +104,10 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
     train_a2c(A2CTrainConfig(total_env_steps=8 * 2 * 8, num_envs=8, resume=half, device="cpu"), echo=quiet)
     a, b = params(full), params(half)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    strip = lambda recs: [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in recs]  # noqa: E731
+
+    def strip(recs):  # the wall-clock columns differ between any two runs
+        return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in recs]
+
     log_full, log_half = read_log(full), read_log(half)
     assert strip(log_full[1:]) == strip(log_half[1:])
     assert sum("meta" in r for r in log_half) == 1
@@ -110,7 +117,6 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path):
 
 
 def test_reusing_the_bootstrap_forward_is_exact(tmp_path):
-    quiet = lambda *a, **k: None  # noqa: E731
     runs = {}
     for reuse in (True, False):
         run = tmp_path / f"reuse{reuse}"
@@ -131,7 +137,7 @@ def test_gradient_accumulation_equals_the_mean_of_per_step_gradients(tmp_path):
     step = trainer.env.step
 
     def recording_step(actions):
-        before = trainer.obs.clone()
+        before = trainer.obs.value.clone()
         out = step(actions)
         recorded.append((before, actions.clone(), *(t.clone() for t in out[:4])))
         return out
@@ -193,10 +199,11 @@ def test_failure_writes_one_error_record(tmp_path, monkeypatch):
     fail_or_signal_at(monkeypatch, 5, explode)  # the 3rd window's first env-step
     cfg = A2CTrainConfig(total_env_steps=8 * 2 * 10, log_dir=tmp_path / "run", **{**TINY, "save_interval": 1})
     with pytest.raises(RuntimeError, match="exploded"):
-        train_a2c(cfg, echo=QUIET)
+        train_a2c(cfg, echo=quiet)
     last = read_log(tmp_path / "run")[-1]
-    assert last["error"]["type"] == "RuntimeError" and last["error"]["opt_steps"] == 2
-    assert last["error"]["env_steps"] == 32 and last["error"]["run_id"]
+    assert last["error"]["type"] == "RuntimeError" and last["error"]["message"] == "simulator exploded"
+    assert last["error"]["opt_steps"] == 2 and last["error"]["env_steps"] == 32
+    assert sum("error" in line for line in read_log(tmp_path / "run")) == 1
 
 
 def test_cnn_contracts_and_shapes():
@@ -248,7 +255,7 @@ def test_sigterm_in_process_finishes_the_window_and_checkpoints(tmp_path, monkey
     # mid-window: the 4th window's first env-step
     fail_or_signal_at(monkeypatch, 7, lambda: os.kill(os.getpid(), signal.SIGTERM))
     cfg = A2CTrainConfig(total_env_steps=8 * 2 * 1000, log_dir=tmp_path / "run", **TINY)
-    result = train_a2c(cfg, echo=QUIET)
+    result = train_a2c(cfg, echo=quiet)
     assert result["interrupted"] and result["opt_steps"] == 4 and result["exit_code"] == EXIT_INTERRUPTED
     counters = load_checkpoint_file(tmp_path / "run")["counters"]
     assert (counters["env_steps"], counters["opt_steps"]) == (64, 4)
@@ -284,9 +291,37 @@ train_a2c(A2CTrainConfig(num_envs=8, update_every=2, device="cpu", pixel_goal=Pi
     assert proc.returncode == -signal.SIGKILL
     assert list((run / "checkpoints").glob(".*tmp-*"))  # the torn temporary is there...
     assert load_checkpoint_file(run)["counters"]["opt_steps"] == 2  # ...but the previous checkpoint loads
-    result = train_a2c(
-        A2CTrainConfig(num_envs=8, total_env_steps=8 * 2 * 6, resume=run, device="cpu"), echo=lambda *a, **k: None
-    )
+    result = train_a2c(A2CTrainConfig(num_envs=8, total_env_steps=8 * 2 * 6, resume=run, device="cpu"), echo=quiet)
     assert result["opt_steps"] == 6 and not list((run / "checkpoints").glob(".*tmp-*"))
     steps = [r["opt_steps"] for r in read_log(run)[1:]]
     assert steps == [1, 2, 3, 4, 5, 6]  # records of the lost work were dropped, then redone
+
+
+def test_an_environment_without_its_own_state_resumes_with_fresh_seeded_episodes():
+    """Gymnasium/ALE envs cannot snapshot themselves: their checkpoint entry stores nothing
+    and a resume starts new episodes from env.reset(seed) (the seed read at the resume)
+    with an empty episode tracker; an env with state_dict is its own entry."""
+    from pglab.algos.a2c_common import FreshEpisodes, env_entry
+    from pglab.envs.base import EpisodeTracker
+    from pglab.run.state import Value
+
+    class NoSnapshot:  # PixelGoalEnv without state_dict / load_state_dict
+        def __init__(self):
+            self.inner = PixelGoalEnv(3, PixelGoalConfig(grid_size=4), seed=0)
+            self.seeds = []
+
+        def reset(self, seed=None):
+            self.seeds.append(seed)
+            return self.inner.reset(seed=seed)
+
+    env, tracker, counters = NoSnapshot(), EpisodeTracker(3, "cpu"), {"opt_steps": 0}
+    obs = Value(env.reset(seed=0).clone())
+    tracker.update(torch.ones(3), torch.zeros(3, dtype=torch.bool))  # episodes under way
+    fresh = FreshEpisodes(env, obs, tracker, seed=lambda: 100 + counters["opt_steps"])
+    assert env_entry(env, fresh) is fresh and env_entry(env.inner, fresh) is env.inner
+    assert fresh.state_dict() == {}
+    counters["opt_steps"] = 7  # the restored counters
+    fresh.load_state_dict({})
+    assert env.seeds == [0, 107]
+    assert torch.equal(obs.value, PixelGoalEnv(3, PixelGoalConfig(grid_size=4)).reset(seed=107))
+    assert not tracker.returns.any() and not tracker.lengths.any()

@@ -209,10 +209,10 @@ def test_a2c_window_sums_the_returns_and_lengths_of_the_episodes_it_finished():
             if bool(done[i]) or bool(trunc[i]):
                 total_return, total_length, episodes = total_return + running[i], total_length + length[i], episodes + 1
                 running[i], length[i] = 0.0, 0
-    sums = trainer.stats.sums
-    assert episodes == 6 and float(sums["episodes"]) == episodes
-    assert float(sums["return"]) == pytest.approx(total_return, abs=1e-6)
-    assert float(sums["length"]) == total_length
+    sums = trainer.stats.episodes.sums
+    assert episodes == 6 and float(sums["count"]) == episodes
+    assert float(sums["return_sum"]) == pytest.approx(total_return, abs=1e-6)
+    assert float(sums["length_sum"]) == total_length
 
 
 def test_a2c_window_takes_the_episodes_an_environment_reports_over_its_done_flags():
@@ -252,11 +252,11 @@ def test_a2c_window_takes_the_episodes_an_environment_reports_over_its_done_flag
 
     trainer.env.step = reporting
     trainer.window()
-    sums = trainer.stats.sums
-    assert float(sums["episodes"]) == sum(int(end.sum()) for end, _, _, _ in reported) == 4
-    assert float(sums["success"]) == sum(int((end & ~trunc).sum()) for end, trunc, _, _ in reported)
-    assert float(sums["return"]) == 2 * (7.0 - 2.0)
-    assert float(sums["length"]) == 2 * (11 + 5)
+    sums = trainer.stats.episodes.sums
+    assert float(sums["count"]) == sum(int(end.sum()) for end, _, _, _ in reported) == 4
+    assert float(sums["success_sum"]) == sum(int((end & ~trunc).sum()) for end, trunc, _, _ in reported)
+    assert float(sums["return_sum"]) == 2 * (7.0 - 2.0)
+    assert float(sums["length_sum"]) == 2 * (11 + 5)
 
 
 def test_a2c_actions_come_from_the_trainers_generator_not_the_global_rng():

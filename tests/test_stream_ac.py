@@ -13,6 +13,10 @@ from pglab.configs.a2c import A2CTrainConfig, PixelGoalConfig
 from pglab.run.checkpoint import load_checkpoint_file
 
 
+def quiet(*args, **kwargs):
+    """An echo that prints nothing."""
+
+
 @pytest.fixture(autouse=True)
 def _restore_threads():
     """The runs below use threads=1 (tiny networks; the shell sets it process-wide)."""
@@ -82,7 +86,7 @@ def test_stream_ac_runs_end_to_end_and_checkpoints(tmp_path):
         threads=1,
         log_dir=tmp_path / "run",
     )
-    result = train_stream_ac(cfg, echo=lambda *a, **k: None)
+    result = train_stream_ac(cfg, echo=quiet)
     assert result["env_steps"] == 60 and result["opt_steps"] == 60 and result["exit_code"] == 0
     lines = [json.loads(line) for line in (tmp_path / "run" / LOG_NAME).read_text().splitlines()]
     last = lines[-1]
@@ -105,7 +109,6 @@ def test_stream_ac_runs_end_to_end_and_checkpoints(tmp_path):
 
 
 def test_stream_ac_resume_is_bit_identical(tmp_path):
-    quiet = lambda *a, **k: None  # noqa: E731
     common = dict(
         algo="stream-ac",
         num_envs=1,
@@ -127,3 +130,48 @@ def test_stream_ac_resume_is_bit_identical(tmp_path):
         torch.equal(a, b)
         for a, b in zip(full["extra"]["actor_traces"]["traces"], half["extra"]["actor_traces"]["traces"], strict=False)
     )
+
+
+def test_a_checkpoint_inside_a_logging_window_resumes_to_the_same_rows(tmp_path, monkeypatch):
+    """Rows every 30 transitions, checkpoints every 20: the run that dies at transition 50
+    resumes from the checkpoint at 40, ten transitions into the window 31..60, and must
+    log the uninterrupted run's rows (the window's sums travel with the checkpoint)."""
+    from pglab.algos import stream_ac
+    from pglab.envs.pixel_goal import PixelGoalEnv
+
+    monkeypatch.setattr(stream_ac, "LOG_EVERY", 30)
+    common = dict(
+        algo="stream-ac",
+        num_envs=1,
+        lr=1.0,
+        device="cpu",
+        pixel_goal=PixelGoalConfig(grid_size=4, max_steps=6),
+        hidden=16,
+        threads=1,
+        save_interval=20,
+        total_env_steps=80,
+    )
+    train_stream_ac(A2CTrainConfig(log_dir=tmp_path / "full", **common), echo=quiet)
+    step = PixelGoalEnv.step
+    calls = {"n": 0}
+
+    def failing_step(env, actions):
+        calls["n"] += 1
+        if calls["n"] == 50:
+            raise RuntimeError("power cut")
+        return step(env, actions)
+
+    monkeypatch.setattr(PixelGoalEnv, "step", failing_step)
+    with pytest.raises(RuntimeError, match="power cut"):
+        train_stream_ac(A2CTrainConfig(log_dir=tmp_path / "cut", **common), echo=quiet)
+    monkeypatch.setattr(PixelGoalEnv, "step", step)
+    assert load_checkpoint_file(tmp_path / "cut")["counters"]["opt_steps"] == 40
+    train_stream_ac(A2CTrainConfig(resume=tmp_path / "cut", **common), echo=quiet)
+
+    def rows(run):
+        lines = [json.loads(line) for line in (run / LOG_NAME).read_text().splitlines()]
+        return [{k: v for k, v in r.items() if not k.startswith("perf/")} for r in lines if "opt_steps" in r]
+
+    full, resumed = rows(tmp_path / "full"), rows(tmp_path / "cut")
+    assert [r["opt_steps"] for r in full] == [30, 60, 80] and any(r["episode/count"] > 0 for r in full)
+    assert resumed == full

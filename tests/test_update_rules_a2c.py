@@ -75,7 +75,7 @@ def scripted_a2c_trainer():
         trainer.model.policy_head.bias.copy_(torch.tensor([1.0, -0.5, 0.3, 0.0, -1.0]))
     frames = torch.Generator().manual_seed(1)
     shape = (NUM_ENVS, *trainer.env.observation_shape)
-    trainer.obs = torch.randint(0, 256, shape, generator=frames, dtype=torch.uint8)
+    trainer.obs.value = torch.randint(0, 256, shape, generator=frames, dtype=torch.uint8)
     script = [
         (
             torch.randint(0, 256, shape, generator=frames, dtype=torch.uint8),
@@ -90,7 +90,7 @@ def scripted_a2c_trainer():
 
     def step(actions):
         next_obs, reward, done, trunc, final_obs = script[len(seen)]
-        seen.append((trainer.obs.clone(), actions.clone(), next_obs, reward, done, trunc))
+        seen.append((trainer.obs.value.clone(), actions.clone(), next_obs, reward, done, trunc))
         return next_obs.clone(), reward.clone(), done.clone(), trunc.clone(), {"final_obs": final_obs}
 
     trainer.env.step = step
@@ -335,7 +335,9 @@ def test_a2c_learns_to_reach_the_goal_on_a_tiny_board():
     trainer = A2CTrainer(config, device=CPU)
 
     def greedy_success_rate():
-        greedy = lambda obs: trainer.model(obs)[0].argmax(dim=1).to(torch.int32)  # noqa: E731
+        def greedy(obs):  # the argmax action
+            return trainer.model(obs)[0].argmax(dim=1).to(torch.int32)
+
         return evaluate_policy(greedy, PixelGoalEnv(256, LEARN_BOARD, seed=123), episodes=512)["success_rate"]
 
     before = greedy_success_rate()

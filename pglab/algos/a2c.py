@@ -14,11 +14,13 @@ forgotten (design note ``streaming-a2c.md``)::
         every update_every env-steps: clip_grad_norm_, optimizer.step(), one log record
         obs = obs'
 
-:class:`A2CTrainer` splits this into ``env_step`` (one line of the loop above),
-``optimizer_step`` and ``window`` (``update_every`` env-steps + one optimiser step);
-everything around it (run directory, resume, device, seed, logs, checkpoints every
-``save_interval`` optimiser steps, SIGINT/SIGTERM, progress bar, summary.json) is the
-training shell's (:mod:`pglab.run.shell`).
+:func:`train_a2c` is *config -> build -> step*: :class:`A2CTrainer` builds the env, model,
+optimiser and statistics and splits the loop into ``env_step`` (one line of the loop
+above), ``optimizer_step`` and ``window`` (``update_every`` env-steps + one optimiser
+step). Everything around it (run directory, resume, device, seed, logs, checkpoints every
+``save_interval`` optimiser steps, SIGINT/SIGTERM, progress bar, summary.json, the error
+line of a failed run) is the training shell's (:mod:`pglab.run.shell`), which checkpoints
+what :meth:`A2CTrainer.tracked` registers.
 
 Exact reuse of the bootstrap forward: inside an accumulation window the parameters do
 not change, so ``model(obs')`` computed *with* gradient for the bootstrap of step t is
@@ -33,38 +35,36 @@ Run directory (``--log-dir``)::
     checkpoints/checkpoint_iter_*.pt  checkpoints/checkpoint_latest.pt
 
 One record per optimiser step (step column ``opt_steps``); ``metrics.jsonl``'s first line
-is ``{"meta": {...}}`` (``versions``, ``config``, ``run_id``, ``env``, ``num_params``...):
+is the shell's ``{"meta": {...}}`` (``kind``, ``config``, ``versions``, ``device``,
+``num_params``, ``architecture``, ``world_size``, ``env``, ``record_keys``):
 
-==========================  ====================================================================
-``env_steps``               transitions so far, summed over environments (and ranks)
-``loss``                    total loss, mean over the window's env-steps (before 1/update_every)
-``loss/policy``             ``-mean(log pi(a|s) * adv)``
-``loss/value``              ``value_coef * mean((target - V(s))^2)``
-``loss/entropy``            ``-entropy_coef * mean(H)``
-``stats/entropy``           mean policy entropy (nats)
-``stats/advantage_mean``    mean TD error ``target - V(s)``
-``stats/value_mean``        mean ``V(s)``
-``stats/grad_norm``         gradient norm before clipping
-``stats/reward_mean``       mean reward per transition in the window
-``stats/done_rate``         fraction of transitions that terminated
-``stats/trunc_rate``        fraction of transitions that were truncated
-``stats/reset_rate``        fraction with ``done | trunc``
-``episode/count``           episodes finished in the window
-``return/mean``             mean undiscounted return of those episodes *
-``episode/success_rate``    fraction of those episodes that terminated (PixelGoalEnv: reached the goal) *
-``episode/length``          mean length of those episodes *
-``stats/dist_p10/p50/p90``  percentiles of ``info["dist"]`` at the window's last env-step
-                            (only for environments that report ``dist``)
-``perf/steps_per_s``        transitions per second over the window (wall clock)
-``perf/iter_s``             seconds per optimiser step
-``stats/lr``                learning rate
-==========================  ====================================================================
+=============================  ====================================================================
+``env_steps``                  transitions so far, summed over environments (and ranks)
+``loss``                       total loss, mean over the window's env-steps (before 1/update_every)
+``loss/policy``                ``-mean(log pi(a|s) * adv)``
+``loss/value``                 ``value_coef * mean((target - V(s))^2)``
+``loss/entropy``               ``-entropy_coef * mean(H)``
+``stats/entropy``              mean policy entropy (nats)
+``stats/advantage_mean``       mean TD error ``target - V(s)``
+``stats/value_mean``           mean ``V(s)``
+``stats/grad_norm``            gradient norm before clipping
+``stats/reward_mean``          mean reward per transition in the window
+``stats/done_rate``            fraction of transitions that terminated
+``stats/trunc_rate``           fraction of transitions that were truncated
+``stats/reset_rate``           fraction with ``done | trunc``
+``episode/count``              episodes finished in the window
+``return/mean``                mean undiscounted return of those episodes *
+``return/std``                 their standard deviation (population) *
+``episode/length``             their mean length in env-steps *
+``episode/success_rate``       fraction of them that terminated (PixelGoalEnv: reached the goal) *
+``stats/dist_p10/p50/p90``     percentiles of ``info["dist"]`` at the window's last env-step
+                               (only for environments that report ``dist``)
+``stats/lr``                   learning rate
+``perf/step_s``                wall-clock seconds per optimiser step since the previous record (shell)
+``perf/env_steps_per_s``       transitions (all environments and ranks) per wall-clock second (shell)
+=============================  ====================================================================
 
 \\* empty (no value) in a record whose window finished no episode.
-
-On an exception one line ``{"error": {"type", "message", "opt_steps", "env_steps",
-"run_id"}}`` is appended to metrics.jsonl and the exception propagates (exit 1).
-SIGINT/SIGTERM finish the current window, save a checkpoint and exit 130.
 """
 
 from __future__ import annotations
@@ -72,9 +72,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import time
-import uuid
-from contextlib import ExitStack
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,14 +85,18 @@ from pglab.algos.a2c_common import (
     DIST_KEYS,
     EPISODE_KEYS,
     LOG_NAME,
+    PERF_KEYS,
     RECORD_KEYS,
+    FreshEpisodes,
     WindowStats,
     build_env,
-    error_record,
+    env_entry,
+    episode_summary,
     evaluate_policy,
     finished_episodes,
     format_postfix,
     present,
+    run_result,
     sample_actions,
 )
 from pglab.configs.a2c import KIND, KINDS, STREAM_AC_KIND, A2CTrainConfig
@@ -103,11 +105,11 @@ from pglab.errors import CheckpointError, ConfigError
 from pglab.losses.a2c import a2c_td0_losses
 from pglab.nets.nature_cnn import build_stream_actor_critic
 from pglab.nets.pixel_cnn import PixelActorCriticCNN
-from pglab.run.checkpoint import build_checkpoint, library_versions, load_state_dict_checked
-from pglab.run.config import config_from_dict, config_to_dict
-from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state
+from pglab.run.checkpoint import load_state_dict_checked
+from pglab.run.config import config_from_dict
+from pglab.run.seeding import make_generator
 from pglab.run.shell import TrainerSpec, TrainingRun
-from pglab.run.signals import StopRequested
+from pglab.run.state import Value
 
 __all__ = [
     "A2C_RECORD_KEYS",
@@ -128,6 +130,7 @@ __all__ = [
     "train_a2c",
 ]
 
+# The trainer's metrics (the shell adds PERF_KEYS to every record).
 A2C_RECORD_KEYS = (*RECORD_KEYS, "stats/grad_norm", "stats/lr")
 
 SPEC = TrainerSpec(
@@ -138,6 +141,7 @@ SPEC = TrainerSpec(
     resumable=frozenset({"total_env_steps"}),
     total_steps=lambda c: c.total_opt_steps(),
     budget_field="total_env_steps",
+    unstored=("self_test",),
 )
 
 
@@ -155,12 +159,14 @@ def build_model(config: A2CTrainConfig, env) -> PixelActorCriticCNN:
 
 
 class A2CTrainer:
-    """Env + model + optimiser, and the three pieces of the loop: :meth:`env_step`,
-    :meth:`optimizer_step` and :meth:`window`.
+    """Env + model + optimiser + statistics, and the three pieces of the loop:
+    :meth:`env_step`, :meth:`optimizer_step` and :meth:`window`.
 
-    The caller seeds first (the training shell does; so does each DDP rank). ``rank``,
-    ``world_size`` and ``wrap_model`` are set by :mod:`pglab.algos.a2c_distributed`; a
-    single process leaves them at their defaults.
+    The caller seeds first (the training shell does; so does each DDP rank). ``counters``
+    is the dict the trainer counts ``env_steps`` and ``opt_steps`` in: the shell's
+    ``run.counters`` inside a run (default: a dict of its own). ``rank``, ``world_size``
+    and ``wrap_model`` are set by :mod:`pglab.algos.a2c_distributed`; a single process
+    leaves them at their defaults.
     """
 
     def __init__(
@@ -168,16 +174,19 @@ class A2CTrainer:
         config: A2CTrainConfig,
         *,
         device: torch.device,
-        checkpoint: dict[str, Any] | None = None,
+        counters: dict[str, Any] | None = None,
         rank: int = 0,
         world_size: int = 1,
-        wrap_model=None,
+        wrap_model: Callable[[nn.Module], nn.Module] | None = None,
     ):
         self.config = config
         self.rank, self.world_size = rank, world_size
-        self.is_main = rank == 0
         self.device = device
-        self.env = build_env(config, self.device, seed=config.seed + 1000 * rank)
+        self.counters = counters if counters is not None else {}
+        self.counters.setdefault("env_steps", 0)
+        self.counters.setdefault("opt_steps", 0)
+        self.env_seed = config.seed + 1000 * rank  # each rank its own episodes
+        self.env = build_env(config, self.device, seed=self.env_seed)
         self.model = build_model(config, self.env).to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, eps=config.adam_eps)
         # DDP wraps the module after the weights are identical on every rank (same seed).
@@ -186,53 +195,46 @@ class A2CTrainer:
         self.action_generator = make_generator(config.seed + 7919 + 1000 * rank, self.device)
         self.tracker = EpisodeTracker(config.num_envs, self.device)
         self.stats = WindowStats(self.device)
-        self.counters = {"env_steps": 0, "opt_steps": 0}
-        self.run_id = uuid.uuid4().hex[:12]
-        self.obs = self.env.reset(seed=config.seed + 1000 * rank).clone()
-        if checkpoint is not None:
-            self._restore(checkpoint)
+        self.obs = Value(self.env.reset(seed=self.env_seed).clone())
 
-    # -- checkpoints -----------------------------------------------------------------
-    def _restore(self, checkpoint: dict[str, Any]) -> None:
-        source = checkpoint["path"]
-        load_state_dict_checked(self.model, checkpoint["models"]["model"], name="model", source=source)
-        self.optimizer.load_state_dict(checkpoint["optimizers"]["adam"])
-        # other DDP ranks keep their own action-noise stream (rank 0's is the one saved)
-        restore_rng_state(checkpoint["rng"], {"actions": self.action_generator} if self.rank == 0 else {})
-        self.counters.update({k: int(v) for k, v in checkpoint["counters"].items() if k in self.counters})
-        extra = checkpoint.get("extra", {})
-        self.tracker.load_state_dict(extra["tracker"])
-        if "env" in extra and hasattr(self.env, "load_state_dict") and self.rank == 0:
-            self.env.load_state_dict(extra["env"])
-            self.obs = self.env.frames.clone()
-        else:
-            # Environments without a saved state (Gymnasium/ALE) restart their episodes:
-            # the resumed run is then not bit-identical, only statistically equivalent.
-            self.obs = self.env.reset(seed=self.config.seed + 1000 * self.rank + self.counters["opt_steps"]).clone()
-        if extra.get("run_id"):
-            self.run_id = str(extra["run_id"])
+    def tracked(self) -> dict[str, Any]:
+        """What a checkpoint holds (:meth:`pglab.run.shell.TrainingRun.track`'s arguments).
 
-    def checkpoint_dict(self, wall_time: float | None = None) -> dict[str, Any]:
-        """Everything a resume needs: weights, Adam, counters, RNG streams, tracker, env."""
-        extra: dict[str, Any] = {
-            "tracker": self.tracker.state_dict(),
-            "run_id": self.run_id,
-            "architecture": self.model.architecture(),
+        Rank 0 registers everything; the environment through its own ``state_dict`` where
+        it has one (:func:`pglab.algos.a2c_common.env_entry`). Other DDP ranks take the
+        weights and optimiser from rank 0's checkpoint and start fresh episodes with their
+        own action noise.
+        """
+        fresh = FreshEpisodes(self.env, self.obs, self.tracker, seed=lambda: self.env_seed + self.counters["opt_steps"])
+        shared = {
+            "models": {"model": self.model},
+            "optimizers": {"adam": self.optimizer},
+            "meta": {"architecture": self.model.architecture()},
         }
-        if hasattr(self.env, "state_dict"):
-            extra["env"] = self.env.state_dict()
-        counters: dict[str, Any] = dict(self.counters)
-        if wall_time is not None:
-            counters["wall_time"] = wall_time
-        return build_checkpoint(
-            kind=self.config.kind,
-            config=config_to_dict(dataclasses.replace(self.config, resume=None, self_test=False)),
-            counters=counters,
-            models={"model": self.model.state_dict()},
-            optimizers={"adam": self.optimizer.state_dict()},
-            rng=capture_rng_state({"actions": self.action_generator}),
-            extra=extra,
-        )
+        if self.rank > 0:
+            return {**shared, "state": {"env": fresh}}
+        return {
+            **shared,
+            "rngs": {"actions": self.action_generator},
+            # registration order is restore order: the env entry last (FreshEpisodes)
+            "state": {
+                "tracker": self.tracker,
+                "window": self.stats,
+                "obs": self.obs,
+                "env": env_entry(self.env, fresh),
+            },
+        }
+
+    def info(self) -> dict[str, Any]:
+        """Facts for the meta line of metrics.jsonl (not checked on resume)."""
+        return {
+            "world_size": self.world_size,
+            "env": {
+                "observation_shape": list(self.env.observation_shape),
+                "num_actions": int(self.env.action_spec.num_actions),
+            },
+            "record_keys": ["opt_steps", *A2C_RECORD_KEYS, *PERF_KEYS],
+        }
 
     # -- one env-step ----------------------------------------------------------------
     def env_step(self, cached: tuple[torch.Tensor, torch.Tensor] | None, *, last_in_window: bool):
@@ -240,7 +242,7 @@ class A2CTrainer:
         forward to reuse at the next env-step (or ``None``)."""
         cfg = self.config
         # forward: logits [N, A], V(s) [N]
-        logits, values = cached if cached is not None else self.train_model(self.obs)
+        logits, values = cached if cached is not None else self.train_model(self.obs.value)
         # sample: a ~ Categorical(softmax(logits)), int32 for the env
         actions = sample_actions(logits, self.action_generator)
         next_obs, reward, done, trunc, info = self.env.step(actions.to(torch.int32))
@@ -271,18 +273,10 @@ class A2CTrainer:
         (losses["loss"] / cfg.update_every).backward()
         episode_returns, episode_lengths, ended, succeeded = finished_episodes(self.tracker, reward, done, trunc, info)
         self.stats.add(
-            losses,
-            reward,
-            done,
-            trunc,
-            episode_returns,
-            episode_lengths.to(torch.float64),
-            info.get("dist"),
-            ended,
-            succeeded,
+            losses, reward, done, trunc, episode_returns, episode_lengths, info.get("dist"), ended, succeeded
         )
         self.counters["env_steps"] += cfg.num_envs * self.world_size
-        self.obs = next_obs
+        self.obs.value = next_obs
         return keep
 
     def optimizer_step(self) -> torch.Tensor:
@@ -305,94 +299,34 @@ class A2CTrainer:
         return self.optimizer_step()
 
     # -- the loop --------------------------------------------------------------------
-    def meta(self) -> dict[str, Any]:
-        """The first line of metrics.jsonl."""
+    def record(self, grad_norm: torch.Tensor) -> dict[str, Any]:
+        """The log record of the window just finished (one host sync)."""
         return {
-            "versions": library_versions(),
-            "config": config_to_dict(self.config),
-            "run_id": self.run_id,
-            "kind": self.config.kind,
-            "env": {
-                "observation_shape": list(self.env.observation_shape),
-                "num_actions": int(self.env.action_spec.num_actions),
-            },
-            "num_params": sum(p.numel() for p in self.model.parameters()),
-            "world_size": self.world_size,
-            "device": str(self.device),
-            "record_keys": ["opt_steps", *A2C_RECORD_KEYS],
+            "env_steps": self.counters["env_steps"],
+            **self.stats.summary({"stats/grad_norm": grad_norm}),
+            "stats/lr": self.optimizer.param_groups[0]["lr"],
         }
 
-    def record(self, grad_norm: torch.Tensor, elapsed: float) -> dict[str, Any]:
-        """The log record of the window just finished (one host sync)."""
-        record: dict[str, Any] = self.stats.summary()
-        record.update(
-            {
-                "env_steps": self.counters["env_steps"],
-                "stats/grad_norm": float(grad_norm),
-                "perf/steps_per_s": self.config.env_steps_per_opt_step * self.world_size / max(elapsed, 1e-9),
-                "perf/iter_s": elapsed,
-                "stats/lr": self.optimizer.param_groups[0]["lr"],
-            }
-        )
-        return record
-
-    def train(self, run: TrainingRun | None, *, no_sync=None) -> dict[str, Any]:
-        """One window per optimiser step until the budget, a stop request or an error.
-
-        ``run`` is the training shell (logs, checkpoints, stops, progress); DDP ranks
-        other than 0 pass ``None`` and only compute.
-        """
+    def train(
+        self, run: TrainingRun, *, no_sync=None, any_rank_stops: Callable[[bool], bool] | None = None
+    ) -> dict[str, float]:
+        """One window per optimiser step until the budget or a stop request, inside the
+        training shell; returns the last logged record. Under DDP (rank 0),
+        ``any_rank_stops(requested)`` tells whether any rank was asked to stop, so that
+        every rank leaves after the same optimiser step."""
         total = self.config.total_opt_steps(self.world_size)
         last: dict[str, float] = {}
-        with ExitStack() as stack:
-            if run is not None:
-                run.logger.write_meta(self.meta())
-                steps = run.steps(
-                    total,
-                    save=lambda: self.checkpoint_dict(run.counters.get("wall_time")),
-                    desc="train a2c --algo a2c",
-                    unit="opt",
-                )
-                local_stop = None
-            else:
-                steps = range(self.counters["opt_steps"] + 1, total + 1)
-                local_stop = stack.enter_context(StopRequested())
-            try:
-                tick = time.perf_counter()
-                for opt_step in steps:
-                    grad_norm = self.window(no_sync)
-                    if run is not None:
-                        now = time.perf_counter()
-                        elapsed, tick = now - tick, now
-                        last = present(run.log(opt_step, self.record(grad_norm, elapsed)))
-                        run.set_postfix(**format_postfix(last))
-                    self.stats.reset()
-                    if self.world_size > 1 and self._all_ranks_stop(run, local_stop) and opt_step < total:
-                        if run is None:
-                            break
-                        # Another rank was signalled: rank 0 saves and stops with it.
-                        run.request_stop()
-            except Exception as exc:
-                if run is not None:
-                    run.logger.write_record(error_record(exc, self.counters, run_id=self.run_id))
-                raise
-            finally:
-                self.env.close()
-        return {
-            "run_dir": str(run.run_dir) if run is not None else None,
-            **self.counters,
-            "interrupted": bool(run is not None and run.interrupted),
-            "last": last,
-        }
-
-    def _all_ranks_stop(self, run: TrainingRun | None, local_stop: StopRequested | None) -> bool:
-        """Whether any rank was asked to stop (every rank must leave the loop together)."""
-        import torch.distributed as dist
-
-        requested = run.stop_requested if run is not None else bool(local_stop and local_stop.requested)
-        flag = torch.tensor([1.0 if requested else 0.0], device=self.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item() > 0)
+        try:
+            for opt_step in run.steps(total, desc="train a2c --algo a2c", unit="opt"):
+                grad_norm = self.window(no_sync)
+                last = present(run.log(opt_step, self.record(grad_norm)))
+                run.set_postfix(**format_postfix(last))
+                self.stats.reset()
+                if any_rank_stops is not None and opt_step < total and any_rank_stops(run.stop_requested):
+                    run.request_stop()  # another rank was signalled: rank 0 saves and stops with it
+        finally:
+            self.env.close()
+        return last
 
 
 def train_a2c(
@@ -419,10 +353,11 @@ def train_a2c(
             "pglab.algos.stream_ac.train_stream_ac (pglab train a2c chooses for you)",
         )
     with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
-        trainer = A2CTrainer(run.config, device=run.device, checkpoint=run.checkpoint)
-        result = trainer.train(run)
-        run.finish({key: value for key, value in result["last"].items() if key in EPISODE_KEYS})
-    return {**result, "exit_code": run.exit_code}
+        trainer = A2CTrainer(run.config, device=run.device, counters=run.counters)
+        run.track(**trainer.tracked(), info=trainer.info())
+        last = trainer.train(run)
+        run.finish(episode_summary(last))
+    return run_result(run, last)
 
 
 # -- the agent API (pglab.load_checkpoint) ----------------------------------------------
@@ -484,7 +419,7 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str
     if arch is None:
         raise CheckpointError(f"checkpoint {checkpoint.get('path')}: no network architecture recorded")
     if checkpoint["kind"] == STREAM_AC_KIND:
-        # Checkpoints from before the Nature torso record no "torso": theirs is the small one.
+        # an architecture without "torso" is the small one
         policy = build_stream_actor_critic(**{"torso": "small", **arch})
     else:
         policy = PixelActorCriticCNN(**arch)
@@ -496,7 +431,7 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str
         kind=checkpoint["kind"],
         counters=dict(checkpoint["counters"]),
         device=device,
-        extra={k: v for k, v in checkpoint.get("extra", {}).items() if k in ("architecture", "run_id", "obs_norm")},
+        extra={"architecture": arch},
     )
 
 
@@ -512,8 +447,10 @@ def self_test(echo=print) -> int:
     from pglab.run.checkpoint import load_checkpoint_file
     from pglab.run.seeding import seed_everything
 
+    def quiet(*args: Any, **kwargs: Any) -> None:
+        pass
+
     checks: dict[str, bool] = {}
-    quiet = lambda *a, **k: None  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
         config = A2CTrainConfig(num_envs=8, total_env_steps=32, update_every=2, device="cpu", log_dir=run_dir, seed=0)
@@ -524,10 +461,10 @@ def self_test(echo=print) -> int:
         after = load_checkpoint_file(run_dir, kinds=KINDS)["models"]["model"]
         checks["parameters_changed"] = any(not torch.equal(before[k], after[k]) for k in before)
         lines = [json.loads(line) for line in (run_dir / LOG_NAME).read_text().splitlines()]
-        checks["meta_first"] = "meta" in lines[0]
+        checks["meta_first"] = "meta" in lines[0] and "architecture" in lines[0]["meta"]
         records = lines[1:]
         checks["one_record_per_opt_step"] = len(records) == config.total_opt_steps() == 2
-        allowed = {"opt_steps", *A2C_RECORD_KEYS, *DIST_KEYS}
+        allowed = {"opt_steps", *A2C_RECORD_KEYS, *PERF_KEYS, *DIST_KEYS}
         required = allowed - set(EPISODE_KEYS) - set(DIST_KEYS)
         checks["documented_keys"] = all(required <= set(r) <= allowed for r in records)
         checks["csv_written"] = len((run_dir / "metrics.csv").read_text().splitlines()) == 1 + len(records)

@@ -1,6 +1,7 @@
 """What the batched A2C trainer (:mod:`pglab.algos.a2c`) and stream-AC
-(:mod:`pglab.algos.stream_ac`) share: the environment factory, action sampling, the
-per-window statistics behind their log records, and the evaluation loop.
+(:mod:`pglab.algos.stream_ac`) share: the environment factory and its checkpoint entry,
+action sampling, the per-window statistics behind their log records, and the evaluation
+loop.
 
 Both trainers import this module; neither imports the other (``pglab train a2c``
 chooses between them in :mod:`pglab.commands.a2c`).
@@ -9,6 +10,7 @@ chooses between them in :mod:`pglab.commands.a2c`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -16,12 +18,15 @@ import torch
 from pglab.configs.a2c import A2CTrainConfig
 from pglab.envs.atari import reported_episodes
 from pglab.envs.base import EpisodeTracker
+from pglab.run.episodes import EPISODE_METRICS, EpisodeStats
 from pglab.run.progress import progress_bar
+from pglab.run.shell import PERF_ENV_STEPS_PER_S, PERF_STEP_SECONDS, TrainingRun
+from pglab.run.state import Stateful, Value
 from pglab.validation import check_int
 
-# The metrics of one record (metrics.csv / metrics.jsonl / TensorBoard), besides the step
-# column ``opt_steps``. ``return/mean``, ``episode/success_rate`` and ``episode/length``
-# are left empty in a record whose window finished no episode.
+# The metrics of one record (metrics.csv / metrics.jsonl / TensorBoard) both trainers
+# write, besides the step column ``opt_steps``; the episode metrics are those of
+# :class:`pglab.run.episodes.EpisodeStats`.
 RECORD_KEYS = (
     "env_steps",
     "loss",
@@ -35,16 +40,14 @@ RECORD_KEYS = (
     "stats/done_rate",
     "stats/trunc_rate",
     "stats/reset_rate",
-    "episode/count",
-    "return/mean",
-    "episode/success_rate",
-    "episode/length",
-    "perf/steps_per_s",
-    "perf/iter_s",
+    *EPISODE_METRICS,
 )
-EPISODE_KEYS = ("return/mean", "episode/success_rate", "episode/length")
+# The episode metrics that have no value (an empty cell) in a record whose window finished no episode.
+EPISODE_KEYS = tuple(name for name in EPISODE_METRICS if name != "episode/count")
 # Percentiles of info["dist"] at a window's last env-step (only envs that report it).
 DIST_KEYS = ("stats/dist_p10", "stats/dist_p50", "stats/dist_p90")
+# What the training shell adds to every record.
+PERF_KEYS = (PERF_STEP_SECONDS, PERF_ENV_STEPS_PER_S)
 LOG_NAME = "metrics.jsonl"
 
 
@@ -53,6 +56,37 @@ def build_env(config: A2CTrainConfig, device: torch.device, *, seed: int):
     from pglab.envs.registry import make_env
 
     return make_env(config.env, config.num_envs, device=device, seed=seed, **config.env_kwargs())
+
+
+class FreshEpisodes:
+    """The checkpoint entry of an environment that cannot snapshot itself (Gymnasium,
+    ALE's emulators): it stores nothing, and a resume starts new episodes, ``env.reset``
+    seeded with ``seed()`` (called at the resume, so it may read the restored counters),
+    with a fresh episode tracker. Such a run resumes statistically equivalent, not bit
+    for bit.
+
+    Register it after ``obs`` and ``tracker`` (the shell restores in registration order),
+    so that the fresh episodes replace what those entries restored.
+    """
+
+    def __init__(self, env, obs: Value, tracker: EpisodeTracker, seed: Callable[[], int]):
+        self.env, self.obs, self.tracker, self.seed = env, obs, tracker, seed
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.obs.value = self.env.reset(seed=self.seed()).clone()
+        self.tracker.load_state_dict(
+            {"returns": torch.zeros_like(self.tracker.returns), "lengths": torch.zeros_like(self.tracker.lengths)}
+        )
+
+
+def env_entry(env, fresh: FreshEpisodes) -> Stateful:
+    """The environment's checkpoint entry: the environment itself where it snapshots its
+    own state (``state_dict`` / ``load_state_dict``, e.g. :class:`pglab.envs.pixel_goal.PixelGoalEnv`:
+    a bit-identical resume), else ``fresh``."""
+    return env if hasattr(env, "state_dict") and hasattr(env, "load_state_dict") else fresh
 
 
 def finished_episodes(
@@ -84,83 +118,113 @@ def sample_actions(logits: torch.Tensor, generator: torch.Generator) -> torch.Te
 
 
 class WindowStats:
-    """Device-side sums over one logging window (no host sync per env-step)."""
+    """Device-side sums over one logging window (no host sync per env-step), a
+    checkpointable :class:`pglab.run.state.Stateful`.
+
+    Per env-step scalars (losses, statistics, step sizes) are averaged over the window's
+    env-steps; reward, termination and truncation over its transitions; the episodes that
+    ended go to :attr:`episodes`, the run's :class:`pglab.run.episodes.EpisodeStats`
+    (success: :func:`finished_episodes`'s ``succeeded``).
+    """
 
     def __init__(self, device: torch.device):
         self.device = device
+        self.episodes = EpisodeStats(device, success=True)
         self.reset()
 
     def reset(self) -> None:
-        zero = lambda: torch.zeros((), dtype=torch.float64, device=self.device)  # noqa: E731
-        self.losses: dict[str, torch.Tensor] = {}
-        self.sums = {name: zero() for name in ("reward", "done", "trunc", "episodes", "return", "success", "length")}
+        self.means: dict[str, torch.Tensor] = {}
+        self.sums = {
+            name: torch.zeros((), dtype=torch.float64, device=self.device) for name in ("reward", "done", "trunc")
+        }
         self.transitions = 0
         self.env_steps = 0
         self.dist: torch.Tensor | None = None
+        self.episodes.reset()
 
     def add(
         self,
-        losses: dict[str, torch.Tensor],
-        reward,
-        done,
-        trunc,
-        episode_returns,
-        episode_lengths,
-        dist,
+        scalars: Mapping[str, torch.Tensor],
+        reward: torch.Tensor,
+        done: torch.Tensor,
+        trunc: torch.Tensor,
+        episode_returns: torch.Tensor,
+        episode_lengths: torch.Tensor,
+        dist: torch.Tensor | None,
         finished: torch.Tensor | None = None,
         succeeded: torch.Tensor | None = None,
     ) -> None:
-        """One env-step: losses (scalars), reward/done/trunc ``[N]``, the returns and lengths
-        of the episodes that ended (zero elsewhere) ``[N]``, ``info["dist"]`` or ``None``;
-        which episodes ended and succeeded ``[N]`` (default ``done | trunc`` and ``done``;
-        :func:`finished_episodes` gives all four)."""
-        for name, value in losses.items():
+        """One env-step: 0-d ``scalars`` to average, reward/done/trunc ``[N]``, the returns
+        and lengths of the episodes that ended (zero elsewhere) ``[N]``, ``info["dist"]`` or
+        ``None``; which episodes ended and succeeded ``[N]`` (default ``done | trunc`` and
+        ``done``; :func:`finished_episodes` gives all four)."""
+        for name, value in scalars.items():
             value = value.detach().to(torch.float64)
-            self.losses[name] = self.losses[name] + value if name in self.losses else value
-        finished = done | trunc if finished is None else finished
-        succeeded = done if succeeded is None else succeeded
+            self.means[name] = self.means[name] + value if name in self.means else value
         self.sums["reward"] += reward.sum()
         self.sums["done"] += done.sum()
         self.sums["trunc"] += trunc.sum()
-        self.sums["episodes"] += finished.sum()
-        self.sums["return"] += episode_returns.sum()
-        self.sums["success"] += succeeded.sum()
-        self.sums["length"] += episode_lengths.sum()
+        self.episodes.add(
+            episode_returns,
+            episode_lengths,
+            done | trunc if finished is None else finished,
+            done if succeeded is None else succeeded,
+        )
         self.transitions += reward.numel()
         self.env_steps += 1
         self.dist = dist
 
-    def summary(self) -> dict[str, float | None]:
-        """One host sync: the window's metrics (losses averaged over its env-steps, rates
-        over its transitions, episode metrics over the episodes that ended in it)."""
-        keys = list(self.losses) + list(self.sums)
-        stacked = torch.stack([*self.losses.values(), *self.sums.values()]).tolist()
-        values = dict(zip(keys, stacked, strict=False))
-        out: dict[str, float | None] = {name: values[name] / max(self.env_steps, 1) for name in self.losses}
-        n = max(self.transitions, 1)
-        out["stats/reward_mean"] = values["reward"] / n
-        out["stats/done_rate"] = values["done"] / n
-        out["stats/trunc_rate"] = values["trunc"] / n
-        out["stats/reset_rate"] = (values["done"] + values["trunc"]) / n
-        episodes = values["episodes"]
-        out["episode/count"] = episodes
-        if episodes > 0:
-            out["return/mean"] = values["return"] / episodes
-            out["episode/success_rate"] = values["success"] / episodes  # terminated = reached the goal
-            out["episode/length"] = values["length"] / episodes
-        else:  # no episode ended in this window: no value (an empty cell), never a stale one
-            out.update(dict.fromkeys(EPISODE_KEYS))
+    def summary(self, extra: Mapping[str, torch.Tensor] | None = None) -> dict[str, float]:
+        """The window's metrics in one host sync (``extra``: further 0-d tensors of the
+        record, synced with them). Episode metrics are NaN (no value) when no episode ended."""
+        transitions = max(self.transitions, 1)
+        rows: dict[str, torch.Tensor] = {name: value / max(self.env_steps, 1) for name, value in self.means.items()}
+        rows["stats/reward_mean"] = self.sums["reward"] / transitions
+        rows["stats/done_rate"] = self.sums["done"] / transitions
+        rows["stats/trunc_rate"] = self.sums["trunc"] / transitions
+        rows["stats/reset_rate"] = (self.sums["done"] + self.sums["trunc"]) / transitions
+        rows.update(self.episodes.metrics())
         if self.dist is not None:
-            quantiles = torch.quantile(
-                self.dist.to(torch.float32), torch.tensor([0.1, 0.5, 0.9], device=self.dist.device)
-            ).tolist()
-            out.update(dict(zip(DIST_KEYS, quantiles, strict=False)))
-        return out
+            levels = torch.tensor([0.1, 0.5, 0.9], device=self.dist.device)
+            rows.update(zip(DIST_KEYS, torch.quantile(self.dist.to(torch.float32), levels), strict=True))
+        rows.update(extra or {})
+        values = torch.stack([value.to(self.device, torch.float64) for value in rows.values()]).tolist()
+        return dict(zip(rows, values, strict=True))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "means": {name: value.cpu().clone() for name, value in self.means.items()},
+            "sums": {name: value.cpu().clone() for name, value in self.sums.items()},
+            "transitions": self.transitions,
+            "env_steps": self.env_steps,
+            "dist": None if self.dist is None else self.dist.cpu().clone(),
+            "episodes": self.episodes.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.means = {name: value.to(self.device) for name, value in state["means"].items()}
+        self.sums = {name: value.to(self.device) for name, value in state["sums"].items()}
+        self.transitions, self.env_steps = int(state["transitions"]), int(state["env_steps"])
+        self.dist = None if state["dist"] is None else state["dist"].to(self.device)
+        self.episodes.load_state_dict(state["episodes"])
 
 
-def error_record(exc: BaseException, counters: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    """The ``{"error": ...}`` line appended to metrics.jsonl when training fails."""
-    return {"error": {"type": type(exc).__name__, "message": str(exc), **counters, **extra}}
+def episode_summary(record: Mapping[str, float]) -> dict[str, float]:
+    """The episode metrics of a logged record, for ``summary.json``."""
+    return {key: value for key, value in record.items() if key in EPISODE_METRICS}
+
+
+def run_result(run: TrainingRun, last: dict[str, float]) -> dict[str, Any]:
+    """What ``train_a2c`` / ``train_stream_ac`` return: ``{"run_dir", "opt_steps",
+    "env_steps", "interrupted", "exit_code", "last"}`` (``last``: the last logged record)."""
+    return {
+        "run_dir": str(run.run_dir),
+        "opt_steps": int(run.counters["opt_steps"]),
+        "env_steps": int(run.counters["env_steps"]),
+        "interrupted": run.interrupted,
+        "exit_code": run.exit_code,
+        "last": last,
+    }
 
 
 def present(values: dict[str, float]) -> dict[str, float]:

@@ -26,10 +26,19 @@ import dataclasses
 import gc
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from pglab.algos.a2c import A2CTrainer
+    from pglab.configs.a2c import A2CTrainConfig
+    from pglab.run.shell import TrainerSpec
+
+# (config, counters) -> this rank's trainer, on its device, wrapped in DDP
+BuildTrainer = Callable[["A2CTrainConfig", dict[str, Any]], "A2CTrainer"]
 
 
 def _device_for(local_rank: int, requested: str) -> torch.device:
@@ -43,6 +52,88 @@ def distributed_spec(world_size: int):
     from pglab.algos.a2c import SPEC
 
     return dataclasses.replace(SPEC, total_steps=lambda c: c.total_opt_steps(world_size))
+
+
+def any_rank_stops(requested: bool, device: torch.device) -> bool:
+    """Whether any rank was asked to stop (every rank must leave the loop together)."""
+    import torch.distributed as dist
+
+    flag = torch.tensor([1.0 if requested else 0.0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item() > 0)
+
+
+def _trainer_builder(rank: int, world_size: int, local_rank: int) -> BuildTrainer:
+    from torch.nn.parallel import DistributedDataParallel
+
+    from pglab.algos.a2c import A2CTrainer
+
+    def build(config: A2CTrainConfig, counters: dict[str, Any]) -> A2CTrainer:
+        device = _device_for(local_rank, config.device)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+
+        def wrap(module: torch.nn.Module) -> torch.nn.Module:
+            return DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
+
+        return A2CTrainer(config, device=device, counters=counters, rank=rank, world_size=world_size, wrap_model=wrap)
+
+    return build
+
+
+def _train_rank0(
+    spec: TrainerSpec, config: A2CTrainConfig, given: frozenset[str] | None, build: BuildTrainer, world_size: int
+) -> tuple[dict[str, Any], A2CTrainer]:
+    """Rank 0: the training shell's run (run directory, logs, checkpoints) around the trainer."""
+    from pglab.algos.a2c_common import episode_summary, run_result
+    from pglab.run.shell import TrainingRun
+
+    with TrainingRun(spec, config, given=given) as run:
+        trainer = build(run.config, run.counters)
+        run.track(**trainer.tracked(), info=trainer.info())
+        last = trainer.train(
+            run,
+            no_sync=trainer.train_model.no_sync,
+            any_rank_stops=lambda requested: any_rank_stops(requested, trainer.device),
+        )
+        run.finish({**episode_summary(last), "world_size": world_size})
+    return run_result(run, last), trainer
+
+
+def _train_other_rank(
+    spec: TrainerSpec, config: A2CTrainConfig, given: frozenset[str] | None, build: BuildTrainer
+) -> tuple[dict[str, Any], A2CTrainer]:
+    """Ranks > 0: the same merged config and checkpoint as rank 0 (the shell's
+    ``resolve_resume`` and ``StateRegistry``), no files of their own; only compute."""
+    from pglab.run.seeding import seed_everything
+    from pglab.run.shell import resolve_resume
+    from pglab.run.signals import StopRequested
+    from pglab.run.state import StateRegistry
+
+    run_config, checkpoint, _ = resolve_resume(spec, config, given)
+    if run_config.threads:
+        torch.set_num_threads(run_config.threads)
+    seed_everything(run_config.seed)
+    counters: dict[str, Any] = dict(checkpoint["counters"]) if checkpoint is not None else {}
+    trainer = build(run_config, counters)
+    registry = StateRegistry()
+    registry.add(**trainer.tracked())
+    if checkpoint is not None:
+        registry.restore(checkpoint)
+    total = run_config.total_opt_steps(trainer.world_size)
+    interrupted = False
+    with StopRequested() as stop:
+        try:
+            for opt_step in range(counters["opt_steps"] + 1, total + 1):
+                trainer.window(trainer.train_model.no_sync)
+                trainer.stats.reset()
+                if opt_step < total and any_rank_stops(stop.requested, trainer.device):
+                    interrupted = True
+                    break
+        finally:
+            trainer.env.close()
+    result = {"opt_steps": counters["opt_steps"], "env_steps": counters["env_steps"], "interrupted": interrupted}
+    return result, trainer
 
 
 def run_worker(
@@ -62,17 +153,13 @@ def run_worker(
     process group is torn down.
     """
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
 
-    from pglab.algos.a2c import A2CTrainConfig, A2CTrainer
+    from pglab.configs.a2c import A2CTrainConfig
+    from pglab.errors import ConfigError
     from pglab.run.config import config_from_dict
-    from pglab.run.seeding import seed_everything
-    from pglab.run.shell import TrainingRun, resolve_resume
 
     config = config_from_dict(A2CTrainConfig, config_dict)
     if config.algo != "a2c":
-        from pglab.errors import ConfigError
-
         raise ConfigError("algo", config.algo, "distributed training supports --algo a2c only")
     spec = distributed_spec(world_size)
     given_fields = frozenset(given) if given is not None else None
@@ -84,39 +171,18 @@ def run_worker(
         world_size=world_size,
     )
     try:
-
-        def build(run_config, checkpoint):
-            device = _device_for(local_rank, run_config.device)
-            if device.type == "cuda":
-                torch.cuda.set_device(device)
-            wrap = lambda module: DistributedDataParallel(
-                module, device_ids=[device.index] if device.type == "cuda" else None
-            )  # noqa: E731
-            return A2CTrainer(
-                run_config, device=device, checkpoint=checkpoint, rank=rank, world_size=world_size, wrap_model=wrap
-            )
-
+        build = _trainer_builder(rank, world_size, local_rank)
         if rank == 0:
-            with TrainingRun(spec, config, given=given_fields) as run:
-                trainer = build(run.config, run.checkpoint)
-                result = trainer.train(run, no_sync=trainer.train_model.no_sync)
-                run.finish({"world_size": world_size})
-            result["exit_code"] = run.exit_code
+            result, trainer = _train_rank0(spec, config, given_fields, build, world_size)
         else:
-            # The same merged config and checkpoint as rank 0; no files of its own.
-            run_config, checkpoint, _ = resolve_resume(spec, config, given_fields)
-            if run_config.threads:
-                torch.set_num_threads(run_config.threads)
-            seed_everything(run_config.seed)
-            trainer = build(run_config, checkpoint)
-            result = trainer.train(None, no_sync=trainer.train_model.no_sync)
+            result, trainer = _train_other_rank(spec, config, given_fields, build)
         result["params"] = [p.detach().cpu().clone() for p in trainer.model.parameters()]
         # A clean gloo shutdown: no rank tears its pairs down while another is still using them
         # (rank 0 writes the final checkpoint after its last all-reduce), and the DDP reducer,
         # which holds gloo work objects, is freed before the group is. Without both, a loaded
         # machine occasionally saw a rank abort at exit ("terminate called without an active
         # exception").
-        trainer = None
+        del trainer
         gc.collect()
         dist.barrier()
         if on_result is not None:

@@ -56,8 +56,11 @@ def bench_one(num_envs: int, device: torch.device, steps: int, update_every: int
     env = make_pixel_goal_env(num_envs, device=device, seed=0)
     env.reset()
     generator = torch.Generator(device=device).manual_seed(0)
-    actions = lambda: torch.randint(5, (num_envs,), generator=generator, device=device, dtype=torch.int32)  # noqa: E731
-    env_rate = _rate(lambda: env.step(actions()), steps, num_envs, device)
+
+    def env_step():
+        env.step(torch.randint(5, (num_envs,), generator=generator, device=device, dtype=torch.int32))
+
+    env_rate = _rate(env_step, steps, num_envs, device)
 
     model = PixelActorCriticCNN(*env.observation_shape, 5).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)

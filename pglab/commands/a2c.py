@@ -16,9 +16,11 @@ parsed, so ``--help`` never imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import sys
+from typing import Any
 
 from pglab.configs.a2c import KIND, STREAM_AC_KIND, A2CEvaluateConfig, A2CTrainConfig
 from pglab.run.config import parse_flags
@@ -83,30 +85,26 @@ def evaluate(argv: list[str]) -> int:
     env = agent.make_env(config.num_envs, seed=config.seed, device=device)
     generator = make_generator(config.seed + 1, device)
     num_actions = int(env.action_spec.num_actions)
-    if config.policy == "random":
-        act = lambda obs: torch.randint(
-            num_actions, (env.num_envs,), generator=generator, device=device, dtype=torch.int32
-        )  # noqa: E731
-    else:
-        act = lambda obs: agent.act(obs, deterministic=not config.stochastic, generator=generator)  # noqa: E731
-    result = evaluate_policy(act, env, episodes=config.episodes, desc=f"evaluate a2c ({config.policy})")
-    result.update(
-        {
-            "policy": config.policy,
-            "deterministic": not config.stochastic,
-            "checkpoint": checkpoint["path"],
-            "opt_steps": agent.counters.get("opt_steps"),
-            "env_steps": agent.counters.get("env_steps"),
-            "env": agent.config.env,
-        }
-    )
+
+    def act(obs: torch.Tensor) -> torch.Tensor:
+        if config.policy == "random":
+            return torch.randint(num_actions, (env.num_envs,), generator=generator, device=device, dtype=torch.int32)
+        return agent.act(obs, deterministic=not config.stochastic, generator=generator)
+
+    result: dict[str, Any] = {
+        **evaluate_policy(act, env, episodes=config.episodes, desc=f"evaluate a2c ({config.policy})"),
+        "policy": config.policy,
+        "deterministic": not config.stochastic,
+        "checkpoint": checkpoint["path"],
+        "opt_steps": agent.counters.get("opt_steps"),
+        "env_steps": agent.counters.get("env_steps"),
+        "env": agent.config.env,
+    }
     print(json.dumps(result))
     if config.output is not None:
         atomic_write_json(config.output, result)
     else:
-        try:
+        with contextlib.suppress(UsageError):  # a checkpoint outside a run directory: printed only
             atomic_write_json(find_run_dir(checkpoint["path"]) / f"evaluation_{config.policy}.json", result)
-        except UsageError:  # a checkpoint outside a run directory: printed only
-            pass
     sys.stdout.flush()
     return 0

@@ -72,9 +72,9 @@ PIXEL_GOAL_FIELDS = tuple(PixelGoalConfig.__dataclass_fields__)
 class A2CTrainConfig:
     """Streaming A2C / TD(0) (``--algo a2c``) or stream-AC(lambda) (``--algo stream-ac``)."""
 
-    # Old spellings (flags and stored configs). --checkpoint-every-opt-steps counted
-    # optimiser steps, the unit of save_interval; the pixel-goal fields were flat
-    # (--grid-size) before they became the nested pixel_goal config (--pixel-goal.grid-size).
+    # Old spellings (flags and stored configs): --checkpoint-every-opt-steps counts
+    # optimiser steps, the unit of save_interval; the flat pixel-goal names (--grid-size)
+    # map to the nested pixel_goal config (--pixel-goal.grid-size).
     DEPRECATED_NAMES: ClassVar[dict[str, str]] = {
         "checkpoint_every_opt_steps": "save_interval",
         "checkpoint_every": "save_interval",
@@ -212,7 +212,7 @@ class A2CEvaluateConfig:
     threads: int = 0
     """torch CPU threads (0: torch's default)"""
     output: Path | None = None
-    """JSON file for the result (default RUN_DIR/evaluation_<policy>.json when the checkpoint lies in a run directory)"""
+    """JSON file for the result (default: RUN_DIR/evaluation_<policy>.json for a checkpoint in a run directory)"""
 
     def __post_init__(self):
         check_int("episodes", self.episodes, minimum=1)
@@ -224,4 +224,4 @@ class A2CEvaluateConfig:
             raise ConfigError("output", str(self.output), "must name a JSON file (not a directory)")
 
 
-A2CEvalConfig = A2CEvaluateConfig  # the name before the configs moved here
+A2CEvalConfig = A2CEvaluateConfig  # an old name of the class

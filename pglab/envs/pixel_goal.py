@@ -109,7 +109,10 @@ class PixelGoalEnv:
         goal_index = torch.randint(cells, (count,), generator=self.generator, device=self.device)
         offset = torch.randint(cells - 1, (count,), generator=self.generator, device=self.device)
         agent_index = (goal_index + 1 + offset) % cells  # never equal to goal_index
-        as_rc = lambda index: torch.stack((index // grid, index % grid), dim=1) * px  # noqa: E731
+
+        def as_rc(index: torch.Tensor) -> torch.Tensor:  # cell index -> top-left pixel (row, col)
+            return torch.stack((index // grid, index % grid), dim=1) * px
+
         return as_rc(agent_index), as_rc(goal_index)
 
     # -- BatchedEnv API --------------------------------------------------------------

@@ -32,8 +32,9 @@ from torch import nn
 from pglab.contracts import check_tensor
 
 
-def _init(layer: nn.Module, gain: float) -> nn.Module:
+def _init(layer: nn.Conv2d | nn.Linear, gain: float) -> nn.Conv2d | nn.Linear:
     nn.init.orthogonal_(layer.weight, gain)
+    assert layer.bias is not None  # every layer here has a bias
     nn.init.zeros_(layer.bias)
     return layer
 
@@ -149,6 +150,7 @@ class _Torso(nn.Module):
         self.norm3 = nn.LayerNorm(hidden, elementwise_affine=False)
         for layer in (self.conv1, self.conv2, self.dense):
             sparse_init_(layer.weight, sparsity)
+            assert layer.bias is not None  # every layer here has a bias
             nn.init.zeros_(layer.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -161,6 +163,11 @@ class _Torso(nn.Module):
 class StreamActorCritic(nn.Module):
     """Separate actor and critic (sparse init, LayerNorm) with running observation
     statistics. ``forward(obs uint8 [N, K, H, W]) -> (logits [N, A], values [N])``."""
+
+    # running per-pixel statistics of the observations (buffers: they travel with state_dict)
+    obs_count: torch.Tensor
+    obs_mean: torch.Tensor
+    obs_m2: torch.Tensor
 
     def __init__(
         self,
