@@ -233,7 +233,8 @@ def test_resumed_eval_csv_keeps_the_dividend_threshold_column(tmp_path, monkeypa
 
 def test_metrics_jsonl_and_the_metric_names(tmp_path):
     train_ghm(GHMTrainConfig(n_iterations=2, log_dir=tmp_path / "run", **TINY), **QUIET)
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    meta, *records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert meta["meta"]["kind"] == "ghm-mc" and meta["meta"]["model"]["model"] == "GHMModel"
     assert [r["iteration"] for r in records] == [1, 2]
     with open(tmp_path / "run" / "metrics.csv", newline="") as handle:
         header = next(csv.reader(handle))
@@ -245,12 +246,16 @@ def test_metrics_jsonl_and_the_metric_names(tmp_path):
         "stats/lr/policy",
         "stats/lr/baseline",
         "episode/length",
-        "perf/iter_s",
-        "perf/steps_per_s",
+        "perf/step_s",
+        "perf/env_steps_per_s",
         "value/explained_variance",
     ):
         assert name in header and name in records[0], name
     assert not [name for name in header if name.startswith(("learning_rate/", "grad_norm/", "advantage/"))]
+    assert [name for name in header if name.startswith("perf/")] == ["perf/step_s", "perf/env_steps_per_s"]
+    assert all(record["perf/env_steps_per_s"] > 0 for record in records)
+    # env_steps: the simulated path-steps, 64 paths x 50 steps per iteration
+    assert load_checkpoint_file(tmp_path / "run" / "checkpoints")["counters"]["env_steps"] == 2 * 64 * 50
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
 
 
@@ -456,7 +461,8 @@ def test_help_imports_no_torch_and_uses_the_one_vocabulary(argv, expected):
 
 def test_evaluate_help_imports_no_torch_and_lists_episodes_and_output():
     script = (
-        "import sys\nfrom pglab.commands.ghm import evaluate\ntry:\n    evaluate(['--help'])\nexcept SystemExit:\n    pass\n"
+        "import sys\nfrom pglab.commands.ghm import evaluate\n"
+        "try:\n    evaluate(['--help'])\nexcept SystemExit:\n    pass\n"
         "print('TORCH_IMPORTED' if 'torch' in sys.modules else 'TORCH_FREE')\n"
     )
     proc = subprocess.run(
@@ -518,7 +524,7 @@ def _fake_run(run_dir: Path, algo: str, seed: int, quick: list[float], final: li
     run_dir.mkdir(parents=True)
     with open(run_dir / "eval.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["iteration", "wall_time", "sim_steps", "eval/pct_optimal_min"])
+        writer.writerow(["iteration", "wall_time", "env_steps", "eval/pct_optimal_min"])
         for i, pct in enumerate(quick):
             writer.writerow([100 * (i + 1), 10.0 * (i + 1), 1e6 * (i + 1), pct])
     return {
