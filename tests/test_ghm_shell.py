@@ -398,6 +398,21 @@ def test_a_start_that_fails_after_the_directory_exists_leaves_nothing(tmp_path, 
 # -- items 5 and 8 (agent API) -------------------------------------------------------------------------
 
 
+def test_a_checkpoint_counting_sim_steps_resumes_counting_them_as_env_steps(tmp_path):
+    """Checkpoints of an older pglab count the simulated path-steps as ``sim_steps``: a
+    resume carries that count on as ``env_steps``."""
+    from pglab.run.checkpoint import save_checkpoint
+
+    run_dir = tmp_path / "run"
+    train_ghm(GHMTrainConfig(n_iterations=2, log_dir=run_dir, **TINY), **QUIET)
+    checkpoint = load_checkpoint_file(run_dir / "checkpoints")
+    checkpoint["counters"]["sim_steps"] = checkpoint["counters"].pop("env_steps")
+    save_checkpoint(Path(checkpoint.pop("path")).resolve(), checkpoint)
+    train_ghm(GHMTrainConfig(n_iterations=3, resume=run_dir, **TINY), **QUIET)
+    counters = load_checkpoint_file(run_dir / "checkpoints")["counters"]
+    assert counters["env_steps"] == 3 * 64 * 50 and "sim_steps" not in counters
+
+
 def test_load_checkpoint_auto_gives_an_agent_with_the_common_api(tmp_path):
     import pglab
     from pglab.agent import Agent, NoCritic
@@ -534,6 +549,18 @@ def _fake_run(run_dir: Path, algo: str, seed: int, quick: list[float], final: li
         "eval_cash": [0.5, 1.0],
         **{f"pct_c{c:g}": v for c, v in zip((0.5, 1.0), final, strict=False)},
     }
+
+
+def test_compare_reads_the_simulated_steps_to_a_target_from_eval_csv(tmp_path):
+    from pglab.commands.compare import _first_reaching
+
+    _fake_run(tmp_path / "run", "mc", 42, [96.0, 98.5, 99.5], [99.0, 99.0])
+    with open(tmp_path / "run" / "eval.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert _first_reaching(rows, 97.0) == (20.0, 2e6) and _first_reaching(rows, 99.9) == (None, None)
+    # an eval.csv written by an older pglab names the counter sim_steps
+    old = [{("sim_steps" if k == "env_steps" else k): v for k, v in row.items()} for row in rows]
+    assert _first_reaching(old, 99.0) == (30.0, 3e6)
 
 
 def test_comparison_plot_data_has_a_title_a_labelled_target_and_a_sensible_axis(tmp_path):

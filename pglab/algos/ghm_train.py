@@ -924,7 +924,8 @@ def train_ghm(
         check_start(run, echo)
         with build_training(run) as training:
             run.track(**training.tracked())
-            run.counters.setdefault("env_steps", 0)
+            if "env_steps" not in run.counters:  # a fresh run, or a checkpoint of an older pglab (sim_steps)
+                run.counters["env_steps"] = run.counters.pop("sim_steps", 0)
             last_values = train_steps(run, training)
         # -- final evaluation ---------------------------------------------------------------
         rows = None
