@@ -44,6 +44,15 @@ TINY = dict(
 )
 
 
+def rows_without_perf(path: Path) -> list[dict[str, str]]:
+    """A metrics CSV's rows without the shell's ``perf/*`` columns (wall-clock rates,
+    which differ from run to run); every other column is kept."""
+    import csv
+
+    with open(path, newline="") as handle:
+        return [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in csv.DictReader(handle)]
+
+
 # -- dynamics ---------------------------------------------------------------------------------------
 
 
@@ -306,6 +315,17 @@ def test_reward_to_go_and_trajectory_advantages_both_run_without_baseline():
 # -- trainer: run directory, resume, checkpoints ---------------------------------------------------
 
 
+def _same_state(a, b) -> bool:
+    """Two (nested) state dicts hold equal values: tensors bit for bit, the rest by ``==``."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_state(a[key], b[key]) for key in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_state(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
 def _state(run_dir: Path):
     checkpoint = load_checkpoint_file(run_dir / "checkpoints")
     return checkpoint
@@ -333,10 +353,9 @@ def test_train_writes_the_run_directory_and_resume_is_bit_identical(tmp_path):
     for net in ("policy", "baseline"):
         for key, value in a["models"][net].items():
             assert torch.equal(value, b["models"][net][key]), (net, key)
-    rows_full = (tmp_path / "full" / "metrics.csv").read_text().splitlines()
-    rows_resumed = (tmp_path / "half" / "metrics.csv").read_text().splitlines()
-    strip = lambda rows: [",".join(r.split(",")[:-3]) for r in rows]  # noqa: E731  (perf/* columns differ)
-    assert strip(rows_full) == strip(rows_resumed)
+    rows_full = rows_without_perf(tmp_path / "full" / "metrics.csv")
+    assert len(rows_full) == 4 and "return/mean" in rows_full[0]
+    assert rows_full == rows_without_perf(tmp_path / "half" / "metrics.csv")
 
 
 def test_exact_policy_value_agrees_with_the_simulated_one_and_is_logged(tmp_path):
@@ -483,9 +502,14 @@ def test_kill_during_a_ghm_checkpoint_write_leaves_the_previous_one_loadable(tmp
     assert proc.returncode == -9, proc.stderr
     checkpoint = load_checkpoint_file(run_dir / "checkpoints")
     assert checkpoint["counters"]["iteration"] == 2
-    # and the run resumes from it
+    # and the run resumes from it, to where one uninterrupted run ends (constant schedules)
     result = train_ghm(GHMTrainConfig(n_iterations=4, resume=run_dir, **TINY), echo=lambda *a, **k: None)
     assert result.iterations == 4
+    train_ghm(GHMTrainConfig(n_iterations=4, log_dir=tmp_path / "straight", **TINY), echo=lambda *a, **k: None)
+    resumed, straight = _state(run_dir), _state(tmp_path / "straight")
+    for section in ("models", "optimizers", "rng"):
+        assert _same_state(resumed[section], straight[section]), section
+    assert rows_without_perf(run_dir / "metrics.csv") == rows_without_perf(tmp_path / "straight" / "metrics.csv")
 
 
 def test_python_api_load_checkpoint_and_evaluate_cli(tmp_path, capsys):
@@ -611,7 +635,8 @@ def test_learning_rate_and_exploration_schedules_reach_their_final_values(tmp_pa
         ),
         echo=lambda *a, **k: None,
     )
-    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
+    with open(tmp_path / "run" / "metrics.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
     lrs = [float(row["stats/lr/policy"]) for row in rows]
     assert lrs == pytest.approx([3e-4, 3e-4 * 0.625, 3e-4 * 0.25])  # linear in the iteration
     stds = [float(row["policy/std_action_L"]) for row in rows]

@@ -233,7 +233,8 @@ def test_resumed_eval_csv_keeps_the_dividend_threshold_column(tmp_path, monkeypa
 
 def test_metrics_jsonl_and_the_metric_names(tmp_path):
     train_ghm(GHMTrainConfig(n_iterations=2, log_dir=tmp_path / "run", **TINY), **QUIET)
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    meta, *records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert meta["meta"]["kind"] == "ghm-mc" and meta["meta"]["model"]["model"] == "GHMModel"
     assert [r["iteration"] for r in records] == [1, 2]
     with open(tmp_path / "run" / "metrics.csv", newline="") as handle:
         header = next(csv.reader(handle))
@@ -245,12 +246,16 @@ def test_metrics_jsonl_and_the_metric_names(tmp_path):
         "stats/lr/policy",
         "stats/lr/baseline",
         "episode/length",
-        "perf/iter_s",
-        "perf/steps_per_s",
+        "perf/step_s",
+        "perf/env_steps_per_s",
         "value/explained_variance",
     ):
         assert name in header and name in records[0], name
     assert not [name for name in header if name.startswith(("learning_rate/", "grad_norm/", "advantage/"))]
+    assert [name for name in header if name.startswith("perf/")] == ["perf/step_s", "perf/env_steps_per_s"]
+    assert all(record["perf/env_steps_per_s"] > 0 for record in records)
+    # env_steps: the simulated path-steps, 64 paths x 50 steps per iteration
+    assert load_checkpoint_file(tmp_path / "run" / "checkpoints")["counters"]["env_steps"] == 2 * 64 * 50
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
 
 
@@ -393,6 +398,21 @@ def test_a_start_that_fails_after_the_directory_exists_leaves_nothing(tmp_path, 
 # -- items 5 and 8 (agent API) -------------------------------------------------------------------------
 
 
+def test_a_checkpoint_counting_sim_steps_resumes_counting_them_as_env_steps(tmp_path):
+    """Checkpoints of an older pglab count the simulated path-steps as ``sim_steps``: a
+    resume carries that count on as ``env_steps``."""
+    from pglab.run.checkpoint import save_checkpoint
+
+    run_dir = tmp_path / "run"
+    train_ghm(GHMTrainConfig(n_iterations=2, log_dir=run_dir, **TINY), **QUIET)
+    checkpoint = load_checkpoint_file(run_dir / "checkpoints")
+    checkpoint["counters"]["sim_steps"] = checkpoint["counters"].pop("env_steps")
+    save_checkpoint(Path(checkpoint.pop("path")).resolve(), checkpoint)
+    train_ghm(GHMTrainConfig(n_iterations=3, resume=run_dir, **TINY), **QUIET)
+    counters = load_checkpoint_file(run_dir / "checkpoints")["counters"]
+    assert counters["env_steps"] == 3 * 64 * 50 and "sim_steps" not in counters
+
+
 def test_load_checkpoint_auto_gives_an_agent_with_the_common_api(tmp_path):
     import pglab
     from pglab.agent import Agent, NoCritic
@@ -456,7 +476,8 @@ def test_help_imports_no_torch_and_uses_the_one_vocabulary(argv, expected):
 
 def test_evaluate_help_imports_no_torch_and_lists_episodes_and_output():
     script = (
-        "import sys\nfrom pglab.commands.ghm import evaluate\ntry:\n    evaluate(['--help'])\nexcept SystemExit:\n    pass\n"
+        "import sys\nfrom pglab.commands.ghm import evaluate\n"
+        "try:\n    evaluate(['--help'])\nexcept SystemExit:\n    pass\n"
         "print('TORCH_IMPORTED' if 'torch' in sys.modules else 'TORCH_FREE')\n"
     )
     proc = subprocess.run(
@@ -518,7 +539,7 @@ def _fake_run(run_dir: Path, algo: str, seed: int, quick: list[float], final: li
     run_dir.mkdir(parents=True)
     with open(run_dir / "eval.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["iteration", "wall_time", "sim_steps", "eval/pct_optimal_min"])
+        writer.writerow(["iteration", "wall_time", "env_steps", "eval/pct_optimal_min"])
         for i, pct in enumerate(quick):
             writer.writerow([100 * (i + 1), 10.0 * (i + 1), 1e6 * (i + 1), pct])
     return {
@@ -528,6 +549,18 @@ def _fake_run(run_dir: Path, algo: str, seed: int, quick: list[float], final: li
         "eval_cash": [0.5, 1.0],
         **{f"pct_c{c:g}": v for c, v in zip((0.5, 1.0), final, strict=False)},
     }
+
+
+def test_compare_reads_the_simulated_steps_to_a_target_from_eval_csv(tmp_path):
+    from pglab.commands.compare import _first_reaching
+
+    _fake_run(tmp_path / "run", "mc", 42, [96.0, 98.5, 99.5], [99.0, 99.0])
+    with open(tmp_path / "run" / "eval.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert _first_reaching(rows, 97.0) == (20.0, 2e6) and _first_reaching(rows, 99.9) == (None, None)
+    # an eval.csv written by an older pglab names the counter sim_steps
+    old = [{("sim_steps" if k == "env_steps" else k): v for k, v in row.items()} for row in rows]
+    assert _first_reaching(old, 99.0) == (30.0, 3e6)
 
 
 def test_comparison_plot_data_has_a_title_a_labelled_target_and_a_sensible_axis(tmp_path):

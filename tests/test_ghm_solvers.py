@@ -100,7 +100,7 @@ def test_pathwise_gradient_equals_the_derivative_of_the_smoothed_payout():
     of the parameters: autograd must agree with a central finite difference along a random
     direction (it would not with the hard absorption rule, whose jumps autograd ignores)."""
     solver = _pathwise_solver()
-    model, policy = solver.model, solver.policy
+    policy = solver.policy
     policy.double()
     solver.critic.double()
     generator = torch.Generator().manual_seed(5)

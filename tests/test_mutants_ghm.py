@@ -314,7 +314,8 @@ MC_CASES = {
 
 
 @pytest.mark.parametrize("case", list(MC_CASES))
-def test_mc_policy_gradient_step_and_every_metric_match_a_reference_loop(float64_default, case):
+@pytest.mark.usefixtures("float64_default")
+def test_mc_policy_gradient_step_and_every_metric_match_a_reference_loop(case):
     kwargs = dict(MC_CASES[case])
     run_kwargs = {
         k: kwargs.pop(k) for k in ("action_repeat", "with_baseline", "state_dependent_std", "two_d") if k in kwargs
@@ -349,7 +350,8 @@ def test_mc_policy_gradient_step_and_every_metric_match_a_reference_loop(float64
     _assert_metrics(metrics, expected)
 
 
-def test_mc_diagnostics_average_the_policy_over_the_first_4096_decisions(float64_default):
+@pytest.mark.usefixtures("float64_default")
+def test_mc_diagnostics_average_the_policy_over_the_first_4096_decisions():
     """The entropy diagnostic is a mean over (at most) the first 4096 decision states: a
     state-dependent sigma and more decisions than that show which states it averaged."""
     algo, policy, baseline, policy0, baseline0, metrics, (paths, initial, perm_state) = _mc_run(
@@ -511,9 +513,8 @@ def _reward_to_go(critic0, cashes, rewards, survivals):
 # that the variance of one value has no degrees of freedom)
 @pytest.mark.filterwarnings("ignore:var\\(\\).*degrees of freedom:UserWarning")
 @pytest.mark.parametrize("critic_steps, critic_samples", [(1, 10_000), (3, 10_000), (2, 4), (2, 1)])
-def test_pathwise_critic_steps_on_disjoint_subsamples_and_every_metric_match_a_reference(
-    float64_default, critic_steps, critic_samples
-):
+@pytest.mark.usefixtures("float64_default")
+def test_pathwise_critic_steps_on_disjoint_subsamples_and_every_metric_match_a_reference(critic_steps, critic_samples):
     model, algo, policy, critic, policy0, critic0, metrics, cashes, rewards, survivals, perm_state = _pathwise_run(
         PathwisePolicyGradient, critic_steps=critic_steps, critic_samples=critic_samples
     )
@@ -538,7 +539,8 @@ def test_pathwise_critic_steps_on_disjoint_subsamples_and_every_metric_match_a_r
     _assert_metrics(metrics, expected)
 
 
-def test_pathwise_rollout_is_the_hand_written_euler_rollout_and_a_liquidated_path_stays_put(float64_default):
+@pytest.mark.usefixtures("float64_default")
+def test_pathwise_rollout_is_the_hand_written_euler_rollout_and_a_liquidated_path_stays_put():
     """States, rewards and survival of the differentiable rollout equal the hand-written
     Euler scheme's; once a path's survival is 0 its state is frozen where it was (rewards
     after that are weighted 0, but the states are what the critic and the bootstrap see)."""
@@ -558,7 +560,8 @@ def test_pathwise_rollout_is_the_hand_written_euler_rollout_and_a_liquidated_pat
     torch.testing.assert_close(survival, torch.stack(survivals, 1), rtol=1e-12, atol=1e-14)
 
 
-def test_pathwise_diagnostic_controls_are_the_first_4096_states_of_the_first_draw(float64_default):
+@pytest.mark.usefixtures("float64_default")
+def test_pathwise_diagnostic_controls_are_the_first_4096_states_of_the_first_draw():
     model, algo, policy, critic, policy0, critic0, metrics, cashes, rewards, survivals, perm_state = _pathwise_run(
         PathwisePolicyGradient, n_trajectories=1000, critic_steps=1, critic_samples=10_000
     )
@@ -574,7 +577,8 @@ def test_pathwise_diagnostic_controls_are_the_first_4096_states_of_the_first_dra
 
 
 @pytest.mark.parametrize("residual", ["none", "policy", "optimal"])
-def test_actor_critic_critic_steps_hjb_residuals_and_metrics_match_a_reference(float64_default, residual):
+@pytest.mark.usefixtures("float64_default")
+def test_actor_critic_critic_steps_hjb_residuals_and_metrics_match_a_reference(residual):
     """TD(lambda) targets; the HJB term off (weight 0: no "loss/hjb_residual" metric), of the
     policy, or of the optimal control (max of H over the 4 corners of the control box)."""
     lam, weight = 0.6, 0.7
@@ -644,7 +648,8 @@ def test_policy_hjb_residual_names_the_shape_it_refused():
 
 
 @pytest.mark.parametrize("solver", ["mc_pg", "pathwise", "actor_critic"])
-def test_a_seeded_step_leaves_the_global_random_stream_alone(float64_default, solver):
+@pytest.mark.usefixtures("float64_default")
+def test_a_seeded_step_leaves_the_global_random_stream_alone(solver):
     """Initial states, noise and subsample permutations come from the solver's generator: the
     global stream is not drawn from, and the same seed gives the same step."""
 

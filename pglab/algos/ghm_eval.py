@@ -120,16 +120,6 @@ def simulate_policy_value(
     check_positive("tail_tolerance", tail_tolerance)
     if absorption not in ("grid", "bridge"):
         raise ValueError(f"simulate_policy_value: absorption must be 'grid' or 'bridge', got {absorption!r}")
-    rho = model.discount_rate
-    gamma = math.exp(-rho * dt)
-    num_points = len(initial_states)
-    start = torch.tensor(initial_states, dtype=torch.float32, device=device)
-    states = start.repeat_interleave(num_paths).unsqueeze(1)  # [P * n, 1]
-    owner = torch.arange(num_points * num_paths, device=device)  # path index into totals
-    totals = torch.zeros(num_points * num_paths, dtype=torch.float64, device=device)
-    low, high = model.control.bounds(states)
-    if value_bound is None:
-        value_bound = corner_reward_bound(model)
     table_error = None
     if table_points > 0 and model.state_dim == 1:
         low_cash = model.state_low[0]
@@ -137,11 +127,50 @@ def simulate_policy_value(
         table = TabulatedPolicy(_ControlsAsPolicy(policy_fn), low_cash, high_cash, table_points, device=device)
         table_error = table.max_error()
         policy_fn = table.mean
+    simulation = _PathSimulation(
+        model,
+        policy_fn,
+        initial_states,
+        num_paths,
+        dt=dt,
+        generator=generator,
+        value_slope=value_slope,
+        absorption=absorption,
+        device=device,
+    )
+    tail = _simulate_until_the_tail_is_small(
+        simulation,
+        value_bound if value_bound is not None else corner_reward_bound(model),
+        tail_tolerance=tail_tolerance,
+        max_steps=int(math.ceil(max_time / dt)),
+        chunk_steps=chunk_steps,
+        progress=progress,
+    )
+    per_path = simulation.totals.view(simulation.num_points, num_paths)
+    return PolicyValue(
+        initial_states=[float(x) for x in initial_states],
+        mean=per_path.mean(1).tolist(),
+        stderr=(per_path.std(1) / math.sqrt(num_paths)).tolist(),
+        tail_bound=tail.tolist(),
+        simulated_time=simulation.step * dt,
+        num_paths=num_paths,
+        table_error=table_error,
+    )
 
-    alive = ~model.terminated(states)
-    step = 0
-    max_steps = int(math.ceil(max_time / dt))
-    tail = torch.zeros(num_points, dtype=torch.float64)
+
+def _simulate_until_the_tail_is_small(
+    simulation: _PathSimulation,
+    value_bound: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    tail_tolerance: float,
+    max_steps: int,
+    chunk_steps: int,
+    progress: str | None,
+) -> torch.Tensor:
+    """Advance ``simulation`` ``chunk_steps`` at a time, dropping dead paths after each
+    chunk, until no path is alive, ``max_steps`` are done or the tail bound is below
+    ``tail_tolerance`` times the estimate at every initial state. Returns the last tail
+    bound ``[P]``. ``progress``: the label of a progress bar over the steps."""
     bar = None
     if progress is not None:
         from pglab.run.progress import progress_bar
@@ -149,61 +178,110 @@ def simulate_policy_value(
         bar = progress_bar(max_steps, desc=progress, unit="step")
     try:
         while True:
-            discount = gamma**step
-            chunk_start = step
-            for _ in range(chunk_steps):
-                controls = torch.maximum(torch.minimum(policy_fn(states), high), low)
-                noise = torch.randn(states.shape, generator=generator, device=device, dtype=states.dtype)
-                next_states, reward = euler_maruyama_step(model, states, controls, noise, dt)
-                payout = reward
-                if value_slope is not None:  # minus gamma V'(x) diffusion sqrt(dt) eps: mean zero
-                    shock = model.diffusion(states, controls)[:, 0] * (math.sqrt(dt) * noise[:, 0])
-                    payout = reward - gamma * value_slope(states) * shock
-                totals.index_add_(0, owner, (discount * payout * alive).double())
-                if absorption == "bridge":  # killed between the grid times with 1 - survival
-                    survival = model.step_survival(states, next_states, controls, dt)
-                    uniform = torch.rand(survival.shape, generator=generator, device=device, dtype=survival.dtype)
-                    alive = alive & (uniform < survival)
-                states = torch.where(alive.unsqueeze(1), next_states, states)
-                alive = alive & ~model.terminated(states)
-                discount *= gamma
-                step += 1
-                if step >= max_steps:
-                    break
-            # Drop dead paths: their totals are final.
-            keep = alive.nonzero().squeeze(1)
-            states, owner, alive = states[keep], owner[keep], alive[keep]
-            bound = torch.zeros(num_points * num_paths, dtype=torch.float64, device=device)
-            if states.shape[0] > 0:
-                bound.index_add_(0, owner, (discount * value_bound(states)).double())
-            tail = bound.view(num_points, num_paths).mean(1).cpu()
-            means = totals.view(num_points, num_paths).mean(1).cpu()
+            chunk_start = simulation.step
+            simulation.advance(chunk_steps, max_steps)
+            simulation.drop_dead_paths()
+            tail, means = simulation.tail_bound(value_bound), simulation.means()
             if bar is not None:
-                bar.update(step - chunk_start)
+                bar.update(simulation.step - chunk_start)
                 bar.set_postfix(
-                    alive=int(states.shape[0]), tail=f"{float((tail / means.abs().clamp_min(1e-12)).max()):.2g}"
+                    alive=simulation.num_alive, tail=f"{float((tail / means.abs().clamp_min(1e-12)).max()):.2g}"
                 )
             if (
-                states.shape[0] == 0
-                or step >= max_steps
+                simulation.num_alive == 0
+                or simulation.step >= max_steps
                 or bool((tail <= tail_tolerance * means.abs().clamp_min(1e-12)).all())
             ):
-                break
+                return tail
     finally:
         if bar is not None:
-            bar.total = step  # the tail bound ended the simulation here: show it complete
+            bar.total = simulation.step  # the tail bound ended the simulation here: show it complete
             bar.refresh()
             bar.close()
-    per_path = totals.view(num_points, num_paths)
-    return PolicyValue(
-        initial_states=[float(x) for x in initial_states],
-        mean=per_path.mean(1).tolist(),
-        stderr=(per_path.std(1) / math.sqrt(num_paths)).tolist(),
-        tail_bound=tail.tolist(),
-        simulated_time=step * dt,
-        num_paths=num_paths,
-        table_error=table_error,
-    )
+
+
+class _PathSimulation:
+    """The paths of :func:`simulate_policy_value`: ``num_paths`` from each initial state,
+    their discounted payout totals (float64, one per path) and the surviving paths' states.
+
+    A path's total is final once it dies, so dead paths are dropped between chunks
+    (:meth:`drop_dead_paths`) and the cost follows the number of surviving paths."""
+
+    def __init__(
+        self,
+        model: ContinuousTimeModel,
+        policy_fn: PolicyFn,
+        initial_states: Sequence[float],
+        num_paths: int,
+        *,
+        dt: float,
+        generator: torch.Generator | None,
+        value_slope: Callable[[torch.Tensor], torch.Tensor] | None,
+        absorption: str,
+        device: torch.device | str,
+    ):
+        self.model, self.policy_fn, self.dt = model, policy_fn, dt
+        self.generator, self.value_slope, self.absorption, self.device = generator, value_slope, absorption, device
+        self.gamma = math.exp(-model.discount_rate * dt)
+        self.num_points, self.num_paths = len(initial_states), num_paths
+        start = torch.tensor(initial_states, dtype=torch.float32, device=device)
+        self.states = start.repeat_interleave(num_paths).unsqueeze(1)  # [P * n, 1]
+        self.owner = torch.arange(self.num_points * num_paths, device=device)  # path index into totals
+        self.totals = torch.zeros(self.num_points * num_paths, dtype=torch.float64, device=device)
+        self.low, self.high = model.control.bounds(self.states)
+        self.alive = ~model.terminated(self.states)
+        self.step = 0
+        self.discount = 1.0  # gamma^step
+
+    @property
+    def num_alive(self) -> int:
+        """Paths still simulated (after :meth:`drop_dead_paths`: the surviving ones)."""
+        return int(self.states.shape[0])
+
+    def advance(self, num_steps: int, max_steps: int) -> None:
+        """Up to ``num_steps`` Euler steps (at most to ``max_steps`` in all), adding each
+        alive path's discounted payout (minus the control variate's mean-zero noise term
+        ``gamma V'(x) diffusion sqrt(dt) eps`` when ``value_slope`` is given)."""
+        model, dt, device, gamma = self.model, self.dt, self.device, self.gamma
+        states, alive = self.states, self.alive
+        discount = gamma**self.step
+        for _ in range(num_steps):
+            controls = torch.maximum(torch.minimum(self.policy_fn(states), self.high), self.low)
+            noise = torch.randn(states.shape, generator=self.generator, device=device, dtype=states.dtype)
+            next_states, reward = euler_maruyama_step(model, states, controls, noise, dt)
+            payout = reward
+            if self.value_slope is not None:  # minus gamma V'(x) diffusion sqrt(dt) eps: mean zero
+                shock = model.diffusion(states, controls)[:, 0] * (math.sqrt(dt) * noise[:, 0])
+                payout = reward - gamma * self.value_slope(states) * shock
+            self.totals.index_add_(0, self.owner, (discount * payout * alive).double())
+            if self.absorption == "bridge":  # killed between the grid times with 1 - survival
+                survival = model.step_survival(states, next_states, controls, dt)
+                uniform = torch.rand(survival.shape, generator=self.generator, device=device, dtype=survival.dtype)
+                alive = alive & (uniform < survival)
+            states = torch.where(alive.unsqueeze(1), next_states, states)
+            alive = alive & ~model.terminated(states)
+            discount *= gamma
+            self.step += 1
+            if self.step >= max_steps:
+                break
+        self.states, self.alive, self.discount = states, alive, discount
+
+    def drop_dead_paths(self) -> None:
+        """Keep only the alive paths: the dead ones' totals are final."""
+        keep = self.alive.nonzero().squeeze(1)
+        self.states, self.owner, self.alive = self.states[keep], self.owner[keep], self.alive[keep]
+
+    def tail_bound(self, value_bound: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """``E[gamma^n Vbar(x_n) 1{alive at n}]`` per initial state, ``[P]`` float64 on the CPU:
+        an upper bound of the payout not yet simulated."""
+        bound = torch.zeros(self.num_points * self.num_paths, dtype=torch.float64, device=self.device)
+        if self.num_alive > 0:
+            bound.index_add_(0, self.owner, (self.discount * value_bound(self.states)).double())
+        return bound.view(self.num_points, self.num_paths).mean(1).cpu()
+
+    def means(self) -> torch.Tensor:
+        """The estimate so far per initial state, ``[P]`` float64 on the CPU."""
+        return self.totals.view(self.num_points, self.num_paths).mean(1).cpu()
 
 
 class _ControlsAsPolicy:

@@ -171,6 +171,7 @@ def run_trial(trial: dict[str, Any]) -> dict[str, Any]:
     from pglab.algos.ghm_train import train_ghm
 
     config = config_from_dict(GHMTrainConfig, trial["config"])
+    assert config.log_dir is not None  # build_trials gives every trial its run directory
     run_dir = Path(config.log_dir)
     done = run_dir / TRIAL_FILE
     if done.exists():

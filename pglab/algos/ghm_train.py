@@ -42,12 +42,13 @@ What ``--resume RUN`` guarantees (on the CPU, same machine and thread count):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,12 +75,10 @@ from pglab.errors import ConfigError
 from pglab.hjb.fd import FDSolution, evaluate_policy_1d, solve_hjb_1d, solve_hjb_1d_extrapolated
 from pglab.nets import GaussianPolicy, ValueNetwork
 from pglab.run.atomic import atomic_write_json, atomic_write_text
-from pglab.run.checkpoint import build_checkpoint, load_state_dict_checked
-from pglab.run.config import config_to_dict
 from pglab.run.ghm_plots import PolicyPlotData
 from pglab.run.logger import MetricsLogger
 from pglab.run.rundir import default_run_dir
-from pglab.run.seeding import capture_rng_state, make_generator, restore_rng_state
+from pglab.run.seeding import make_generator
 from pglab.run.shell import TrainerSpec, TrainingRun
 
 __all__ = [
@@ -192,8 +191,9 @@ def boundary_layer_width(model: GHMModel) -> float:
     return volatility**2 / (2.0 * drift)
 
 
-def build_simulator(config: GHMTrainConfig, model: GHMModel):
+def build_simulator(config: GHMTrainConfig, model: GHMModel) -> TrajectorySimulator:
     """The training rollouts' simulator: batched in this process, or spread over workers."""
+    assert config.action_repeat is not None and config.absorption is not None  # set by GHMTrainConfig
     if config.simulator == "batched":
         return TrajectorySimulator(
             model, config.dt, config.T, action_repeat=config.action_repeat, absorption=config.absorption
@@ -212,9 +212,18 @@ def build_simulator(config: GHMTrainConfig, model: GHMModel):
     )
 
 
-def build_solver(config: GHMTrainConfig, policy, baseline, simulator, generator):
+def build_solver(
+    config: GHMTrainConfig,
+    policy: GaussianPolicy,
+    baseline: ValueNetwork | None,
+    simulator: TrajectorySimulator,
+    generator: torch.Generator | None,
+) -> MonteCarloPolicyGradient | PathwisePolicyGradient:
     """The solver behind ``--algo`` (each provides ``train_step``, ``optimizers``)."""
+    assert config.n_trajectories is not None and config.lr_policy is not None  # set by GHMTrainConfig
+    assert config.baseline_steps is not None and config.score_samples is not None
     if config.algo == "mc":
+        assert config.control_variate is not None  # set by GHMTrainConfig
         return MonteCarloPolicyGradient(
             policy,
             simulator,
@@ -235,7 +244,7 @@ def build_solver(config: GHMTrainConfig, policy, baseline, simulator, generator)
             generator=generator,
         )
     # pathwise and actor-critic share the differentiable rollout and the critic's settings
-    pathwise = dict(
+    pathwise: dict[str, Any] = dict(
         n_trajectories=config.n_trajectories,
         lr_policy=config.lr_policy,
         lr_critic=config.lr_baseline,
@@ -399,7 +408,8 @@ def calibration_warnings(config: GHMTrainConfig, model: GHMModel) -> list[str]:
         lines.append(
             f"pglab: warning: initial_cash_high={params.initial_cash_high:g}: the FD dividend barrier "
             f"({float(model.cash_from_state(barrier)):.3g}) lies in the top third of the initial-cash range, where "
-            f"few paths start above it; raise initial_cash_high to about {2 * float(model.cash_from_state(barrier)):.2g}"
+            "few paths start above it; raise initial_cash_high to about "
+            f"{2 * float(model.cash_from_state(barrier)):.2g}"
         )
     return lines
 
@@ -408,6 +418,7 @@ def action_repeat_at(config: GHMTrainConfig, progress: float) -> int:
     """The decision interval (in steps) at training progress ``progress`` in [0, 1]:
     ``round(k0 * (k1 / k0) ** progress)``, geometric from ``action_repeat`` to
     ``final_action_repeat`` (constant when that is unset)."""
+    assert config.action_repeat is not None  # set by GHMTrainConfig
     if config.final_action_repeat is None:
         return config.action_repeat
     ratio = config.final_action_repeat / config.action_repeat
@@ -564,7 +575,8 @@ def format_table(
 ) -> str:
     step = "" if dt is None else f" in steps of dt={dt:g}"
     lines = [
-        f"Deterministic policy vs finite-difference optimum ({num_paths} paths per row, simulated to t={simulated_time:.1f}{step})",
+        f"Deterministic policy vs finite-difference optimum ({num_paths} paths per row, simulated to "
+        f"t={simulated_time:.1f}{step})",
         f"{'cash':>6} {'value':>9} {'+-SE':>7} {'V* (FD)':>9} {'% of V*':>8} {'tail<=':>8} {'exact %':>8}",
     ]
     for row in rows:
@@ -636,6 +648,7 @@ def check_rollout_memory(config: GHMTrainConfig, device: torch.device) -> None:
     memory = device_memory_bytes(device)
     if memory is None:
         return
+    assert config.n_trajectories is not None  # set by GHMTrainConfig
     num_steps = int(round(config.T / config.dt))
     rollout = config.n_trajectories * (num_steps + 1) * ROLLOUT_FLOATS_PER_STEP * 4
     if rollout > memory:
@@ -694,6 +707,201 @@ def _note_budget_change(run: TrainingRun, echo: Callable[..., None]) -> None:
     )
 
 
+def check_start(run: TrainingRun, echo: Callable[..., None]) -> None:
+    """Refuse a run that cannot work before anything is built (the shell then removes the
+    directory a fresh run created): rollouts too large for the device and, for a fresh run,
+    an FD reference shaped by its grid's end. Warn about a calibration the mc defaults were
+    not checked on, and about a resumed budget that changes a schedule."""
+    config = run.config
+    check_rollout_memory(config, run.device)
+    if not run.resumed:  # a resumed run was checked when it started
+        model = build_model(config)
+        check_fd_grid(config, model)
+        if config.algo == "mc" and config.model == "ghm":
+            for line in calibration_warnings(config, model):
+                echo(line, file=sys.stderr)
+    _note_budget_change(run, echo)
+
+
+@dataclass
+class GHMTraining:
+    """What a run trains with (:func:`build_training`).
+
+    Attributes:
+        config: the run's config. device: where the networks live. run_dir: the run directory.
+        generator: the simulation's random stream (initial states, noise, subsamples).
+        model: the model trained on. simulator: the training rollouts' simulator.
+        policy, baseline: the networks (``baseline`` is ``None`` for ``--no-baseline``).
+        solver: the ``--algo`` solver (its ``train_step`` is one iteration).
+        solution: the FD reference (``V*``, optimal controls).
+        eval_logger: the quick checks' log (``eval.csv``, ``eval.jsonl``).
+    """
+
+    config: GHMTrainConfig
+    device: torch.device
+    run_dir: Path
+    generator: torch.Generator
+    model: GHMModel
+    simulator: TrajectorySimulator
+    policy: GaussianPolicy
+    baseline: ValueNetwork | None
+    solver: MonteCarloPolicyGradient | PathwisePolicyGradient
+    solution: FDSolution
+    eval_logger: MetricsLogger
+
+    def tracked(self) -> dict[str, Any]:
+        """The arguments of :meth:`TrainingRun.track`: the networks, their optimisers, the
+        simulation's random stream, and the model (a resume refuses a checkpoint of another).
+        The schedules are functions of the iteration, so they hold no state."""
+        models: dict[str, torch.nn.Module] = {"policy": self.policy}
+        if self.baseline is not None:
+            models["baseline"] = self.baseline
+        return {
+            "models": models,
+            "optimizers": self.solver.optimizers(),
+            "rngs": {"sim": self.generator},
+            "meta": {"model": self.model.describe()},
+        }
+
+
+@contextlib.contextmanager
+def build_training(run: TrainingRun) -> Iterator[GHMTraining]:
+    """Build what a run trains with: the simulation's generator, the model, the simulator,
+    the networks (their initial weights come from the seeded global RNG in this order), the
+    solver, the FD reference (cached as ``fd_reference.npz``) and the quick checks' log.
+    On the way out the log is closed and the simulator's workers are stopped."""
+    config, device, run_dir = run.config, run.device, run.run_dir
+    generator = make_generator(config.seed, device)
+    model = build_model(config)
+    with build_simulator(config, model) as simulator:
+        policy, baseline = build_networks(config, model, device)
+        solver = build_solver(config, policy, baseline, simulator, generator)
+        solution = reference_solution(config, model, run_dir / "fd_reference.npz")
+        with MetricsLogger(
+            run_dir,
+            csv_name="eval.csv",
+            jsonl_name="eval.jsonl",
+            tensorboard_dir="tensorboard",
+            resume_step=run.start if run.resumed else None,
+        ) as eval_logger:
+            yield GHMTraining(
+                config=config,
+                device=device,
+                run_dir=run_dir,
+                generator=generator,
+                model=model,
+                simulator=simulator,
+                policy=policy,
+                baseline=baseline,
+                solver=solver,
+                solution=solution,
+                eval_logger=eval_logger,
+            )
+
+
+def apply_schedules(training: GHMTraining, iteration: int) -> None:
+    """Set every schedule to its value at ``iteration``: the learning rates, the std's
+    upper clamp, the decision interval and (actor-critic) the TD(lambda) weight. Each is a
+    function of the iteration and the budget, so a resumed run sets the same values."""
+    config, solver = training.config, training.solver
+    assert config.n_iterations is not None and config.lr_final_fraction is not None  # set by GHMTrainConfig
+    assert config.lr_policy is not None
+    # linear decay: lr_i = lr_0 * (1 - (1 - f) * (i - 1) / (N - 1))
+    progress = (iteration - 1) / max(config.n_iterations - 1, 1)
+    decay = 1.0 - (1.0 - config.lr_final_fraction) * progress
+    for name, optimizer in solver.optimizers().items():
+        initial_lr = config.lr_policy if name == "policy" else config.lr_baseline
+        for group in optimizer.param_groups:
+            group["lr"] = initial_lr * decay
+    if config.final_max_std is not None:
+        # geometric decay of the std's upper clamp: log sigma_max moves linearly
+        start_log = min(config.log_std_init, math.log(config.max_std))
+        training.policy.log_std_max = start_log + (math.log(config.final_max_std) - start_log) * progress
+    training.simulator.action_repeat = action_repeat_at(config, progress)
+    if isinstance(solver, ActorCritic):  # TD(lambda)'s weight: 1 -> td_final_fraction
+        solver.td_weight = 1.0 - (1.0 - config.td_final_fraction) * progress
+
+
+def train_steps(run: TrainingRun, training: GHMTraining) -> dict[str, float]:
+    """The training loop: per iteration the schedules and one solver step; a metrics row
+    every ``log_interval`` and a quick check every ``eval_interval`` iterations (and at the
+    last). ``env_steps`` counts the simulated path-steps. Returns the last row's values."""
+    config, simulator = training.config, training.simulator
+    assert config.n_iterations is not None and config.n_trajectories is not None  # set by GHMTrainConfig
+    last_values: dict[str, float] = {}
+    for iteration in run.steps(config.n_iterations, desc=f"train ghm --algo {config.algo}"):
+        tick = time.perf_counter()
+        apply_schedules(training, iteration)
+        metrics: dict[str, Any] = {
+            **training.solver.train_step(),
+            "stats/action_repeat": float(simulator.action_repeat),
+        }
+        training_seconds = time.perf_counter() - tick
+        run.counters["env_steps"] += config.n_trajectories * simulator.num_steps
+        last = iteration == config.n_iterations
+        if iteration % config.log_interval == 0 or last:
+            last_values = run.log(iteration, metrics)
+            run.set_postfix(
+                ret=f"{last_values['return/mean']:.3f}",
+                base=f"{last_values.get('loss/baseline', float('nan')):.4f}",
+            )
+        if iteration % config.eval_interval == 0 or last:
+            # the training time up to this check: the finished iterations' and this one's update
+            wall_time = float(run.counters["wall_time"]) + training_seconds
+            quick_check(training, iteration, {"wall_time": wall_time, "env_steps": run.counters["env_steps"]})
+    return last_values
+
+
+def quick_check(training: GHMTraining, iteration: int, counters: dict[str, Any]) -> None:
+    """Plot the policy and value against the FD optimum, and log (``eval.csv``) the
+    ``counters``, the learned dividend barrier, the value's error, the deterministic
+    policy's exact value and, with ``eval_quick_paths``, its simulated value."""
+    from pglab.run.ghm_plots import plot_policy_value
+
+    config, model, solution = training.config, training.model, training.solution
+    data = policy_plot_data(training.policy, training.baseline, model, plot_high(model), training.device)
+    fd_states = solution.grid[solution.grid <= data.states[-1]]
+    plot_policy_value(
+        data=data,
+        iteration=iteration,
+        output=training.run_dir / "plots" / f"policy_value_iter_{iteration:06d}.png",
+        reference_states=fd_states,
+        reference_values=solution.value[: len(fd_states)],
+        reference_controls=solution.controls[: len(fd_states)],
+        title=f"{config.kind} — {training.run_dir}",
+    )
+    record: dict[str, float | None] = dict(counters)
+    record["policy/dividend_threshold"] = thresholds_in_cash(
+        model, {"dividend_rate": _threshold(data.states, data.rates[:, 0], model.params.a_L_max)}
+    )["dividend_rate"]
+    if data.values is not None:
+        record["value/max_abs_error_vs_fd"] = float(np.abs(data.values - solution.value_at(data.states)).max())
+    # the exact (FD) value of the deterministic policy: noise-free learning curves
+    exact = exact_policy_value(training.policy, model, solution, config.eval_cash)
+    for row in exact:
+        record[f"exact/pct_optimal_c{row['initial_cash']:g}"] = row["exact_pct_of_optimum"]
+    record["exact/pct_optimal_min"] = min(row["exact_pct_of_optimum"] for row in exact)
+    if config.eval_quick_paths > 0:
+        assert config.absorption is not None  # set by GHMTrainConfig
+        _, rows = evaluate_against_reference(
+            training.policy,
+            model,
+            solution,
+            config.eval_cash,
+            num_paths=config.eval_quick_paths,
+            dt=config.dt,
+            seed=config.seed + 1,
+            tail_tolerance=0.02,
+            device=training.device,
+            table_points=config.policy_table_points,
+            absorption=config.absorption,
+        )
+        for row in rows:
+            record[f"eval/pct_optimal_c{row['initial_cash']:g}"] = row["pct_of_optimum"]
+        record["eval/pct_optimal_min"] = min(row["pct_of_optimum"] for row in rows)
+    training.eval_logger.log(iteration, record)
+
+
 def train_ghm(
     config: GHMTrainConfig,
     *,
@@ -712,161 +920,18 @@ def train_ghm(
     """
     if config.resume is None and config.log_dir is None:
         config = dataclasses.replace(config, log_dir=default_run_dir(f"ghm-{config.algo}"))
-    run = TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after)
-    config, device = run.config, run.device
-    check_rollout_memory(config, device)  # before the run directory exists
-    if not run.resumed:  # a resumed run was checked when it started
-        check_fd_grid(config, build_model(config))
-        if config.algo == "mc" and config.model == "ghm":
-            for line in calibration_warnings(config, build_model(config)):
-                echo(line, file=sys.stderr)
-    _note_budget_change(run, echo)
-    with run:
-        run_dir = run.run_dir
-        # -- build ------------------------------------------------------------------------------
-        generator = make_generator(config.seed, device)
-        model = build_model(config)
-        simulator = build_simulator(config, model)
-        eval_logger = None
-        try:
-            policy, baseline = build_networks(config, model, device)
-            solver = build_solver(config, policy, baseline, simulator, generator)
-            solution = reference_solution(config, model, run_dir / "fd_reference.npz")
-            if run.checkpoint is not None:
-                source = run.checkpoint["path"]
-                load_state_dict_checked(policy, run.checkpoint["models"]["policy"], name="policy", source=source)
-                if baseline is not None:
-                    load_state_dict_checked(
-                        baseline, run.checkpoint["models"]["baseline"], name="baseline", source=source
-                    )
-                for name, optimizer in solver.optimizers().items():
-                    optimizer.load_state_dict(run.checkpoint["optimizers"][name])
-                restore_rng_state(run.checkpoint["rng"], {"sim": generator})
-            run.counters.setdefault("sim_steps", 0)
-            eval_logger = MetricsLogger(
-                run_dir,
-                csv_name="eval.csv",
-                jsonl_name="eval.jsonl",
-                tensorboard_dir="tensorboard",
-                resume_step=run.start if run.resumed else None,
-            )
-
-            def save() -> dict[str, Any]:
-                models = {"policy": policy.state_dict()}
-                if baseline is not None:
-                    models["baseline"] = baseline.state_dict()
-                return build_checkpoint(
-                    kind=run.kind,
-                    config=config_to_dict(dataclasses.replace(config, resume=None)),
-                    counters=dict(run.counters),
-                    models=models,
-                    optimizers={n: o.state_dict() for n, o in solver.optimizers().items()},
-                    rng=capture_rng_state({"sim": generator}),
-                    extra={"model": model.describe()},
-                )
-
-            def quick_check(iteration: int, wall_time: float) -> None:
-                """Plot, and the deterministic policy's value on a few paths (eval.csv)."""
-                data = policy_plot_data(policy, baseline, model, plot_high(model), device)
-                fd_states = solution.grid[solution.grid <= data.states[-1]]
-                from pglab.run.ghm_plots import plot_policy_value
-
-                plot_policy_value(
-                    data=data,
-                    iteration=iteration,
-                    output=run_dir / "plots" / f"policy_value_iter_{iteration:06d}.png",
-                    reference_states=fd_states,
-                    reference_values=solution.value[: len(fd_states)],
-                    reference_controls=solution.controls[: len(fd_states)],
-                    title=f"{config.kind} — {run_dir}",
-                )
-                record: dict[str, float | None] = {"wall_time": wall_time, "sim_steps": run.counters["sim_steps"]}
-                record["policy/dividend_threshold"] = thresholds_in_cash(
-                    model, {"dividend_rate": _threshold(data.states, data.rates[:, 0], model.params.a_L_max)}
-                )["dividend_rate"]
-                if data.values is not None:
-                    record["value/max_abs_error_vs_fd"] = float(
-                        np.abs(data.values - solution.value_at(data.states)).max()
-                    )
-                # the exact (FD) value of the deterministic policy: noise-free learning curves
-                exact = exact_policy_value(policy, model, solution, config.eval_cash)
-                for row in exact:
-                    record[f"exact/pct_optimal_c{row['initial_cash']:g}"] = row["exact_pct_of_optimum"]
-                record["exact/pct_optimal_min"] = min(row["exact_pct_of_optimum"] for row in exact)
-                if config.eval_quick_paths > 0:
-                    _, rows = evaluate_against_reference(
-                        policy,
-                        model,
-                        solution,
-                        config.eval_cash,
-                        num_paths=config.eval_quick_paths,
-                        dt=config.dt,
-                        seed=config.seed + 1,
-                        tail_tolerance=0.02,
-                        device=device,
-                        table_points=config.policy_table_points,
-                        absorption=config.absorption,
-                    )
-                    for row in rows:
-                        record[f"eval/pct_optimal_c{row['initial_cash']:g}"] = row["pct_of_optimum"]
-                    record["eval/pct_optimal_min"] = min(row["pct_of_optimum"] for row in rows)
-                eval_logger.log(iteration, record)
-
-            # -- train ----------------------------------------------------------------------------
-            window_start = time.perf_counter()
-            last_values: dict[str, float] = {}
-            for iteration in run.steps(config.n_iterations, save=save, desc=f"train ghm --algo {config.algo}"):
-                tick = time.perf_counter()
-                # linear decay: lr_i = lr_0 * (1 - (1 - f) * (i - 1) / (N - 1)); a function of
-                # the iteration (and of the budget N unless f = 1), so a resumed run sets the same rates
-                progress = (iteration - 1) / max(config.n_iterations - 1, 1)
-                decay = 1.0 - (1.0 - config.lr_final_fraction) * progress
-                for name, optimizer in solver.optimizers().items():
-                    initial_lr = config.lr_policy if name == "policy" else config.lr_baseline
-                    for group in optimizer.param_groups:
-                        group["lr"] = initial_lr * decay
-                if config.final_max_std is not None:
-                    # geometric decay of the std's upper clamp: log sigma_max moves linearly
-                    start_log = min(config.log_std_init, math.log(config.max_std))
-                    policy.log_std_max = start_log + (math.log(config.final_max_std) - start_log) * progress
-                simulator.action_repeat = action_repeat_at(config, progress)
-                if config.algo == "actor-critic":  # TD(lambda)'s weight: 1 -> td_final_fraction
-                    solver.td_weight = 1.0 - (1.0 - config.td_final_fraction) * progress
-                metrics = solver.train_step()
-                metrics["stats/action_repeat"] = float(simulator.action_repeat)
-                elapsed = time.perf_counter() - tick
-                run.counters["sim_steps"] += config.n_trajectories * simulator.num_steps
-                if iteration % config.log_interval == 0 or iteration == config.n_iterations:
-                    window = time.perf_counter() - window_start
-                    last_values = run.log(
-                        iteration,
-                        {
-                            **metrics,
-                            "perf/iter_s": elapsed,
-                            "perf/steps_per_s": config.n_trajectories * simulator.num_steps / max(elapsed, 1e-9),
-                            "perf/window_s": window,
-                        },
-                    )
-                    window_start = time.perf_counter()
-                    run.set_postfix(
-                        ret=f"{last_values['return/mean']:.3f}",
-                        base=f"{last_values.get('loss/baseline', float('nan')):.4f}",
-                    )
-                if iteration % config.eval_interval == 0 or iteration == config.n_iterations:
-                    quick_check(iteration, wall_time=float(run.counters["wall_time"]) + elapsed)
-        finally:
-            if eval_logger is not None:
-                eval_logger.close()
-            if hasattr(simulator, "close"):
-                simulator.close()
-
-        # -- final evaluation -------------------------------------------------------------------
+    with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
+        check_start(run, echo)
+        with build_training(run) as training:
+            run.track(**training.tracked())
+            if "env_steps" not in run.counters:  # a fresh run, or a checkpoint of an older pglab (sim_steps)
+                run.counters["env_steps"] = run.counters.pop("sim_steps", 0)
+            last_values = train_steps(run, training)
+        # -- final evaluation ---------------------------------------------------------------
         rows = None
         summary: dict[str, Any] = {"return/mean": last_values.get("return/mean")}
-        if config.final_eval and not run.interrupted:
-            rows = final_evaluation(
-                config, policy, baseline, model, solution, run_dir, int(run.counters["iteration"]), device, echo
-            )
+        if run.config.final_eval and not run.interrupted:
+            rows = final_evaluation(training, int(run.counters["iteration"]), echo)
             summary["eval/pct_optimal_min"] = min(row["pct_of_optimum"] for row in rows)
             summary["evaluation"] = rows
         run.finish(summary)
@@ -876,23 +941,15 @@ def train_ghm(
         final_rows=rows,
         interrupted=run.interrupted,
         exit_code=run.exit_code,
-        config=config,
+        config=run.config,
     )
 
 
-def final_evaluation(
-    config: GHMTrainConfig,
-    policy: GaussianPolicy,
-    baseline: ValueNetwork | None,
-    model: GHMModel,
-    solution: FDSolution,
-    run_dir: Path,
-    iteration: int,
-    device: torch.device,
-    echo: Callable[..., None],
-) -> list[dict[str, float]]:
+def final_evaluation(training: GHMTraining, iteration: int, echo: Callable[..., None]) -> list[dict[str, float]]:
     """The deterministic policy against ``V*`` at ``eval_cash`` (``eval_paths`` paths each,
     with a progress bar): writes ``evaluation.json`` / ``evaluation.csv``, prints the table."""
+    config, policy, model, solution = training.config, training.policy, training.model, training.solution
+    assert config.absorption is not None  # set by GHMTrainConfig
     result, rows = evaluate_against_reference(
         policy,
         model,
@@ -902,7 +959,7 @@ def final_evaluation(
         dt=final_eval_dt(config),
         seed=config.seed + 2,
         tail_tolerance=config.eval_tail_tolerance,
-        device=device,
+        device=training.device,
         progress=f"final evaluation ({config.eval_paths} paths x {len(config.eval_cash)} cash levels)",
         table_points=config.policy_table_points,
         absorption=config.absorption,
@@ -911,6 +968,14 @@ def final_evaluation(
         row.update(exact_value=exact["exact_value"], exact_pct_of_optimum=exact["exact_pct_of_optimum"])
     # thresholds in cash, as the rows' initial cash (the FD grid and the plot are in the state)
     fd_thresholds = thresholds_in_cash(model, solution.thresholds())
+    data = policy_plot_data(policy, training.baseline, model, plot_high(model), training.device)
+    learned = thresholds_in_cash(
+        model,
+        {
+            "dividend_rate": _threshold(data.states, data.rates[:, 0], model.params.a_L_max),
+            "issuance_rate": _upper_threshold(data.states, data.rates[:, 1], model.params.a_E_max),
+        },
+    )
     payload = {
         "iteration": iteration,
         "rows": rows,
@@ -918,19 +983,12 @@ def final_evaluation(
         "num_paths": result.num_paths,
         "fd_thresholds": fd_thresholds,
         "policy_table_error": result.table_error,
+        "learned_thresholds": learned,
     }
-    data = policy_plot_data(policy, baseline, model, plot_high(model), device)
-    payload["learned_thresholds"] = thresholds_in_cash(
-        model,
-        {
-            "dividend_rate": _threshold(data.states, data.rates[:, 0], model.params.a_L_max),
-            "issuance_rate": _upper_threshold(data.states, data.rates[:, 1], model.params.a_E_max),
-        },
-    )
-    atomic_write_json(run_dir / "evaluation.json", payload)
+    atomic_write_json(training.run_dir / "evaluation.json", payload)
     header = list(rows[0])
     atomic_write_text(
-        run_dir / "evaluation.csv",
+        training.run_dir / "evaluation.csv",
         ",".join(header) + "\n" + "".join(",".join(f"{row[k]:.6g}" for k in header) + "\n" for row in rows),
     )
     echo(format_table(rows, result.simulated_time, result.num_paths, dt=final_eval_dt(config)))
@@ -943,12 +1001,12 @@ def final_evaluation(
     def cash_label(value: float | None) -> str:
         return "none" if value is None else f"{value:.3f}"
 
-    learned = payload["learned_thresholds"]
     echo(
-        f"dividend threshold (cash): learned {cash_label(learned['dividend_rate'])}, FD {cash_label(fd_thresholds['dividend_rate'])}; "
-        f"issuance below: learned {cash_label(learned['issuance_rate'])}, FD {cash_label(fd_thresholds['issuance_rate'])}"
+        f"dividend threshold (cash): learned {cash_label(learned['dividend_rate'])}, "
+        f"FD {cash_label(fd_thresholds['dividend_rate'])}; issuance below: learned "
+        f"{cash_label(learned['issuance_rate'])}, FD {cash_label(fd_thresholds['issuance_rate'])}"
     )
-    echo(f"run directory: {run_dir}")
+    echo(f"run directory: {training.run_dir}")
     return rows
 
 

@@ -53,13 +53,20 @@ far future by the critic). ``V'`` is the baseline's autograd slope, read from a 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import nn
 
 from pglab.algos.onpolicy import explained_variance, gradient_step
-from pglab.envs.simulator import TabulatedPolicy, TrajectorySimulator, interpolate_uniform
+from pglab.envs.simulator import (
+    SimulatorPolicy,
+    TabulatedPolicy,
+    Trajectories,
+    TrajectorySimulator,
+    interpolate_uniform,
+)
 from pglab.estimators import normalize_advantages, reward_to_go
 from pglab.losses.reinforce import reinforce_loss, value_regression_loss
 from pglab.nets import GaussianPolicy, ValueNetwork
@@ -156,7 +163,7 @@ class MonteCarloPolicyGradient:
         return next(self.policy.parameters()).device
 
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        out = {"policy": self.policy_optimizer}
+        out: dict[str, torch.optim.Optimizer] = {"policy": self.policy_optimizer}
         if self.baseline_optimizer is not None:
             out["baseline"] = self.baseline_optimizer
         return out
@@ -179,10 +186,13 @@ class MonteCarloPolicyGradient:
         (linear interpolation, clamped at the table's ends): any slope keeps the control
         variate unbiased, so the table's error costs nothing but a little variance."""
 
+        baseline = self.baseline
+        assert baseline is not None  # the martingale control variate needs a baseline (checked in __init__)
+
         def autograd_slope(points: torch.Tensor) -> torch.Tensor:
             with torch.enable_grad():
                 points = points.detach().requires_grad_(True)
-                (slope,) = torch.autograd.grad(self.baseline(points).sum(), points)
+                (slope,) = torch.autograd.grad(baseline(points).sum(), points)
             return slope
 
         if self.rollout_table_points <= 0 or self.model.state_dim != 1:
@@ -232,136 +242,239 @@ class MonteCarloPolicyGradient:
         return (brownian + exploration).view(num_paths, num_steps), exploration.view(num_paths, num_steps)
 
     def train_step(self) -> dict[str, torch.Tensor]:
-        """One iteration; returns metrics as 0-d tensors (no host sync here)."""
-        policy, baseline, model = self.policy, self.baseline, self.model
-        # -- 1. collect ---------------------------------------------------------------
-        initial = model.initial_states(self.n_trajectories, self.generator, device=self.device)
+        """One iteration (module docstring); returns metrics as 0-d tensors (no host sync here)."""
+        batch = self.collect()
+        with torch.no_grad():
+            bootstrap = self.bootstrap_value(batch)
+            scored = self.score_pairs(batch)
+            estimates = self.estimate_advantages(batch, scored, bootstrap)
+        policy_out, policy_grad_norm = self.update_policy(batch, scored, estimates)
+        metrics = self.update_baseline(batch, scored, estimates)
+        metrics.update(self.diagnostics(batch, estimates, policy_out, policy_grad_norm))
+        return metrics
+
+    # -- the phases of train_step ------------------------------------------------------------
+
+    def collect(self) -> MCBatch:
+        """1. Roll out ``n_trajectories`` paths from uniform initial states (no gradient)."""
+        initial = self.model.initial_states(self.n_trajectories, self.generator, device=self.device)
         rollout_policy = self._rollout_policy()
         with torch.no_grad():
             paths = self.simulator.rollout(rollout_policy, initial, self.generator)
-        num_paths, num_steps = paths.num_paths, paths.num_steps
-        masks = paths.masks
-        # flat (path, step) pairs where the policy acted while alive (every alive step when
-        # action_repeat = 1)
-        decision_index = paths.decision_masks.reshape(-1).nonzero().squeeze(1)
-        flat_states = paths.states[:, :-1].reshape(num_paths * num_steps, -1)
-        flat_actions = paths.actions.reshape(num_paths * num_steps, -1)
+        num_pairs = paths.num_paths * paths.num_steps
+        return MCBatch(
+            paths=paths,
+            initial=initial,
+            rollout_policy=rollout_policy,
+            # flat (path, step) pairs where the policy acted while alive (every alive step
+            # when action_repeat = 1)
+            decision_index=paths.decision_masks.reshape(-1).nonzero().squeeze(1),
+            flat_states=paths.states[:, :-1].reshape(num_pairs, -1),
+            flat_actions=paths.actions.reshape(num_pairs, -1),
+        )
 
-        # -- 2. bootstrap the horizon -------------------------------------------------
-        with torch.no_grad():
-            if self.terminal_value == "critic":
-                bootstrap = baseline(paths.final_states) * paths.alive_at_end.to(masks.dtype)
-            else:
-                bootstrap = torch.zeros(num_paths, device=self.device)
+    def bootstrap_value(self, batch: MCBatch) -> torch.Tensor:
+        """2. ``V_boot [B]``: the critic at ``x_T`` for paths alive at the horizon, or 0."""
+        paths = batch.paths
+        if self.terminal_value == "critic":
+            assert self.baseline is not None  # terminal_value is "none" without a baseline
+            return self.baseline(paths.final_states) * paths.alive_at_end.to(paths.masks.dtype)
+        return torch.zeros(paths.num_paths, device=self.device)
 
-            # -- 3. which alive pairs are scored ----------------------------------------
-            # ``policy_steps`` Adam steps, each on its own disjoint uniform subsample of
-            # ``score_samples`` alive pairs (all pairs split evenly when score_samples is 0
-            # or too large). Only these pairs need V(x_t), log pi and their gradients.
-            num_decisions = decision_index.numel()
-            chunk = num_decisions // self.policy_steps
-            if 0 < self.score_samples < chunk:
-                chunk = self.score_samples
-            order = torch.randperm(num_decisions, generator=self.generator, device=self.device)
-            used_index = decision_index[order[: chunk * self.policy_steps]]  # [policy_steps * chunk]
+    def score_pairs(self, batch: MCBatch) -> ScoredPairs:
+        """3. Which alive pairs are scored: ``policy_steps`` Adam steps, each on its own
+        disjoint uniform subsample of ``score_samples`` decision pairs (all pairs split
+        evenly when score_samples is 0 or too large). Only these pairs need ``V(x_t)``,
+        ``log pi`` and their gradients."""
+        num_decisions = batch.decision_index.numel()
+        chunk = num_decisions // self.policy_steps
+        if 0 < self.score_samples < chunk:
+            chunk = self.score_samples
+        order = torch.randperm(num_decisions, generator=self.generator, device=self.device)
+        used_index = batch.decision_index[order[: chunk * self.policy_steps]]  # [policy_steps * chunk]
+        return ScoredPairs(used_index=used_index, chunk=chunk, num_decisions=num_decisions)
 
-            # -- 4. advantages of the scored pairs -------------------------------------------
-            if self.advantage == "trajectory":
-                returns = paths.returns(bootstrap)  # R^i, [B]
-                base = baseline(initial) if baseline is not None else torch.zeros_like(returns)
-                path_advantage = returns - base  # A^i = R^i - V(x_0^i)
-                advantages = path_advantage[used_index // num_steps]
-            else:
-                payouts, own_term = paths.rewards, None
-                if self.control_variate == "martingale":
-                    noise_terms, exploration = self.control_variate_terms(paths, rollout_policy)
-                    payouts, own_term = paths.rewards - noise_terms, exploration.reshape(-1)[used_index]
-                # G_t, [B, T] (with the control variate: G_t - sum_{j>=t} gamma^{j-t} (w_j + v_j))
-                returns_to_go = reward_to_go(payouts, paths.dones, paths.discount, bootstrap)
-                returns = returns_to_go[:, 0] if own_term is None else paths.returns(bootstrap)
-                targets = returns_to_go.reshape(-1)[used_index]
-                base = baseline(flat_states[used_index]) if baseline is not None else torch.zeros_like(targets)
-                advantages = targets - base  # A_t = G_t - V(x_t)
-                if own_term is not None:
-                    advantages = advantages + own_term  # the decision's own exploration is the signal
-                if baseline is not None and 0 < self.advantage_steps < num_steps:
-                    # A_t -= gamma^n m_{t+n} (G_{t+n} - V(x_{t+n})) where t + n < T
-                    ahead = used_index % num_steps + self.advantage_steps
-                    inside = ahead < num_steps
-                    ahead_index = used_index - used_index % num_steps + ahead.clamp(max=num_steps - 1)
-                    future_error = returns_to_go.reshape(-1)[ahead_index] - baseline(flat_states[ahead_index])
-                    weight = paths.discount**self.advantage_steps * masks.reshape(-1)[ahead_index] * inside
-                    advantages = advantages - weight * future_error
-            if baseline is not None:
-                # 1 - Var(target - V) / Var(target), before this iteration's baseline update
-                fitted = (returns, base) if self.advantage == "trajectory" else (targets, base)
-                baseline_explained_variance = explained_variance(fitted[1], fitted[0])
-            if self.advantage_normalization:
-                advantages = normalize_advantages(advantages)
+    def estimate_advantages(self, batch: MCBatch, scored: ScoredPairs, bootstrap: torch.Tensor) -> AdvantageEstimates:
+        """4. The scored pairs' advantages (per path or per step, module docstring), the
+        baseline's explained variance before its update, then the normalisation."""
+        if self.advantage == "trajectory":
+            estimates = self._trajectory_advantages(batch, scored, bootstrap)
+        else:
+            estimates = self._reward_to_go_advantages(batch, scored, bootstrap)
+        if self.baseline is not None:
+            # 1 - Var(target - V) / Var(target), before this iteration's baseline update
+            estimates.explained_variance = explained_variance(estimates.base, estimates.targets)
+        if self.advantage_normalization:
+            estimates.advantages = normalize_advantages(estimates.advantages)
+        return estimates
 
-        # -- 5. policy steps ------------------------------------------------------------------
-        # The first step is exactly on-policy; later ones reuse the batch after small
-        # parameter moves, as minibatch VPG does. Scaling by N_alive / n makes each
-        # subsampled loss an unbiased estimate of the full-batch loss
-        # L = -(1/B) sum_i sum_t m_t^i log pi(a_t^i | x_t^i) A_t^i.
-        scale = num_decisions / chunk / num_paths
+    def _trajectory_advantages(
+        self, batch: MCBatch, scored: ScoredPairs, bootstrap: torch.Tensor
+    ) -> AdvantageEstimates:
+        """``A^i = R^i - V(x_0^i)`` for every scored pair of path ``i``; the baseline's targets are ``R^i``."""
+        returns = batch.paths.returns(bootstrap)  # R^i, [B]
+        base = self.baseline(batch.initial) if self.baseline is not None else torch.zeros_like(returns)
+        path_advantage = returns - base  # A^i = R^i - V(x_0^i)
+        advantages = path_advantage[scored.used_index // batch.paths.num_steps]
+        return AdvantageEstimates(advantages=advantages, returns=returns, targets=returns, base=base)
+
+    def _reward_to_go_advantages(
+        self, batch: MCBatch, scored: ScoredPairs, bootstrap: torch.Tensor
+    ) -> AdvantageEstimates:
+        """``A_t = G_t - V(x_t)`` at the scored pairs (with the martingale control variate and
+        the ``advantage_steps`` bootstrap when set); the baseline's targets are their ``G_t``."""
+        paths, used_index, baseline = batch.paths, scored.used_index, self.baseline
+        payouts, own_term = paths.rewards, None
+        if self.control_variate == "martingale":
+            noise_terms, exploration = self.control_variate_terms(paths, batch.rollout_policy)
+            payouts, own_term = paths.rewards - noise_terms, exploration.reshape(-1)[used_index]
+        # G_t, [B, T] (with the control variate: G_t - sum_{j>=t} gamma^{j-t} (w_j + v_j))
+        returns_to_go = reward_to_go(payouts, paths.dones, paths.discount, bootstrap)
+        returns = returns_to_go[:, 0] if own_term is None else paths.returns(bootstrap)
+        targets = returns_to_go.reshape(-1)[used_index]
+        base = baseline(batch.flat_states[used_index]) if baseline is not None else torch.zeros_like(targets)
+        advantages = targets - base  # A_t = G_t - V(x_t)
+        if own_term is not None:
+            advantages = advantages + own_term  # the decision's own exploration is the signal
+        num_steps = paths.num_steps
+        if baseline is not None and 0 < self.advantage_steps < num_steps:
+            # A_t -= gamma^n m_{t+n} (G_{t+n} - V(x_{t+n})) where t + n < T
+            ahead = used_index % num_steps + self.advantage_steps
+            inside = ahead < num_steps
+            ahead_index = used_index - used_index % num_steps + ahead.clamp(max=num_steps - 1)
+            future_error = returns_to_go.reshape(-1)[ahead_index] - baseline(batch.flat_states[ahead_index])
+            weight = paths.discount**self.advantage_steps * paths.masks.reshape(-1)[ahead_index] * inside
+            advantages = advantages - weight * future_error
+        return AdvantageEstimates(advantages=advantages, returns=returns, targets=targets, base=base)
+
+    def update_policy(
+        self, batch: MCBatch, scored: ScoredPairs, estimates: AdvantageEstimates
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """5. ``policy_steps`` Adam steps on the scored pairs; returns the last loss terms
+        and gradient norm.
+
+        The first step is exactly on-policy; later ones reuse the batch after small
+        parameter moves, as minibatch VPG does. Scaling by N_alive / n makes each
+        subsampled loss an unbiased estimate of the full-batch loss
+        ``L = -(1/B) sum_i sum_t m_t^i log pi(a_t^i | x_t^i) A_t^i``."""
+        chunk = scored.chunk
+        scale = scored.num_decisions / chunk / batch.paths.num_paths
         for step in range(self.policy_steps):
             part = slice(step * chunk, (step + 1) * chunk)
-            scored_index = used_index[part]
-            log_probs = policy.log_prob(flat_states[scored_index], flat_actions[scored_index])
-            policy_out = reinforce_loss(log_probs.unsqueeze(0), advantages[part].unsqueeze(0) * scale)
-            policy_grad_norm = self._step(policy_out["loss"], policy, self.policy_optimizer)
+            scored_index = scored.used_index[part]
+            log_probs = self.policy.log_prob(batch.flat_states[scored_index], batch.flat_actions[scored_index])
+            policy_out = reinforce_loss(log_probs.unsqueeze(0), estimates.advantages[part].unsqueeze(0) * scale)
+            policy_grad_norm = self._step(policy_out["loss"], self.policy, self.policy_optimizer)
+        return policy_out, policy_grad_norm
 
-        # -- 6. baseline steps: MSE(V(x_0), R) or MSE(V(x_t), G_t) over the scored pairs -----
-        metrics: dict[str, torch.Tensor] = {}
-        if baseline is not None:
-            for step in range(self.baseline_steps):
-                if self.advantage == "trajectory":
-                    regress_states, regress_targets = initial, returns
-                else:
-                    part = slice((step % self.policy_steps) * chunk, (step % self.policy_steps + 1) * chunk)
-                    regress_states, regress_targets = flat_states[used_index[part]], targets[part]
-                baseline_out = value_regression_loss(baseline(regress_states), regress_targets)
-                baseline_grad_norm = self._step(baseline_out["loss"], baseline, self.baseline_optimizer)
-            metrics["loss/baseline"] = baseline_out["loss/value"]
-            metrics["stats/grad_norm/baseline"] = baseline_grad_norm
-            metrics["value/explained_variance"] = baseline_explained_variance
+    def update_baseline(
+        self, batch: MCBatch, scored: ScoredPairs, estimates: AdvantageEstimates
+    ) -> dict[str, torch.Tensor]:
+        """6. ``baseline_steps`` Adam steps: ``MSE(V(x_0), R)`` or ``MSE(V(x_t), G_t)`` over the
+        scored pairs, cycling through the policy steps' subsamples; its metrics."""
+        baseline, optimizer, chunk = self.baseline, self.baseline_optimizer, scored.chunk
+        if baseline is None or optimizer is None:
+            return {}
+        for step in range(self.baseline_steps):
+            if self.advantage == "trajectory":
+                regress_states, regress_targets = batch.initial, estimates.returns
+            else:
+                part = slice((step % self.policy_steps) * chunk, (step % self.policy_steps + 1) * chunk)
+                regress_states, regress_targets = batch.flat_states[scored.used_index[part]], estimates.targets[part]
+            baseline_out = value_regression_loss(baseline(regress_states), regress_targets)
+            baseline_grad_norm = self._step(baseline_out["loss"], baseline, optimizer)
+        assert estimates.explained_variance is not None  # estimated whenever there is a baseline
+        return {
+            "loss/baseline": baseline_out["loss/value"],
+            "stats/grad_norm/baseline": baseline_grad_norm,
+            "value/explained_variance": estimates.explained_variance,
+        }
 
-        # -- 7. diagnostics ---------------------------------------------------------------
+    def diagnostics(
+        self,
+        batch: MCBatch,
+        estimates: AdvantageEstimates,
+        policy_out: dict[str, torch.Tensor],
+        policy_grad_norm: torch.Tensor,
+    ) -> dict[str, torch.Tensor]:
+        """7. The iteration's returns, advantages, episode lengths, the policy's actions,
+        std and entropy at the decisions, gradient norms and learning rates."""
+        policy, paths, decision_index, flat_states = self.policy, batch.paths, batch.decision_index, batch.flat_states
+        returns, advantages = estimates.returns, estimates.advantages
         with torch.no_grad():
-            alive_float = masks.sum()
-            controls = paths.controls.reshape(num_paths * num_steps, -1)[decision_index]
+            controls = paths.controls.reshape(paths.num_paths * paths.num_steps, -1)[decision_index]
             std = (
                 policy.mean_std(flat_states[decision_index[:1]])[1][0]
                 if not policy.state_dependent_std
                 else policy.mean_std(flat_states[decision_index])[1].mean(0)
             )
-            episode_length = masks.sum(1)
-            valid_adv = advantages
-            metrics.update(
-                {
-                    "loss/policy": policy_out["loss/policy"],
-                    "return/mean": returns.mean(),
-                    "return/std": returns.std(),
-                    "return/min": returns.min(),
-                    "return/max": returns.max(),
-                    "stats/advantage_mean": valid_adv.mean(),
-                    "stats/advantage_std": valid_adv.std(),
-                    "stats/advantage_max": valid_adv.max(),
-                    "stats/advantage_min": valid_adv.min(),
-                    "episode/length": episode_length.mean(),
-                    "episode/length_std": episode_length.std(),
-                    "stats/termination_rate": 1.0 - paths.alive_at_end.float().mean(),
-                    "policy/mean_action_L": controls[:, 0].mean(),
-                    "policy/mean_action_E": controls[:, 1].mean(),
-                    "policy/std_action_L": std[0],
-                    "policy/std_action_E": std[1],
-                    "policy/entropy": policy.entropy(flat_states[decision_index[:4096]]).mean(),
-                    "stats/grad_norm/policy": policy_grad_norm,
-                    "stats/lr/policy": torch.tensor(self.policy_optimizer.param_groups[0]["lr"]),
-                    "stats/alive_steps": alive_float,
-                }
-            )
+            episode_length = paths.masks.sum(1)
+            metrics = {
+                "loss/policy": policy_out["loss/policy"],
+                "return/mean": returns.mean(),
+                "return/std": returns.std(),
+                "return/min": returns.min(),
+                "return/max": returns.max(),
+                "stats/advantage_mean": advantages.mean(),
+                "stats/advantage_std": advantages.std(),
+                "stats/advantage_max": advantages.max(),
+                "stats/advantage_min": advantages.min(),
+                "episode/length": episode_length.mean(),
+                "episode/length_std": episode_length.std(),
+                "stats/termination_rate": 1.0 - paths.alive_at_end.float().mean(),
+                "policy/mean_action_L": controls[:, 0].mean(),
+                "policy/mean_action_E": controls[:, 1].mean(),
+                "policy/std_action_L": std[0],
+                "policy/std_action_E": std[1],
+                "policy/entropy": policy.entropy(flat_states[decision_index[:4096]]).mean(),
+                "stats/grad_norm/policy": policy_grad_norm,
+                "stats/lr/policy": torch.tensor(self.policy_optimizer.param_groups[0]["lr"]),
+                "stats/alive_steps": paths.masks.sum(),
+            }
             if self.baseline_optimizer is not None:
                 metrics["stats/lr/baseline"] = torch.tensor(self.baseline_optimizer.param_groups[0]["lr"])
         return metrics
+
+
+@dataclass
+class MCBatch:
+    """One iteration's rollout, flattened for the updates.
+
+    Attributes:
+        paths: the simulated paths (``[B, T]``). initial: their initial states ``[B, S]``.
+        rollout_policy: the policy the rollout sampled from (the network or its table).
+        decision_index: flat indices (``path * T + step``) of the alive decision pairs.
+        flat_states: ``[B * T, S]`` the state at each (path, step).
+        flat_actions: ``[B * T, A]`` the raw action at each (path, step).
+    """
+
+    paths: Trajectories
+    initial: torch.Tensor
+    rollout_policy: SimulatorPolicy
+    decision_index: torch.Tensor
+    flat_states: torch.Tensor
+    flat_actions: torch.Tensor
+
+
+@dataclass
+class ScoredPairs:
+    """The decision pairs the updates score: ``used_index`` ``[policy_steps * chunk]`` flat
+    indices, ``chunk`` pairs per policy step, out of ``num_decisions``."""
+
+    used_index: torch.Tensor
+    chunk: int
+    num_decisions: int
+
+
+@dataclass
+class AdvantageEstimates:
+    """The scored pairs' ``advantages`` (``[policy_steps * chunk]``, normalised when set);
+    each path's ``returns`` ``[B]``; the baseline's regression ``targets`` (``R^i`` per path,
+    or ``G_t`` per scored pair) and its value there, ``base``, before the update;
+    ``explained_variance`` of the baseline (``None`` without one)."""
+
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    targets: torch.Tensor
+    base: torch.Tensor
+    explained_variance: torch.Tensor | None = None

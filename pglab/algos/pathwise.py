@@ -60,7 +60,7 @@ class PathwisePolicyGradient:
             deterministic), so its standard deviation is not trained.
         simulator: provides the model, ``dt``, ``num_steps``, ``discount`` and
             ``action_repeat`` (the policy is re-evaluated every ``action_repeat`` steps).
-        critic: value network bootstrapping ``x_T``.
+        critic: value network bootstrapping ``x_T`` (required: ``None`` is a ``ValueError``).
         n_trajectories: paths per iteration.
         lr_policy, lr_critic: Adam learning rates.
         max_grad_norm: gradient-norm clip for both networks.
@@ -74,7 +74,7 @@ class PathwisePolicyGradient:
         self,
         policy: GaussianPolicy,
         simulator: TrajectorySimulator,
-        critic: ValueNetwork,
+        critic: ValueNetwork | None,
         *,
         n_trajectories: int = 1000,
         lr_policy: float = 3e-4,
@@ -87,7 +87,8 @@ class PathwisePolicyGradient:
     ):
         if critic is None:
             raise ValueError(
-                "PathwisePolicyGradient needs a critic to bootstrap the truncated horizon (no_baseline is not supported)"
+                "PathwisePolicyGradient needs a critic to bootstrap the truncated horizon "
+                "(no_baseline is not supported)"
             )
         self.policy, self.simulator, self.critic = policy, simulator, critic
         self.model = simulator.model

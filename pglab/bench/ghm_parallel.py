@@ -234,10 +234,11 @@ def main(argv: list[str]) -> int:
         f"{'state-steps/s':>14} {'vs 1 thread':>12} {'first rollout':>14} {'identical':>9}"
     )
     for row in rows:
-        identical = {True: "yes", False: "NO"}.get(row.get("identical"), "-")
+        identical = {None: "-", True: "yes", False: "NO"}[row.get("identical")]
         estimate, ratio = row["cpu_bound_state_steps_per_s"], row["cpu_bound_ratio_vs_batched_1_thread"]
         print(
-            f"{row['workload']:<11} {row['paths']:>5} x {row['steps']:<5} {row['what']:<20} {row['state_steps_per_s']:>14,.0f} "
+            f"{row['workload']:<11} {row['paths']:>5} x {row['steps']:<5} {row['what']:<20} "
+            f"{row['state_steps_per_s']:>14,.0f} "
             f"{row['ratio_vs_batched']:>9.2f}x {'-' if estimate is None else f'{estimate:,.0f}':>14} "
             f"{'-' if ratio is None else f'{ratio:.2f}x':>12} {row['first_rollout_s']:>12.2f} s {identical:>9}"
         )

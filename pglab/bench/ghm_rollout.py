@@ -31,11 +31,17 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from pglab.run.config import parse_config
 from pglab.validation import check_device, check_int
+
+if TYPE_CHECKING:
+    from pglab.configs.ghm import GHMTrainConfig
+    from pglab.envs.ghm import GHMModel
+    from pglab.nets import GaussianPolicy, ValueNetwork
 
 
 @dataclass(frozen=True)
@@ -87,8 +93,9 @@ def _best_time(function, repeats: int, device: torch.device) -> float:
 
 
 def _step_by_step_rollout(simulator, policy, initial: torch.Tensor, noise) -> torch.Tensor:
-    """The rollout as it was before issue 20: one dispatched Euler step per ``dt`` (the
-    policy at every decision step, absorption after every step). Returns the final states."""
+    """The rollout step by step, the reference the batched held-action rollout is timed
+    against: one dispatched Euler step per ``dt`` (the policy at every decision step,
+    absorption after every step). Returns the final states."""
     from pglab.envs.simulator import euler_maruyama_step
 
     model = simulator.model
@@ -145,9 +152,8 @@ def steadiness_under_load(make_solver, thread_counts, iterations: int, device: t
 
 
 def main(argv: list[str]) -> int:
-    from pglab.algos.ghm_train import GHMTrainConfig, build_networks, build_solver
+    from pglab.algos.ghm_train import GHMTrainConfig, build_networks
     from pglab.envs.ghm import GHMModel
-    from pglab.envs.simulator import TrajectorySimulator
     from pglab.run.device import resolve_device
     from pglab.run.seeding import make_generator
 
@@ -155,14 +161,42 @@ def main(argv: list[str]) -> int:
     if config.threads:
         torch.set_num_threads(config.threads)
     device = resolve_device(config.device)
-    train_config = GHMTrainConfig(
-        device=str(device), **({} if config.train_paths is None else {"n_trajectories": config.train_paths})
+    train_config = (
+        GHMTrainConfig(device=str(device))
+        if config.train_paths is None
+        else GHMTrainConfig(device=str(device), n_trajectories=config.train_paths)
     )
     model = GHMModel(train_config.params)
     policy, baseline = build_networks(train_config, model, device)
+    generator = make_generator(0, device)
+    result: dict[str, Any] = {"device": str(device)}
+    result.update(_batched_against_naive(config, train_config, model, policy, generator, device))
+    result.update(_training_rollouts(config, train_config, model, policy, generator, device))
+    result.update(_training_iterations(config, train_config, model, policy, baseline, generator, device))
+    result["threads"] = torch.get_num_threads()
+    result["speedup_vs_naive"] = result["batched_state_steps_per_s"] / result["naive_state_steps_per_s"]
+    result["fraction_of_forward_bound"] = result["batched_state_steps_per_s"] / result["forward_only_state_steps_per_s"]
+    if config.json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print_result(result, config.num_paths)
+    return 0
+
+
+def _batched_against_naive(
+    config: GHMRolloutBenchConfig,
+    train_config: GHMTrainConfig,
+    model: GHMModel,
+    policy: GaussianPolicy,
+    generator: torch.Generator,
+    device: torch.device,
+) -> dict[str, Any]:
+    """State-steps per second of the batched simulator (policy every step), of a per-path
+    Python loop, and of the policy's forward pass alone (the compute bound)."""
+    from pglab.envs.simulator import TrajectorySimulator
+
     simulator = TrajectorySimulator(model, train_config.dt, train_config.T)  # policy queried every step
     num_steps = simulator.num_steps
-    generator = make_generator(0, device)
     initial = model.initial_states(config.num_paths, generator, device=device)
 
     def batched():
@@ -201,54 +235,76 @@ def main(argv: list[str]) -> int:
     naive_s = _best_time(naive, 1, torch.device("cpu"))
     if device.type != "cpu":
         policy.to(device)
+    state_steps = config.num_paths * num_steps
+    return {
+        "num_steps": num_steps,
+        "batched_state_steps_per_s": state_steps / batched_s,
+        "naive_state_steps_per_s": config.naive_paths * num_steps / naive_s,
+        "forward_only_state_steps_per_s": state_steps / forward_s,
+    }
 
-    # the training rollout three ways (train_paths paths, the default decision interval)
-    from pglab.envs.simulator import TabulatedPolicy
 
-    train_simulator = TrajectorySimulator(
-        model, train_config.dt, train_config.T, action_repeat=train_config.action_repeat
-    )
-    train_initial = model.initial_states(train_config.n_trajectories, generator, device=device)
-    train_noise = train_simulator.draw_noise(train_config.n_trajectories, generator, device=device)
+def _training_rollouts(
+    config: GHMRolloutBenchConfig,
+    train_config: GHMTrainConfig,
+    model: GHMModel,
+    policy: GaussianPolicy,
+    generator: torch.Generator,
+    device: torch.device,
+) -> dict[str, Any]:
+    """The training rollout (``train_paths`` paths, the default decision interval) three
+    ways: step by step, held steps batched with the network, and with the policy table."""
+    from pglab.envs.simulator import TabulatedPolicy, TrajectorySimulator
+
+    assert train_config.action_repeat is not None and train_config.n_trajectories is not None  # GHMTrainConfig
+    simulator = TrajectorySimulator(model, train_config.dt, train_config.T, action_repeat=train_config.action_repeat)
+    initial = model.initial_states(train_config.n_trajectories, generator, device=device)
+    noise = simulator.draw_noise(train_config.n_trajectories, generator, device=device)
+    table_points = train_config.policy_table_points or 4001
+    high = model.state_low[0] + 2.0 * (model.state_high[0] - model.state_low[0])
     with torch.no_grad():
         step_by_step_s = _best_time(
-            lambda: _step_by_step_rollout(train_simulator, policy, train_initial, train_noise), config.repeats, device
+            lambda: _step_by_step_rollout(simulator, policy, initial, noise), config.repeats, device
         )
-        held_s = _best_time(
-            lambda: train_simulator.rollout(policy, train_initial, noise=train_noise), config.repeats, device
-        )
-        table_points = train_config.policy_table_points or 4001
-        high = model.state_low[0] + 2.0 * (model.state_high[0] - model.state_low[0])
+        held_s = _best_time(lambda: simulator.rollout(policy, initial, noise=noise), config.repeats, device)
         table_s = _best_time(
-            lambda: train_simulator.rollout(
-                TabulatedPolicy(policy, model.state_low[0], high, table_points, device=device),
-                train_initial,
-                noise=train_noise,
+            lambda: simulator.rollout(
+                TabulatedPolicy(policy, model.state_low[0], high, table_points, device=device), initial, noise=noise
             ),
             config.repeats,
             device,
         )
+    return {
+        "train_paths": train_config.n_trajectories,
+        "action_repeat": train_config.action_repeat,
+        "rollout_step_by_step_s": step_by_step_s,
+        "rollout_held_network_s": held_s,
+        "rollout_held_table_s": table_s,
+    }
+
+
+def _training_iterations(
+    config: GHMRolloutBenchConfig,
+    train_config: GHMTrainConfig,
+    model: GHMModel,
+    policy: GaussianPolicy,
+    baseline: ValueNetwork | None,
+    generator: torch.Generator,
+    device: torch.device,
+) -> dict[str, Any]:
+    """The median time of one training iteration (rollout and both updates), and its
+    steadiness beside a CPU-bound process (CPU only)."""
+    from pglab.algos.ghm_train import build_solver
+    from pglab.envs.simulator import TrajectorySimulator
+
+    action_repeat = train_config.action_repeat
+    assert action_repeat is not None  # set by GHMTrainConfig
 
     def make_solver():
-        return build_solver(
-            train_config,
-            policy,
-            baseline,
-            simulator=TrajectorySimulator(
-                model, train_config.dt, train_config.T, action_repeat=train_config.action_repeat
-            ),
-            generator=generator,
-        )
+        simulator = TrajectorySimulator(model, train_config.dt, train_config.T, action_repeat=action_repeat)
+        return build_solver(train_config, policy, baseline, simulator=simulator, generator=generator)
 
-    solver = make_solver()
-    solver.train_step()  # warm-up
-    iteration_times = []
-    for _ in range(config.iterations):
-        _sync(device)
-        start = time.perf_counter()
-        solver.train_step()
-        _sync(device)
-        iteration_times.append(time.perf_counter() - start)
+    iteration_s = _median_iteration_s(make_solver(), config.iterations, device)
     threads = torch.get_num_threads()
     load_rows = (
         steadiness_under_load(make_solver, config.load_threads, config.iterations, device)
@@ -256,29 +312,15 @@ def main(argv: list[str]) -> int:
         else []
     )
     torch.set_num_threads(threads)
+    return {"train_iteration_s": iteration_s, "under_load": load_rows}
 
-    state_steps = config.num_paths * num_steps
-    result = {
-        "device": str(device),
-        "threads": torch.get_num_threads(),
-        "batched_state_steps_per_s": state_steps / batched_s,
-        "naive_state_steps_per_s": config.naive_paths * num_steps / naive_s,
-        "forward_only_state_steps_per_s": state_steps / forward_s,
-        "train_iteration_s": statistics.median(iteration_times),
-        "train_paths": train_config.n_trajectories,
-        "action_repeat": train_config.action_repeat,
-        "rollout_step_by_step_s": step_by_step_s,
-        "rollout_held_network_s": held_s,
-        "rollout_held_table_s": table_s,
-        "under_load": load_rows,
-    }
-    result["speedup_vs_naive"] = result["batched_state_steps_per_s"] / result["naive_state_steps_per_s"]
-    result["fraction_of_forward_bound"] = result["batched_state_steps_per_s"] / result["forward_only_state_steps_per_s"]
-    if config.json:
-        print(json.dumps(result, indent=2))
-        return 0
+
+def _print_result(result: dict[str, Any], num_paths: int) -> None:
+    """The benchmark's table, each figure with its target."""
+    num_steps, train_paths, action_repeat = result["num_steps"], result["train_paths"], result["action_repeat"]
     print(
-        f"GHM rollout benchmark on {device} ({result['threads']} threads), {config.num_paths} paths x {num_steps} steps"
+        f"GHM rollout benchmark on {result['device']} ({result['threads']} threads), {num_paths} paths x "
+        f"{num_steps} steps"
     )
     print(f"{'what':<38} {'state-steps/s':>14}")
     print(f"{'batched simulator, policy every step':<38} {result['batched_state_steps_per_s']:>14,.0f}")
@@ -287,16 +329,17 @@ def main(argv: list[str]) -> int:
     print(f"batched / naive = {result['speedup_vs_naive']:.0f}x   (target >= 50x)")
     print(f"batched / forward-only bound = {100 * result['fraction_of_forward_bound']:.0f}%   (target >= 50%)")
     print(
-        f"one training iteration ({train_config.n_trajectories} paths x {num_steps} steps, action_repeat "
-        f"{train_config.action_repeat}, rollout + both updates): {result['train_iteration_s']:.3f} s (target <= 1.5 s)"
+        f"one training iteration ({train_paths} paths x {num_steps} steps, action_repeat "
+        f"{action_repeat}, rollout + both updates): {result['train_iteration_s']:.3f} s (target <= 1.5 s)"
     )
     print(
-        f"training rollout ({train_config.n_trajectories} paths x {num_steps} steps, action_repeat {train_config.action_repeat}): "
-        f"step by step {step_by_step_s:.3f} s, held steps batched {held_s:.3f} s, batched + policy table {table_s:.3f} s"
+        f"training rollout ({train_paths} paths x {num_steps} steps, action_repeat {action_repeat}): "
+        f"step by step {result['rollout_step_by_step_s']:.3f} s, held steps batched "
+        f"{result['rollout_held_network_s']:.3f} s, batched + policy table {result['rollout_held_table_s']:.3f} s"
     )
-    for row in load_rows:
+    for row in result["under_load"]:
         print(
-            f"{row['threads']} thread(s): iteration {row['idle_iteration_s']:.3f} s idle, {row['loaded_iteration_s']:.3f} s beside "
-            f"a CPU-bound process, ratio {row['ratio']:.2f} (target <= 2.5; load average {row['load_average_1min']:.1f})"
+            f"{row['threads']} thread(s): iteration {row['idle_iteration_s']:.3f} s idle, "
+            f"{row['loaded_iteration_s']:.3f} s beside a CPU-bound process, ratio {row['ratio']:.2f} "
+            f"(target <= 2.5; load average {row['load_average_1min']:.1f})"
         )
-    return 0

@@ -10,7 +10,7 @@ finite-difference optimum, the table has:
 * the HJB residual ``max |rho V - max_u H|`` on the interior and ``V(0)``
   (:func:`pglab.commands.validate.validate_checkpoint`, computed afresh; not written into
   the runs);
-* wall-clock seconds and simulated state-steps of training, and those needed to first
+* wall-clock seconds and simulated path-steps (``env_steps``) of training, and those needed to first
   reach 95% / 99% of ``V*`` at every quick-check point (from ``eval.csv``: the quick
   checks run every ``eval_interval`` iterations, so these are resolved to that interval;
   they use the exact FD value of the policy, ``exact/pct_optimal_min``, where the run logged
@@ -46,12 +46,18 @@ def _quick_check_min(row: dict[str, str]) -> str:
     return value if value not in (None, "", "nan") else row.get("eval/pct_optimal_min", "")
 
 
+def _env_steps(row: dict[str, str]) -> float:
+    """A quick check's simulated path-steps so far (``env_steps``; ``sim_steps`` in the
+    eval.csv of runs made by an older pglab)."""
+    return float(row.get("env_steps", row.get("sim_steps", "nan")))
+
+
 def _first_reaching(eval_rows: list[dict[str, str]], target: float) -> tuple[float | None, float | None]:
     """(wall-clock s, simulated steps) of the first quick check whose worst point is >= target %."""
     for row in eval_rows:
         value = _quick_check_min(row)
         if value not in ("", "nan") and float(value) >= target:
-            return float(row["wall_time"]), float(row["sim_steps"])
+            return float(row["wall_time"]), _env_steps(row)
     return None, None
 
 
@@ -83,7 +89,7 @@ def summarize_run(run_dir: Path, config: CompareConfig) -> dict[str, Any]:
         "seed": stored["config"].get("seed"),
         "iterations": evaluation["iteration"],
         "wall_time_s": float(last.get("wall_time", "nan")),
-        "sim_steps": float(last.get("sim_steps", "nan")),
+        "env_steps": _env_steps(last) if last else math.nan,
         "dividend_threshold": evaluation["learned_thresholds"]["dividend_rate"],
         "issuance_below": evaluation["learned_thresholds"]["issuance_rate"],
     }
@@ -134,7 +140,7 @@ def comparison_table(rows: list[dict[str, Any]], config: CompareConfig) -> tuple
                 _fmt(row.get("hjb_residual_max"), ".2e"),
                 _fmt(row.get("value_at_zero"), ".3f"),
                 _fmt(row["wall_time_s"], ".0f"),
-                _fmt(row["sim_steps"], ".3g"),
+                _fmt(row["env_steps"], ".3g"),
             ]
             + [_fmt(row[f"wall_s_to_{t:g}"], ".0f") for t in config.targets]
             + [_fmt(row[f"steps_to_{t:g}"], ".3g") for t in config.targets]
@@ -186,7 +192,8 @@ def comparison_plot_data(rows: list[dict[str, Any]]) -> dict[str, Any]:
         label = f"{row['solver']}, seed {row.get('seed')}"
         repeats = sum(1 for previous in labels if previous.split(" #")[0] == label)
         labels.append(label if repeats == 0 else f"{label} #{repeats + 1}")
-    curves = []
+    curves: list[dict[str, Any]] = []
+    curve_values: list[float] = []
     for label, row in zip(labels, rows, strict=False):
         with (Path(row["run"]) / "eval.csv").open() as handle:
             eval_rows = list(csv.DictReader(handle))
@@ -196,15 +203,16 @@ def comparison_plot_data(rows: list[dict[str, Any]]) -> dict[str, Any]:
             if _quick_check_min(r) not in (None, "", "nan")
         ]
         curves.append({"label": label, "wall_time": [p[0] for p in points], "pct": [p[1] for p in points]})
+        curve_values += [p[1] for p in points]
     cash = rows[0]["eval_cash"]
     bars = [
         {"label": label, "pct": [row.get(f"pct_c{c:g}") for c in cash]}
         for label, row in zip(labels, rows, strict=False)
     ]
-    curve_values = [v for curve in curves for v in curve["pct"]]
-    bar_values = [v for bar in bars for v in bar["pct"] if v is not None]
+    bar_values = [float(v) for bar in bars for v in bar["pct"] if v is not None]
+    runs = f"{len(rows)} run{'' if len(rows) == 1 else 's'}"
     return {
-        "title": f"GHM solvers against the finite-difference optimum V* ({len(rows)} run{'s' if len(rows) != 1 else ''})",
+        "title": f"GHM solvers against the finite-difference optimum V* ({runs})",
         "target": TARGET_PCT,
         "target_label": f"target {TARGET_PCT:g} % of V*",
         "cash": cash,

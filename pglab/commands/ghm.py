@@ -9,10 +9,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pglab.configs.ghm import GHMEvaluateConfig, GHMSolveConfig, GHMTrainConfig
 from pglab.run.config import parse_flags
 from pglab.validation import check_output_file
+
+if TYPE_CHECKING:  # torch-free at import: --help never imports torch
+    from pglab.algos.ghm_agent import GHMAgent
 
 __all__ = ["GHMEvaluateConfig", "GHMSolveConfig", "GHMTrainConfig", "evaluate", "solve", "train"]
 
@@ -48,21 +54,28 @@ def evaluate(argv: list[str]) -> int:
     import torch
 
     from pglab.algos.ghm_agent import agent_from_checkpoint
-    from pglab.algos.ghm_train import evaluate_against_reference, exact_policy_value, format_table, reference_solution
-    from pglab.configs.ghm import GHM_KINDS, final_eval_dt
-    from pglab.errors import ConfigError, UsageError
-    from pglab.run.atomic import atomic_write_json
+    from pglab.configs.ghm import GHM_KINDS
     from pglab.run.checkpoint import load_checkpoint_file
     from pglab.run.device import resolve_device
-    from pglab.run.rundir import find_run_dir
 
     device = resolve_device(config.device)
     if config.threads > 0:
         torch.set_num_threads(config.threads)
     checkpoint = load_checkpoint_file(config.checkpoint, kinds=GHM_KINDS, map_location=device)
     agent = agent_from_checkpoint(checkpoint, device=device)
-    liquidation = agent.model.params.liquidation_cash
     cash_levels = list(config.cash) if config.cash is not None else list(agent.config.eval_cash)
+    _check_cash_levels(agent, cash_levels)
+    report, table = _evaluate_agent(config, agent, checkpoint, cash_levels, device)
+    _write_report(config, report, table)
+    return 0
+
+
+def _check_cash_levels(agent: GHMAgent, cash_levels: list[float]) -> None:
+    """Each initial cash level must lie above the run's liquidation point and inside 90% of
+    its FD grid (a :class:`ConfigError` naming ``cash``)."""
+    from pglab.errors import ConfigError
+
+    liquidation = agent.model.params.liquidation_cash
     for cash in cash_levels:  # the run's model says where the firm is liquidated
         if cash <= liquidation:
             raise ConfigError(
@@ -77,25 +90,37 @@ def evaluate(argv: list[str]) -> int:
                 f"lies beyond 90% of the run's FD grid (fd_x_max={agent.config.fd_x_max:g}, in the "
                 "model's state), where V* is not computed",
             )
+
+
+def _evaluate_agent(
+    config: GHMEvaluateConfig, agent: GHMAgent, checkpoint: dict[str, Any], cash_levels: list[float], device: Any
+) -> tuple[dict[str, Any], str]:
+    """Simulate the agent's policy from ``cash_levels`` against the run's FD reference (its
+    cached ``fd_reference.npz``, or solved afresh). Unset options take the run's own
+    final-evaluation settings, so the defaults reproduce its final table. Returns the
+    report and its table."""
+    from pglab.algos.ghm_train import evaluate_against_reference, exact_policy_value, format_table, reference_solution
+    from pglab.configs.ghm import final_eval_dt
+    from pglab.errors import UsageError
+    from pglab.run.rundir import find_run_dir
+
     try:
-        cache = find_run_dir(checkpoint["path"]) / "fd_reference.npz"
+        cache: Path | None = find_run_dir(checkpoint["path"]) / "fd_reference.npz"
     except UsageError:  # a checkpoint outside a run directory: solve the reference afresh
         cache = None
     solution = reference_solution(agent.config, agent.model, cache if cache is not None and cache.exists() else None)
-    # unset: the run's own final-evaluation settings, so the defaults reproduce its final table
     episodes = config.episodes if config.episodes is not None else agent.config.eval_paths
     tail_tolerance = config.tail_tolerance if config.tail_tolerance is not None else agent.config.eval_tail_tolerance
     seed = config.seed if config.seed is not None else agent.config.seed + 2
     dt = config.dt or final_eval_dt(agent.config)
     if dt > agent.config.dt:
-        import warnings
-
         warnings.warn(
             f"dt {dt:g} is coarser than the run's training dt {agent.config.dt:g}: the simulated value's "
             "time-step error grows with dt (the exact column does not depend on it)",
             UserWarning,
             stacklevel=1,
         )
+    assert agent.config.absorption is not None  # set by GHMTrainConfig
     result, rows = evaluate_against_reference(
         agent.policy,
         agent.model,
@@ -126,6 +151,14 @@ def evaluate(argv: list[str]) -> int:
         "tail_tolerance": tail_tolerance,
         "rows": rows,
     }
+    return report, format_table(rows, result.simulated_time, result.num_paths, dt=dt)
+
+
+def _write_report(config: GHMEvaluateConfig, report: dict[str, Any], table: str) -> None:
+    """``--output`` (JSON), and the report on stdout: JSON (``--json``) or the table."""
+    from pglab.errors import ConfigError
+    from pglab.run.atomic import atomic_write_json
+
     if config.output is not None:
         try:
             atomic_write_json(config.output, report)
@@ -134,11 +167,10 @@ def evaluate(argv: list[str]) -> int:
     if config.json:
         print(json.dumps(report, indent=2))
     else:
-        print(f"{checkpoint['path']} ({checkpoint['kind']}, iteration {agent.iteration})")
-        print(format_table(rows, result.simulated_time, result.num_paths, dt=dt))
+        print(f"{report['checkpoint']} ({report['kind']}, iteration {report['iteration']})")
+        print(table)
     if config.output is not None:
         print(f"wrote {config.output}", file=sys.stderr)
-    return 0
 
 
 def solve(argv: list[str]) -> int:

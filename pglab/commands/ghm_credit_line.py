@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 from pglab.configs.ghm import CreditLineSolveConfig
 from pglab.run.config import parse_flags
@@ -40,13 +41,14 @@ def solve(argv: list[str]) -> int:
         )
     )
     limit = params.credit_limit
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     for name, model, shift in (("credit_line", line, limit), ("ghm", plain, 0.0)):
         solution = solve_hjb_1d_extrapolated(model, x_max=config.x_max, num_nodes=config.nodes)
         c_max = min(2.0 + shift, config.x_max)
         report = HJBResidualValidator(model, reference=solution, c_min=config.c_min, c_max=c_max).validate_solution(
             solution
         )
+        assert report.residual_optimal is not None  # an FD solution has a value function
         cash = [c for c in config.cash if c + shift >= 0.0]
         results[name] = {
             "converged": solution.converged,

@@ -203,7 +203,8 @@ def format_report(learned, reference, *, title: str = "", state: str = "cash c")
     width = max(len(row[0]) for row in rows)
     lines = [title] if title else []
     lines.append(
-        f"HJB residual on the state c ({state}) in [{learned.c_min:g}, {learned.c_max:g}] ({learned.n_interior} points; "
+        f"HJB residual on the state c ({state}) in [{learned.c_min:g}, {learned.c_max:g}] "
+        f"({learned.n_interior} points; "
         f"value derivatives: {learned.method})"
     )
     lines.append(f"{'':<{width}}  {'learned':>10}  {'FD reference':>12}")

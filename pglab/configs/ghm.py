@@ -224,9 +224,10 @@ class GHMTrainConfig:
     """baseline / critic gradient steps per iteration (default mc 1, pathwise/actor-critic 4)"""
     score_samples: int | None = None
     """alive (state, action) pairs per iteration scored by the policy loss and regressed by the
-    reward-to-go baseline per gradient step (uniform subsample, unbiased; 0: all, ~45,000 decision pairs for mc at 500 paths);
-    pathwise/actor-critic: (state, target) pairs per critic step (default mc 0, others 25,000;
-    mc 8,000 with 1,000 iterations is ~1.5x faster but lost 1.5-5 points of V* at c0 = 0.25)"""
+    reward-to-go baseline per gradient step (uniform subsample, unbiased; 0: all, ~45,000 decision
+    pairs for mc at 500 paths); pathwise/actor-critic: (state, target) pairs per critic step
+    (default mc 0, others 25,000; mc 8,000 with 1,000 iterations is ~1.5x faster but lost 1.5-5
+    points of V* at c0 = 0.25)"""
     policy_steps: int = 4
     """policy gradient steps per iteration, each on a disjoint subsample of the batch"""
     policy_table_points: int = 4001
@@ -387,6 +388,16 @@ class GHMTrainConfig:
 
     def __post_init__(self):
         check_choice("algo", self.algo, ("mc", "pathwise", "actor-critic"))
+        self._resolve_solver_defaults()
+        self._check_training()
+        self._check_actor_critic()
+        params = self._check_model()
+        self._check_networks()
+        self._check_simulation()
+        self._check_evaluation(params)
+
+    def _resolve_solver_defaults(self) -> None:
+        """Fields left at None take the solver's default (frozen: set through object.__setattr__)."""
         if self.control_variate is None and (self.no_baseline or self.advantage != "reward_to_go"):
             # the control variate needs the critic's slope and per-step returns
             object.__setattr__(self, "control_variate", "none")
@@ -398,10 +409,15 @@ class GHMTrainConfig:
             # 1,000 iterations on one seed of two). The budget grows as 1 / rho below the
             # calibration the defaults were chosen at; above it, it stays 1,000.
             object.__setattr__(self, "n_iterations", mc_iterations(self.params.rho))
-        # Fields left at None take the solver's default (frozen: set through object.__setattr__).
         for name, value in SOLVER_DEFAULTS[self.algo].items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
+
+    def _check_training(self) -> None:
+        """The budget, learning rates, advantages and the policy-gradient options."""
+        assert self.n_iterations is not None and self.n_trajectories is not None  # _resolve_solver_defaults
+        assert self.lr_policy is not None and self.lr_final_fraction is not None
+        assert self.baseline_steps is not None and self.score_samples is not None
         check_int("n_iterations", self.n_iterations, minimum=1)
         check_int("n_trajectories", self.n_trajectories, minimum=2)
         check_positive("lr_policy", self.lr_policy)
@@ -437,6 +453,9 @@ class GHMTrainConfig:
             raise ConfigError(
                 "no_baseline", True, f"--algo {self.algo} needs its critic (no_baseline is for --algo mc)"
             )
+
+    def _check_actor_critic(self) -> None:
+        """The critic's TD(lambda) and HJB-residual settings."""
         check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
         check_range("td_final_fraction", self.td_final_fraction, 0.0, 1.0)
         if self.td_final_fraction != 1.0 and self.algo != "actor-critic":
@@ -452,19 +471,28 @@ class GHMTrainConfig:
             check_positive("hjb_c_max", self.hjb_c_max)
             if self.hjb_c_min is not None and self.hjb_c_max <= self.hjb_c_min:
                 raise ConfigError("hjb_c_max", self.hjb_c_max, f"must exceed hjb_c_min={self.hjb_c_min}")
+
+    def _check_model(self) -> GHMParams:
+        """The model and its parameters (validated by their own class); returns them. Then
+        the HJB collocation interval, whose default end comes from the model."""
         check_choice("model", self.model, ("ghm", "credit-line"))
         check_non_negative("credit_limit", self.credit_limit)
         check_non_negative("credit_spread", self.credit_spread)
         if not isinstance(self.params, GHMParams):  # GHMParams validates its own fields
             raise ConfigError("params", self.params, "must be a GHMParams")
         params = self.model_params()  # validates the model's own parameters (credit_limit, ...)
-        if self.hjb_c_min is not None and self.hjb_c_max is None and self.hjb_interval()[1] <= self.hjb_c_min:
+        interval = self.hjb_interval()  # (hjb_c_min, its default upper end) unless hjb_c_max is given
+        if interval is not None and self.hjb_c_max is None and interval[1] <= interval[0]:
             raise ConfigError(
                 "hjb_c_min",
                 self.hjb_c_min,
                 f"must be below the default hjb_c_max = 1.25 x the state of "
-                f"initial_cash_high = {self.hjb_interval()[1]:g} (or give hjb_c_max)",
+                f"initial_cash_high = {interval[1]:g} (or give hjb_c_max)",
             )
+        return params
+
+    def _check_networks(self) -> None:
+        """Layer sizes, the policy's initial mean and its std's clamps."""
         check_int_sequence("policy_hidden_dims", self.policy_hidden_dims)
         check_int_sequence("baseline_hidden_dims", self.baseline_hidden_dims)
         check_range("log_std_init", self.log_std_init, -20.0, 5.0)
@@ -474,6 +502,10 @@ class GHMTrainConfig:
         check_positive("max_std", self.max_std)
         if self.min_std >= self.max_std:
             raise ConfigError("min_std", self.min_std, f"must be < max_std={self.max_std}")
+
+    def _check_simulation(self) -> None:
+        """The time grid, the decision interval and its schedule, and the simulator backend."""
+        assert self.action_repeat is not None  # _resolve_solver_defaults
         check_positive("dt", self.dt)
         check_positive("T", self.T)
         if self.dt >= self.T:
@@ -497,6 +529,10 @@ class GHMTrainConfig:
                 raise ConfigError(
                     "final_action_repeat", self.final_action_repeat, f"must be <= action_repeat={self.action_repeat}"
                 )
+
+    def _check_evaluation(self, params: GHMParams) -> None:
+        """Logging and evaluation cadence, the evaluated cash levels (inside the model's
+        range and the FD grid), the FD reference, the seed and the device."""
         for name in ("log_interval", "eval_interval", "save_interval"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("eval_quick_paths", self.eval_quick_paths, minimum=0)

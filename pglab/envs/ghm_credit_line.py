@@ -41,6 +41,7 @@ class GHMCreditLineModel(GHMModel):
     and the Brownian-bridge survival are GHM's."""
 
     state_names = ("liquidity",)
+    params: CreditLineParams
 
     def __init__(self, params: CreditLineParams | None = None):
         super().__init__(params or CreditLineParams())

@@ -49,6 +49,7 @@ detached tensors.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import multiprocessing
@@ -65,7 +66,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from pglab.contracts import check_tensor
 from pglab.envs.dynamics import ContinuousTimeModel
 from pglab.envs.simulator import RolloutNoise, SimulatorPolicy, Trajectories, TrajectorySimulator
 from pglab.errors import ConfigError, WorkerError
@@ -162,6 +162,7 @@ def _process_worker_main(connection) -> None:
             return
         if not message:
             return
+        reply: tuple[str, Any]
         try:
             payload, task = pickle.loads(message)
             reply = ("ok", _simulate_slice(payload, task))
@@ -272,11 +273,9 @@ class _ProcessPool:
 
     @staticmethod
     def _stop(workers, grace_s: float = 0.5) -> None:
-        for process, connection in workers:
-            try:
+        for _, connection in workers:
+            with contextlib.suppress(OSError, ValueError):  # the worker is gone already
                 connection.send_bytes(b"")
-            except (OSError, ValueError):
-                pass
         deadline = time.monotonic() + grace_s
         for process, connection in workers:
             process.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -426,23 +425,12 @@ class ParallelTrajectorySimulator(TrajectorySimulator):
                 "call it under torch.no_grad() (Monte Carlo rollouts, evaluation) or use TrajectorySimulator "
                 "for pathwise gradients"
             )
-        num_paths, num_steps = initial_states.shape[0], self.num_steps
+        num_paths = initial_states.shape[0]
         device, dtype = initial_states.device, initial_states.dtype
         if noise is None:
             noise = self.draw_noise(num_paths, generator, device=device, dtype=dtype)
         else:
-            dims = {"B": num_paths}
-            check_tensor(
-                "state_noise", noise.state_noise, ("B", num_steps, model.state_dim), dtype, dims=dims, where="rollout"
-            )
-            check_tensor(
-                "action_noise",
-                noise.action_noise,
-                ("B", num_steps, model.action_dim),
-                dtype,
-                dims=dims,
-                where="rollout",
-            )
+            self._check_noise(noise, initial_states)
 
         slices = self.slices(num_paths)
         # Ray workers may run elsewhere: cloudpickle also ships classes defined in a script.
@@ -551,10 +539,8 @@ class ParallelTrajectorySimulator(TrajectorySimulator):
     @staticmethod
     def _cancel(ray, refs) -> None:
         for ref in refs:
-            try:
+            with contextlib.suppress(Exception):  # already finished or gone
                 ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - already finished or gone
-                pass
 
     def _ensure_ray(self):
         ray = _import_ray()
@@ -582,12 +568,6 @@ class ParallelTrajectorySimulator(TrajectorySimulator):
             if ray.is_initialized():
                 ray.shutdown()
             self._started_ray = False
-
-    def __enter__(self) -> ParallelTrajectorySimulator:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (

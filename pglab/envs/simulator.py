@@ -20,7 +20,7 @@ hands each worker its slice of the same noise reproduces the single-process resu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -298,6 +298,16 @@ class TrajectorySimulator:
         self.num_steps = num_steps
         self.discount = math.exp(-model.discount_rate * dt)
 
+    # -- lifetime: nothing to release here; a simulator with workers stops them in close()
+    def close(self) -> None:
+        """Release what the simulator holds (nothing for the batched one)."""
+
+    def __enter__(self) -> TrajectorySimulator:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
     def draw_noise(
         self, num_paths: int, generator: torch.Generator | None, *, device, dtype=torch.float32
     ) -> RolloutNoise:
@@ -333,87 +343,120 @@ class TrajectorySimulator:
         Gradients flow through the simulation unless the caller disables them
         (the Monte Carlo trainer rolls out under ``torch.no_grad()``).
         """
-        model = self.model
-        model.check_batch(initial_states, where="TrajectorySimulator.rollout")
-        num_paths, num_steps = initial_states.shape[0], self.num_steps
-        device, dtype = initial_states.device, initial_states.dtype
+        self.model.check_batch(initial_states, where="TrajectorySimulator.rollout")
         if noise is None:
-            noise = self.draw_noise(num_paths, generator, device=device, dtype=dtype)
+            noise = self.draw_noise(
+                initial_states.shape[0], generator, device=initial_states.device, dtype=initial_states.dtype
+            )
         else:
-            dims = {"B": num_paths}
-            check_tensor(
-                "state_noise", noise.state_noise, ("B", num_steps, model.state_dim), dtype, dims=dims, where="rollout"
-            )
-            check_tensor(
-                "action_noise",
-                noise.action_noise,
-                ("B", num_steps, model.action_dim),
-                dtype,
-                dims=dims,
-                where="rollout",
-            )
-            if self.absorption == "bridge":
-                if noise.survival_noise is None:
-                    raise ValueError(
-                        "rollout: absorption='bridge' needs noise.survival_noise [B, T] (RolloutNoise.with_survival)"
-                    )
-                check_tensor(
-                    "survival_noise", noise.survival_noise, ("B", num_steps), dtype, dims=dims, where="rollout"
-                )
-        low, high = model.control.bounds(initial_states)
-
-        # One pass per decision interval [start, stop): the policy acts once and the model
-        # advances all held steps in one batched call (held_control_steps). Absorption does
-        # not feed back into the dynamics (it only freezes a path), so it is applied once,
-        # to the whole [B, T] path, after the loop. A path absorbed inside an interval
-        # restarts the next interval from that interval's start state: what it then
-        # simulates is masked out, and its decisions stay inside the policy's usual range.
-        path_seq, actions_seq, controls_seq, rewards_seq = [], [], [], []
-        state = initial_states
-        alive_at_start = ~model.terminated(initial_states)  # [B]
-        alive = alive_at_start
-        for start in range(0, num_steps, self.action_repeat):
-            stop = min(start + self.action_repeat, num_steps)
-            held = stop - start
-            mean, std = policy.mean_std(state)
-            action = mean if deterministic else mean + std * noise.action_noise[:, start]
-            control = torch.maximum(torch.minimum(action, high), low)
-            path, reward = model.held_control_steps(
-                state, control, noise.state_noise[:, start:stop], self.dt
-            )  # [B, n, S], [B, n]
-            path_seq.append(path)
-            rewards_seq.append(reward)
-            actions_seq.append(action.unsqueeze(1).expand(-1, held, -1))
-            controls_seq.append(control.unsqueeze(1).expand(-1, held, -1))
-            alive = alive & ~model.terminated(path.reshape(num_paths * held, -1)).view(num_paths, held).any(1)
-            state = torch.where(alive.unsqueeze(1), path[:, -1], state)
-        # -- absorption, once for all steps --------------------------------------------------
-        path = torch.cat(path_seq, dim=1)  # [B, T, S]: state after each step, before absorption
-        terminated = model.terminated(path.reshape(num_paths * num_steps, -1)).view(num_paths, num_steps)
-        if self.absorption == "bridge":
-            # killed inside step t with probability 1 - survival(x_t -> x_{t+1}) (continuous monitoring)
-            before = torch.cat([initial_states.unsqueeze(1), path[:, :-1]], dim=1).reshape(num_paths * num_steps, -1)
-            controls_flat = torch.cat(controls_seq, dim=1).reshape(num_paths * num_steps, -1)
-            survival = model.step_survival(before, path.reshape(num_paths * num_steps, -1), controls_flat, self.dt)
-            terminated = terminated | (noise.survival_noise >= survival.view(num_paths, num_steps))
-        # done_t: absorbed at or before the end of step t (or at the start)
-        dones = (torch.cumsum(terminated, dim=1) > 0) | ~alive_at_start.unsqueeze(1)
-        # mask_t: alive at the start of step t = not done by the end of step t-1
-        masks = torch.cat([alive_at_start.unsqueeze(1), ~dones[:, :-1]], dim=1).to(dtype)
-        # An absorbed path stays where it was absorbed: the state after step t is the state
-        # after the path's last step taken alive (the initial state if there was none).
-        moved = masks.sum(1, keepdim=True).long()  # [B, 1], steps taken alive (a prefix)
-        steps = torch.arange(num_steps, device=device).unsqueeze(0)
-        frozen = path.gather(1, torch.minimum(steps, moved - 1).clamp_min(0).unsqueeze(2).expand(-1, -1, path.shape[2]))
-        states = torch.where((moved > 0).unsqueeze(2), frozen, initial_states.unsqueeze(1))
+            self._check_noise(noise, initial_states)
+        held = self._held_decisions(policy, initial_states, noise, deterministic)
+        masks, dones, states = self._absorb(initial_states, held, noise)
         return Trajectories(
             states=torch.cat([initial_states.unsqueeze(1), states], dim=1),
-            actions=torch.cat(actions_seq, dim=1),
-            controls=torch.cat(controls_seq, dim=1),
-            rewards=torch.cat(rewards_seq, dim=1) * masks,
+            actions=torch.cat(held.actions, dim=1),
+            controls=torch.cat(held.controls, dim=1),
+            rewards=torch.cat(held.rewards, dim=1) * masks,
             masks=masks,
             dones=dones,
             discount=self.discount,
             dt=self.dt,
             action_repeat=self.action_repeat,
         )
+
+    def _check_noise(self, noise: RolloutNoise, initial_states: torch.Tensor) -> None:
+        """Explicit noise must have the rollout's shapes and dtype (and the survival draws
+        for ``absorption="bridge"``)."""
+        model, num_steps, dtype = self.model, self.num_steps, initial_states.dtype
+        dims = {"B": initial_states.shape[0]}
+        check_tensor(
+            "state_noise", noise.state_noise, ("B", num_steps, model.state_dim), dtype, dims=dims, where="rollout"
+        )
+        check_tensor(
+            "action_noise",
+            noise.action_noise,
+            ("B", num_steps, model.action_dim),
+            dtype,
+            dims=dims,
+            where="rollout",
+        )
+        if self.absorption == "bridge":
+            if noise.survival_noise is None:
+                raise ValueError(
+                    "rollout: absorption='bridge' needs noise.survival_noise [B, T] (RolloutNoise.with_survival)"
+                )
+            check_tensor("survival_noise", noise.survival_noise, ("B", num_steps), dtype, dims=dims, where="rollout")
+
+    def _held_decisions(
+        self, policy: SimulatorPolicy, initial_states: torch.Tensor, noise: RolloutNoise, deterministic: bool
+    ) -> _HeldSteps:
+        """The dynamics, before absorption: one pass per decision interval ``[start, stop)``,
+        in which the policy acts once and the model advances all held steps in one batched
+        call (``held_control_steps``).
+
+        Absorption does not feed back into the dynamics (it only freezes a path), so
+        :meth:`_absorb` applies it once, to the whole ``[B, T]`` path. A path absorbed inside
+        an interval restarts the next interval from that interval's start state: what it then
+        simulates is masked out, and its decisions stay inside the policy's usual range."""
+        model, num_paths = self.model, initial_states.shape[0]
+        low, high = model.control.bounds(initial_states)
+        held = _HeldSteps(alive_at_start=~model.terminated(initial_states))  # [B]
+        state, alive = initial_states, held.alive_at_start
+        for start in range(0, self.num_steps, self.action_repeat):
+            stop = min(start + self.action_repeat, self.num_steps)
+            steps = stop - start
+            mean, std = policy.mean_std(state)
+            action = mean if deterministic else mean + std * noise.action_noise[:, start]
+            control = torch.maximum(torch.minimum(action, high), low)
+            path, reward = model.held_control_steps(
+                state, control, noise.state_noise[:, start:stop], self.dt
+            )  # [B, n, S], [B, n]
+            held.paths.append(path)
+            held.rewards.append(reward)
+            held.actions.append(action.unsqueeze(1).expand(-1, steps, -1))
+            held.controls.append(control.unsqueeze(1).expand(-1, steps, -1))
+            alive = alive & ~model.terminated(path.reshape(num_paths * steps, -1)).view(num_paths, steps).any(1)
+            state = torch.where(alive.unsqueeze(1), path[:, -1], state)
+        return held
+
+    def _absorb(
+        self, initial_states: torch.Tensor, held: _HeldSteps, noise: RolloutNoise
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Absorption, once for all steps: ``(masks [B, T], dones [B, T], states [B, T, S])``,
+        the states after each step frozen where the path was absorbed."""
+        model, num_steps = self.model, self.num_steps
+        num_paths = initial_states.shape[0]
+        path = torch.cat(held.paths, dim=1)  # [B, T, S]: state after each step, before absorption
+        terminated = model.terminated(path.reshape(num_paths * num_steps, -1)).view(num_paths, num_steps)
+        if self.absorption == "bridge":
+            assert noise.survival_noise is not None  # drawn or checked with the noise
+            # killed inside step t with probability 1 - survival(x_t -> x_{t+1}) (continuous monitoring)
+            before = torch.cat([initial_states.unsqueeze(1), path[:, :-1]], dim=1).reshape(num_paths * num_steps, -1)
+            controls_flat = torch.cat(held.controls, dim=1).reshape(num_paths * num_steps, -1)
+            survival = model.step_survival(before, path.reshape(num_paths * num_steps, -1), controls_flat, self.dt)
+            terminated = terminated | (noise.survival_noise >= survival.view(num_paths, num_steps))
+        alive_at_start = held.alive_at_start
+        # done_t: absorbed at or before the end of step t (or at the start)
+        dones = (torch.cumsum(terminated, dim=1) > 0) | ~alive_at_start.unsqueeze(1)
+        # mask_t: alive at the start of step t = not done by the end of step t-1
+        masks = torch.cat([alive_at_start.unsqueeze(1), ~dones[:, :-1]], dim=1).to(initial_states.dtype)
+        # An absorbed path stays where it was absorbed: the state after step t is the state
+        # after the path's last step taken alive (the initial state if there was none).
+        moved = masks.sum(1, keepdim=True).long()  # [B, 1], steps taken alive (a prefix)
+        steps = torch.arange(num_steps, device=initial_states.device).unsqueeze(0)
+        frozen = path.gather(1, torch.minimum(steps, moved - 1).clamp_min(0).unsqueeze(2).expand(-1, -1, path.shape[2]))
+        states = torch.where((moved > 0).unsqueeze(2), frozen, initial_states.unsqueeze(1))
+        return masks, dones, states
+
+
+@dataclass
+class _HeldSteps:
+    """A rollout's dynamics before absorption, one entry per decision interval: the states
+    after each held step ``[B, n, S]``, their rewards ``[B, n]``, and the raw actions and
+    applied controls repeated over the interval ``[B, n, A]``."""
+
+    alive_at_start: torch.Tensor
+    paths: list[torch.Tensor] = field(default_factory=list)
+    rewards: list[torch.Tensor] = field(default_factory=list)
+    actions: list[torch.Tensor] = field(default_factory=list)
+    controls: list[torch.Tensor] = field(default_factory=list)

@@ -179,7 +179,7 @@ def solve_hjb_1d(
     value_inner = np.zeros(num_nodes)
     converged = False
     iteration = 0
-    for iteration in range(1, max_iterations + 1):
+    for iteration in range(1, max_iterations + 1):  # noqa: B007 - the count is the solution's `iterations`
         value_inner = _evaluate_policy(reward[choice, nodes], lower[choice, nodes], upper[choice, nodes], rho, boundary)
         below = np.concatenate([[boundary], value_inner[:-1]])
         above = np.concatenate([value_inner[1:], value_inner[-1:]])

@@ -180,6 +180,7 @@ def hjb_residual_for_training(
         if controls is not None:
             best = hamiltonian(model, inputs, controls, first[:, 0], second[:, 0])
         else:
+            assert candidates is not None  # exactly one of the two, checked above
             best, _ = max_hamiltonian(model, inputs, first[:, 0], second[:, 0], candidates)
         return model.discount_rate * values - best
 
@@ -439,60 +440,99 @@ class HJBResidualValidator:
     # -- the computation -----------------------------------------------------------------------
 
     def _report(self, derivatives, controls, *, method: str, source: str) -> HJBValidationReport:
-        model, grid, interior, layer = self.model, self.grid, self.interior, self.layer
-        rho = model.discount_rate
-        states = self.states
-        to_tensor = lambda array: torch.as_tensor(array, dtype=self.dtype)  # noqa: E731
-        stats = lambda residual, mask: ResidualStats.of(grid[mask], residual[mask], self.scale[mask])  # noqa: E731
+        """The report of a value ``(V, V', V'')`` on the grid (``None``: no value function)
+        and of controls ``[N, A]`` (``None``: no policy)."""
         curves: dict[str, np.ndarray] = {
-            "states": grid,
+            "states": self.grid,
             "value_reference": self.ref_value,
             "controls_reference": self.ref_controls,
         }
-        residual_optimal = residual_policy = gap = layer_stats = value_error = policy_error = None
-        value_at_zero = None
         with torch.no_grad():
-            if derivatives is not None:
-                value, first, second = derivatives
-                best, _ = max_hamiltonian(model, states, to_tensor(first), to_tensor(second), self.candidates)
-                r_opt = rho * value - best.double().numpy()
-                residual_optimal = stats(r_opt, interior)
-                layer_stats = stats(r_opt, layer) if layer.any() else None
-                curves.update(value=value, residual_optimal=r_opt)
-                value_at_zero = float(value[0])
-                error = np.abs(value - self.ref_value)[interior]
-                value_error = {
-                    "sup_abs": float(error.max()),
-                    "mean_abs": float(error.mean()),
-                    "sup_rel": float((error / np.abs(self.ref_value[interior])).max()),
-                    "argsup": float(grid[interior][int(np.argmax(error))]),
-                }
-                if controls is not None:
-                    own = (
-                        hamiltonian(model, states, to_tensor(controls), to_tensor(first), to_tensor(second))
-                        .double()
-                        .numpy()
-                    )
-                    r_pi = rho * value - own
-                    residual_policy = stats(r_pi, interior)
-                    curves["residual_policy"] = r_pi
-            if controls is not None:
-                ref_first, ref_second = to_tensor(self.ref_first), to_tensor(self.ref_second)
-                best, _ = max_hamiltonian(model, states, ref_first, ref_second, self.candidates)
-                own = hamiltonian(model, states, to_tensor(controls), ref_first, ref_second)
-                g = (best - own).double().numpy()
-                gap = stats(g, interior)
-                curves.update(controls=controls, hamiltonian_gap=g)
-                difference = np.abs(controls - self.ref_controls)[interior]
-                policy_error = {
-                    name: {"mean_abs": float(difference[:, j].mean()), "max_abs": float(difference[:, j].max())}
-                    for j, name in enumerate(model.control.names)
-                }
+            value_stats = self._value_statistics(derivatives, controls, curves) if derivatives is not None else {}
+            policy_stats = self._policy_statistics(controls, curves) if controls is not None else {}
         thresholds = {
-            "policy": None if controls is None else control_thresholds(grid, controls, model.control),
-            "reference": control_thresholds(grid, self.ref_controls, model.control),
+            "policy": None if controls is None else control_thresholds(self.grid, controls, self.model.control),
+            "reference": control_thresholds(self.grid, self.ref_controls, self.model.control),
         }
-        reference = {
+        return HJBValidationReport(
+            source=source,
+            method=method,
+            model=self.model.describe(),
+            c_min=self.c_min,
+            c_max=self.c_max,
+            n_points=self.n_points,
+            n_interior=int(self.interior.sum()),
+            tolerance=self.tolerance,
+            residual_optimal=value_stats.get("residual_optimal"),
+            residual_policy=value_stats.get("residual_policy"),
+            hamiltonian_gap=policy_stats.get("hamiltonian_gap"),
+            boundary_layer_residual=value_stats.get("boundary_layer_residual"),
+            value_at_zero=value_stats.get("value_at_zero"),
+            terminal_value=self.terminal_value,
+            value_error=value_stats.get("value_error"),
+            policy_error=policy_stats.get("policy_error"),
+            thresholds=thresholds,
+            reference=self._reference_summary(),
+            curves=curves,
+        )
+
+    def _stats(self, residual: np.ndarray, mask: np.ndarray) -> ResidualStats:
+        return ResidualStats.of(self.grid[mask], residual[mask], self.scale[mask])
+
+    def _value_statistics(
+        self, derivatives: tuple[np.ndarray, np.ndarray, np.ndarray], controls: np.ndarray | None, curves: dict
+    ) -> dict[str, Any]:
+        """The value's optimal residual (interior and boundary layer), ``V(0)``, its error
+        against ``V*`` and, with ``controls``, the policy-evaluation residual; adds their
+        curves to ``curves``."""
+        model, interior, layer = self.model, self.interior, self.layer
+        value, first, second = derivatives
+        first_t, second_t = self._tensor(first), self._tensor(second)
+        best, _ = max_hamiltonian(model, self.states, first_t, second_t, self.candidates)
+        r_opt = model.discount_rate * value - best.double().numpy()
+        curves.update(value=value, residual_optimal=r_opt)
+        error = np.abs(value - self.ref_value)[interior]
+        out: dict[str, Any] = {
+            "residual_optimal": self._stats(r_opt, interior),
+            "boundary_layer_residual": self._stats(r_opt, layer) if layer.any() else None,
+            "value_at_zero": float(value[0]),
+            "value_error": {
+                "sup_abs": float(error.max()),
+                "mean_abs": float(error.mean()),
+                "sup_rel": float((error / np.abs(self.ref_value[interior])).max()),
+                "argsup": float(self.grid[interior][int(np.argmax(error))]),
+            },
+        }
+        if controls is not None:
+            own = hamiltonian(model, self.states, self._tensor(controls), first_t, second_t).double().numpy()
+            r_pi = model.discount_rate * value - own
+            out["residual_policy"] = self._stats(r_pi, interior)
+            curves["residual_policy"] = r_pi
+        return out
+
+    def _policy_statistics(self, controls: np.ndarray, curves: dict) -> dict[str, Any]:
+        """The controls' Hamiltonian gap under ``V*`` (how much they leave of ``max_u H``)
+        and their distance to the optimal controls; adds their curves to ``curves``."""
+        ref_first, ref_second = self._tensor(self.ref_first), self._tensor(self.ref_second)
+        best, _ = max_hamiltonian(self.model, self.states, ref_first, ref_second, self.candidates)
+        own = hamiltonian(self.model, self.states, self._tensor(controls), ref_first, ref_second)
+        gap = (best - own).double().numpy()
+        curves.update(controls=controls, hamiltonian_gap=gap)
+        difference = np.abs(controls - self.ref_controls)[self.interior]
+        return {
+            "hamiltonian_gap": self._stats(gap, self.interior),
+            "policy_error": {
+                name: {"mean_abs": float(difference[:, j].mean()), "max_abs": float(difference[:, j].max())}
+                for j, name in enumerate(self.model.control.names)
+            },
+        }
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(array, dtype=self.dtype)
+
+    def _reference_summary(self) -> dict[str, Any]:
+        """The FD reference's grid, convergence and its scalar metadata."""
+        return {
             "nodes": len(self.reference.grid) - 1,
             "x_max": float(self.reference.grid[-1]),
             "converged": bool(self.reference.converged),
@@ -502,27 +542,6 @@ class HJBResidualValidator:
                 if isinstance(v, (bool, int, float, str, np.generic))
             },
         }
-        return HJBValidationReport(
-            source=source,
-            method=method,
-            model=model.describe(),
-            c_min=self.c_min,
-            c_max=self.c_max,
-            n_points=self.n_points,
-            n_interior=int(interior.sum()),
-            tolerance=self.tolerance,
-            residual_optimal=residual_optimal,
-            residual_policy=residual_policy,
-            hamiltonian_gap=gap,
-            boundary_layer_residual=layer_stats,
-            value_at_zero=value_at_zero,
-            terminal_value=self.terminal_value,
-            value_error=value_error,
-            policy_error=policy_error,
-            thresholds=thresholds,
-            reference=reference,
-            curves=curves,
-        )
 
 
 def _solution_on_grid(solution: FDSolution, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

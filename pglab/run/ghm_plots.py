@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,9 @@ class PolicyPlotData:
     state_label: str = "cash c"
 
 
+COLOURS = ("tab:blue", "tab:red", "tab:green", "tab:purple")  # one per control
+
+
 def plot_policy_value(
     *,
     data: PolicyPlotData,
@@ -60,15 +64,32 @@ def plot_policy_value(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    states = data.states
-    colours = ["tab:blue", "tab:red", "tab:green", "tab:purple"]
+    from pglab.run.plots import save_figure
+
     fig, axes = plt.subplots(2, 2, figsize=(12, 9))
-    ax = axes[0, 0]
+    _plot_rates(axes[0, 0], data, iteration, reference_states, reference_controls)
+    _plot_payout(axes[0, 1], data)
+    _plot_value(axes[1, 0], data, reference_states, reference_values)
+    _plot_std(axes[1, 1], data)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return save_figure(fig, output, dpi=100)
+
+
+def _plot_rates(
+    ax: Any,
+    data: PolicyPlotData,
+    iteration: int,
+    reference_states: np.ndarray | None,
+    reference_controls: np.ndarray | None,
+) -> None:
+    """The applied rates, their pre-clip Gaussian means (dotted) and the FD optimum (dashed)."""
     for j, name in enumerate(data.control_names):
-        colour = colours[j % 4]
-        ax.plot(states, data.rates[:, j], color=colour, label=f"{name} (learned, applied)")
+        colour = COLOURS[j % len(COLOURS)]
+        ax.plot(data.states, data.rates[:, j], color=colour, label=f"{name} (learned, applied)")
         ax.plot(
-            states,
+            data.states,
             data.pre_clip_means[:, j],
             color=colour,
             ls=":",
@@ -92,8 +113,10 @@ def plot_policy_value(
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
 
-    ax = axes[0, 1]
-    ax.plot(states, data.payout, color="tab:purple")
+
+def _plot_payout(ax: Any, data: PolicyPlotData) -> None:
+    """The net payout rate of the applied rates."""
+    ax.plot(data.states, data.payout, color="tab:purple")
     ax.axhline(0.0, color="black", ls="--", alpha=0.3)
     ax.set(
         xlabel=data.state_label,
@@ -102,9 +125,13 @@ def plot_policy_value(
     )
     ax.grid(alpha=0.3)
 
-    ax = axes[1, 0]
+
+def _plot_value(
+    ax: Any, data: PolicyPlotData, reference_states: np.ndarray | None, reference_values: np.ndarray | None
+) -> None:
+    """The learned value against the FD optimum (or a note that there is no value network)."""
     if data.values is not None:
-        ax.plot(states, data.values, color="tab:green", label="learned V(c)")
+        ax.plot(data.states, data.values, color="tab:green", label="learned V(c)")
     if reference_values is not None:
         ax.plot(reference_states, reference_values, color="black", ls="--", label="FD optimum V*(c)")
     ax.set(xlabel=data.state_label, ylabel="value", title="Value function")
@@ -114,15 +141,11 @@ def plot_policy_value(
         ax.text(0.5, 0.5, "no value network", transform=ax.transAxes, ha="center")
     ax.grid(alpha=0.3)
 
-    ax = axes[1, 1]
+
+def _plot_std(ax: Any, data: PolicyPlotData) -> None:
+    """The policy's standard deviation per control."""
     for j, name in enumerate(data.control_names):
-        ax.plot(states, data.std[:, j], color=colours[j % 4], ls="--", label=f"{name} std")
+        ax.plot(data.states, data.std[:, j], color=COLOURS[j % len(COLOURS)], ls="--", label=f"{name} std")
     ax.set(xlabel=data.state_label, ylabel="std", title="Exploration level")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    from pglab.run.plots import save_figure
-
-    return save_figure(fig, output, dpi=100)
