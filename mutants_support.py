@@ -57,7 +57,20 @@ SELECTION: dict[str, list[str]] = {
     + _methods("pglab.algos.tabular.loops", "RADversarialTrainer", "phase"),
     "algos/maxk_pomo (MaxKPOMO)": _methods("pglab.algos.maxk_pomo", "MaxKPOMO", "calculate_loss"),
     "algos/pso_tsp (Deep-PSO)": _functions("pglab.algos.pso_tsp", "shaped_reward", "advantages_and_returns"),
-    "algos/GHM (MC-PG, pathwise, actor-critic)": _methods("pglab.algos.mc_pg", "MonteCarloPolicyGradient", "train_step")
+    "algos/GHM (MC-PG, pathwise, actor-critic)": _methods(
+        "pglab.algos.mc_pg",
+        "MonteCarloPolicyGradient",
+        "train_step",
+        "collect",
+        "bootstrap_value",
+        "score_pairs",
+        "estimate_advantages",
+        "_trajectory_advantages",
+        "_reward_to_go_advantages",
+        "update_policy",
+        "update_baseline",
+        "diagnostics",
+    )
     + _functions("pglab.algos.pathwise", "soft_clip")
     + _methods(
         "pglab.algos.pathwise", "PathwisePolicyGradient", "rollout", "critic_targets", "critic_loss", "train_step"
