@@ -9,9 +9,9 @@ A trainer is *config -> build -> step (and evaluate)*; everything around it live
     with TrainingRun(spec, config, given=given) as run:      # resume, device, threads, seed
         config, device = run.config, run.device
         ...build env, networks, optimiser...                # a failure here leaves nothing
-        if run.checkpoint is not None:
-            ...restore state from run.checkpoint...
-        for iteration in run.steps(config.num_iterations, save=make_checkpoint):
+        run.track(models={"agent": net}, optimizers={"agent": optimizer},
+                  rngs={"action": generator}, state={"env": env})   # restored here on a resume
+        for iteration in run.steps(config.num_iterations):  # checkpoints of the tracked state
             ...one training step...
             run.log(iteration, metrics)                     # metrics.csv, metrics.jsonl, TensorBoard
         run.finish({"return/mean": ...})                    # summary.json
@@ -29,7 +29,11 @@ What the shell guarantees:
   applied when they are resumable: the budget, evaluation, logging, device, threads and
   the checkpoint cadence. Any other given flag whose value differs from the stored run's
   is refused with a :class:`ConfigError` naming it (exit 2).
-- **Checkpoints** are atomic and carry a SHA-256 digest (see :mod:`pglab.run.checkpoint`).
+- **State and checkpoints.** What :meth:`TrainingRun.track` registers is restored on a
+  resume and saved in every checkpoint (see :mod:`pglab.run.state`); checkpoints are
+  atomic and carry a SHA-256 digest (see :mod:`pglab.run.checkpoint`).
+- **Metadata and speed.** The first line of ``metrics.jsonl`` describes the run; every row
+  gets ``perf/step_s`` and ``perf/env_steps_per_s``; an exception leaves an ``error`` line.
 - **Stops.** SIGINT/SIGTERM finish the current step, save a checkpoint and stop; the
   command then exits with :data:`pglab.errors.EXIT_INTERRUPTED` (130) for every trainer.
 - **summary.json** is written at the end of every run, finished or interrupted.
@@ -390,7 +394,7 @@ class TrainingRun:
         if self.bar is not None:
             self.bar.close()
         if self._logger is not None:
-            if self.registry is not None and isinstance(exc, Exception):  # the last line of metrics.jsonl says why
+            if isinstance(exc, Exception):  # the last line of metrics.jsonl says why
                 self._logger.write_record(
                     {"error": {"type": type(exc).__name__, "message": str(exc), **dict(self.counters)}}
                 )
@@ -503,7 +507,6 @@ class TrainingRun:
         self,
         total: int,
         *,
-        save: Callable[[], dict[str, Any]] | None = None,
         desc: str | None = None,
         unit: str = "iter",
     ) -> Iterator[int]:
@@ -511,12 +514,11 @@ class TrainingRun:
 
         After each step (when control comes back to the loop) the shell updates the
         progress bar and ``counters[step_key]``, saves a checkpoint of the tracked state
-        (or ``save()``) every ``save_interval`` steps, at the last step and on a stop
-        request, and ends the loop after a stop.
+        every ``save_interval`` steps, at the last step and on a stop request, and ends
+        the loop after a stop.
         """
         from pglab.run.progress import progress_bar
 
-        save = save or self.build_checkpoint
         self.bar = progress_bar(total, desc=desc or f"train {self.spec.system}", initial=self.start, unit=unit)
         self._perf_mark = (time.perf_counter(), self.start, float(self.counters.get("env_steps", 0)))
         try:
@@ -530,7 +532,7 @@ class TrainingRun:
                 last = step == total
                 stop_now = self.stop_requested
                 if step % self.config.save_interval == 0 or last or stop_now:
-                    self.save(step, save())
+                    self.save(step, self.build_checkpoint())
                 if stop_now and not last:
                     self.interrupted = True
                     self.echo(
@@ -553,8 +555,7 @@ class TrainingRun:
     def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
         """One row of ``metrics.csv`` / ``metrics.jsonl`` / TensorBoard, with the shell's
         ``perf/*`` metrics of the interval since the previous row added."""
-        perf = self._perf(step) if self.registry is not None else {}
-        return self.logger.log(step, {**metrics, **perf})
+        return self.logger.log(step, {**metrics, **self._perf(step)})
 
     def _perf(self, step: int) -> dict[str, float]:
         """``perf/step_s`` and (for a trainer that counts ``env_steps``) ``perf/env_steps_per_s``:
