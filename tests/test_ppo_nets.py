@@ -88,7 +88,7 @@ def test_discrete_actor_critic_learns_a_state_dependent_best_action(mode, iterat
     for k in range(iterations):
         obs, actions, batch = contextual_bandit_batch(net, 256, k, lambda o, a: (a == (o[:, 0] > 0).long()).float())
         onpolicy_update(
-            lambda i: net.evaluate_actions(obs[i], actions[i]),
+            lambda i, obs=obs, actions=actions: net.evaluate_actions(obs[i], actions[i]),
             batch,
             net.parameters(),
             optimizer,
@@ -113,7 +113,7 @@ def test_gaussian_ppo_finds_the_reward_peak_and_shrinks_sigma(one_thread):
     for k in range(8):
         obs, actions, batch = contextual_bandit_batch(net, 256, k, lambda o, a: -(a[:, 0] - 1.0).pow(2))
         onpolicy_update(
-            lambda i: net.evaluate_actions(obs[i], actions[i]),
+            lambda i, obs=obs, actions=actions: net.evaluate_actions(obs[i], actions[i]),
             batch,
             net.parameters(),
             optimizer,

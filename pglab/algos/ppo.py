@@ -45,8 +45,8 @@ schedule is a function of the total budget, so extending the budget changes the 
 
 from __future__ import annotations
 
-import contextlib
 import math
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -58,8 +58,8 @@ import numpy as np
 import torch
 
 from pglab.agent import Agent
-from pglab.algos.flat_adam import FlatAdam
-from pglab.algos.onpolicy import OnPolicyBatch, onpolicy_update
+from pglab.algos.onpolicy import OnPolicyBatch
+from pglab.algos.policy_update import build_policy_update
 from pglab.configs.ppo import (
     PPOConfig,
     schedule_fraction,
@@ -70,7 +70,6 @@ from pglab.envs.normalize import ObsRewardNormalizer
 from pglab.envs.registry import make_env
 from pglab.errors import CheckpointError, ConfigError
 from pglab.estimators import compute_gae, reward_to_go
-from pglab.losses.ppo_fused import blas_threads, fused_ppo_gradient
 from pglab.nets.actor_critic import ActorCritic, GSDEActorCritic, build_actor_critic
 from pglab.nets.nature_cnn import NatureCNNActorCritic
 from pglab.run.atomic import atomic_write_json
@@ -659,15 +658,10 @@ def _train_iterations(
     use_sde = isinstance(net, GSDEActorCritic)
     step_hooks, rollout_hooks = _hooks(list(callbacks), "on_step"), _hooks(list(callbacks), "on_rollout_end")
     stopped_by_callback = False
-    # fused: one kernel for the whole Adam step instead of a Python loop over parameters
-    # (the networks are tiny, so per-op dispatch dominates the update's cost).
-    optimizer = torch.optim.Adam(
-        net.parameters(), lr=config.lr, eps=config.adam_eps, fused=device.type in ("cpu", "cuda")
-    )
-    # PPO's gradient in closed form where the network allows it (pglab.losses.ppo_fused)
-    closed_form = fused_ppo_gradient(net) if config.fused_update and config.algo == "ppo" else None
-    # ... and its Adam step over flat buffers (the same state, checkpointed through `optimizer`)
-    flat_optimizer = FlatAdam(optimizer) if closed_form is not None else None
+    # the update and its optimiser: PPO's closed-form gradient where it models the run, else autograd
+    update = build_policy_update(net, config, device)
+    optimizer = update.optimizer
+    run.echo(f"update: {update.path}", file=sys.stderr)
     hp = config.update
     obs = env.reset(seed=config.seed)
     if normalizer is not None:
@@ -872,24 +866,7 @@ def _train_iterations(
         batch = OnPolicyBatch(
             log_prob_buf.reshape(-1), advantages.reshape(-1), returns.reshape(-1), value_buf.reshape(-1)
         )
-
-        def evaluate(index: torch.Tensor):
-            return net.evaluate_actions(flat_obs[index], flat_actions[index])
-
-        if flat_optimizer is not None:  # a callback's zero_grad() must not leave the step on stale gradients
-            flat_optimizer.ensure_grad_views()
-        fused_gradient = None if closed_form is None else closed_form.bind(flat_obs, flat_actions, batch)
-        # the closed form's matrix products run on NumPy's BLAS: as many threads as torch's
-        with blas_threads(torch.get_num_threads()) if fused_gradient is not None else contextlib.nullcontext():
-            update_metrics = onpolicy_update(
-                evaluate,
-                batch,
-                net.parameters(),
-                flat_optimizer or optimizer,
-                iteration_hp,
-                generator=minibatch_generator,
-                fused_gradient=fused_gradient,
-            )
+        update_metrics = update(flat_obs, flat_actions, batch, iteration_hp, minibatch_generator)
 
         # -- 5. log (the shell saves checkpoints after this body) ----------------------
         elapsed = time.perf_counter() - tick
