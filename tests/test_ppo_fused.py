@@ -270,3 +270,25 @@ def test_onpolicy_update_with_the_closed_form_follows_autograd_whole_batch_or_no
         assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), name
     for key, value in results["autograd"][1].items():
         assert torch.allclose(results["closed_form"][1][key], value, atol=1e-5, rtol=1e-3), key
+
+
+@pytest.mark.parametrize("max_norm", [0.05, 100.0, 1e3])  # the norm is ~67: clipped, and twice not
+def test_the_closed_forms_clip_is_clip_grad_norm(max_norm):
+    # The closed form's clip scales the flat gradient in NumPy: the arithmetic of
+    # torch.nn.utils.clip_grad_norm_ (clipped only above max_norm; a NaN spreads everywhere)
+    from pglab.losses.ppo_fused import clip_flat_gradient
+
+    for poisoned in (False, True):
+        grad = 3.0 * torch.randn(500, generator=torch.Generator().manual_seed(0))
+        if poisoned:
+            grad[7] = float("nan")
+        reference = nn.Parameter(torch.zeros(500))
+        reference.grad = grad.clone()
+        expected = nn.utils.clip_grad_norm_([reference], max_norm)
+        norm = clip_flat_gradient(grad.numpy(), max_norm)
+        if poisoned:
+            assert np.isnan(norm) and torch.isnan(grad).all() and torch.isnan(reference.grad).all()
+            continue
+        assert norm == pytest.approx(float(expected), rel=1e-6)
+        torch.testing.assert_close(grad, reference.grad, rtol=1e-6, atol=1e-7)
+        assert float(grad.norm()) == pytest.approx(min(max_norm, float(expected)), rel=1e-5)

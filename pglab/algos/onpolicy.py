@@ -59,6 +59,9 @@ class ClosedFormGradient(Protocol):
         advantages when ``hp.normalize_advantages``) into the parameters' gradient tensor;
         return its per-sample loss terms."""
 
+    def clip_gradient(self, max_norm: float) -> float:
+        """Clip the gradient as ``torch.nn.utils.clip_grad_norm_`` does; return the pre-clip norm."""
+
     def summarize(self, terms: list[Any], hp: OnPolicyHyperparams) -> dict[str, torch.Tensor]:
         """The loss metrics of :func:`ppo_clip_loss` over the samples of ``terms``."""
 
@@ -125,10 +128,11 @@ def onpolicy_update(
     ``evaluate(indices)`` re-runs the current networks on the flat samples ``indices``:
     ``(log_probs [m], entropy [m], values [m])`` with gradients to ``params``.
     ``closed_form`` (PPO only; optional) replaces ``evaluate`` + :func:`ppo_clip_loss` +
-    ``backward``: its ``gradient(index, hp)`` writes the loss's gradient on the minibatch
-    ``index`` into the gradients of ``params`` and returns the loss's per-sample terms, and
-    ``summarize(terms, hp)`` makes the loss metrics from the terms of the whole update
-    (sample-weighted means; :mod:`pglab.losses.ppo_fused`).
+    ``backward`` + the clip: its ``gradient(index, hp)`` writes the loss's gradient on the
+    minibatch ``index`` into the gradients of ``params`` and returns the loss's per-sample
+    terms, ``clip_gradient(max_norm)`` clips it, and ``summarize(terms, hp)`` makes the
+    loss metrics from the terms of the whole update (sample-weighted means;
+    :mod:`pglab.losses.ppo_fused`).
 
     Metrics (tensors on the batch's device; the trainer syncs when it logs):
     ``loss/policy``, ``loss/value``, ``loss/entropy``, ``stats/entropy``,
@@ -140,7 +144,7 @@ def onpolicy_update(
         assert evaluate is not None, f"onpolicy_update: algo={hp.algo} needs evaluate"
         records, epochs = [_single_step(evaluate, batch, params, optimizer, hp)], 1
     elif closed_form is not None:
-        records, epochs = _ppo_closed_form(closed_form, batch, params, optimizer, hp, generator)
+        records, epochs = _ppo_closed_form(closed_form, batch, optimizer, hp, generator)
     else:
         assert evaluate is not None, "onpolicy_update: PPO needs evaluate or closed_form"
         records, epochs = _ppo_autograd(evaluate, batch, params, optimizer, hp, generator)
@@ -250,7 +254,6 @@ def _ppo_autograd(
 def _ppo_closed_form(
     closed_form: ClosedFormGradient,
     batch: OnPolicyBatch,
-    params: list[torch.Tensor],
     optimizer: torch.optim.Optimizer,
     hp: OnPolicyHyperparams,
     generator: torch.Generator | None,
@@ -258,12 +261,13 @@ def _ppo_closed_form(
     """PPO through the closed-form gradient: the metrics are made once per update from the
     kept per-sample terms (``summarize``), not per step; returns them and the epochs run."""
     terms: list[Any] = []
-    grad_norms: list[torch.Tensor] = []
+    grad_norms: list[float] = []
     epoch_start = [0]
 
     def minibatch_step(index: torch.Tensor) -> None:
         terms.append(closed_form.gradient(index, hp))
-        grad_norms.append(clip_and_step(params, optimizer, hp.max_grad_norm))
+        grad_norms.append(closed_form.clip_gradient(hp.max_grad_norm))
+        optimizer.step()
 
     def epoch_kl() -> torch.Tensor:
         kl = closed_form.summarize(terms[epoch_start[0] :], hp)["stats/approx_kl"]
@@ -273,7 +277,7 @@ def _ppo_closed_form(
     epochs = _ppo_epochs(minibatch_step, epoch_kl, batch.size, batch.old_log_probs.device, hp, generator)
     summary = closed_form.summarize(terms, hp)
     summary.pop("loss")
-    return [{**summary, "stats/grad_norm": torch.stack(grad_norms).mean()}], epochs
+    return [{**summary, "stats/grad_norm": torch.tensor(grad_norms).mean()}], epochs
 
 
 def minibatch_indices(order: torch.Tensor, num_minibatches: int) -> tuple[torch.Tensor, ...]:

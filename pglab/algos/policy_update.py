@@ -61,9 +61,10 @@ class PolicyUpdate:
         fields (a scheduled ``clip_coef``). Returns the update's metrics."""
         params = [self.parameters.flat]
         if self.closed_form is None:
+            evaluate_actions = self.parameters.function("evaluate_actions")
 
             def evaluate(index: torch.Tensor) -> Any:
-                return self.parameters.call("evaluate_actions", flat_obs[index], flat_actions[index])
+                return evaluate_actions(flat_obs[index], flat_actions[index])
 
             return onpolicy_update(evaluate, batch, params, self.optimizer, hp, generator=generator)
         reason = hyperparameters_declined(hp)
@@ -73,7 +74,7 @@ class PolicyUpdate:
         if flat.grad is None:  # the closed form writes into the flat gradient: one must exist
             flat.grad = torch.zeros_like(flat)
         views = self.closed_form.views(self.parameters.grad_view(flat.grad))
-        bound = self.closed_form.bind(flat_obs, flat_actions, batch, views)
+        bound = self.closed_form.bind(flat_obs, flat_actions, batch, views, flat.grad.numpy())
         # the closed form's matrix products run on NumPy's BLAS: as many threads as torch's
         with blas_threads(torch.get_num_threads()):
             return onpolicy_update(None, batch, params, self.optimizer, hp, generator=generator, closed_form=bound)

@@ -36,7 +36,7 @@ class FlatParameters:
     before any optimiser and do not move the module to another device or dtype afterwards
     (that would give it new tensors).
 
-    Gradients: :meth:`call` runs a method of the module through ``torch.func.functional_call``
+    Gradients: :meth:`function` runs a method of the module through ``torch.func.functional_call``
     with differentiable views of :attr:`flat` in place of the parameters, so
     ``loss.backward()`` fills ``flat.grad`` (one tensor); :meth:`grad_view` is the slice of
     a flat gradient that belongs to one parameter (where the closed-form PPO gradient
@@ -78,13 +78,21 @@ class FlatParameters:
         """Differentiable views of :attr:`flat`, by ``functional_call`` name (``module.<name>``)."""
         return {name: self.flat[start:end].view(shape) for name, start, end, shape in self._layout}
 
-    def call(self, method: str, *args: Any) -> Any:
-        """``module.<method>(*args)`` computed from views of :attr:`flat`: its backward
-        fills ``flat.grad``."""
+    def function(self, method: str) -> Callable[..., Any]:
+        """``module.<method>`` as a function computed from views of :attr:`flat`
+        (``torch.func.functional_call``): its backward fills ``flat.grad``. The views are
+        made once here and stay valid across in-place steps of :attr:`flat` (their autograd
+        nodes hold no tensors), so make the function once per update, not per call."""
         wrapper = self._methods.get(method)
         if wrapper is None:
             wrapper = self._methods[method] = _Method(self.module, method)
-        return torch.func.functional_call(wrapper, self.views(), args)
+        views = self.views()
+
+        def call(*args: Any) -> Any:
+            # every name (tied ones too) gets its own view of the shared slice: nothing to re-tie
+            return torch.func.functional_call(wrapper, views, args, tie_weights=False)
+
+        return call
 
     def grad_view(self, grad: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
         """``param -> the slice of grad [numel]`` (a flat gradient) shaped like ``param``, a
