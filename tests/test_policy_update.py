@@ -200,3 +200,21 @@ def test_the_trainer_says_which_update_it_runs(tmp_path, algo, expected):
     train_ppo(config, echo=lambda *args, **kwargs: lines.append(" ".join(map(str, args))))
     updates = [line for line in lines if line.startswith("update: ")]
     assert len(updates) == 1 and updates[0].startswith(f"update: {expected}"), updates
+
+
+def test_a_zero_grad_between_updates_changes_nothing():
+    # A callback may call optimizer.zero_grad() (the flat gradient becomes None): the
+    # closed form then writes into a fresh gradient tensor, not into a stale one.
+    results = []
+    for zero_grad in (False, True):
+        net = _net("categorical")
+        update = build_policy_update(net, PPOConfig(), CPU)
+        obs, actions, batch = _rollout(net)
+        generator = torch.Generator().manual_seed(3)
+        for _ in range(2):
+            update(obs, actions, batch, OnPolicyHyperparams(), generator)
+            if zero_grad:
+                update.optimizer.zero_grad()
+                assert update.parameters.flat.grad is None
+        results.append(torch.cat([p.detach().reshape(-1) for p in net.parameters()]))
+    assert torch.equal(results[0], results[1])

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from pglab.algos.onpolicy import OnPolicyBatch, OnPolicyHyperparams, onpolicy_update
-from pglab.losses.ppo_fused import ClosedFormPPO, blas_threads, declines, hyperparameters_declined
+from pglab.losses.ppo_fused import ClosedFormPPO, NetViews, blas_threads, declines, hyperparameters_declined
 from pglab.nets.flat import FlatParameters
 
 
@@ -47,6 +47,7 @@ class PolicyUpdate:
         self.net, self.optimizer, self.parameters = net, optimizer, parameters
         self.closed_form = ClosedFormPPO(net) if reason is None else None
         self.path = "closed form" if reason is None else f"autograd ({reason})"
+        self._views: tuple[torch.Tensor, NetViews] | None = None  # the closed form's views, per gradient tensor
 
     def __call__(
         self,
@@ -73,8 +74,9 @@ class PolicyUpdate:
         flat = self.parameters.flat
         if flat.grad is None:  # the closed form writes into the flat gradient: one must exist
             flat.grad = torch.zeros_like(flat)
-        views = self.closed_form.views(self.parameters.grad_view(flat.grad))
-        bound = self.closed_form.bind(flat_obs, flat_actions, batch, views, flat.grad.numpy())
+        if self._views is None or self._views[0] is not flat.grad:  # made again if something replaced it
+            self._views = (flat.grad, self.closed_form.views(self.parameters.grad_view(flat.grad)))
+        bound = self.closed_form.bind(flat_obs, flat_actions, batch, self._views[1], flat.grad.numpy())
         # the closed form's matrix products run on NumPy's BLAS: as many threads as torch's
         with blas_threads(torch.get_num_threads()):
             return onpolicy_update(None, batch, params, self.optimizer, hp, generator=generator, closed_form=bound)
