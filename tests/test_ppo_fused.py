@@ -1,7 +1,9 @@
 """The closed-form PPO gradient (pglab.losses.ppo_fused) against autograd through
 ppo_clip_loss: every parameter's gradient and every metric, for both heads, both
-activations, 1-3 hidden layers, value clipping and the entropy bonus; where it declines
-(gSDE, LayerNorm, other activations); and a short training run with and without it."""
+activations, 1-3 hidden layers, value clipping and the entropy bonus, in float32 and
+float64; where it declines (gSDE, LayerNorm, other activations, other dtypes); and a short
+training run with and without it. tests/test_policy_update.py holds the two paths together
+for every update hyperparameter."""
 
 import dataclasses
 
@@ -10,10 +12,11 @@ import pytest
 import torch
 from torch import nn
 
+from pglab.algos.policy_update import build_policy_update
 from pglab.algos.ppo import train_ppo
 from pglab.configs.ppo import PPOConfig
 from pglab.losses.ppo import ppo_clip_loss
-from pglab.losses.ppo_fused import fused_ppo_gradient
+from pglab.losses.ppo_fused import ClosedFormPPO, network_declined
 from pglab.nets.actor_critic import CategoricalActorCritic, GaussianActorCritic, GSDEActorCritic
 from pglab.run.checkpoint import load_checkpoint_file
 from pglab.run.config import make_config
@@ -21,19 +24,25 @@ from pglab.run.logger import read_metrics
 
 
 def _minibatch(net, obs_dim, batch, generator):
-    obs = torch.randn(batch, obs_dim, generator=generator)
+    """``(obs, actions, old_log_probs, advantages, returns, old_values)`` in ``net``'s dtype."""
+    dtype = next(net.parameters()).dtype
+
+    def normal(*shape):
+        return torch.randn(shape, generator=generator, dtype=dtype)
+
+    obs = normal(batch, obs_dim)
     if isinstance(net, CategoricalActorCritic):
         actions = torch.randint(0, net.num_actions, (batch,), generator=generator)
     else:
-        actions = torch.randn(batch, net.action_dim, generator=generator)
+        actions = normal(batch, net.action_dim)
     with torch.no_grad():
         log_probs, _, values = net.evaluate_actions(obs, actions)
     # old policy / values a little away from the current ones, so that some ratios lie
     # outside the clip range and some value moves outside the value clip range
-    old_log_probs = log_probs + 0.4 * torch.randn(batch, generator=generator)
-    old_values = values + 0.4 * torch.randn(batch, generator=generator)
-    advantages = torch.randn(batch, generator=generator)
-    returns = values + torch.randn(batch, generator=generator)
+    old_log_probs = log_probs + 0.4 * normal(batch)
+    old_values = values + 0.4 * normal(batch)
+    advantages = normal(batch)
+    returns = values + normal(batch)
     return obs, actions, old_log_probs, advantages, returns, old_values
 
 
@@ -41,14 +50,17 @@ def _minibatch(net, obs_dim, batch, generator):
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
 @pytest.mark.parametrize("hidden_dims", [(7,), (16, 12), (8, 8, 8)])
 @pytest.mark.parametrize(("value_clip_coef", "entropy_coef"), [(None, 0.0), (0.2, 0.05)])
-def test_closed_form_gradient_equals_autograd(head, activation, hidden_dims, value_clip_coef, entropy_coef):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_closed_form_gradient_equals_autograd(head, activation, hidden_dims, value_clip_coef, entropy_coef, dtype):
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(1)
     if head == "categorical":
         net = CategoricalActorCritic(5, 3, hidden_dims, activation=activation)
     else:
         net = GaussianActorCritic(5, 2, hidden_dims, activation=activation, log_std_init=-0.3)
+    net = net.to(dtype)
     obs, actions, old_log_probs, advantages, returns, old_values = _minibatch(net, 5, 96, generator)
+    tolerance = 2e-6 if dtype == torch.float32 else 1e-12
     settings = dict(clip_coef=0.2, value_clip_coef=value_clip_coef, value_coef=0.7, entropy_coef=entropy_coef)
 
     log_probs, entropy, values = net.evaluate_actions(obs, actions)
@@ -61,26 +73,36 @@ def test_closed_form_gradient_equals_autograd(head, activation, hidden_dims, val
     assert 0 < float(reference["stats/clipfrac"]) < 1  # both branches of the clipped surrogate are exercised
 
     net.zero_grad(set_to_none=True)
-    closed_form = fused_ppo_gradient(net)
-    assert closed_form is not None
-    metrics = closed_form(obs, actions, old_log_probs, advantages, returns, old_values, **settings)
+    closed_form = ClosedFormPPO(net)
+    terms = closed_form.gradient(obs, actions, old_log_probs, advantages, returns, old_values, **settings)
+    settings.pop("value_clip_coef")
+    metrics = closed_form.summarize([terms], **settings)
     for name, p in net.named_parameters():
         scale = expected[name].abs().max().clamp_min(1e-6)
-        assert torch.allclose(p.grad, expected[name], atol=2e-6 * float(scale), rtol=1e-4), name
+        assert p.grad.dtype == dtype
+        assert torch.allclose(p.grad, expected[name], atol=tolerance * float(scale), rtol=50 * tolerance), name
     for key, value in reference.items():
-        assert torch.allclose(metrics[key], value.detach(), atol=1e-6, rtol=1e-5), key
+        assert torch.allclose(metrics[key].to(dtype), value.detach(), atol=tolerance, rtol=5 * tolerance), key
         assert not metrics[key].requires_grad
 
 
 def test_closed_form_declines_networks_it_does_not_cover():
-    assert fused_ppo_gradient(GSDEActorCritic(3, 1, (8,))) is None
-    assert fused_ppo_gradient(CategoricalActorCritic(3, 2, (8,), activation="elu")) is None
+    assert "GSDEActorCritic" in network_declined(GSDEActorCritic(3, 1, (8,)))
+    for activation in ("elu", "silu", "gelu"):
+        net = CategoricalActorCritic(3, 2, (8,), activation=activation)
+        assert network_declined(net) == f"activation={activation}: the closed form models tanh, relu"
+        with pytest.raises(ValueError, match=f"activation={activation}"):
+            ClosedFormPPO(net)
     layer_norm = CategoricalActorCritic(3, 2, (8,))
     layer_norm.actor = nn.Sequential(nn.Linear(3, 8), nn.LayerNorm(8), nn.Tanh(), nn.Linear(8, 2))
-    assert fused_ppo_gradient(layer_norm) is None
+    assert network_declined(layer_norm).startswith("actor:")
     extra = GaussianActorCritic(3, 1, (8,))
     extra.temperature = nn.Parameter(torch.ones(()))  # a parameter the closed form would leave without a gradient
-    assert fused_ppo_gradient(extra) is None
+    assert "a parameter outside" in network_declined(extra)
+    assert network_declined(CategoricalActorCritic(3, 2, (8,)).to(torch.bfloat16)).startswith("dtype")
+    assert network_declined(CategoricalActorCritic(3, 2, (8,)), torch.device("cuda")).startswith("device=cuda")
+    for covered in (CategoricalActorCritic(3, 2, (8,), activation="relu"), GaussianActorCritic(3, 2, (8, 8))):
+        assert network_declined(covered) is None and network_declined(covered.double()) is None
 
 
 @pytest.mark.parametrize("env", ["gym:CartPole-v1", "gym:Pendulum-v1"])
@@ -137,7 +159,7 @@ def test_summarize_over_minibatches_weights_each_sample_once():
     generator = torch.Generator().manual_seed(3)
     settings = dict(clip_coef=0.2, value_clip_coef=0.3, value_coef=0.5, entropy_coef=0.01)
     for net in (CategoricalActorCritic(4, 3, (8,)), GaussianActorCritic(4, 2, (8,))):
-        closed_form = fused_ppo_gradient(net)
+        closed_form = ClosedFormPPO(net)
         terms, singles, sizes = [], [], (40, 24)
         for size in sizes:
             minibatch = _minibatch(net, 4, size, generator)
@@ -166,48 +188,18 @@ def test_summarize_over_minibatches_weights_each_sample_once():
             assert torch.allclose(value, expected, atol=1e-6, rtol=1e-5), (type(net).__name__, key)
 
 
-@pytest.mark.parametrize("max_norm", [0.05, 1e3])
-def test_clip_grad_norm_is_torchs_clip_grad_norm(max_norm):
-    from pglab.algos.onpolicy import clip_grad_norm
-
-    torch.manual_seed(0)
-    ours, theirs = ([nn.Parameter(torch.zeros(shape)) for shape in ((4, 3), (3,), (2, 5))] for _ in range(2))
-    for a, b in zip(ours, theirs, strict=False):
-        a.grad = torch.randn(a.shape) * 3
-        b.grad = a.grad.clone()
-    norm = clip_grad_norm(ours, max_norm)
-    expected = nn.utils.clip_grad_norm_(theirs, max_norm)
-    assert torch.equal(norm, expected)
-    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ours, theirs, strict=False))
-    clipped = float(torch.linalg.vector_norm(torch.stack([a.grad.norm() for a in ours])))
-    assert clipped == pytest.approx(min(max_norm, float(expected)), rel=1e-5)  # clipped only when over max_norm
-
-
 def _update_both_ways(net, obs, actions, batch, hp, *, lr):
-    """``onpolicy_update`` on copies of ``net``, by autograd and by the closed form, from the
-    same minibatch stream: ``{"autograd" | "closed_form": (model, metrics)}``."""
+    """The update of ``build_policy_update`` on copies of ``net``, by autograd and by the
+    closed form, from the same minibatch stream: ``{"autograd" | "closed_form": (model, metrics)}``."""
     import copy
-
-    from pglab.algos.onpolicy import onpolicy_update
 
     results = {}
     for name in ("autograd", "closed_form"):
         model = copy.deepcopy(net)
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-        evaluate = lambda index, model=model: model.evaluate_actions(obs[index], actions[index])  # noqa: E731
-        fused = fused_ppo_gradient(model).bind(obs, actions, batch) if name == "closed_form" else None
-        results[name] = (
-            model,
-            onpolicy_update(
-                evaluate,
-                batch,
-                model.parameters(),
-                optimizer,
-                hp,
-                generator=torch.Generator().manual_seed(1),
-                fused_gradient=fused,
-            ),
-        )
+        config = dataclasses.replace(PPOConfig(), lr=lr, update=hp, fused_update=name == "closed_form")
+        update = build_policy_update(model, config, torch.device("cpu"))
+        assert (update.path == "closed form") == (name == "closed_form")
+        results[name] = (model, update(obs, actions, batch, hp, torch.Generator().manual_seed(1)))
     return results
 
 
@@ -239,7 +231,7 @@ def test_onpolicy_update_with_the_closed_form_stops_at_the_same_epoch(target_kl)
         assert torch.allclose(results["closed_form"][1][key], value, atol=1e-5, rtol=1e-3), key
 
 
-def test_blas_threads_caps_numpys_blas_inside_the_block_and_float64_falls_back():
+def test_blas_threads_caps_numpys_blas_inside_the_block():
     from threadpoolctl import threadpool_info
 
     from pglab.losses.ppo_fused import blas_threads
@@ -247,8 +239,6 @@ def test_blas_threads_caps_numpys_blas_inside_the_block_and_float64_falls_back()
     with blas_threads(1):
         blas = [info for info in threadpool_info() if info["user_api"] == "blas"]
         assert blas and all(info["num_threads"] == 1 for info in blas)
-    # the closed form works on float32 host arrays; anything else takes autograd
-    assert fused_ppo_gradient(CategoricalActorCritic(3, 2, (8,)).double()) is None
 
 
 @pytest.mark.parametrize("head", ["categorical", "gaussian"])
@@ -280,3 +270,25 @@ def test_onpolicy_update_with_the_closed_form_follows_autograd_whole_batch_or_no
         assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), name
     for key, value in results["autograd"][1].items():
         assert torch.allclose(results["closed_form"][1][key], value, atol=1e-5, rtol=1e-3), key
+
+
+@pytest.mark.parametrize("max_norm", [0.05, 100.0, 1e3])  # the norm is ~67: clipped, and twice not
+def test_the_closed_forms_clip_is_clip_grad_norm(max_norm):
+    # The closed form's clip scales the flat gradient in NumPy: the arithmetic of
+    # torch.nn.utils.clip_grad_norm_ (clipped only above max_norm; a NaN spreads everywhere)
+    from pglab.losses.ppo_fused import clip_flat_gradient
+
+    for poisoned in (False, True):
+        grad = 3.0 * torch.randn(500, generator=torch.Generator().manual_seed(0))
+        if poisoned:
+            grad[7] = float("nan")
+        reference = nn.Parameter(torch.zeros(500))
+        reference.grad = grad.clone()
+        expected = nn.utils.clip_grad_norm_([reference], max_norm)
+        norm = clip_flat_gradient(grad.numpy(), max_norm)
+        if poisoned:
+            assert np.isnan(norm) and torch.isnan(grad).all() and torch.isnan(reference.grad).all()
+            continue
+        assert norm == pytest.approx(float(expected), rel=1e-6)
+        torch.testing.assert_close(grad, reference.grad, rtol=1e-6, atol=1e-7)
+        assert float(grad.norm()) == pytest.approx(min(max_norm, float(expected)), rel=1e-5)

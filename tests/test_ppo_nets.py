@@ -221,3 +221,53 @@ def test_rollout_actor_falls_back_to_act_for_other_layouts():
 
     net.critic = build_mlp(5, (16,), 1, layer_norm=True)
     assert net.rollout_actor() == net.act
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_numpy_forward_is_the_modules_forward_layer_by_layer(activation, dtype):
+    # The one NumPy forward pass (the rollout step's and the closed-form gradient's)
+    # against calling the torch modules: every activation on the way, not just the output.
+    from pglab.nets.mlp import build_mlp, linear_stack, numpy_forward, numpy_layers
+
+    torch.manual_seed(0)
+    mlp = build_mlp(7, (32, 16), 3, activation=activation).to(dtype)
+    inputs = torch.randn(50, 7, dtype=dtype)
+    expected = [inputs]
+    with torch.no_grad():
+        out = inputs
+        for index, module in enumerate(mlp):
+            out = module(out)
+            if not isinstance(module, torch.nn.Linear) or index == len(mlp) - 1:
+                expected.append(out)
+    outputs = numpy_forward(numpy_layers(linear_stack(mlp)), inputs.numpy())
+    assert len(outputs) == len(expected) == 4
+    tolerance = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-13}
+    for array, tensor in zip(outputs, expected, strict=True):
+        assert array.dtype == inputs.numpy().dtype
+        torch.testing.assert_close(torch.from_numpy(array), tensor, **tolerance)
+
+
+def test_linear_stack_reads_plain_stacks_only():
+    from pglab.nets.mlp import build_mlp, linear_stack
+
+    mlp = build_mlp(4, (8, 8), 2, activation="relu")
+    layers = linear_stack(mlp)
+    assert [(tuple(w.shape), type(a).__name__ if a is not None else None) for w, _, a in layers] == [
+        ((8, 4), "ReLU"),
+        ((8, 8), "ReLU"),
+        ((2, 8), None),
+    ]
+    assert all(w is m.weight for (w, _, _), m in zip(layers, mlp[::2], strict=True))  # the parameters, not copies
+    assert linear_stack(build_mlp(4, (8,), 2, layer_norm=True)) is None
+    assert (
+        linear_stack(torch.nn.Sequential(torch.nn.Linear(4, 8, bias=False), torch.nn.Tanh(), torch.nn.Linear(8, 2)))
+        is None
+    )
+    assert linear_stack(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh())) is None
+    assert (
+        linear_stack(
+            torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        )
+        is None
+    )

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-import pglab.algos.ppo as ppo_module
+from pglab.algos.policy_update import PolicyUpdate
 from pglab.algos.ppo import PPOCallback, PPOConfig, train_ppo
 from pglab.commands.ppo import anneal_lr_as_schedule
 from pglab.configs.ppo import OnPolicyHyperparams
@@ -42,13 +42,13 @@ def test_linear_schedules_reach_the_update(tmp_path, monkeypatch):
     """Iteration k of K=4 uses lr * (1 - (k-1)/K) and clip * (1 - (k-1)/K): recorded from
     the hyperparameters the update receives and from the optimiser it steps."""
     seen = []
-    real_update = ppo_module.onpolicy_update
+    real_update = PolicyUpdate.__call__
 
-    def recording_update(evaluate, batch, params, optimizer, hp, **kwargs):
-        seen.append((optimizer.param_groups[0]["lr"], hp.clip_coef))
-        return real_update(evaluate, batch, params, optimizer, hp, **kwargs)
+    def recording_update(self, flat_obs, flat_actions, batch, hp, generator):
+        seen.append((self.optimizer.param_groups[0]["lr"], hp.clip_coef))
+        return real_update(self, flat_obs, flat_actions, batch, hp, generator)
 
-    monkeypatch.setattr(ppo_module, "onpolicy_update", recording_update)
+    monkeypatch.setattr(PolicyUpdate, "__call__", recording_update)
     train_ppo(tiny(tmp_path, "linear", lr=1e-3, lr_schedule="linear", clip_coef=0.2, clip_schedule="linear"))
     fractions = [1.0, 0.75, 0.5, 0.25]
     assert seen == [pytest.approx((1e-3 * f, 0.2 * f), rel=1e-12) for f in fractions]

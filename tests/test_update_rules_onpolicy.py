@@ -20,6 +20,7 @@ from torch import nn
 
 import pglab.algos.ppo as ppo_module
 from pglab.algos.onpolicy import OnPolicyBatch, OnPolicyHyperparams, onpolicy_update
+from pglab.algos.policy_update import PolicyUpdate
 from pglab.algos.ppo import PPOConfig, train_ppo
 from pglab.envs.base import ActionSpec
 from pglab.estimators import compute_gae
@@ -109,10 +110,8 @@ def reference_single_step(model, obs, actions, batch, hp):
     """reinforce_raw and vpg_gae: one step on the whole batch."""
     params = leaf_copy(model)
     log_probs, entropy, values = forward(params, obs, actions)
-    if hp.algo == "reinforce_raw":
-        advantages = batch.returns - batch.returns.mean()  # batch-mean baseline, no critic
-    else:
-        advantages = batch.advantages.clone()
+    # reinforce_raw: the batch-mean baseline, no critic
+    advantages = batch.returns - batch.returns.mean() if hp.algo == "reinforce_raw" else batch.advantages.clone()
     if hp.normalize_advantages:
         advantages = standardise(advantages)
     policy_loss = -(advantages * log_probs).mean()
@@ -198,7 +197,9 @@ def reference_ppo(model, obs, actions, batch, hp, seed=SEED):
 
 def assert_params_equal(model, reference, tol=1e-10):
     for name, p in model.named_parameters():
-        torch.testing.assert_close(p.detach(), reference[name].detach(), rtol=0, atol=tol, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(
+            p.detach(), reference[name].detach(), rtol=0, atol=tol, msg=lambda m, name=name: f"{name}: {m}"
+        )
 
 
 def assert_stats_equal(metrics, reference):
@@ -305,14 +306,14 @@ def test_ppo_step_decomposes_into_policy_value_and_entropy_terms():
             -LR * 0.8 * (zero if g_value is None else g_value),
             rtol=0,
             atol=1e-12,
-            msg=lambda m: f"value term, {name}: {m}",
+            msg=lambda m, name=name: f"value term, {name}: {m}",
         )
         torch.testing.assert_close(
             entropy_term,
             LR * 0.6 * (zero if g_entropy is None else g_entropy),
             rtol=0,
             atol=1e-12,
-            msg=lambda m: f"entropy term, {name}: {m}",
+            msg=lambda m, name=name: f"entropy term, {name}: {m}",
         )
     # The policy term alone never touches the critic.
     assert torch.equal(after["policy"]["value_weight"], model.value_weight)
@@ -435,7 +436,7 @@ def test_ppo_trainer_advantages_bootstrap_time_limits_but_not_terminations(tmp_p
 
     monkeypatch.setitem(registry.NATIVE_ENVS, "scripted", f"{__name__}:make_scripted_env")
     seen = {}
-    real_update, real_build = ppo_module.onpolicy_update, ppo_module.build_agent
+    real_update, real_build = PolicyUpdate.__call__, ppo_module.build_agent
 
     def build_agent(*args, **kwargs):
         seen["agent"] = real_build(*args, **kwargs)
@@ -444,13 +445,13 @@ def test_ppo_trainer_advantages_bootstrap_time_limits_but_not_terminations(tmp_p
                 p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
         return seen["agent"]
 
-    def capture(evaluate, batch, params, optimizer, hp, **kwargs):
+    def capture(self, flat_obs, flat_actions, batch, hp, generator):
         if "batch" not in seen:  # the first iteration, before its update changes the critic
             seen["batch"], seen["hp"], seen["net"] = batch, hp, copy.deepcopy(seen["agent"].policy)
-        return real_update(evaluate, batch, params, optimizer, hp, **kwargs)
+        return real_update(self, flat_obs, flat_actions, batch, hp, generator)
 
     monkeypatch.setattr(ppo_module, "build_agent", build_agent)
-    monkeypatch.setattr(ppo_module, "onpolicy_update", capture)
+    monkeypatch.setattr(PolicyUpdate, "__call__", capture)
     # Every update hyperparameter off its default, to see each one reach the update.
     update = dict(
         gamma=0.9,

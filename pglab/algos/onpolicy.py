@@ -27,8 +27,6 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from pglab.algos.flat_adam import FlatAdam
-
 # The hyperparameters are a torch-free config (``pglab train ppo --help`` reads them
 # without torch); re-exported here, where the update that uses them lives.
 from pglab.configs.ppo import OnPolicyHyperparams, RLMode
@@ -37,10 +35,12 @@ from pglab.estimators import normalize_advantages
 from pglab.losses.ppo import ppo_clip_loss
 
 __all__ = [
+    "ClosedFormGradient",
     "Evaluate",
     "OnPolicyBatch",
     "OnPolicyHyperparams",
     "RLMode",
+    "clip_and_step",
     "explained_variance",
     "gradient_step",
     "minibatch_indices",
@@ -50,12 +50,17 @@ __all__ = [
 Evaluate = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
-class FusedGradient(Protocol):
-    """A closed-form PPO gradient bound to one rollout's samples (:mod:`pglab.losses.ppo_fused`)."""
+class ClosedFormGradient(Protocol):
+    """A closed-form PPO gradient bound to one rollout's samples
+    (:class:`pglab.losses.ppo_fused.BoundPPOGradient`)."""
 
     def gradient(self, index: torch.Tensor, hp: OnPolicyHyperparams) -> Any:
-        """Set every parameter's ``.grad`` for the minibatch ``index [m]`` (normalising its
-        advantages when ``hp.normalize_advantages``); return its per-sample loss terms."""
+        """Write the gradient of the PPO loss on the minibatch ``index [m]`` (normalising its
+        advantages when ``hp.normalize_advantages``) into the parameters' gradient tensor;
+        return its per-sample loss terms."""
+
+    def clip_gradient(self, max_norm: float) -> float:
+        """Clip the gradient as ``torch.nn.utils.clip_grad_norm_`` does; return the pre-clip norm."""
 
     def summarize(self, terms: list[Any], hp: OnPolicyHyperparams) -> dict[str, torch.Tensor]:
         """The loss metrics of :func:`ppo_clip_loss` over the samples of ``terms``."""
@@ -89,11 +94,6 @@ class OnPolicyBatch:
 def gradient_step(loss: torch.Tensor, params, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> torch.Tensor:
     """``zero_grad -> backward -> clip the gradient norm to max_grad_norm -> step``; returns
     the pre-clip gradient norm (0-d, detached). The one optimiser step of every trainer."""
-    if isinstance(optimizer, FlatAdam):  # it steps on its flat .grad buffer, which backward() would not fill
-        raise TypeError(
-            "gradient_step: a FlatAdam steps only on gradients written into its buffers "
-            "(the closed-form PPO update), not on loss.backward()'s; pass the torch optimizer"
-        )
     params = list(params)
     # optimizer.zero_grad(set_to_none=True) without its profiler bookkeeping, which
     # costs more than the assignments themselves with a dozen small tensors.
@@ -104,48 +104,35 @@ def gradient_step(loss: torch.Tensor, params, optimizer: torch.optim.Optimizer, 
     return clip_and_step(params, optimizer, max_grad_norm)
 
 
-def clip_and_step(
-    params: list[nn.Parameter], optimizer: torch.optim.Optimizer | FlatAdam, max_grad_norm: float
-) -> torch.Tensor:
-    """Clip the gradients' global norm to ``max_grad_norm``, take the optimiser step;
-    returns the pre-clip norm (0-d, detached). A :class:`~pglab.algos.flat_adam.FlatAdam`
-    does both over its flat buffers."""
-    if isinstance(optimizer, FlatAdam):
-        return optimizer.clip_and_step(max_grad_norm)
-    grad_norm = clip_grad_norm(params, max_grad_norm)
+def clip_and_step(params: list[torch.Tensor], optimizer: torch.optim.Optimizer, max_grad_norm: float) -> torch.Tensor:
+    """Clip the gradients' global 2-norm to ``max_grad_norm`` (``torch.nn.utils.clip_grad_norm_``:
+    ``g *= min(1, max_norm / (||g|| + 1e-6))``), take the optimiser step; returns the
+    pre-clip norm (0-d, detached)."""
+    grad_norm = nn.utils.clip_grad_norm_(params, max_grad_norm)
     optimizer.step()
     return grad_norm.detach()
 
 
-def clip_grad_norm(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
-    """``torch.nn.utils.clip_grad_norm_`` (the same arithmetic: ``g *= min(1, max_norm /
-    (||g|| + 1e-6))`` with the global 2-norm), without its per-call grouping of the
-    tensors by device and dtype when they all share one: ~half its cost on small networks."""
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads or len({(g.device, g.dtype) for g in grads}) > 1:
-        return nn.utils.clip_grad_norm_(params, max_norm)
-    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    torch._foreach_mul_(grads, (max_norm / (total + 1e-6)).clamp_max(1.0))
-    return total
-
-
 def onpolicy_update(
-    evaluate: Evaluate,
+    evaluate: Evaluate | None,
     batch: OnPolicyBatch,
-    params: Iterable[nn.Parameter],
-    optimizer: torch.optim.Optimizer | FlatAdam,
+    params: Iterable[torch.Tensor],
+    optimizer: torch.optim.Optimizer,
     hp: OnPolicyHyperparams,
     *,
     generator: torch.Generator | None = None,
-    fused_gradient: FusedGradient | None = None,
+    closed_form: ClosedFormGradient | None = None,
 ) -> dict[str, torch.Tensor]:
     """Improve the policy (and critic) on one batch; return mean diagnostics as tensors.
 
-    ``fused_gradient`` (PPO only; optional) replaces ``evaluate`` + :func:`ppo_clip_loss` +
-    ``backward``: its ``gradient(index, hp)`` sets the parameters' ``.grad`` to
-    the loss's gradient on the minibatch ``index`` in closed form and returns the loss's
-    per-sample terms, and ``summarize(terms, hp)`` makes the loss metrics from the terms of
-    the whole update (sample-weighted means; :mod:`pglab.losses.ppo_fused`).
+    ``evaluate(indices)`` re-runs the current networks on the flat samples ``indices``:
+    ``(log_probs [m], entropy [m], values [m])`` with gradients to ``params``.
+    ``closed_form`` (PPO only; optional) replaces ``evaluate`` + :func:`ppo_clip_loss` +
+    ``backward`` + the clip: its ``gradient(index, hp)`` writes the loss's gradient on the
+    minibatch ``index`` into the gradients of ``params`` and returns the loss's per-sample
+    terms, ``clip_gradient(max_norm)`` clips it, and ``summarize(terms, hp)`` makes the
+    loss metrics from the terms of the whole update (sample-weighted means;
+    :mod:`pglab.losses.ppo_fused`).
 
     Metrics (tensors on the batch's device; the trainer syncs when it logs):
     ``loss/policy``, ``loss/value``, ``loss/entropy``, ``stats/entropy``,
@@ -153,97 +140,144 @@ def onpolicy_update(
     ``stats/explained_variance``.
     """
     params = [p for p in params if p.requires_grad]
-    size = batch.size
-    device = batch.old_log_probs.device
-    records: list[dict[str, torch.Tensor]] = []
-
-    def accumulate(metrics: dict[str, torch.Tensor]) -> None:
-        # Keep the 0-d tensors and average once at the end: no per-minibatch arithmetic
-        # (each tiny op costs microseconds of dispatch on the CPU) and no host sync.
-        records.append({key: value.detach() for key, value in metrics.items() if key != "loss"})
-
     if hp.algo in ("reinforce_raw", "vpg_gae"):
-        indices = torch.arange(size, device=device)
-        log_probs, entropy, values = evaluate(indices)
-        if hp.algo == "reinforce_raw":
-            # R - mean(R): the batch-mean baseline of plain REINFORCE; no critic.
-            advantages = batch.returns - batch.returns.mean()
-        else:
-            advantages = batch.advantages
-        if hp.normalize_advantages:
-            advantages = normalize_advantages(advantages)
-        policy_loss = -(advantages.detach() * log_probs).mean()
-        mean_entropy = entropy.mean()
-        value_loss = (
-            0.5 * (values - batch.returns).pow(2).mean() if hp.algo == "vpg_gae" else torch.zeros((), device=device)
-        )
-        loss = policy_loss + hp.value_coef * value_loss - hp.entropy_coef * mean_entropy
-        grad_norm = gradient_step(loss, params, optimizer, hp.max_grad_norm)
-        accumulate(
-            {
-                "loss/policy": policy_loss,
-                "loss/value": value_loss,
-                "loss/entropy": -hp.entropy_coef * mean_entropy,
-                "stats/entropy": mean_entropy,
-                "stats/grad_norm": grad_norm,
-            }
-        )
-        epochs_run = 1
+        assert evaluate is not None, f"onpolicy_update: algo={hp.algo} needs evaluate"
+        records, epochs = [_single_step(evaluate, batch, params, optimizer, hp)], 1
+    elif closed_form is not None:
+        records, epochs = _ppo_closed_form(closed_form, batch, optimizer, hp, generator)
     else:
-        epochs_run = 0
-        fused_terms: list[Any] = []
-        grad_norms: list[torch.Tensor] = []
-        for _ in range(hp.ppo_epochs):
-            epoch_start = len(fused_terms)
-            order = torch.randperm(size, generator=generator, device="cpu").to(device)
-            epoch_kl = torch.zeros((), device=device)
-            epoch_batches = 0
-            # Every sample exactly once per epoch: num_minibatches consecutive slices of the
-            # shuffled order, the first size % num_minibatches of them one sample longer
-            # (equal slices when it divides, as before). Dropping the remainder would leave
-            # some samples out of every update.
-            for index in minibatch_indices(order, hp.num_minibatches):
-                if fused_gradient is not None:
-                    # metrics once per update from the kept terms (summarize), not per step
-                    fused_terms.append(fused_gradient.gradient(index, hp))
-                    grad_norms.append(clip_and_step(params, optimizer, hp.max_grad_norm))
-                else:
-                    advantages = batch.advantages[index]
-                    if hp.normalize_advantages:
-                        advantages = normalize_advantages(advantages)
-                    log_probs, entropy, values = evaluate(index)
-                    out = ppo_clip_loss(
-                        log_probs,
-                        batch.old_log_probs[index],
-                        advantages,
-                        values,
-                        batch.returns[index],
-                        entropy=entropy,
-                        old_values=batch.old_values[index],
-                        clip_coef=hp.clip_coef,
-                        value_clip_coef=hp.value_clip_coef,
-                        value_coef=hp.value_coef,
-                        entropy_coef=hp.entropy_coef,
-                    )
-                    out["stats/grad_norm"] = gradient_step(out["loss"], params, optimizer, hp.max_grad_norm)
-                    accumulate(out)
-                    epoch_kl = epoch_kl + out["stats/approx_kl"]
-                epoch_batches += 1
-            epochs_run += 1
-            # KL early stop: one host sync per epoch, only when the user asked for it.
-            if hp.target_kl is not None:
-                if fused_gradient is not None:
-                    mean_kl = fused_gradient.summarize(fused_terms[epoch_start:], hp)["stats/approx_kl"]
-                else:
-                    mean_kl = epoch_kl / max(epoch_batches, 1)
-                if float(mean_kl) > hp.target_kl:
-                    break
-        if fused_gradient is not None:
-            accumulate({**fused_gradient.summarize(fused_terms, hp), "stats/grad_norm": torch.stack(grad_norms).mean()})
+        assert evaluate is not None, "onpolicy_update: PPO needs evaluate or closed_form"
+        records, epochs = _ppo_autograd(evaluate, batch, params, optimizer, hp, generator)
+    # Keep the 0-d tensors and average once at the end: no per-minibatch arithmetic
+    # (each tiny op costs microseconds of dispatch on the CPU) and no host sync.
     metrics = {key: torch.stack([record[key] for record in records]).float().mean() for key in records[0]}
-    metrics["stats/epochs"] = torch.tensor(float(epochs_run), device=device)
+    metrics["stats/epochs"] = torch.tensor(float(epochs), device=batch.old_log_probs.device)
     metrics["stats/explained_variance"] = explained_variance(batch.old_values, batch.returns)
     return metrics
+
+
+def _single_step(
+    evaluate: Evaluate,
+    batch: OnPolicyBatch,
+    params: list[torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    hp: OnPolicyHyperparams,
+) -> dict[str, torch.Tensor]:
+    """reinforce_raw and vpg_gae: one gradient step on the whole batch; its metrics."""
+    log_probs, entropy, values = evaluate(torch.arange(batch.size, device=batch.old_log_probs.device))
+    # reinforce_raw: R - mean(R), the batch-mean baseline of plain REINFORCE; no critic.
+    advantages = batch.returns - batch.returns.mean() if hp.algo == "reinforce_raw" else batch.advantages
+    if hp.normalize_advantages:
+        advantages = normalize_advantages(advantages)
+    policy_loss = -(advantages.detach() * log_probs).mean()
+    mean_entropy = entropy.mean()
+    if hp.algo == "vpg_gae":
+        value_loss = 0.5 * (values - batch.returns).pow(2).mean()
+    else:
+        value_loss = torch.zeros((), device=batch.old_log_probs.device)
+    loss = policy_loss + hp.value_coef * value_loss - hp.entropy_coef * mean_entropy
+    grad_norm = gradient_step(loss, params, optimizer, hp.max_grad_norm)
+    return {
+        "loss/policy": policy_loss.detach(),
+        "loss/value": value_loss.detach(),
+        "loss/entropy": (-hp.entropy_coef * mean_entropy).detach(),
+        "stats/entropy": mean_entropy.detach(),
+        "stats/grad_norm": grad_norm,
+    }
+
+
+def _ppo_epochs(
+    minibatch_step: Callable[[torch.Tensor], None],
+    epoch_kl: Callable[[], torch.Tensor],
+    size: int,
+    device: torch.device,
+    hp: OnPolicyHyperparams,
+    generator: torch.Generator | None,
+) -> int:
+    """PPO's schedule: ``ppo_epochs`` passes, each over ``num_minibatches`` slices of a fresh
+    shuffle (:func:`minibatch_indices`), stopping early once the epoch's mean approximate
+    KL (``epoch_kl()``, after the epoch) exceeds ``target_kl``; returns the epochs run."""
+    epochs = 0
+    for _ in range(hp.ppo_epochs):
+        order = torch.randperm(size, generator=generator, device="cpu").to(device)
+        for index in minibatch_indices(order, hp.num_minibatches):
+            minibatch_step(index)
+        epochs += 1
+        # KL early stop: one host sync per epoch, only when the user asked for it.
+        if hp.target_kl is not None and float(epoch_kl()) > hp.target_kl:
+            break
+    return epochs
+
+
+def _ppo_autograd(
+    evaluate: Evaluate,
+    batch: OnPolicyBatch,
+    params: list[torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    hp: OnPolicyHyperparams,
+    generator: torch.Generator | None,
+) -> tuple[list[dict[str, torch.Tensor]], int]:
+    """PPO through :func:`ppo_clip_loss` and autograd: every minibatch's metrics, the epochs run."""
+    records: list[dict[str, torch.Tensor]] = []
+    epoch_start = [0]
+
+    def minibatch_step(index: torch.Tensor) -> None:
+        advantages = batch.advantages[index]
+        if hp.normalize_advantages:
+            advantages = normalize_advantages(advantages)
+        log_probs, entropy, values = evaluate(index)
+        out = ppo_clip_loss(
+            log_probs,
+            batch.old_log_probs[index],
+            advantages,
+            values,
+            batch.returns[index],
+            entropy=entropy,
+            old_values=batch.old_values[index],
+            clip_coef=hp.clip_coef,
+            value_clip_coef=hp.value_clip_coef,
+            value_coef=hp.value_coef,
+            entropy_coef=hp.entropy_coef,
+        )
+        grad_norm = gradient_step(out.pop("loss"), params, optimizer, hp.max_grad_norm)
+        records.append({**out, "stats/grad_norm": grad_norm})
+
+    def epoch_kl() -> torch.Tensor:
+        kl = torch.stack([record["stats/approx_kl"] for record in records[epoch_start[0] :]]).mean()
+        epoch_start[0] = len(records)
+        return kl
+
+    epochs = _ppo_epochs(minibatch_step, epoch_kl, batch.size, batch.old_log_probs.device, hp, generator)
+    return records, epochs
+
+
+def _ppo_closed_form(
+    closed_form: ClosedFormGradient,
+    batch: OnPolicyBatch,
+    optimizer: torch.optim.Optimizer,
+    hp: OnPolicyHyperparams,
+    generator: torch.Generator | None,
+) -> tuple[list[dict[str, torch.Tensor]], int]:
+    """PPO through the closed-form gradient: the metrics are made once per update from the
+    kept per-sample terms (``summarize``), not per step; returns them and the epochs run."""
+    terms: list[Any] = []
+    grad_norms: list[float] = []
+    epoch_start = [0]
+
+    def minibatch_step(index: torch.Tensor) -> None:
+        terms.append(closed_form.gradient(index, hp))
+        grad_norms.append(closed_form.clip_gradient(hp.max_grad_norm))
+        optimizer.step()
+
+    def epoch_kl() -> torch.Tensor:
+        kl = closed_form.summarize(terms[epoch_start[0] :], hp)["stats/approx_kl"]
+        epoch_start[0] = len(terms)
+        return kl
+
+    epochs = _ppo_epochs(minibatch_step, epoch_kl, batch.size, batch.old_log_probs.device, hp, generator)
+    summary = closed_form.summarize(terms, hp)
+    summary.pop("loss")
+    return [{**summary, "stats/grad_norm": torch.tensor(grad_norms).mean()}], epochs
 
 
 def minibatch_indices(order: torch.Tensor, num_minibatches: int) -> tuple[torch.Tensor, ...]:

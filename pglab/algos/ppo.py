@@ -8,9 +8,9 @@ Reads like CleanRL's ``ppo.py``: a config (:class:`pglab.configs.ppo.PPOConfig`)
 
 inside the shared training shell (:class:`pglab.run.shell.TrainingRun`), which owns the
 run directory, resume, device/threads/seed, logs (with the ``perf/*`` metrics),
-checkpoints, SIGINT/SIGTERM and ``summary.json``. The update itself is the shared
-:func:`pglab.algos.onpolicy.onpolicy_update` (the same code the Deep-PSO trainer uses),
-so ``--algo reinforce_raw | vpg_gae | ppo`` switch the estimator and loss, not the loop.
+checkpoints, SIGINT/SIGTERM and ``summary.json``. The update itself is
+:func:`pglab.algos.policy_update.build_policy_update`'s, over the shared
+:func:`pglab.algos.onpolicy.onpolicy_update` (the same code the Deep-PSO trainer uses), so ``--algo reinforce_raw | vpg_gae | ppo`` switch the estimator and loss, not the loop.
 
 Environments: ``--env gym:ID`` (any Gymnasium id with a Discrete or float Box action
 space, through gymnasium's vector envs) or ``--env pglab:NAME`` (native batched envs).
@@ -50,8 +50,8 @@ extending the budget changes the rest of it).
 
 from __future__ import annotations
 
-import contextlib
 import math
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -62,8 +62,8 @@ import numpy as np
 import torch
 
 from pglab.agent import Agent
-from pglab.algos.flat_adam import FlatAdam
-from pglab.algos.onpolicy import OnPolicyBatch, onpolicy_update
+from pglab.algos.onpolicy import OnPolicyBatch
+from pglab.algos.policy_update import PolicyUpdate, build_policy_update
 from pglab.configs.ppo import (  # PPOConfig re-exported: pglab.algos.ppo.PPOConfig keeps working
     OnPolicyHyperparams,
     PPOConfig,
@@ -75,7 +75,6 @@ from pglab.envs.normalize import ObsRewardNormalizer
 from pglab.envs.registry import make_env
 from pglab.errors import CheckpointError, ConfigError
 from pglab.estimators import compute_gae, reward_to_go
-from pglab.losses.ppo_fused import FusedPPOGradient, blas_threads, fused_ppo_gradient
 from pglab.nets.actor_critic import CategoricalActorCritic, GaussianActorCritic, GSDEActorCritic, build_actor_critic
 from pglab.nets.nature_cnn import NatureCNNActorCritic
 from pglab.run.atomic import atomic_write_json
@@ -437,11 +436,8 @@ class PPOTraining:
 
     env: Any
     agent: PPOAgent
-    optimizer: torch.optim.Optimizer
-    closed_form: FusedPPOGradient | None
-    """PPO's gradient in closed form, where the network allows it"""
-    flat_optimizer: FlatAdam | None
-    """the closed form's Adam step over flat buffers (its state lives in ``optimizer``)"""
+    update: PolicyUpdate
+    """the update and its optimiser: PPO's closed-form gradient where it models the run, else autograd"""
     action_generator: torch.Generator
     """policy sampling (on the device)"""
     minibatch_generator: torch.Generator
@@ -551,16 +547,14 @@ def build_training(run: TrainingRun, config: PPOConfig, env: Any) -> PPOTraining
     image_shape = image_shape_of(env)
     normalizer = build_normalizer(config, tuple(env.observation_shape))
     agent = build_agent(config, obs_dim, action, device, normalizer, image_shape=image_shape)
-    optimizer, closed_form, flat_optimizer = _build_update(config, agent.policy, device)
+    update = _build_update(run, config, agent.policy, device)
     first_obs = env.reset(seed=config.seed)
     if normalizer is not None:
         first_obs = normalizer.reset(first_obs)
     training = PPOTraining(
         env=env,
         agent=agent,
-        optimizer=optimizer,
-        closed_form=closed_form,
-        flat_optimizer=flat_optimizer,
+        update=update,
         action_generator=action_generator,
         minibatch_generator=minibatch_generator,
         normalizer=normalizer,
@@ -571,7 +565,7 @@ def build_training(run: TrainingRun, config: PPOConfig, env: Any) -> PPOTraining
     run.counters.setdefault("env_steps", 0)
     run.track(
         models={"agent": agent.policy},
-        optimizers={"agent": optimizer},
+        optimizers={"agent": update.optimizer},
         rngs={"action": action_generator, "minibatch": minibatch_generator},
         state={
             "env": checkpointed(env),
@@ -592,20 +586,11 @@ def build_training(run: TrainingRun, config: PPOConfig, env: Any) -> PPOTraining
     return training
 
 
-def _build_update(
-    config: PPOConfig, net: PolicyNetwork, device: torch.device
-) -> tuple[torch.optim.Adam, FusedPPOGradient | None, FlatAdam | None]:
-    """The optimiser, and the update's closed-form path where it applies."""
-    # fused: one kernel for the whole Adam step instead of a Python loop over parameters
-    # (the networks are tiny, so per-op dispatch dominates the update's cost).
-    optimizer = torch.optim.Adam(
-        net.parameters(), lr=config.lr, eps=config.adam_eps, fused=device.type in ("cpu", "cuda")
-    )
-    # PPO's gradient in closed form where the network allows it (pglab.losses.ppo_fused)
-    closed_form = fused_ppo_gradient(net) if config.fused_update and config.algo == "ppo" else None
-    # ... and its Adam step over flat buffers (the same state, checkpointed through `optimizer`)
-    flat_optimizer = FlatAdam(optimizer) if closed_form is not None else None
-    return optimizer, closed_form, flat_optimizer
+def _build_update(run: TrainingRun, config: PPOConfig, net: PolicyNetwork, device: torch.device) -> PolicyUpdate:
+    """The update and its optimiser; the run says once which path computes the gradient."""
+    update = build_policy_update(net, config, device)
+    run.echo(f"update: {update.path}", file=sys.stderr)
+    return update
 
 
 def _continue_uncaptured_environments(
@@ -651,7 +636,7 @@ def train_iterations(run: TrainingRun, config: PPOConfig, training: PPOTraining,
     update, log (the shell saves checkpoints after each). Returns the seconds they took."""
     wall_time_at_start = float(run.counters["wall_time"])
     for iteration in run.steps(config.num_iterations, desc=f"train ppo {config.env} --algo {config.algo}"):
-        iteration_hp = apply_schedules(config, training.optimizer, iteration)
+        iteration_hp = apply_schedules(config, training.update.optimizer, iteration)
         # 1. collect a rollout with the current policy, 2. bootstrap value
         rollout = collect_rollout(config, training, hooks, iteration, int(run.counters["env_steps"]))
         run.counters["env_steps"] += config.num_envs * config.num_steps
@@ -807,32 +792,13 @@ def optimise(
 ) -> dict[str, torch.Tensor]:
     """4. K epochs of minibatches (ppo) or one step (vpg_gae, reinforce_raw) on the rollout;
     returns the update's metrics (``loss/*``, ``stats/*``)."""
-    net, optimizer, minibatch_generator = training.agent.policy, training.optimizer, training.minibatch_generator
-    closed_form, flat_optimizer = training.closed_form, training.flat_optimizer
     num_samples = rollout.obs.shape[0] * rollout.obs.shape[1]
     flat_obs = rollout.obs.reshape(num_samples, *rollout.obs.shape[2:])
     flat_actions = rollout.actions.reshape(num_samples, *rollout.actions.shape[2:])
     batch = OnPolicyBatch(
         rollout.log_probs.reshape(-1), advantages.reshape(-1), returns.reshape(-1), rollout.values.reshape(-1)
     )
-
-    def evaluate(index: torch.Tensor):
-        return net.evaluate_actions(flat_obs[index], flat_actions[index])
-
-    if flat_optimizer is not None:  # a callback's zero_grad() must not leave the step on stale gradients
-        flat_optimizer.ensure_grad_views()
-    fused_gradient = None if closed_form is None else closed_form.bind(flat_obs, flat_actions, batch)
-    # the closed form's matrix products run on NumPy's BLAS: as many threads as torch's
-    with blas_threads(torch.get_num_threads()) if fused_gradient is not None else contextlib.nullcontext():
-        update_metrics = onpolicy_update(
-            evaluate,
-            batch,
-            net.parameters(),
-            flat_optimizer or optimizer,
-            iteration_hp,
-            generator=minibatch_generator,
-            fused_gradient=fused_gradient,
-        )
+    update_metrics = training.update(flat_obs, flat_actions, batch, iteration_hp, training.minibatch_generator)
     return update_metrics
 
 
@@ -845,7 +811,7 @@ def log_row(
 ) -> None:
     """5. One metric row (the episodes since the previous row, the update's metrics, the
     schedules' values; the shell adds ``perf/*``), and the progress bar's return and KL."""
-    schedules = {"stats/lr": training.optimizer.param_groups[0]["lr"]}
+    schedules = {"stats/lr": training.update.optimizer.param_groups[0]["lr"]}
     if run.config.update.clip_schedule != "constant":
         schedules["stats/clip_coef"] = iteration_hp.clip_coef
     row = {"env_steps": run.counters["env_steps"], **training.episodes.metrics(), **update_metrics, **schedules}

@@ -60,16 +60,7 @@ def ppo_clip_loss(
     clipped = ratio.clamp(1.0 - clip_coef, 1.0 + clip_coef) * advantages
     policy_loss = -torch.min(unclipped, clipped).mean()
 
-    returns = returns.detach()
-    if value_clip_coef is not None:
-        if old_values is None:
-            raise ValueError(f"{where}: value clipping needs old_values")
-        check_tensor("old_values", old_values, ("N",), FLOATS, dims=dims, where=where)
-        old_values = old_values.detach()
-        value_clipped = old_values + (new_values - old_values).clamp(-value_clip_coef, value_clip_coef)
-        value_loss = 0.5 * torch.max((new_values - returns).pow(2), (value_clipped - returns).pow(2)).mean()
-    else:
-        value_loss = 0.5 * (new_values - returns).pow(2).mean()
+    value_loss = clipped_value_loss(new_values, returns, old_values, value_clip_coef, dims=dims)
 
     if entropy is not None:
         check_tensor("entropy", entropy, ("N",), FLOATS, dims=dims, where=where)
@@ -90,3 +81,26 @@ def ppo_clip_loss(
         "stats/approx_kl": approx_kl,
         "stats/clipfrac": clipfrac,
     }
+
+
+def clipped_value_loss(
+    new_values: torch.Tensor,
+    returns: torch.Tensor,
+    old_values: torch.Tensor | None,
+    value_clip_coef: float | None,
+    *,
+    dims: dict[str, int] | None = None,
+) -> torch.Tensor:
+    """PPO's critic loss ``0.5 * mean((V - R)^2)``, or with value clipping (``value_clip_coef
+    = c``) ``0.5 * mean(max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2))``: the
+    pessimistic of the moved and the clipped prediction. ``new_values`` float ``[N]`` with
+    gradient; ``returns``, ``old_values`` float ``[N]`` (targets, detached here)."""
+    returns = returns.detach()
+    if value_clip_coef is None:
+        return 0.5 * (new_values - returns).pow(2).mean()
+    if old_values is None:
+        raise ValueError("ppo_clip_loss: value clipping needs old_values")
+    check_tensor("old_values", old_values, ("N",), FLOATS, dims=dims, where="ppo_clip_loss")
+    old_values = old_values.detach()
+    value_clipped = old_values + (new_values - old_values).clamp(-value_clip_coef, value_clip_coef)
+    return 0.5 * torch.max((new_values - returns).pow(2), (value_clipped - returns).pow(2)).mean()

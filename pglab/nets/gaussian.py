@@ -47,6 +47,12 @@ class GaussianPolicy(nn.Module):
             pinned at >= 0 it always "leaks" ``E[max(0, sigma eps)] = 0.4 sigma``).
     """
 
+    mean_net: nn.Sequential
+    std_net: nn.Sequential
+    log_std: nn.Parameter
+    mean_shift: torch.Tensor
+    action_high: torch.Tensor
+
     def __init__(
         self,
         state_dim: int,
@@ -81,6 +87,7 @@ class GaussianPolicy(nn.Module):
                 )
             with torch.no_grad():
                 final = self.mean_net[-1]
+                assert isinstance(final, nn.Linear)
                 final.weight.mul_(0.01)
                 # softplus^{-1}(m) = log(e^m - 1): the initial mean is ~m at every state
                 final.bias.copy_(torch.log(torch.expm1(target + shift)))
@@ -88,6 +95,7 @@ class GaussianPolicy(nn.Module):
             self.std_net = build_mlp(state_dim, hidden_dims, action_dim, activation=activation)
             with torch.no_grad():
                 final = self.std_net[-1]
+                assert isinstance(final, nn.Linear)
                 final.weight.mul_(0.01)
                 final.bias.fill_(log_std_init)
         else:
@@ -107,10 +115,7 @@ class GaussianPolicy(nn.Module):
     def mean_std(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mu, sigma)``, each ``[B, action_dim]``. Unchecked: the rollout hot path."""
         mean = F.softplus(self.mean_net(states)) - self.mean_shift
-        if self.state_dependent_std:
-            log_std = self.std_net(states)
-        else:
-            log_std = self.log_std.expand_as(mean)
+        log_std = self.std_net(states) if self.state_dependent_std else self.log_std.expand_as(mean)
         return mean, log_std.clamp(self.log_std_min, self.log_std_max).exp()
 
     def forward(self, states: torch.Tensor) -> Normal:
