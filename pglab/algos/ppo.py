@@ -10,7 +10,8 @@ inside the shared training shell (:class:`pglab.run.shell.TrainingRun`), which o
 run directory, resume, device/threads/seed, logs (with the ``perf/*`` metrics),
 checkpoints, SIGINT/SIGTERM and ``summary.json``. The update itself is
 :func:`pglab.algos.policy_update.build_policy_update`'s, over the shared
-:func:`pglab.algos.onpolicy.onpolicy_update` (the same code the Deep-PSO trainer uses), so ``--algo reinforce_raw | vpg_gae | ppo`` switch the estimator and loss, not the loop.
+:func:`pglab.algos.onpolicy.onpolicy_update` (the same code the Deep-PSO trainer uses),
+so ``--algo reinforce_raw | vpg_gae | ppo`` switch the estimator and loss, not the loop.
 
 Environments: ``--env gym:ID`` (any Gymnasium id with a Discrete or float Box action
 space, through gymnasium's vector envs) or ``--env pglab:NAME`` (native batched envs).
