@@ -28,9 +28,10 @@ RUN_DIR ?= runs/ghm-mc-$(shell date +%Y%m%d-%H%M%S)
 run: install
 	$(VENV)/bin/pglab train ghm --algo mc --device cpu --log_dir $(RUN_DIR)
 
-# Two test processes on the 2 cores (pytest-xdist); --dist loadfile keeps each test file in
+# The lint gate first, then two test processes on the 2 cores (pytest-xdist); --dist loadfile keeps each test file in
 # one process, so a module's fixtures run once. A single file: `.venv/bin/pytest tests/X.py`.
 test: install
+	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # The lint and type gate: ruff's rules and format, mypy, and no function in pglab/ longer
