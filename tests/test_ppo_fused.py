@@ -87,7 +87,12 @@ def test_closed_form_gradient_equals_autograd(head, activation, hidden_dims, val
 
 
 def test_closed_form_declines_networks_it_does_not_cover():
-    assert "GSDEActorCritic" in network_declined(GSDEActorCritic(3, 1, (8,)))
+    assert network_declined(GSDEActorCritic(3, 1, (8,))).startswith("use_sde=True:")
+    from pglab.nets.nature_cnn import NatureCNNActorCritic
+
+    assert network_declined(NatureCNNActorCritic((4, 84, 84), 3)) == (
+        "NatureCNNActorCritic: the closed form models CategoricalActorCritic, GaussianActorCritic"
+    )
     for activation in ("elu", "silu", "gelu"):
         net = CategoricalActorCritic(3, 2, (8,), activation=activation)
         assert network_declined(net) == f"activation={activation}: the closed form models tanh, relu"

@@ -12,9 +12,10 @@ A :class:`PolicyUpdate` owns the optimiser and runs
 
 :attr:`PolicyUpdate.path` says which (``"closed form"`` or ``"autograd (<reason>)"``);
 the trainer prints it once per run. Either way the network's parameters live in one flat
-``nn.Parameter`` (:class:`pglab.nets.flat.FlatParameters`), so the gradient clip
-(``torch.nn.utils.clip_grad_norm_``) and ``torch.optim.Adam(fused=True)`` each act on
-one tensor.
+``nn.Parameter`` (:class:`pglab.nets.flat.FlatParameters`), so ``torch.optim.Adam(fused=True)``
+steps one tensor, and the gradient clip is one norm and one multiply
+(``torch.nn.utils.clip_grad_norm_`` on the autograd path, its arithmetic in NumPy on the
+closed form's, :func:`pglab.losses.ppo_fused.clip_flat_gradient`).
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ from pglab.nets.actor_critic import (
     ActorCritic,
     CategoricalActorCritic,
     GaussianActorCritic,
+    GSDEActorCritic,
     numpy_gaussian_log_prob,
     numpy_log_softmax,
 )
@@ -74,7 +75,7 @@ HYPERPARAMETERS: dict[str, str] = {
     "value_clip_coef": "the clipped value loss and its slope (None: the plain one)",
     "value_coef": "dL/dV",
     "entropy_coef": "the entropy bonus's gradient",
-    "max_grad_norm": "the shared gradient clip",
+    "max_grad_norm": "clip_flat_gradient: clip_grad_norm_'s arithmetic on the flat gradient",
     "target_kl": "the epochs' approximate KL, from the kept per-sample terms",
     "normalize_advantages": "each minibatch's advantages standardised (or not)",
     "gamma": "not read by the update: the trainer's advantages and returns use it",
@@ -124,9 +125,10 @@ def hyperparameters_declined(hp: Any) -> str | None:
 def network_declined(net: nn.Module, device: torch.device | None = None) -> str | None:
     """Why the closed form does not know ``net`` (its type, a layer, an activation, an extra
     parameter, the device or dtype), or ``None``."""
+    if isinstance(net, GSDEActorCritic):
+        return "use_sde=True: the closed form models a state-independent log_std, gSDE's noise is state-dependent"
     if type(net) not in NETWORKS or not isinstance(net, ActorCritic):
-        known = ", ".join(cls.__name__ for cls in NETWORKS)
-        return f"{type(net).__name__}: the closed form models {known} (use_sde: gSDE's noise is state-dependent)"
+        return f"{type(net).__name__}: the closed form models {', '.join(cls.__name__ for cls in NETWORKS)}"
     parts = {"actor": linear_stack(net.actor), "critic": linear_stack(net.critic)}
     covered = {id(net.log_std)} if isinstance(net, GaussianActorCritic) else set()
     for part, layers in parts.items():
