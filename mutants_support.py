@@ -45,7 +45,16 @@ SELECTION: dict[str, list[str]] = {
     "estimators/": ["pglab.estimators.*"],
     "losses/": ["pglab.losses.*"],
     "algos/onpolicy (REINFORCE, VPG+GAE, PPO)": _functions(
-        "pglab.algos.onpolicy", "gradient_step", "onpolicy_update", "minibatch_indices", "explained_variance"
+        "pglab.algos.onpolicy",
+        "gradient_step",
+        "clip_and_step",
+        "onpolicy_update",
+        "_single_step",
+        "_ppo_epochs",
+        "_ppo_autograd",
+        "_ppo_closed_form",
+        "minibatch_indices",
+        "explained_variance",
     ),
     "algos/a2c (A2C TD(0))": _methods("pglab.algos.a2c", "A2CTrainer", "env_step", "optimizer_step", "window")
     + _functions("pglab.algos.a2c_common", "sample_actions"),

@@ -145,9 +145,9 @@ class PPOConfig:
     """orthogonal initialisation (gain sqrt 2, 0.01 policy head, 1 value head); off: PyTorch's
     default init (SB3 ortho_init)"""
     fused_update: bool = True
-    """PPO's gradient in closed form for plain Linear/Tanh|ReLU actor-critics (same loss and
-    gradient as autograd to float rounding, ~1.6x faster updates on classic-control networks); other networks
-    always use autograd. off: autograd everywhere"""
+    """PPO's gradient in closed form where it models the run (--algo ppo, Categorical or Gaussian
+    heads, tanh|relu MLPs, the CPU; the same update as autograd to float rounding); anything else
+    runs on autograd, and the run prints which path it takes. off: autograd everywhere"""
     use_sde: bool = False
     """Box actions: generalized state-dependent exploration (gSDE, SB3's use_sde):
     noise = latent(s) @ W, W ~ N(0, exp(log_std)^2) resampled per rollout"""

@@ -127,7 +127,13 @@ class StateRegistry:
         for name, module in self.models.items():
             load_state_dict_checked(module, _lookup(checkpoint, "models", name, source), name=name, source=source)
         for name, optimizer in self.optimizers.items():
-            optimizer.load_state_dict(_lookup(checkpoint, "optimizers", name, source))
+            try:
+                optimizer.load_state_dict(_lookup(checkpoint, "optimizers", name, source))
+            except (ValueError, KeyError, RuntimeError) as error:  # torch's words for another parameter layout
+                first = str(error).splitlines()[0] if str(error) else type(error).__name__
+                raise CheckpointError(
+                    f"checkpoint {source}: optimizer {name!r} does not match this run's parameters ({first})"
+                ) from error
         for name, obj in self.state.items():
             obj.load_state_dict(_lookup(checkpoint, "extra", name, source))
         restore_rng_state(checkpoint["rng"], self.rngs)
