@@ -47,7 +47,6 @@ import dataclasses
 import math
 import os
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -830,13 +829,11 @@ def train_steps(run: TrainingRun, training: GHMTraining) -> dict[str, float]:
     assert config.n_iterations is not None and config.n_trajectories is not None  # set by GHMTrainConfig
     last_values: dict[str, float] = {}
     for iteration in run.steps(config.n_iterations, desc=f"train ghm --algo {config.algo}"):
-        tick = time.perf_counter()
         apply_schedules(training, iteration)
         metrics: dict[str, Any] = {
             **training.solver.train_step(),
             "stats/action_repeat": float(simulator.action_repeat),
         }
-        training_seconds = time.perf_counter() - tick
         run.counters["env_steps"] += config.n_trajectories * simulator.num_steps
         last = iteration == config.n_iterations
         if iteration % config.log_interval == 0 or last:
@@ -846,9 +843,7 @@ def train_steps(run: TrainingRun, training: GHMTraining) -> dict[str, float]:
                 base=f"{last_values.get('loss/baseline', float('nan')):.4f}",
             )
         if iteration % config.eval_interval == 0 or last:
-            # the training time up to this check: the finished iterations' and this one's update
-            wall_time = float(run.counters["wall_time"]) + training_seconds
-            quick_check(training, iteration, {"wall_time": wall_time, "env_steps": run.counters["env_steps"]})
+            quick_check(training, iteration, {"wall_time": run.elapsed, "env_steps": run.counters["env_steps"]})
     return last_values
 
 

@@ -339,6 +339,7 @@ class TrainingRun:
         self._clock = time.perf_counter()
         self.registry: StateRegistry | None = None
         self._perf_mark: tuple[float, int, float] | None = None  # (time, step, env_steps) of the last row
+        self._step_start: float | None = None  # when the step now running began
 
     def _apply_threads(self) -> None:
         import torch
@@ -523,10 +524,11 @@ class TrainingRun:
         self._perf_mark = (time.perf_counter(), self.start, float(self.counters.get("env_steps", 0)))
         try:
             for step in range(self.start + 1, total + 1):
-                tick = time.perf_counter()
+                tick = self._step_start = time.perf_counter()
                 yield step
                 self.counters[self.spec.step_key] = step
                 self.counters["wall_time"] = float(self.counters.get("wall_time", 0.0)) + time.perf_counter() - tick
+                self._step_start = None
                 self._session_steps += 1
                 self.bar.update(1)
                 last = step == total
@@ -556,6 +558,13 @@ class TrainingRun:
         """One row of ``metrics.csv`` / ``metrics.jsonl`` / TensorBoard, with the shell's
         ``perf/*`` metrics of the interval since the previous row added."""
         return self.logger.log(step, {**metrics, **self._perf(step)})
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds spent in steps so far (the ``wall_time`` counter), the running step's
+        time included: what a trainer stamps on an evaluation taken inside a step."""
+        running = time.perf_counter() - self._step_start if self._step_start is not None else 0.0
+        return float(self.counters.get("wall_time", 0.0)) + running
 
     def _perf(self, step: int) -> dict[str, float]:
         """``perf/step_s`` and (for a trainer that counts ``env_steps``) ``perf/env_steps_per_s``:
