@@ -5,6 +5,7 @@ import copy
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -46,22 +47,24 @@ def test_the_game_imports_no_algos():
     assert out.strip() == "[]"
 
 
-def test_the_forecast_configs_import_neither_envs_nor_torch():
-    """Configs sit below the game: no import of pglab.envs (not even inside a function)
-    and none of torch, so ``--help`` stays fast."""
+CONFIG_MODULES = sorted(
+    f"pglab.configs.{path.stem}" for path in (Path(__file__).parents[1] / "pglab" / "configs").glob("*.py")
+)
+
+
+@pytest.mark.parametrize("module", CONFIG_MODULES)
+def test_the_configs_import_neither_envs_nor_torch(module):
+    """Configs sit below the environments and trainers: no import of pglab.envs (not even
+    inside a function) and none of torch, so ``--help`` stays fast."""
     import ast
+    import importlib
     import inspect
 
-    import pglab.configs.forecast as configs
-
-    tree = ast.parse(inspect.getsource(configs))
+    tree = ast.parse(inspect.getsource(importlib.import_module(module)))
     imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
     imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
     assert not [name for name in imported if name and (name.startswith("pglab.envs") or name == "torch")]
-    code = (
-        "import sys, pglab.configs.forecast; "
-        "print(sorted(m for m in sys.modules if m.startswith('pglab.envs') or m == 'torch'))"
-    )
+    code = f"import sys, {module}; print(sorted(m for m in sys.modules if m.startswith('pglab.envs') or m == 'torch'))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
