@@ -175,3 +175,17 @@ def test_a_checkpoint_inside_a_logging_window_resumes_to_the_same_rows(tmp_path,
     full, resumed = rows(tmp_path / "full"), rows(tmp_path / "cut")
     assert [r["opt_steps"] for r in full] == [30, 60, 80] and any(r["episode/count"] > 0 for r in full)
     assert resumed == full
+
+
+def test_resume_alone_continues_a_stream_ac_run(tmp_path):
+    """``pglab train a2c --resume DIR`` continues a stream-ac run without --algo: the command
+    picks the trainer from the stored kind and the trainer takes the stored algo."""
+    from pglab.cli import main as pglab_main
+    from pglab.run.checkpoint import load_checkpoint_file
+
+    run = tmp_path / "run"
+    flags = ["--num-envs", "1", "--pixel-goal.grid-size", "4", "--hidden", "8", "--device", "cpu"]
+    argv = ["train", "a2c", "--algo", "stream-ac", "--total-env-steps", "4", "--log-dir", str(run), *flags]
+    assert pglab_main(argv) == 0
+    assert pglab_main(["train", "a2c", "--resume", str(run), "--total-env-steps", "6"]) == 0
+    assert load_checkpoint_file(run)["counters"]["opt_steps"] == 6

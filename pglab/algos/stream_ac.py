@@ -261,7 +261,7 @@ def train_stream_ac(
     Arguments and result as :func:`pglab.algos.a2c.train_a2c` (``stop_after`` counts
     transitions).
     """
-    if config.algo != "stream-ac":
+    if config.resume is None and config.algo != "stream-ac":  # a resume takes the stored run's algo
         raise ConfigError("algo", config.algo, "train_stream_ac trains --algo stream-ac")
     with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
         config = run.config
