@@ -120,8 +120,20 @@ class CreditLineParams(GHMParams):
 # decision interval) and many small steps; the pathwise gradients (pathwise, actor-critic)
 # have little variance, so they take larger steps, decide every dt and need ~3x fewer
 # iterations, each ~3x dearer (the backward pass runs through the whole rollout).
+PATHWISE_DEFAULTS: dict[str, Any] = dict(
+    absorption="grid",
+    control_variate="none",
+    critic_boundary="none",
+    n_trajectories=1000,
+    n_iterations=350,
+    lr_policy=1e-3,
+    lr_final_fraction=0.2,
+    baseline_steps=4,
+    score_samples=25_000,
+    action_repeat=1,
+)
 SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
-    # mc (issue 24, session 29, docs/ghm.md "Defaults across calibrations"): bridge absorption
+    # mc (docs/ghm.md "Defaults across calibrations"): bridge absorption
     # (the continuously monitored model that V* solves), 1,000 iterations, rates decaying to 5%.
     "mc": dict(
         n_iterations=1000,
@@ -135,30 +147,8 @@ SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
         critic_boundary="none",
         absorption="bridge",
     ),
-    "pathwise": dict(
-        absorption="grid",
-        control_variate="none",
-        critic_boundary="none",
-        n_trajectories=1000,
-        n_iterations=350,
-        lr_policy=1e-3,
-        lr_final_fraction=0.2,
-        baseline_steps=4,
-        score_samples=25_000,
-        action_repeat=1,
-    ),
-    "actor-critic": dict(
-        absorption="grid",
-        control_variate="none",
-        critic_boundary="none",
-        n_trajectories=1000,
-        n_iterations=350,
-        lr_policy=1e-3,
-        lr_final_fraction=0.2,
-        baseline_steps=4,
-        score_samples=25_000,
-        action_repeat=1,
-    ),
+    "pathwise": PATHWISE_DEFAULTS,
+    "actor-critic": dict(PATHWISE_DEFAULTS),  # the same pathwise gradient, plus a critic
 }
 
 
