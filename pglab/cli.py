@@ -16,8 +16,9 @@ Every sub-command parses its own flags from a frozen config dataclass (tyro), so
 written ``--n_iterations`` or ``--n-iterations``.
 
 Exit codes: 0 success; 1 failure; 2 usage or configuration error (bad flag or value,
-malformed YAML, corrupt or mismatched checkpoint, unusable data); 130 a training run
-stopped by SIGINT/SIGTERM after saving its checkpoint (continue it with --resume).
+malformed YAML, corrupt or mismatched checkpoint, unusable data, a file-system error such
+as a full disk); 130 stopped by SIGINT/SIGTERM (a training run keeps its last checkpoint
+and continues with --resume; one stopped before its first checkpoint leaves nothing).
 
 ``pglab --help``, ``pglab train --help``, ``pglab evaluate --help`` and every
 ``pglab ... NAME --help`` list what exists without importing torch.
@@ -27,11 +28,13 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from pglab.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PglabError
+from pglab.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PglabError, describe_os_error
+from pglab.run.signals import STOP, signal_name
 
 Handler = str  # "module:function", imported lazily so `pglab --help` stays fast
 
@@ -241,30 +244,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``pglab``; returns (and, as a console script, exits with) the exit code."""
     import warnings
 
+    installed = STOP.install()  # SIGINT/SIGTERM: exit 130 from here on (pglab.run.signals)
+    STOP.clear()
     previous_showwarning, warnings.showwarning = warnings.showwarning, _one_line_warning
     try:
-        code = dispatch(sys.argv[1:] if argv is None else argv)
-    except PglabError as exc:
-        print(f"pglab: error: {exc}", file=sys.stderr)
-        code = exc.exit_code
-    except KeyboardInterrupt:
-        print("pglab: interrupted", file=sys.stderr)
-        code = EXIT_INTERRUPTED
-    except BrokenPipeError:  # the reader went away (`pglab ... | head`): not an error of pglab's
-        # Python would report the pipe again when it flushes stdout at exit; point it at devnull
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = EXIT_OK
-    except SystemExit as exc:  # tyro/argparse: 2 on a usage error, 0 after --help
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
-    except Exception:  # a bug, not a usage error: keep the traceback
-        traceback.print_exc()
-        code = EXIT_FAILURE
+        code = _run(argv)
     finally:
         warnings.showwarning = previous_showwarning
+        if installed:
+            STOP.uninstall()
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    """:func:`dispatch`, with every way it can end mapped to one line and an exit code."""
+    try:
+        try:
+            code = dispatch(sys.argv[1:] if argv is None else argv)
+        except PglabError as exc:
+            print(f"pglab: error: {exc}", file=sys.stderr)
+            code = exc.exit_code
+        except BrokenPipeError:  # the reader went away (`pglab ... | head`): not an error of pglab's
+            # Python would report the pipe again when it flushes stdout at exit; point it at devnull
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            code = EXIT_OK
+        except OSError as exc:  # a full disk, a name too long, no permission: the path and the cause
+            print(f"pglab: error: {describe_os_error(exc)}", file=sys.stderr)
+            code = EXIT_USAGE
+        except SystemExit as exc:  # tyro/argparse: 2 on a usage error, 0 after --help
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
+        except Exception:  # a bug, not a usage error: keep the traceback
+            traceback.print_exc()
+            code = EXIT_FAILURE
+    except KeyboardInterrupt as exc:  # SIGINT/SIGTERM, also while an error above was reported
+        note = getattr(exc, "note", None)
+        name = signal_name(getattr(exc, "signum", None) or STOP.signal or signal.SIGINT)
+        print(f"pglab: stopped by {name}" + (f": {note}" if note else ""), file=sys.stderr)
+        code = EXIT_INTERRUPTED
     return int(code or 0)
 
 
 def console_main() -> None:  # pragma: no cover - thin wrapper
+    STOP.install()  # before anything heavy is imported
     sys.exit(main())
 
 

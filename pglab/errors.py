@@ -2,7 +2,9 @@
 
 Every error a user can cause (a bad flag, a malformed YAML file, a corrupt checkpoint,
 an unusable data file) is a subclass of :class:`UsageError` and makes ``pglab`` exit
-with code 2. Failures of the program itself exit with code 1.
+with code 2. So does an error of the file system (a full disk, a name too long, no
+permission, a file where a directory should be): :class:`FileSystemError`, one line
+naming the path and the cause. Failures of the program itself exit with code 1.
 """
 
 from __future__ import annotations
@@ -49,6 +51,24 @@ class CheckpointError(UsageError):
 
 class DataError(UsageError, ValueError):
     """An input data file or series cannot be used (empty, non-numeric, too short)."""
+
+
+def describe_os_error(error: OSError) -> str:
+    """``PATH: cause`` of an ``OSError`` (``PATH -> PATH2`` for a rename)."""
+    cause = error.strerror or str(error)
+    if error.filename is None:
+        return cause
+    path = str(error.filename) + (f" -> {error.filename2}" if error.filename2 is not None else "")
+    return f"{path}: {cause}"
+
+
+class FileSystemError(UsageError):
+    """An ``OSError`` met while reading or writing a file the user named (exit code 2)."""
+
+    @classmethod
+    def of(cls, error: OSError, *, kept: str | None = None) -> FileSystemError:
+        """The one line for ``error``, with what the run kept (``kept``) appended."""
+        return cls(describe_os_error(error) + (f"; {kept}" if kept else ""))
 
 
 class TensorContractError(ValueError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import errno
 import json
 import os
 import signal
@@ -18,12 +19,13 @@ from typing import ClassVar
 import pytest
 import torch
 
-from pglab.errors import EXIT_INTERRUPTED, CheckpointError, ConfigError
+from pglab.errors import EXIT_INTERRUPTED, CheckpointError, ConfigError, FileSystemError, UsageError
 from pglab.run.checkpoint import build_checkpoint, load_checkpoint_file, save_checkpoint
 from pglab.run.config import config_from_dict, parse_flags
 from pglab.run.logger import MetricsLogger
 from pglab.run.seeding import make_generator
 from pglab.run.shell import TrainerSpec, TrainingRun
+from pglab.run.signals import Stopped
 from pglab.run.state import Value
 from pglab.validation import check_device, check_int, check_positive
 
@@ -48,6 +50,8 @@ class ToyConfig:
     """threads"""
     save_interval: int = 2
     """steps between checkpoints"""
+    keep_checkpoints: int = 3
+    """numbered checkpoints kept (0: all)"""
     log_dir: Path | None = None
     """run directory"""
     resume: Path | None = None
@@ -86,18 +90,28 @@ def train_toy(
     stop_after=None,
     fail_at_build=False,
     echo=lambda *a, **k: None,
-    signal_before_finish=False,
+    signals: dict[str, int] | None = None,
 ):
+    """``signals``: SIGTERMs sent to this process at a phase: ``build`` (before the first
+    step), ``step<N>`` (inside step N) or ``final`` (after the loop, as during a final
+    evaluation), e.g. ``{"step2": 2}`` sends two inside step 2."""
+
+    def send(phase: str) -> None:
+        for _ in range((signals or {}).get(phase, 0)):
+            os.kill(os.getpid(), signal.SIGTERM)
+
     with TrainingRun(SPEC, config, given=given, stop_after=stop_after, echo=echo) as run:
         config = run.config
         if fail_at_build:
             raise RuntimeError("build failed")
+        send("build")
         generator = make_generator(config.seed)
         total = Value(torch.zeros(()))
         # the shell restores both on a resume and checkpoints them from now on
         run.track(state={"total": total}, rngs={"toy": generator}, meta={"width": config.width})
 
         for step in run.steps(config.steps):
+            send(f"step{step}")
             total.value += config.lr * torch.randn(config.width, generator=generator).sum()
             run.log(
                 step,
@@ -108,8 +122,7 @@ def train_toy(
                     "return/mean": float("nan") if step % 2 else 1.0,
                 },
             )
-        if signal_before_finish:  # as a SIGTERM during a final evaluation would arrive
-            os.kill(os.getpid(), signal.SIGTERM)
+        send("final")
         run.finish({"total": float(total.value)})
     return run, float(total.value)
 
@@ -214,17 +227,50 @@ def test_resume_from_a_named_checkpoint_file_must_be_the_latest(tmp_path):
         assert run.counters["step"] == 6 and run.exit_code == 0
 
 
-def test_a_stop_signal_after_the_last_step_exits_130(tmp_path):
-    # SIGTERM while a final evaluation runs: the evaluation ends, the run is complete (not
-    # marked interrupted: trainers skip their outputs for interrupted runs), and the process
-    # still reports the stop with exit 130, as the README says
-    run, _ = train_toy(_config(tmp_path, steps=3), signal_before_finish=True)
-    assert run.counters["step"] == 3 and not run.interrupted
-    assert run.exit_code == 130
+def test_a_signal_inside_a_step_ends_it_saves_and_exits_130(tmp_path):
+    _, whole = train_toy(_config(tmp_path, "whole"))
+    run, _ = train_toy(_config(tmp_path, steps=6), signals={"step3": 1})
+    assert run.interrupted and run.exit_code == EXIT_INTERRUPTED
+    assert load_checkpoint_file(tmp_path / "run")["counters"]["step"] == 3
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"
+    resumed, total = train_toy(ToyConfig(resume=tmp_path / "run"), given=frozenset({"resume"}))
+    assert resumed.exit_code == 0 and total == whole
+
+
+def test_a_second_signal_inside_a_step_stops_at_once_keeping_the_last_checkpoint(tmp_path):
+    with pytest.raises(Stopped) as stopped:
+        train_toy(_config(tmp_path, steps=6), signals={"step3": 2})
+    assert "the checkpoint of step 2 is intact" in stopped.value.note
+    assert load_checkpoint_file(tmp_path / "run")["counters"]["step"] == 2
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "interrupted"
+    _, whole = train_toy(_config(tmp_path, "whole"))
+    _, total = train_toy(ToyConfig(resume=tmp_path / "run"), given=frozenset({"resume"}))
+    assert total == whole
+
+
+def test_a_signal_before_the_first_checkpoint_leaves_nothing(tmp_path):
+    with pytest.raises(Stopped) as stopped:
+        train_toy(_config(tmp_path), signals={"build": 1})
+    assert "nothing was kept" in stopped.value.note
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(Stopped):  # the first step's signal waits for its end, when no checkpoint is due yet
+        train_toy(_config(tmp_path, save_interval=2), signals={"step1": 2})
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("phase", ["step6", "final"])
+def test_a_signal_in_the_last_step_or_after_the_loop_stops_at_once_and_resume_finishes(tmp_path, phase):
+    # no final evaluation holds up the exit: the final checkpoint is saved, the process
+    # stops, and --resume runs what was left (here the summary)
+    with pytest.raises(Stopped):
+        train_toy(_config(tmp_path, steps=6), signals={phase: 1})
+    assert load_checkpoint_file(tmp_path / "run")["counters"]["step"] == 6
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["stop_requested_after_the_loop"] is True
-    plain, _ = train_toy(_config(tmp_path, "plain", steps=3))
-    assert plain.exit_code == 0
+    assert summary["status"] == "interrupted"
+    _, whole = train_toy(_config(tmp_path, "whole"))
+    resumed, total = train_toy(ToyConfig(resume=tmp_path / "run"), given=frozenset({"resume"}))
+    assert resumed.exit_code == 0 and total == whole
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
 
 
 def test_device_given_on_resume_is_applied(tmp_path):
@@ -534,3 +580,112 @@ def test_every_row_carries_the_shells_perf_metrics(tmp_path):
     rows = _csv_rows(tmp_path / "run" / "metrics.csv")
     assert all(float(row["perf/step_s"]) > 0 for row in rows)
     assert "perf/env_steps_per_s" not in rows[0]  # the toy counts no environment steps
+
+
+# -- one owner per run directory ---------------------------------------------------------
+def _hold_lock(run_dir: Path) -> subprocess.Popen:
+    """Another process that owns ``run_dir`` (holds its lock) until killed."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pglab.run.rundir import RunDirLock; "
+            "RunDirLock(sys.argv[1]).acquire(); print('locked', flush=True); time.sleep(600)",
+            str(run_dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+def test_a_run_directory_in_use_is_refused_naming_its_owner_and_taken_over_after_it_dies(tmp_path):
+    train_toy(_config(tmp_path, steps=4))
+    run_dir = tmp_path / "run"
+    rows_before = (run_dir / "metrics.csv").read_text()
+    holder = _hold_lock(run_dir)
+    try:
+        with pytest.raises(UsageError, match=rf"in use by process {holder.pid}\b"):
+            train_toy(ToyConfig(resume=run_dir, steps=6), given=frozenset({"resume", "steps"}))
+        fresh = tmp_path / "fresh"
+        fresh.mkdir()
+        holder_of_fresh = _hold_lock(fresh)
+        try:
+            with pytest.raises(UsageError, match=rf"in use by process {holder_of_fresh.pid}\b"):
+                train_toy(_config(tmp_path, "fresh"))
+            assert sorted(p.name for p in fresh.iterdir()) == [".lock"]  # nothing of the refused run
+        finally:
+            holder_of_fresh.kill()
+            holder_of_fresh.wait()
+    finally:
+        holder.kill()  # kill -9: the kernel releases the lock
+        holder.wait()
+    assert (run_dir / "metrics.csv").read_text() == rows_before  # the refused resume wrote nothing
+    run, _ = train_toy(ToyConfig(resume=run_dir, steps=6), given=frozenset({"resume", "steps"}))
+    assert run.counters["step"] == 6
+    steps = [int(row["step"]) for row in _csv_rows(run_dir / "metrics.csv")]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_keep_checkpoints_keeps_the_newest_numbered_files_and_zero_keeps_all(tmp_path):
+    def numbered(name):
+        return sorted(p.name for p in (tmp_path / name / "checkpoints").glob("checkpoint_iter_*.pt"))
+
+    train_toy(_config(tmp_path, "three", steps=12))
+    assert numbered("three") == [f"checkpoint_iter_{step:06d}.pt" for step in (8, 10, 12)]
+    train_toy(_config(tmp_path, "one", steps=12, keep_checkpoints=1))
+    assert numbered("one") == ["checkpoint_iter_000012.pt"]
+    train_toy(_config(tmp_path, "all", steps=12, keep_checkpoints=0))
+    assert len(numbered("all")) == 6
+    assert load_checkpoint_file(tmp_path / "one")["counters"]["step"] == 12
+
+
+# -- file-system errors ------------------------------------------------------------------
+def _full_disk_at(monkeypatch, fragment: str) -> None:
+    """``fsync`` of any file whose name contains ``fragment`` fails as on a full disk."""
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        if fragment in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="maps descriptors to paths through /proc")
+def test_a_full_disk_during_a_checkpoint_ends_in_one_line_and_the_last_checkpoint_resumes(tmp_path, monkeypatch):
+    _, whole = train_toy(_config(tmp_path, "whole", steps=6))
+    _full_disk_at(monkeypatch, "checkpoint_iter_000004")
+    with pytest.raises(FileSystemError) as error:
+        train_toy(_config(tmp_path, steps=6))
+    message = str(error.value)
+    assert "No space left on device" in message and "\n" not in message
+    assert f"the checkpoint of step 2 is intact; continue with --resume {tmp_path / 'run'}" in message
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert not [p for p in checkpoints.iterdir() if ".tmp-" in p.name]  # no torn temporary left
+    assert load_checkpoint_file(checkpoints)["counters"]["step"] == 2
+    monkeypatch.undo()
+    run, total = train_toy(ToyConfig(resume=tmp_path / "run"), given=frozenset({"resume"}))
+    assert total == whole
+    assert [int(row["step"]) for row in _csv_rows(tmp_path / "run" / "metrics.csv")] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="maps descriptors to paths through /proc")
+def test_a_full_disk_at_the_start_leaves_nothing_and_the_cli_prints_one_line(tmp_path, monkeypatch, capsys):
+    from pglab.cli import main
+
+    _full_disk_at(monkeypatch, "config.json")
+    with pytest.raises(FileSystemError, match="No space left on device; nothing was kept"):
+        train_toy(_config(tmp_path))
+    assert not (tmp_path / "run").exists()
+    monkeypatch.chdir(tmp_path)
+    code = main(["train", "ppo", "--total-steps", "64", "--num-envs", "2", "--num-steps", "32", "--log-dir", "p"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert [line for line in err.splitlines() if line.startswith("pglab: error:")] == [
+        "pglab: error: p/config.json: No space left on device; "
+        "nothing was kept (p holds no checkpoint, so it was removed)"
+    ]
+    assert not (tmp_path / "p").exists()

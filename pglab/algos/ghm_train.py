@@ -112,7 +112,6 @@ SPEC = TrainerSpec(
     resumable=RESUMABLE_FIELDS,
     total_steps=lambda config: config.n_iterations,
     budget_field="n_iterations",
-    keep=None,  # every numbered checkpoint stays (a few kB each): pglab validate reads intermediate ones
     # A run made before these fields existed resumes the way it was trained: the policy
     # network in every rollout step, the policy-evaluation HJB residual at visited states.
     stored_defaults={

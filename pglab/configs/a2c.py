@@ -122,6 +122,8 @@ class A2CTrainConfig:
     """width of the CNN's dense layer (0: torso default)"""
     save_interval: int = 500
     """optimiser steps between checkpoints (plus one at the end and on SIGINT/SIGTERM); stream-ac: transitions"""
+    keep_checkpoints: int = 3
+    """numbered checkpoints kept (the newest; checkpoint_latest.pt always points at the last); 0 keeps all"""
     seed: int = 0
     """seed of weights, env and action sampling"""
     device: str = "auto"
@@ -153,6 +155,7 @@ class A2CTrainConfig:
         check_range("sparsity", self.sparsity, 0.0, 1.0, high_inclusive=False)
         check_int("hidden", self.hidden, minimum=0)
         check_int("save_interval", self.save_interval, minimum=1)
+        check_int("keep_checkpoints", self.keep_checkpoints, minimum=0)
         check_int("seed", self.seed, minimum=0)
         check_device("device", self.device)
         check_int("threads", self.threads, minimum=0)

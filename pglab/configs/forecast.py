@@ -151,6 +151,8 @@ class ForecastTrainConfig(ForecastLearnerConfig):
     """continue the run in this directory from its latest checkpoint (--episodes may extend it)"""
     save_interval: int = 50
     """episodes between checkpoints (the last episode and a stop are always saved)"""
+    keep_checkpoints: int = 3
+    """numbered checkpoints kept (the newest; checkpoint_latest.pt always points at the last); 0 keeps all"""
     threads: int = 0
     """torch CPU threads (0: torch's default); the tabular learners themselves are single-threaded NumPy"""
 
@@ -159,6 +161,7 @@ class ForecastTrainConfig(ForecastLearnerConfig):
         if self.train_rows is not None:
             check_int("train_rows", self.train_rows, minimum=3)
         check_int("save_interval", self.save_interval, minimum=1)
+        check_int("keep_checkpoints", self.keep_checkpoints, minimum=0)
         check_int("threads", self.threads, minimum=0)
 
     @property

@@ -336,6 +336,8 @@ class GHMTrainConfig:
     """iterations between plots and quick value checks"""
     save_interval: int = 100
     """iterations between checkpoints (the last iteration is always saved)"""
+    keep_checkpoints: int = 3
+    """numbered checkpoints kept (the newest; checkpoint_latest.pt always points at the last); 0 keeps all"""
     eval_quick_paths: int = 0
     """paths per initial cash of a simulated quick check during training (0: off; every quick
     check logs the policy's exact FD value, exact/pct_optimal_*, which has no noise)"""
@@ -526,6 +528,7 @@ class GHMTrainConfig:
         for name in ("log_interval", "eval_interval", "save_interval"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("eval_quick_paths", self.eval_quick_paths, minimum=0)
+        check_int("keep_checkpoints", self.keep_checkpoints, minimum=0)
         if len(self.eval_cash) == 0:
             raise ConfigError("eval_cash", self.eval_cash, "needs at least one initial cash level")
         for cash in self.eval_cash:

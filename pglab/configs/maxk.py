@@ -61,6 +61,8 @@ class MaxKPOMOTrainConfig:
     """steps between metric rows"""
     save_interval: int = 100
     """steps between checkpoints (also at the last step and on SIGINT/SIGTERM)"""
+    keep_checkpoints: int = 3
+    """numbered checkpoints kept (the newest; checkpoint_latest.pt always points at the last); 0 keeps all"""
     seed: int = 0
     """random seed (same seed + config on the CPU: bit-identical run)"""
     threads: int = 0
@@ -106,6 +108,7 @@ class MaxKPOMOTrainConfig:
             raise ConfigError("num_heads", self.num_heads, f"must divide embed_dim={self.embed_dim}")
         check_int("log_every", self.log_every, minimum=1)
         check_int("save_interval", self.save_interval, minimum=1)
+        check_int("keep_checkpoints", self.keep_checkpoints, minimum=0)
         check_int("seed", self.seed, minimum=0)
         check_int("threads", self.threads, minimum=0)
         check_device("device", self.device)

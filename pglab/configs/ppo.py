@@ -180,6 +180,8 @@ class PPOConfig:
     """iterations between metric rows"""
     save_interval: int = 50
     """iterations between checkpoints (the last iteration is always saved)"""
+    keep_checkpoints: int = 3
+    """numbered checkpoints kept (the newest; checkpoint_latest.pt always points at the last); 0 keeps all"""
     tensorboard: bool = True
     """also write TensorBoard events"""
     eval_episodes: int = 10
@@ -233,6 +235,7 @@ class PPOConfig:
         check_int("threads", self.threads, minimum=0)
         check_int("log_interval", self.log_interval, minimum=1)
         check_int("save_interval", self.save_interval, minimum=1)
+        check_int("keep_checkpoints", self.keep_checkpoints, minimum=0)
         check_int("eval_episodes", self.eval_episodes, minimum=0)
 
     @property

@@ -174,6 +174,8 @@ class PSOTSPTrainConfig:
     """iterations between metric rows"""
     save_interval: int = 50
     """iterations between checkpoints (the last is always saved)"""
+    keep_checkpoints: int = 3
+    """numbered checkpoints kept (the newest; checkpoint_latest.pt always points at the last); 0 keeps all"""
     eval_interval: int = 10
     """iterations between greedy validations against classic (and tuned) PSO (0: off)"""
     eval_instances: int = 128
@@ -234,6 +236,7 @@ class PSOTSPTrainConfig:
         for name in ("n_iterations", "instances_per_iteration", "log_interval", "save_interval", "eval_instances"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("eval_interval", self.eval_interval, minimum=0)
+        check_int("keep_checkpoints", self.keep_checkpoints, minimum=0)
         check_int("seed", self.seed, minimum=0)
         check_device("device", self.device)
         check_int("threads", self.threads, minimum=0)

@@ -6,6 +6,7 @@ complete file, never a torn one, even if the process is killed mid-write.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -41,9 +42,11 @@ def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
+    except OSError as error:  # a full disk, a name too long...: name the file meant, not the temporary
+        raise OSError(error.errno, error.strerror or str(error), str(target)) from error
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     _fsync_directory(target.parent)
     return target
 

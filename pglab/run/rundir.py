@@ -1,4 +1,5 @@
-"""Run directories: creation, the refusal to overwrite a finished run, config.json."""
+"""Run directories: creation, the refusal to overwrite a finished run, config.json, and the
+lock that gives a run directory one owner."""
 
 from __future__ import annotations
 
@@ -13,6 +14,48 @@ from pglab.run.atomic import atomic_write_json
 from pglab.run.checkpoint import library_versions
 
 CONFIG_NAME = "config.json"
+LOCK_NAME = ".lock"  # holds the owner's PID; locked with flock while the owner runs
+
+
+class RunDirLock:
+    """An exclusive lock on a run directory, held while one process trains in it.
+
+    The lock is ``flock`` on ``DIR/.lock``: the kernel releases it when its owner exits,
+    however it exits (``kill -9`` included), so a lock left by a dead process is simply
+    taken over. The file holds the owner's PID, which the refusal names. The file stays
+    after the owner ends (removing it would let two processes lock two different files).
+    """
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.path = Path(run_dir) / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> RunDirLock:
+        """Take the lock, or raise a :class:`UsageError` naming the process that holds it."""
+        import fcntl
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise UsageError(
+                f"log_dir={str(self.path.parent)!r}: in use by process {owner}, which is training in it; "
+                f"wait for it to end, or stop it (kill -TERM {owner}) and continue with --resume"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
 
 
 def default_run_dir(system: str) -> Path:

@@ -34,13 +34,23 @@ What the shell guarantees:
   atomic and carry a SHA-256 digest (see :mod:`pglab.run.checkpoint`).
 - **Metadata and speed.** The first line of ``metrics.jsonl`` describes the run; every row
   gets ``perf/step_s`` and ``perf/env_steps_per_s``; an exception leaves an ``error`` line.
-- **Stops.** SIGINT/SIGTERM finish the current step, save a checkpoint and stop; the
-  command then exits with :data:`pglab.errors.EXIT_INTERRUPTED` (130) for every trainer.
+- **One owner.** A run directory is locked (:class:`pglab.run.rundir.RunDirLock`) before
+  anything is read for a resume or written for a fresh run; a second start or resume on a
+  live run is refused, naming the process that holds it.
+- **Stops** (:mod:`pglab.run.signals`). Inside the loop SIGINT/SIGTERM finish the current
+  step, save a checkpoint and stop; anywhere else they stop at once, and a run without a
+  checkpoint removes its directory. Either way the command exits with
+  :data:`pglab.errors.EXIT_INTERRUPTED` (130).
+- **OS errors** (a full disk, a read-only file system) end the run with one line naming the
+  path and the cause; the last checkpoint is intact (every write is atomic).
+- **Checkpoints kept.** The newest ``keep_checkpoints`` numbered checkpoints (the config
+  field; ``0`` keeps all) plus ``checkpoint_latest.pt``.
 - **summary.json** is written at the end of every run, finished or interrupted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import sys
@@ -50,20 +60,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pglab.errors import EXIT_INTERRUPTED, EXIT_OK, CheckpointError, ConfigError
+from pglab.errors import EXIT_INTERRUPTED, EXIT_OK, CheckpointError, ConfigError, FileSystemError, UsageError
 from pglab.run.state import Stateful, StateRegistry
 
 if TYPE_CHECKING:
     from pglab.run.checkpoint import CheckpointManager
     from pglab.run.logger import MetricsLogger
-    from pglab.run.signals import StopRequested
+    from pglab.run.rundir import RunDirLock
 
 # The shell's own metrics, in every trainer's rows (docs/DEVELOPING.md, "Metrics"):
 PERF_STEP_SECONDS = "perf/step_s"  # wall-clock seconds per unit of the step column, since the previous row
 PERF_ENV_STEPS_PER_S = "perf/env_steps_per_s"  # environment transitions (all copies) per wall-clock second
 
 # Fields every trainer config has, and which a resume may always change.
-SHELL_RESUMABLE = frozenset({"log_dir", "resume", "device", "threads", "save_interval", "tensorboard"})
+SHELL_RESUMABLE = frozenset(
+    {"log_dir", "resume", "device", "threads", "save_interval", "keep_checkpoints", "tensorboard"}
+)
 
 
 @dataclass(frozen=True)
@@ -80,7 +92,8 @@ class TrainerSpec:
             fields), besides :data:`SHELL_RESUMABLE`.
         total_steps: the config's budget in ``step_key`` units.
         budget_field: the field named when a resumed budget is below the checkpoint.
-        keep: numbered checkpoints to keep (``None``: all).
+        keep: numbered checkpoints to keep when the config has no ``keep_checkpoints``
+            field (``None``: all).
         unstored: config fields a checkpoint stores at their defaults (one-off switches
             such as a self-test, which a resume must not repeat).
         stored_defaults: values for fields a stored config (of a run made before the field
@@ -308,20 +321,24 @@ class TrainingRun:
         echo: Callable[..., None] = print,
         stop_after: int | None = None,
     ):
-        from pglab.run.device import resolve_device
-        from pglab.run.rundir import default_run_dir
+        from pglab.run.rundir import RunDirLock, default_run_dir, find_run_dir
 
         _check_log_dir(config)
         self.spec = spec
         self.echo = echo
         self.stop_after = stop_after
-        self.config, self.checkpoint, existing = resolve_resume(spec, config, given, echo)
-        # Device and threads before anything is written: an impossible device fails here.
-        self.device = resolve_device(self.config.device)
-        self._apply_threads()
-        self.kind = spec.kind(self.config)
+        # A resume locks its directory before it reads the checkpoint it continues from.
+        self._lock: RunDirLock | None = None
+        if config.resume is not None:
+            self._lock = RunDirLock(find_run_dir(config.resume)).acquire()
+        try:
+            existing = self._resolve(config, given)
+        except BaseException:
+            self._release_lock()
+            raise
         self.resumed = existing is not None
-        self.run_dir = existing if existing is not None else Path(self.config.log_dir or default_run_dir(spec.system))
+        self.kind = spec.kind(self.config)
+        self.run_dir: Path = existing or Path(self.config.log_dir or default_run_dir(spec.system))
         if self.resumed and self.checkpoint is None:  # killed before its first checkpoint, or its checkpoints removed
             echo(f"resume: {self.run_dir} holds no checkpoint; training starts again from step 0", file=sys.stderr)
         self.counters: dict[str, Any] = {spec.step_key: 0, "wall_time": 0.0}
@@ -334,12 +351,29 @@ class TrainingRun:
         self._manager: CheckpointManager | None = None
         self._created: list[Path] = []
         self._saved = False
-        self._stop: StopRequested | None = None
+        self._installed_signals = False
+        self._last_saved: int | None = self.start if self.checkpoint is not None else None
         self._session_steps = 0
         self._clock = time.perf_counter()
         self.registry: StateRegistry | None = None
         self._perf_mark: tuple[float, int, float] | None = None  # (time, step, env_steps) of the last row
         self._step_start: float | None = None  # when the step now running began
+
+    def _resolve(self, config: Any, given: frozenset[str] | None) -> Path | None:
+        """The config (merged with the resumed run's), the checkpoint, the device and threads
+        (an impossible device fails here, before anything is written); returns the resumed
+        run's directory (``None``: a fresh run)."""
+        from pglab.run.device import resolve_device
+
+        self.config, self.checkpoint, existing = resolve_resume(self.spec, config, given, self.echo)
+        self.device = resolve_device(self.config.device)
+        self._apply_threads()
+        return existing
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _apply_threads(self) -> None:
         import torch
@@ -350,32 +384,27 @@ class TrainingRun:
 
     # -- lifecycle ---------------------------------------------------------------------
     def __enter__(self) -> TrainingRun:
+        from pglab.run.signals import STOP
+
+        self._installed_signals = STOP.install()  # the pglab command installed it already
+        STOP.clear()
+        try:
+            self._open()
+        except BaseException as exc:
+            replacement = self._close(exc)
+            if replacement is not None:
+                raise replacement from exc
+            raise
+        return self
+
+    def _open(self) -> None:
+        """Create (fresh) or reopen (resume) the run directory, its logs and checkpoints."""
         from pglab.run.checkpoint import CheckpointManager
-        from pglab.run.config import config_to_dict
         from pglab.run.logger import MetricsLogger
-        from pglab.run.rundir import CONFIG_NAME, write_run_config
         from pglab.run.seeding import seed_everything
-        from pglab.run.signals import StopRequested
 
         if not self.resumed:
-            if (self.run_dir / CONFIG_NAME).exists():
-                raise ConfigError(
-                    "log_dir",
-                    str(self.run_dir),
-                    f"already holds a run; continue it with --resume {self.run_dir} or choose another --log-dir",
-                )
-            # Remember the outermost directory this run creates, to remove it on a failed start.
-            missing = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
-            try:
-                self.run_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as error:  # a file in the way, no permission, a read-only file system
-                raise ConfigError(
-                    "log_dir", str(self.run_dir), f"cannot be created: {error.strerror or error}"
-                ) from error
-            self._created = [missing[-1]] if missing else []
-            write_run_config(
-                self.run_dir, config_to_dict(dataclasses.replace(self.config, resume=None)), kind=self.kind
-            )
+            self._create_run_dir()
         seed_everything(self.config.seed)
         self._logger = MetricsLogger(
             self.run_dir,
@@ -385,32 +414,104 @@ class TrainingRun:
             tensorboard_dir="tensorboard" if getattr(self.config, "tensorboard", True) else None,
             resume_step=self.start if self.resumed else None,
         )
-        self._manager = CheckpointManager(self.run_dir / "checkpoints", keep=self.spec.keep)
-        self._stop = StopRequested().__enter__()
-        return self
+        keep = getattr(self.config, "keep_checkpoints", self.spec.keep)
+        self._manager = CheckpointManager(self.run_dir / "checkpoints", keep=keep or None)
+
+    def _create_run_dir(self) -> None:
+        """A fresh run's directory, locked, with its ``config.json``. The outermost directory
+        this run creates is remembered, to be removed again if the start fails."""
+        from pglab.run.config import config_to_dict
+        from pglab.run.rundir import CONFIG_NAME, RunDirLock, write_run_config
+
+        def already_holds_a_run() -> ConfigError:
+            return ConfigError(
+                "log_dir",
+                str(self.run_dir),
+                f"already holds a run; continue it with --resume {self.run_dir} or choose another --log-dir",
+            )
+
+        if (self.run_dir / CONFIG_NAME).exists():
+            raise already_holds_a_run()
+        missing = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # a file in the way, no permission, a read-only file system
+            raise ConfigError("log_dir", str(self.run_dir), f"cannot be created: {error.strerror or error}") from error
+        self._created = [missing[-1]] if missing else []
+        try:
+            self._lock = RunDirLock(self.run_dir).acquire()
+        except UsageError:
+            self._created = []  # another process owns the directory: none of it is this run's
+            raise
+        if (self.run_dir / CONFIG_NAME).exists():  # a run started there while this one was starting
+            self._created = []
+            raise already_holds_a_run()
+        write_run_config(self.run_dir, config_to_dict(dataclasses.replace(self.config, resume=None)), kind=self.kind)
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self._stop is not None:
-            self._stop.__exit__(exc_type, exc, tb)
-        if self.bar is not None:
-            self.bar.close()
+        replacement = self._close(exc)
+        if replacement is not None:
+            raise replacement from exc
+
+    def _close(self, exc: BaseException | None) -> BaseException | None:
+        """Close the run after ``exc`` (``None``: it ended normally). A failed start removes
+        what it created; a stop (:class:`pglab.run.signals.Stopped`) gets its note; an OS
+        error becomes a one-line :class:`FileSystemError`, which this returns."""
+        from pglab.run.signals import STOP, Stopped
+
+        kept = self.resumed or self._saved
+        with contextlib.suppress(Exception):
+            if self.bar is not None:
+                self.bar.close()
         if self._logger is not None:
-            if isinstance(exc, Exception):  # the last line of metrics.jsonl says why
-                self._logger.write_record(
-                    {"error": {"type": type(exc).__name__, "message": str(exc), **dict(self.counters)}}
-                )
-            self._logger.close()
-        if exc_type is not None and not self.resumed and not self._saved:
-            # A failed start: nothing of this run may stay behind to block a retry.
-            for path in self._created:
-                shutil.rmtree(path, ignore_errors=True)
-            if not self._created:
-                self._remove_own_files()
+            with contextlib.suppress(OSError):  # a full disk must not hide the error that ended the run
+                if isinstance(exc, Exception):  # the last line of metrics.jsonl says why
+                    self._logger.write_record(
+                        {"error": {"type": type(exc).__name__, "message": str(exc), **dict(self.counters)}}
+                    )
+                self._logger.close()
+        if exc is not None and not kept:
+            self._remove_failed_start()
+        elif isinstance(exc, KeyboardInterrupt) and self._logger is not None:
+            self.interrupted = True
+            with contextlib.suppress(OSError):
+                self.finish()
+        self._release_lock()
+        if self._installed_signals:
+            STOP.uninstall()
+        if isinstance(exc, Stopped):
+            exc.note = self._kept_note(kept)
+        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
+            return FileSystemError.of(exc, kept=self._kept_note(kept))
+        return None
+
+    def _kept_note(self, kept: bool) -> str:
+        """What a run that ends now leaves: where ``--resume`` continues, or nothing."""
+        if not kept:
+            return f"nothing was kept ({self.run_dir} holds no checkpoint, so it was removed)"
+        if self._last_saved is None:
+            return f"{self.run_dir} holds no checkpoint yet; --resume {self.run_dir} starts from step 0"
+        return (
+            f"the checkpoint of {self.spec.step_key} {self._last_saved} is intact; "
+            f"continue with --resume {self.run_dir}"
+        )
+
+    def _remove_failed_start(self) -> None:
+        """A failed start: nothing of this run may stay behind to block a retry."""
+        for path in self._created:
+            shutil.rmtree(path, ignore_errors=True)
+        if not self._created:
+            self._remove_own_files()
 
     def _remove_own_files(self) -> None:
         """The run directory existed before (e.g. empty): remove only what this run wrote."""
-        for name in ("config.json", "metrics.csv", "metrics.jsonl", "eval.csv", "eval.jsonl", "summary.json"):
+        from pglab.run.atomic import remove_stale_temporaries
+
+        if self._lock is None:  # the directory is another process's
+            return
+        for name in ("config.json", "metrics.csv", "metrics.jsonl", "eval.csv", "eval.jsonl", "summary.json", ".lock"):
             (self.run_dir / name).unlink(missing_ok=True)
+        remove_stale_temporaries(self.run_dir)
         for name in ("checkpoints", "tensorboard", "plots"):
             shutil.rmtree(self.run_dir / name, ignore_errors=True)
 
@@ -497,7 +598,9 @@ class TrainingRun:
     def stop_requested(self) -> bool:
         """SIGINT/SIGTERM arrived, or the ``stop_after`` test hook fired."""
         hook = self.stop_after is not None and self._session_steps >= self.stop_after
-        return bool(self._stop is not None and self._stop.requested) or hook
+        from pglab.run.signals import STOP
+
+        return STOP.requested or hook
 
     def request_stop(self) -> None:
         """Stop after the current step, as if SIGTERM had arrived (e.g. another DDP rank
@@ -516,12 +619,22 @@ class TrainingRun:
         After each step (when control comes back to the loop) the shell updates the
         progress bar and ``counters[step_key]``, saves a checkpoint of the tracked state
         every ``save_interval`` steps, at the last step and on a stop request, and ends
-        the loop after a stop.
+        the loop after a stop. Inside the loop a signal waits for the end of the step
+        (:meth:`pglab.run.signals.StopSignals.deferred`); one that arrived during the last
+        step raises :class:`pglab.run.signals.Stopped` once its checkpoint is saved, so a
+        final evaluation does not hold up the exit (``--resume`` runs it).
         """
         from pglab.run.progress import progress_bar
+        from pglab.run.signals import STOP, Stopped
 
         self.bar = progress_bar(total, desc=desc or f"train {self.spec.system}", initial=self.start, unit=unit)
         self._perf_mark = (time.perf_counter(), self.start, float(self.counters.get("env_steps", 0)))
+        with STOP.deferred():
+            yield from self._loop(total)
+        if STOP.requested and not self.interrupted:
+            raise Stopped(STOP.signal)
+
+    def _loop(self, total: int) -> Iterator[int]:
         try:
             for step in range(self.start + 1, total + 1):
                 tick = self._step_start = time.perf_counter()
@@ -552,6 +665,7 @@ class TrainingRun:
             raise RuntimeError("save: the run has not been entered (use it as a context manager)")
         path = self._manager.save(step, checkpoint)
         self._saved = True
+        self._last_saved = step
         return path
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -589,21 +703,10 @@ class TrainingRun:
         """Write ``summary.json``: the run's status, counters and ``summary``."""
         from pglab.run.atomic import atomic_write_json
 
-        late_stop = self._stop is not None and self._stop.requested and not self.interrupted
-        if late_stop:
-            # SIGINT/SIGTERM after the loop (during a final evaluation, which runs to its end):
-            # the run is complete (status "completed"), but the process was asked to stop, so
-            # it exits 130 as promised (exit_code)
-            self.echo(
-                f"stop requested after the last {self.spec.step_key}: the run is complete, its final checkpoint "
-                f"is in {self.run_dir}",
-                file=sys.stderr,
-            )
         payload = {
             "kind": self.kind,
             "run_dir": str(self.run_dir),
             "status": "interrupted" if self.interrupted else "completed",
-            **({"stop_requested_after_the_loop": True} if late_stop else {}),
             "counters": dict(self.counters),
             "session_seconds": time.perf_counter() - self._clock,
             **dict(summary or {}),
@@ -612,7 +715,5 @@ class TrainingRun:
 
     @property
     def exit_code(self) -> int:
-        """0 for a finished run, :data:`EXIT_INTERRUPTED` after a stop request (also one that
-        arrived after the last step, during a final evaluation)."""
-        late_stop = self._stop is not None and self._stop.requested
-        return EXIT_INTERRUPTED if self.interrupted or late_stop else EXIT_OK
+        """0 for a finished run, :data:`EXIT_INTERRUPTED` after a stop request."""
+        return EXIT_INTERRUPTED if self.interrupted else EXIT_OK

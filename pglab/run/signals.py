@@ -1,33 +1,132 @@
-"""Graceful stop on SIGINT/SIGTERM, shared by every trainer."""
+"""SIGINT and SIGTERM: one way to stop, from the first instruction to the last.
+
+The ``pglab`` command installs :data:`STOP` before it imports anything heavy. From then on
+SIGINT and SIGTERM behave alike:
+
+- **Outside a training loop** (start-up, a final evaluation, any other command) the
+  signal raises :class:`Stopped` where the program is. A run that has not saved a
+  checkpoint yet removes its directory on the way out; a run that has one keeps it, and
+  ``--resume`` continues from it.
+- **Inside a training loop** (:meth:`StopSignals.deferred`, entered by
+  :meth:`pglab.run.shell.TrainingRun.steps`) the first signal only sets
+  :attr:`StopSignals.requested`: the step ends, a checkpoint is saved and the loop
+  stops. A second signal raises :class:`Stopped` at once; the previous checkpoint stays.
+
+Either way the command exits with :data:`pglab.errors.EXIT_INTERRUPTED` (130).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import signal
+from collections.abc import Iterator
 from typing import Any
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def signal_name(signum: int | None) -> str:
+    if signum is None:
+        return "a stop request"
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGINT or SIGTERM, raised where the program was. ``note`` (set by whoever handled
+    the stop on the way out, e.g. the training shell) says what was kept."""
+
+    def __init__(self, signum: int | None):
+        super().__init__(signal_name(signum))
+        self.signum = signum
+        self.note: str | None = None
+
+
+class StopSignals:
+    """The process's SIGINT/SIGTERM handler (see the module docstring).
+
+    Attributes:
+        signal: the first signal's number since :meth:`clear` (``None``: none arrived).
+    """
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._deferring = 0
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._previous)
+
+    @property
+    def requested(self) -> bool:
+        return self.signal is not None
+
+    def install(self) -> bool:
+        """Take over SIGINT and SIGTERM; ``False`` where that is impossible (not the main
+        thread) or already done."""
+        if self.installed:
+            return False
+        try:
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        except ValueError:  # not the main thread: signals stay with whoever has them
+            self.uninstall()
+            return False
+        return True
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def clear(self) -> None:
+        """Forget a handled signal (a new run in the same process starts unsignalled)."""
+        self.signal = None
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[StopSignals]:
+        """Within this block the first signal only sets :attr:`requested`."""
+        self._deferring += 1
+        try:
+            yield self
+        finally:
+            self._deferring -= 1
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        first = self.signal is None
+        if first:
+            self.signal = signum
+        if self._deferring and first:
+            return
+        raise Stopped(signum)
+
+
+STOP = StopSignals()  # the process's one handler
 
 
 class StopRequested:
-    """Context manager: SIGINT/SIGTERM set ``requested`` (and ``signal``, the signal number)
-    instead of killing the process, so a training loop can finish its step, write a final
-    checkpoint and exit cleanly. Previous handlers are restored on exit. Outside the main
-    thread (where handlers cannot be installed) it is a no-op."""
+    """Context manager for a process that only ever finishes its step (a DDP rank > 0):
+    SIGINT/SIGTERM set ``requested`` (and ``signal``) and never raise. Previous handlers
+    are restored on exit; outside the main thread it is a no-op."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.requested = False
         self.signal: int | None = None
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopRequested:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             with contextlib.suppress(ValueError):  # not the main thread
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: Any) -> None:
         self.requested = True
         self.signal = signum
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
