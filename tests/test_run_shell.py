@@ -193,9 +193,11 @@ def test_flags_not_given_keep_the_stored_values_and_budget_checks_use_the_merged
     run, _ = train_toy(parsed.config, given=parsed.given)
     assert run.config.width == 1
     with pytest.raises(
-        ConfigError, match=r"steps: makes 1 steps in all, fewer than the 2 the resumed run has done.*\(got 1\)"
+        ConfigError, match=r"steps: the resumed run has already done step 2; this budget ends at step 1 \(got 1\)"
     ):
-        train_toy(ToyConfig(resume=tmp_path / "run", steps=1), given=frozenset({"resume", "steps"}))
+        lines: list[str] = []
+        train_toy(ToyConfig(resume=tmp_path / "run", steps=1), given=frozenset({"resume", "steps"}), echo=lines.append)
+    assert lines == []  # no "resume: continuing ..." line for a resume that is refused
 
 
 def test_a_resume_that_changes_stored_values_says_which(tmp_path):
@@ -689,3 +691,15 @@ def test_a_full_disk_at_the_start_leaves_nothing_and_the_cli_prints_one_line(tmp
         "nothing was kept (p holds no checkpoint, so it was removed)"
     ]
     assert not (tmp_path / "p").exists()
+
+
+def test_resume_names_what_it_cannot_continue(tmp_path):
+    train_toy(_config(tmp_path, steps=3))
+    with pytest.raises(
+        UsageError, match=r"resume: give a run directory, .* checkpoint file \(\.pt\) \(got '.*metrics.csv'\)"
+    ):
+        train_toy(ToyConfig(resume=tmp_path / "run" / "metrics.csv"), given=frozenset({"resume"}))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "config.json").write_text("{}")
+    with pytest.raises(UsageError, match=r"config.json does not describe a pglab run \(no kind\)"):
+        train_toy(ToyConfig(resume=tmp_path / "empty"), given=frozenset({"resume"}))

@@ -88,6 +88,10 @@ def find_run_dir(path: str | os.PathLike) -> Path:
     if not candidate.exists():
         raise UsageError(f"resume: no such run directory or checkpoint (got {str(candidate)!r})")
     if candidate.is_file():
+        if candidate.suffix != ".pt" and candidate.name != CONFIG_NAME:
+            raise UsageError(
+                f"resume: give a run directory, its checkpoints/ folder or a checkpoint file (.pt) (got {str(path)!r})"
+            )
         candidate = candidate.parent
     if not (candidate / CONFIG_NAME).exists() and candidate.name == "checkpoints":
         candidate = candidate.parent
@@ -111,6 +115,6 @@ def read_run_config(run_dir: str | os.PathLike) -> dict[str, Any]:
         raise UsageError(f"run directory {run_dir}: {CONFIG_NAME} is not valid JSON ({exc})") from exc
     except OSError as exc:
         raise UsageError(f"run directory {run_dir}: {CONFIG_NAME} cannot be read ({exc.strerror})") from exc
-    if not isinstance(payload, dict):
-        raise UsageError(f"run directory {run_dir}: {CONFIG_NAME} does not hold a run description")
+    if not isinstance(payload, dict) or not isinstance(payload.get("kind"), str):
+        raise UsageError(f"run directory {run_dir}: {CONFIG_NAME} does not describe a pglab run (no kind)")
     return payload

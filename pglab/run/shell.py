@@ -175,14 +175,17 @@ def resolve_resume(
         )
     if given is None:
         given = frozenset(_differing_paths(config, spec.config_class()))
-    merged = _apply_given(spec, config, stored, given, run_dir, echo)
+    merged, described = _apply_given(spec, config, stored, given)
     done = int(checkpoint["counters"].get(spec.step_key, 0)) if checkpoint is not None else 0
     if spec.total_steps(merged) < done:
         raise ConfigError(
             spec.budget_field,
             getattr(merged, spec.budget_field),
-            f"makes {spec.total_steps(merged)} {spec.step_key}s in all, fewer than the {done} the resumed run has done",
+            f"the resumed run has already done {spec.step_key} {done}; this budget ends at {spec.step_key} "
+            f"{spec.total_steps(merged)}",
         )
+    if echo is not None and described:  # only once the resume is accepted
+        echo(f"resume: continuing {run_dir} with {described}", file=sys.stderr)
     return dataclasses.replace(merged, resume=run_dir, log_dir=run_dir), checkpoint, run_dir
 
 
@@ -213,16 +216,10 @@ def _resume_checkpoint(spec: TrainerSpec, named: Path, run_dir: Path) -> dict[st
     return checkpoint
 
 
-def _apply_given(
-    spec: TrainerSpec,
-    config: Any,
-    stored: Any,
-    given: frozenset[str],
-    run_dir: Path,
-    echo: Callable[..., None] | None,
-) -> Any:
+def _apply_given(spec: TrainerSpec, config: Any, stored: Any, given: frozenset[str]) -> tuple[Any, str]:
     """``stored`` with the given fields of ``config`` that differ from it: resumable ones
-    applied (and echoed), any other refused with a :class:`ConfigError` naming it."""
+    applied (and described, ``"steps 3 -> 5"``), any other refused with a
+    :class:`ConfigError` naming it."""
     from pglab.run.config import unprefixed_fields
 
     allowed = SHELL_RESUMABLE | spec.resumable
@@ -241,14 +238,12 @@ def _apply_given(
                 f"{', '.join(sorted(allowed - {'resume', 'log_dir'}))}",
             )
         changes[name] = new
-    if echo is not None and changes:
-        described = ", ".join(
-            f"{plain_names.get(name, name)} {_plain(_get_dotted(stored, name))!r} -> {_plain(new)!r}"
-            for name, new in sorted(changes.items())
-        )
-        echo(f"resume: continuing {run_dir} with {described}", file=sys.stderr)
+    described = ", ".join(
+        f"{plain_names.get(name, name)} {_plain(_get_dotted(stored, name))!r} -> {_plain(new)!r}"
+        for name, new in sorted(changes.items())
+    )
     # resume=None: the merged config passes every check a fresh run would (cross-field ones too).
-    return _replace_dotted(stored, changes)
+    return _replace_dotted(stored, changes), described
 
 
 def _get_dotted(config: Any, name: str) -> Any:
