@@ -428,11 +428,11 @@ class TrainingRun:
         if (self.run_dir / CONFIG_NAME).exists():
             raise already_holds_a_run()
         missing = [p for p in (self.run_dir, *self.run_dir.parents) if not p.exists()]
+        self._created = [missing[-1]] if missing else []
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as error:  # a file in the way, no permission, a read-only file system
+        except OSError as error:  # a file in the way, no permission, a name too long, a read-only file system
             raise ConfigError("log_dir", str(self.run_dir), f"cannot be created: {error.strerror or error}") from error
-        self._created = [missing[-1]] if missing else []
         try:
             self._lock = RunDirLock(self.run_dir).acquire()
         except UsageError:
