@@ -91,6 +91,7 @@ SHARED_TRAIN_FLAGS = """shared flags of every trainer:
   --threads N          torch CPU threads (0: torch's default)
   --seed N             same seed + config on the CPU: bit-identical run
   --save-interval N    steps between checkpoints (the last step and a stop are always saved)
+  --keep-checkpoints N numbered checkpoints kept, the newest (default 3; 0 keeps all)
   --config FILE.yaml   defaults < YAML < flags"""
 
 SHARED_EVAL_FLAGS = """shared flags of the evaluators:
