@@ -26,6 +26,7 @@ and continues with --resume; one stopped before its first checkpoint leaves noth
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import signal
@@ -287,7 +288,12 @@ def _run(argv: Sequence[str] | None) -> int:
 
 def console_main() -> None:  # pragma: no cover - thin wrapper
     STOP.install()  # before anything heavy is imported
-    sys.exit(main())
+    code = main()
+    # Everything pglab wrote is closed by now. The interpreter's final garbage collection
+    # would walk every object torch's compiler stack created (seconds after a signal, when
+    # the exit should be prompt); frozen objects are skipped. Finalisation itself still runs.
+    gc.freeze()
+    sys.exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover
