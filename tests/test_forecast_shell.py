@@ -238,7 +238,10 @@ def test_a_forecast_checkpoint_loads_as_an_agent_with_a_value(tmp_path, algo):
     values = agent.value(keys)
     assert values.shape == (len(table.state_keys),) and values.dtype == torch.float64
     np.testing.assert_array_equal(values.numpy(), expected)
-    assert agent.value(torch.tensor([10**9])).tolist() == [0.0]  # never seen: the table's initial value
+    # every key the state key can give has a value: 0 (the table's initial value) for one never met
+    by_key = dict(zip(table.state_keys, expected, strict=True))
+    every_key = agent.value(torch.arange(agent.key_count)).tolist()
+    assert every_key == [by_key.get(key, 0.0) for key in range(agent.key_count)]
 
     series = load_series("synthetic", seed=0)
     states = [state_at(series, t) for t in range(1, 40)]

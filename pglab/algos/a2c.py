@@ -80,7 +80,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from pglab.agent import Agent
+from pglab.agent import Agent, ObsSpec, check_observation
 from pglab.algos.a2c_common import (
     DIST_KEYS,
     EPISODE_KEYS,
@@ -377,11 +377,23 @@ class A2CAgent(Agent):
     def model(self) -> nn.Module:
         return self.policy
 
+    @property
+    def obs_spec(self) -> ObsSpec:
+        """What :meth:`act` and :meth:`value` read: pixels ``[B, K, H, W]`` 0..255."""
+        arch = self.extra["architecture"]
+        return ObsSpec(("B", int(arch["in_channels"]), int(arch["height"]), int(arch["width"])), "pixels")
+
     @torch.no_grad()
     def act(
         self, obs: torch.Tensor, deterministic: bool = True, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """uint8 ``[N, K, H, W]`` -> int32 ``[N]`` (argmax, or a sample drawn with ``generator``)."""
+        """Pixels ``[N, K, H, W]`` -> int32 actions ``[N]`` (argmax, or a sample drawn with
+        ``generator``).
+
+        ``obs`` is a uint8 tensor (integer tensors, and floats holding whole numbers, in
+        0..255 are cast to uint8); a wrong type, shape or dtype, or a value outside 0..255,
+        raises :class:`~pglab.agent.ObservationError`."""
+        obs = check_observation(obs, self.obs_spec, where="A2CAgent.act", device=self.device)
         logits, _ = self.policy(obs)
         if deterministic:
             return logits.argmax(dim=1).to(torch.int32)
@@ -389,8 +401,8 @@ class A2CAgent(Agent):
 
     @torch.no_grad()
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """uint8 ``[N, K, H, W]`` -> float32 ``[N]``."""
-        return self.policy(obs)[1]
+        """Pixels ``[N, K, H, W]`` (checked as for :meth:`act`) -> float32 ``[N]``."""
+        return self.policy(check_observation(obs, self.obs_spec, where="A2CAgent.value", device=self.device))[1]
 
     def make_env(self, num_envs: int, *, seed: int, device: torch.device | str | None = None):
         """The environment the agent was trained on, with ``num_envs`` copies."""

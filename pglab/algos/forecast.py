@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from pglab.agent import Agent
+from pglab.agent import Agent, ObsSpec, check_observation
 from pglab.algos.tabular.agents import QTableAgent, WoLFPHCAgent
 from pglab.algos.tabular.loops import IterativeFeedbackLoop, RADversarialTrainer, TrainingLoop, train_best_response
 from pglab.configs.forecast import (
@@ -46,7 +46,7 @@ from pglab.envs.forecast_game import (
     make_state_encoder,
     state_at,
 )
-from pglab.errors import CheckpointError, ConfigError, DataError, TensorContractError, UsageError
+from pglab.errors import CheckpointError, ConfigError, DataError, UsageError
 from pglab.run.shell import TrainerSpec, TrainingRun
 
 KINDS = ("forecast-q", "forecast-wolf", "forecast-rarl")
@@ -264,10 +264,15 @@ class ForecastAgent(Agent):
     Observations, batch-first, as tensors (``act``/``value``) or NumPy arrays (``predict``):
 
     * int ``[B]``: state keys, i.e. Q-table rows as the run's state key numbers them
-      (``agent.encoder(state)``);
+      (``agent.encoder(state)``), each in ``0 .. key_count - 1``;
     * float ``[B, 3]``: raw observations ``(y_t, x_t, y_t - y_{t-1})`` = (level, driver,
-      last change), which the run's fitted state key turns into state keys
-      (:meth:`observation` builds one from a :class:`ForecastState`).
+      last change), finite, which the run's fitted state key turns into state keys
+      (:meth:`observation` builds one from a :class:`ForecastState`). They are read in
+      float64 (a float32 cast could move a value across a state-key edge); integers are
+      cast to float64.
+
+    Anything else (another type or shape, booleans, float keys, a key out of range, a
+    NaN/inf) raises :class:`~pglab.agent.ObservationError`.
 
     ``act`` gives int64 ``[B]`` action indices (the forecast is ``y_t + deltas[a]``, see
     :meth:`forecast`); ``value`` gives float64 ``[B]``: ``max_a Q(s, a)`` (the state's
@@ -303,45 +308,52 @@ class ForecastAgent(Agent):
         """float64[3]: ``(value, exogenous, change)`` of a :class:`ForecastState`."""
         return np.array([state.value, state.exogenous, state.change], dtype=np.float64)
 
-    def state_keys(self, obs: Any) -> list[int]:
-        """The Q-table keys of a batch: int ``[B]`` keys as they are, float ``[B, 3]``
-        observations through the state key."""
-        array = obs.detach().cpu().numpy() if hasattr(obs, "detach") else np.asarray(obs)
-        if array.ndim == 1 and np.issubdtype(array.dtype, np.integer):
-            return [int(key) for key in array]
-        if array.ndim == 2 and array.shape[1] == 3 and np.issubdtype(array.dtype, np.floating):
-            return [
-                self.encoder(ForecastState(float(value), float(exogenous), 0, float(change)))
-                for value, exogenous, change in array.astype(np.float64)
-            ]
-        raise TensorContractError(
-            f"{self.kind} agent: obs must be int state keys [B] or float observations [B, 3] "
-            f"(level, driver, last change); got {array.dtype}{list(array.shape)}"
+    @property
+    def key_count(self) -> int:
+        """How many state keys the run's state key can give: keys are ``0 .. key_count - 1``
+        (``n_buckets`` per dimension, two dimensions)."""
+        return int(self.encoder.n_buckets) ** 2
+
+    def obs_specs(self) -> tuple[ObsSpec, ObsSpec]:
+        """``(keys, rows)``: what :meth:`act` and :meth:`value` read, int state keys ``[B]``
+        or float64 observations ``[B, 3]``."""
+        import torch
+
+        last = self.key_count - 1
+        keys = ObsSpec(("B",), "keys", high=self.key_count, hint="or float observations [B, 3]")
+        rows = ObsSpec(
+            ("B", 3), "real", torch.float64, hint=f"level, driver, last change; or int keys [B] in 0..{last}"
         )
+        return keys, rows
+
+    def state_keys(self, obs: Any, method: str = "act") -> list[int]:
+        """The Q-table keys of a batch: int ``[B]`` keys as they are, float ``[B, 3]``
+        observations through the state key (both checked, see the class docstring)."""
+        keys, rows = self.obs_specs()
+        where = f"ForecastAgent.{method}"
+        if getattr(obs, "ndim", None) == 1:
+            return [int(key) for key in check_observation(obs, keys, where=where).tolist()]
+        checked = check_observation(obs, rows, where=where).tolist()
+        return [
+            self.encoder(ForecastState(float(value), float(exogenous), 0, float(change)))
+            for value, exogenous, change in checked
+        ]
 
     # -- the Agent API ----------------------------------------------------------------
     def act(self, obs: Any, deterministic: bool = True) -> Any:
-        """int64 ``[B]``: the forecaster's actions (greedy when ``deterministic``)."""
+        """int64 ``[B]``: the forecaster's actions (greedy when ``deterministic``) for
+        ``obs``, a tensor of int state keys ``[B]`` or float observations ``[B, 3]``."""
         import torch
 
-        actions = [self.policy.act(key, explore=not deterministic) for key in self.state_keys(obs)]
+        actions = [self.policy.act(key, explore=not deterministic) for key in self.state_keys(obs, "act")]
         return torch.tensor(actions, dtype=torch.int64, device=getattr(obs, "device", None))
 
     def value(self, obs: Any) -> Any:
         """float64 ``[B]``: ``max_a Q(s, a)`` (Q-learning) or ``pi(s) . Q(s)`` (WoLF-PHC)."""
         import torch
 
-        values = [self.policy.state_value(key) for key in self.state_keys(obs)]
+        values = [self.policy.state_value(key) for key in self.state_keys(obs, "value")]
         return torch.tensor(values, dtype=torch.float64, device=getattr(obs, "device", None))
-
-    def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
-        """:meth:`act` on NumPy: int64 ``[B]`` actions. (Observations stay float64: the
-        base class's float32 cast could move a value across a state-key edge.)"""
-        import torch
-
-        array = np.asarray(obs)
-        tensor = torch.as_tensor(array if np.issubdtype(array.dtype, np.integer) else array.astype(np.float64))
-        return self.act(tensor, deterministic=deterministic).numpy()
 
     # -- forecasts --------------------------------------------------------------------
     def forecast(self, state) -> float:

@@ -18,15 +18,17 @@ from typing import Any
 
 import torch
 
-from pglab.agent import Agent, NoCritic
+from pglab.agent import Agent, NoCritic, ObsSpec, check_observation
 from pglab.algos.ghm_train import build_model, build_networks
 from pglab.configs.ghm import GHM_KINDS, GHMTrainConfig
-from pglab.contracts import check_tensor
 from pglab.envs.ghm import GHMModel
-from pglab.errors import CheckpointError, TensorContractError
+from pglab.errors import CheckpointError
 from pglab.nets import GaussianPolicy, ValueNetwork
 from pglab.run.checkpoint import load_state_dict_checked
 from pglab.run.config import config_from_dict
+
+# What GHMAgent.act and .value read: cash, one finite number per row.
+CASH = ObsSpec(("B", 1), "real", torch.float32, name="cash")
 
 
 @dataclass(repr=False)
@@ -57,27 +59,28 @@ class GHMAgent(Agent):
 
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
         """Rates ``[B, 2]`` (``a_L``, ``a_E``, within the control box) for cash ``obs``
-        float ``[B, 1]``: the policy's mean by default, a sample if not ``deterministic``."""
-        check_tensor("cash", obs, ("B", 1), (torch.float32, torch.float64), where="GHMAgent.act")
+        ``[B, 1]``: the policy's mean by default, a sample if not ``deterministic``.
+
+        ``obs`` is a tensor of finite real numbers (float64 and integers are cast to the
+        policy's float32); anything else raises :class:`~pglab.agent.ObservationError`."""
+        states = self._states(obs, "act")
         with torch.no_grad():
-            return self.policy.act(self._states(obs), deterministic=deterministic)
+            return self.policy.act(states, deterministic=deterministic)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """Learned value ``V(c)`` ``[B]`` of cash ``obs`` float ``[B, 1]``."""
-        check_tensor("cash", obs, ("B", 1), (torch.float32, torch.float64), where="GHMAgent.value")
+        """Learned value ``V(c)`` ``[B]`` of cash ``obs`` ``[B, 1]`` (checked as for :meth:`act`)."""
+        states = self._states(obs, "value")
         if self.baseline is None:
             raise NoCritic(f"{self.kind} agent: trained with --no-baseline, so it holds no value network")
         with torch.no_grad():
-            return self.baseline(self._states(obs))
+            return self.baseline(states)
 
-    def _states(self, cash: torch.Tensor) -> torch.Tensor:
-        """The model's states ``[B, 1]`` float32 on the agent's device for cash ``[B, 1]``
-        (converted in float32, as the simulator's states are). Cash must be finite: a NaN
-        would come back as NaN rates, silently."""
-        if not bool(torch.isfinite(cash).all()):
-            bad = cash[~torch.isfinite(cash)][0].item()
-            raise TensorContractError(f"GHMAgent: cash expected finite values, got {bad}")
-        return self.model.state_from_cash(cash.to(self.device, torch.float32))
+    def _states(self, cash: Any, method: str) -> torch.Tensor:
+        """The model's states ``[B, 1]`` float32 on the agent's device for cash ``[B, 1]``,
+        checked (a NaN would come back as NaN rates, silently) and converted in float32, as
+        the simulator's states are."""
+        checked = check_observation(cash, CASH, where=f"GHMAgent.{method}", device=self.device)
+        return self.model.state_from_cash(checked)
 
 
 def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: str | torch.device = "cpu") -> GHMAgent:

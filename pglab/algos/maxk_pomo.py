@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from pglab.agent import Agent, NoCritic
+from pglab.agent import Agent, NoCritic, ObservationError, ObsSpec, check_observation
 from pglab.configs.maxk import MaxKEvalConfig, MaxKPOMOTrainConfig
 from pglab.errors import ConfigError, DataError
 from pglab.estimators.maxk import VARIANCE_REDUCTIONS
@@ -250,6 +250,10 @@ def load_model(path: str | Path, device: torch.device) -> tuple[POMO, MaxKPOMOTr
     return model, config, checkpoint
 
 
+# What MaxKPOMOAgent.act reads: node coordinates, any number of nodes.
+LOCS = ObsSpec(("B", None, 2), "real", torch.float32, name="locs", hint="node coordinates [B, n, 2], n >= 2")
+
+
 class MaxKPOMOAgent(Agent):
     """A trained MaxKPOMO (or POMO) TSP solver, as ``pglab.load_checkpoint`` returns it.
 
@@ -282,7 +286,10 @@ class MaxKPOMOAgent(Agent):
         """Tours and their lengths for a batch of instances.
 
         Args:
-            locs: float ``[B, n, 2]`` node coordinates (or a TensorDict with ``"locs"``).
+            locs: ``[B, n, 2]`` node coordinates, ``n >= 2`` (or a TensorDict with
+                ``"locs"``): a tensor of finite real numbers, cast to float32 (float64 and
+                integers included). A wrong type, shape or dtype, or a NaN/inf, raises
+                :class:`~pglab.agent.ObservationError`.
             deterministic: ``True``: POMO's inference, a greedy rollout from each of the n
                 start nodes, the shortest tour kept (the "greedy" column of ``pglab
                 evaluate``). ``False``: one sampled tour per instance, from a start node
@@ -298,14 +305,11 @@ class MaxKPOMOAgent(Agent):
 
         if isinstance(locs, TensorDictBase):
             locs = locs["locs"]
-        locs = torch.as_tensor(locs, device=self.device)
-        if locs.dim() != 3 or locs.shape[-1] != 2 or locs.shape[1] < 2 or not locs.is_floating_point():
-            raise ValueError(
-                f"{KIND} agent: expects float node coordinates [B, n, 2] with n >= 2, "
-                f"got {locs.dtype} {tuple(locs.shape)}"
-            )
+        locs = check_observation(locs, LOCS, where="MaxKPOMOAgent.act", device=self.device)
         batch, num_nodes = locs.shape[0], locs.shape[1]
-        td = self.env.reset(TensorDict({"locs": locs.float()}, batch_size=[batch], device=self.device))
+        if num_nodes < 2:
+            raise ObservationError(f"MaxKPOMOAgent.act: locs expected {LOCS.hint}, got {list(locs.shape)}")
+        td = self.env.reset(TensorDict({"locs": locs}, batch_size=[batch], device=self.device))
         decode_type = "multistart_greedy" if deterministic else "multistart_sampling"
         out = self.policy(
             td, self.env, phase="test", decode_type=decode_type, num_starts=num_nodes, return_actions=True
@@ -318,7 +322,8 @@ class MaxKPOMOAgent(Agent):
 
     def act(self, obs: Any, deterministic: bool = True) -> torch.Tensor:
         """Tours ``[B, n]`` (int64 node indices in visiting order) for ``obs`` = node
-        coordinates ``[B, n, 2]``; see :meth:`solve` for ``deterministic``."""
+        coordinates ``[B, n, 2]`` (checked and cast as :meth:`solve` says); see :meth:`solve`
+        for ``deterministic``."""
         return self.solve(obs, deterministic)[0]
 
     def value(self, obs: Any) -> Any:

@@ -62,7 +62,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from pglab.agent import Agent
+from pglab.agent import Agent, ObsSpec, check_observation, numeric_tensor
 from pglab.algos.onpolicy import OnPolicyBatch
 from pglab.algos.policy_update import PolicyUpdate, build_policy_update
 from pglab.configs.ppo import (  # PPOConfig re-exported: pglab.algos.ppo.PPOConfig keeps working
@@ -196,15 +196,29 @@ class PPOAgent(Agent):
             self._low = torch.tensor(low, dtype=torch.float32, device=device).reshape(shape)
             self._high = torch.tensor(high, dtype=torch.float32, device=device).reshape(shape)
 
+    @property
+    def obs_spec(self) -> ObsSpec:
+        """What :meth:`act` and :meth:`value` read: uint8 pixels ``[B, C, H, W]`` for the
+        Nature CNN, else ``[B, ...]`` rows of ``obs_dim`` finite numbers (float32)."""
+        if isinstance(self.policy, NatureCNNActorCritic):
+            return ObsSpec(("B", *self.policy.obs_shape), "pixels")
+        return ObsSpec(None, "real", torch.float32, per_row=self.obs_dim)
+
+    def checked_obs(self, obs: Any, method: str) -> torch.Tensor:
+        """``obs`` checked against :attr:`obs_spec`, cast and moved to the agent's device."""
+        return check_observation(obs, self.obs_spec, where=f"PPOAgent.{method}", device=self.device)
+
     def predict(self, obs: Any, deterministic: bool = True) -> Any:
-        array = np.asarray(obs)
-        if self.obs_dim > 1 and array.shape == (self.obs_dim,):  # one vector observation, unbatched
-            return super().predict(array[None], deterministic=deterministic)[0]
-        return super().predict(array, deterministic=deterministic)
+        """:meth:`act` on a NumPy array ``[B, *obs_shape]``; one unbatched vector
+        observation ``[obs_dim]`` gives one action (SB3's habit)."""
+        tensor = numeric_tensor(obs, where="PPOAgent.predict", device=self.device)
+        if self.obs_dim > 1 and tuple(tensor.shape) == (self.obs_dim,):  # one vector observation, unbatched
+            return super().predict(tensor[None], deterministic=deterministic)[0]
+        return super().predict(tensor, deterministic=deterministic)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """``V(s)`` float ``[B]`` for observations ``[B, *obs_shape]``."""
-        self.policy.check_obs(obs, "value")
+        """``V(s)`` float ``[B]`` for observations ``[B, *obs_shape]`` (checked as for :meth:`act`)."""
+        obs = self.checked_obs(obs, "value")
         with torch.no_grad():
             return self.policy.value(self.policy_input(obs))
 
@@ -227,9 +241,14 @@ class PPOAgent(Agent):
         self, obs: torch.Tensor, deterministic: bool = True, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """Environment-ready actions for ``obs [B, *obs_shape]``: the mode/mean when
-        ``deterministic``, else a sample (drawn with ``generator`` when given)."""
-        self.policy.check_obs(obs, "act")
-        obs = self.policy_input(obs)
+        ``deterministic``, else a sample (drawn with ``generator`` when given).
+
+        ``obs`` is a tensor (see :attr:`obs_spec`): MLP agents take rows of ``obs_dim``
+        finite numbers, cast to float32 (float64 and integers included); the Nature CNN
+        takes pixels 0..255 (integers, or integral floats, cast to uint8). A wrong type,
+        shape or dtype, a NaN/inf or a pixel out of range raises
+        :class:`~pglab.agent.ObservationError`."""
+        obs = self.policy_input(self.checked_obs(obs, "act"))
         with torch.no_grad():
             raw = self.policy.deterministic_action(obs) if deterministic else self.policy.act(obs, generator)[0]
         return self.to_env(raw)

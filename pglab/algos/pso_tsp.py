@@ -24,7 +24,9 @@ instance. Per-instance shifts and scales leave the optimal policy unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import numbers
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,12 +36,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from pglab.agent import Agent, NoCritic
+from pglab.agent import (
+    Agent,
+    NoCritic,
+    ObservationError,
+    ObservationTypeError,
+    ObsSpec,
+    check_observation,
+    numeric_tensor,
+)
 from pglab.algos.onpolicy import OnPolicyBatch, OnPolicyHyperparams, onpolicy_update
 from pglab.configs.pso_tsp import (
     KIND,
     PSOTSPTrainConfig,
 )  # re-exported: `from pglab.algos.pso_tsp import PSOTSPTrainConfig`
+from pglab.contracts import Dim
 from pglab.envs.pso_tsp import (
     CLASSIC_C1,
     CLASSIC_C2,
@@ -170,11 +181,20 @@ class PSOTSPAgent(Agent):
         self, obs: SwarmState, deterministic: bool = True, *, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """Coefficients ``wc1c2 [B, P, D, 3]``: the Gaussian mean, or a sample drawn with
-        ``generator`` (``deterministic=False``)."""
-        return self.model.act(obs, self.pso_iterations, deterministic=deterministic, generator=generator)
+        ``generator`` (``deterministic=False``).
+
+        ``obs`` is a :class:`~pglab.envs.pso_tsp.SwarmState` whose fields the policy reads
+        are checked (:meth:`checked_swarm`): tensors of the swarm's shapes, finite real
+        numbers (cast to float32, float64 included), ``neighbours`` city indices
+        ``0 .. n - 1`` and ``iteration`` an int >= 0. Anything else raises
+        :class:`~pglab.agent.ObservationError` (:class:`~pglab.agent.ObservationTypeError`
+        for another object than a SwarmState)."""
+        swarm = self.checked_swarm(obs, "act")
+        return self.model.act(swarm, self.pso_iterations, deterministic=deterministic, generator=generator)
 
     def value(self, obs: SwarmState) -> torch.Tensor:
-        """The critic's per-particle value ``V(s_t, p)`` ``[B, P]`` (in units of ``L_ref``)."""
+        """The critic's per-particle value ``V(s_t, p)`` ``[B, P]`` (in units of ``L_ref``);
+        ``obs`` is checked as for :meth:`act`."""
         if self.config.controller == "swarm_es":
             raise NoCritic(
                 f"{self.kind} agent: the swarm_es controller is trained by evolution strategies and has no critic"
@@ -185,16 +205,17 @@ class PSOTSPAgent(Agent):
                 "trained (vpg_gae and ppo train one)"
             )
         assert isinstance(self.model, HyperparamTSPModel)  # every controller but swarm_es
+        swarm = self.checked_swarm(obs, "value")
         with torch.no_grad():
-            node_emb, edge_emb = self.model.encode_instances(obs.coords, obs.neighbours, obs.edge_dist)
+            node_emb, edge_emb = self.model.encode_instances(swarm.coords, swarm.neighbours, swarm.edge_dist)
             _, _, values = self.model(
                 node_emb,
                 edge_emb,
-                obs.position,
-                obs.velocity,
-                obs.pbest,
-                obs.gbest,
-                swarm_scalars(obs, self.pso_iterations),
+                swarm.position,
+                swarm.velocity,
+                swarm.pbest,
+                swarm.gbest,
+                swarm_scalars(swarm, self.pso_iterations),
             )
         return values
 
@@ -202,14 +223,63 @@ class PSOTSPAgent(Agent):
         self, obs: SwarmState, deterministic: bool = True, *, generator: torch.Generator | None = None
     ) -> np.ndarray:
         """:meth:`act` for a swarm whose fields are NumPy arrays (or tensors): ``wc1c2`` as a
-        NumPy array ``[B, P, D, 3]``."""
-        fields = {}
-        for name, value in vars(obs).items():
-            if isinstance(value, (np.ndarray, torch.Tensor)):
-                tensor = torch.as_tensor(value, device=self.device)
-                value = tensor.float() if tensor.is_floating_point() else tensor.long()
-            fields[name] = value
-        return self.act(SwarmState(**fields), deterministic, generator=generator).cpu().numpy()
+        NumPy array ``[B, P, D, 3]``. Arrays of strings or objects raise
+        :class:`~pglab.agent.ObservationTypeError`."""
+        where = "PSOTSPAgent.predict"
+        swarm = require_swarm(obs, where)
+        fields: dict[str, Any] = {
+            name: numeric_tensor(value, where=where, name=name, device=self.device)
+            for name, value in vars(swarm).items()
+            if isinstance(value, (np.ndarray, torch.Tensor))
+        }
+        return self.act(dataclasses.replace(swarm, **fields), deterministic, generator=generator).cpu().numpy()
+
+    def checked_swarm(self, obs: Any, method: str) -> SwarmState:
+        """``obs`` with the fields the policy reads checked and cast to float32 on the
+        agent's device (a field already so is passed as it is: the instance encoding is
+        cached on the ``coords`` tensor). ``n`` cities and ``k`` neighbours are the
+        network's for the edge policy; ``D = n k`` edges, ``P`` particles, ``B`` instances."""
+        where = f"PSOTSPAgent.{method}"
+        swarm = require_swarm(obs, where)
+        iteration = swarm.iteration
+        if isinstance(iteration, bool) or not isinstance(iteration, numbers.Integral) or iteration < 0:
+            raise ObservationError(f"{where}: iteration expected an int >= 0, got {iteration!r}")
+        if isinstance(self.model, HyperparamTSPModel):
+            n, k, dim = self.model.num_cities, self.model.k, self.model.dim
+        else:  # the swarm controller reads any instance size
+            n, k, dim = "n", "k", "D"
+
+        def real(name: str, *shape: Dim) -> ObsSpec:
+            return ObsSpec(("B", *shape), "real", torch.float32, name=name)
+
+        dims: dict[str, int] = {}
+        coords = check_observation(swarm.coords, real("coords", n, 2), where=where, device=self.device, dims=dims)
+        fields = {"coords": coords}
+        specs = [
+            ObsSpec(("B", n, k), "keys", high=coords.shape[1], name="neighbours"),
+            real("edge_dist", dim),
+            real("position", "P", dim),
+            real("velocity", "P", dim),
+            real("pbest", "P", dim),
+            real("gbest", dim),
+            real("cost", "P"),
+            real("pbest_cost", "P"),
+            real("gbest_cost"),
+        ]
+        for spec in specs:
+            fields[spec.name] = check_observation(
+                getattr(swarm, spec.name), spec, where=where, device=self.device, dims=dims
+            )
+        return dataclasses.replace(swarm, **fields)
+
+
+def require_swarm(obs: Any, where: str) -> SwarmState:
+    """``obs`` if it is a :class:`SwarmState`, else :class:`~pglab.agent.ObservationTypeError`."""
+    if not isinstance(obs, SwarmState):
+        raise ObservationTypeError(
+            f"{where}: obs expected a SwarmState (the state of a PSOTSPEnv), got {type(obs).__name__}"
+        )
+    return obs
 
 
 def agent_from_checkpoint(checkpoint: dict[str, Any], device: str | torch.device = "auto") -> PSOTSPAgent:
