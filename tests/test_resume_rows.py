@@ -203,7 +203,14 @@ def forecast_case() -> Case:
 
     # a row every episode (the trainer has no log interval)
     fields = dict(algo="rarl", source="synthetic", horizon=5, episodes=TOTAL, alternation_schedule=3, device="cpu")
-    return Case(train_forecast, ForecastTrainConfig, fields, "episode")
+    return Case(train_forecast, ForecastTrainConfig, fields, "episode", setup=no_learning_curves)
+
+
+def no_learning_curves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finished run's learning-curve figure (seconds, and no rows) is not drawn."""
+    from pglab.algos import forecast
+
+    monkeypatch.setattr(forecast, "plot_training", lambda run_dir: None)
 
 
 CASES: dict[str, Callable[[], Case]] = {
@@ -281,3 +288,21 @@ def test_a_stopped_and_resumed_run_writes_the_uninterrupted_rows(name, tmp_path,
     assert got.keys() == expected.keys()
     for file in expected:
         assert got[file] == expected[file], file
+
+
+def test_a_maxk_pomo_checkpoint_without_a_metric_window_resumes_with_an_empty_one(tmp_path):
+    """A checkpoint whose ``extra`` holds no ``window`` (one written at a row, by a pglab
+    that did not store the window) still resumes, and the rows continue."""
+    from pglab.run.checkpoint import load_checkpoint_file, save_checkpoint
+
+    case = maxk_pomo_case()
+    run_dir = tmp_path / "run"
+    case.train(case.config(log_dir=run_dir, n_steps=4, log_every=2, save_interval=40), stop_after=2, echo=quiet)
+    path = (run_dir / "checkpoints" / "checkpoint_latest.pt").resolve()
+    checkpoint = load_checkpoint_file(path)
+    assert checkpoint["extra"].pop("window") == {}  # the window is empty at a row
+    checkpoint.pop("path")
+    save_checkpoint(path, checkpoint)
+    result = case.train(case.config(resume=run_dir, n_steps=4, log_every=2, save_interval=40), echo=quiet)
+    assert result["exit_code"] == 0
+    assert [row["step"] for row in row_files(run_dir)["metrics.csv"][1]] == ["2", "4"]
