@@ -14,7 +14,7 @@ the stop's checkpoint, and no row may be written because of the stop.
 
 Every row file of the run (``metrics.csv``, ``metrics.jsonl`` and, where the trainer has
 one, ``eval.csv`` / ``eval.jsonl``) must then hold the same rows, in the same order, with
-the same columns, except the wall-clock columns (:data:`WALL_CLOCK`), which measure the
+the same columns, except the wall-clock columns (:func:`wall_clock`), which measure the
 machine, not the training.
 """
 
@@ -43,9 +43,10 @@ ROW_FILES = ("metrics.csv", "metrics.jsonl", "eval.csv", "eval.jsonl")
 
 def wall_clock(column: str) -> bool:
     """The wall-clock columns: the shell's ``perf/*`` rates (``perf/step_s``,
-    ``perf/env_steps_per_s``: seconds per step and steps per second of the interval) and
-    ``wall_time`` (seconds spent in steps when a GHM quick check ran, its ``eval.csv``).
-    They time the machine: two runs of one config never agree on them."""
+    ``perf/env_steps_per_s``: seconds per step and steps per second of the interval, in
+    every trainer's ``metrics.*``) and ``wall_time`` (seconds spent in steps when a GHM
+    quick check ran, in its ``eval.*``). They time the machine: two runs of one config
+    never agree on them. Every other column of every row file is compared."""
     return column.startswith("perf/") or column == "wall_time"
 
 
@@ -232,6 +233,8 @@ def sigterm_during(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     def steps_with_a_signal(run: TrainingRun, total: int, **kwargs: Any):
         for number in steps(run, total, **kwargs):
             if number == step:
+                # the shell's handler, not the default one that would end the test process
+                assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN, None)
                 signal.raise_signal(signal.SIGTERM)
             yield number
 
