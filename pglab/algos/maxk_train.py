@@ -68,9 +68,15 @@ def step_metrics(out: dict[str, Any], k: int, grad_norm: torch.Tensor | None = N
 
 
 class MetricWindow:
-    """Per-step metrics kept as tensors until the next log row: one host sync per row."""
+    """Per-step metrics kept as tensors until the next log row: one host sync per row.
 
-    def __init__(self):
+    A checkpointable :class:`pglab.run.state.Stateful`: a run stopped between two rows
+    resumes with the steps it has already taken in the window, so its next row is the
+    uninterrupted run's.
+    """
+
+    def __init__(self, device: torch.device | str = "cpu"):
+        self.device = torch.device(device)
         self.values: dict[str, list[torch.Tensor]] = {}
 
     def add(self, sample: dict[str, torch.Tensor]) -> None:
@@ -82,6 +88,13 @@ class MetricWindow:
         row = {name: torch.stack(values).mean() for name, values in self.values.items()}
         self.values.clear()
         return row
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Each metric's values so far, stacked ``[steps]`` on the CPU."""
+        return {name: torch.stack(values).detach().cpu() for name, values in self.values.items()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.values = {name: list(values.to(self.device).unbind(0)) for name, values in state.items()}
 
 
 def train_maxk_pomo(
@@ -116,9 +129,25 @@ def train_maxk_pomo(
     }
 
 
-def _track(run: TrainingRun, model: torch.nn.Module, optimizer: Any, rngs: dict[str, torch.Generator]) -> None:
-    """Register the run's state with the shell (both trainers), and start the tour count."""
-    run.track(models={"model": model}, optimizers={"adam": optimizer}, rngs=rngs, info={"label": run.config.label})
+def _track(
+    run: TrainingRun,
+    model: torch.nn.Module,
+    optimizer: Any,
+    rngs: dict[str, torch.Generator],
+    window: MetricWindow,
+) -> None:
+    """Register the run's state with the shell (both trainers), and start the tour count.
+    A checkpoint that holds no metric window (written by an earlier pglab) resumes with
+    an empty one."""
+    if run.checkpoint is not None:
+        run.checkpoint["extra"].setdefault("window", {})
+    run.track(
+        models={"model": model},
+        optimizers={"adam": optimizer},
+        rngs=rngs,
+        state={"window": window},
+        info={"label": run.config.label},
+    )
     run.counters.setdefault("env_steps", 0)
 
 
@@ -139,10 +168,10 @@ def _train_with_pglab_loop(run: TrainingRun) -> dict[str, float]:
     model = build_model(config, device)
     # Adam as RL4CO's configure_optimizers builds it (no scheduler), kept here to own its state.
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    _track(run, model, optimizer, {"data": data_generator})
+    window = MetricWindow(device)
+    _track(run, model, optimizer, {"data": data_generator}, window)
     model.train()
     last: dict[str, float] = {}
-    window = MetricWindow()
     for step in run.steps(config.n_steps, desc=f"train {config.label}", unit="step"):
         # -- sample instances, decode n tours each, loss (RL4CO shared_step) --
         locs = random_locs(data_generator, config.batch_size, config.num_loc).to(device)
@@ -229,12 +258,12 @@ def _shell_callback(run: TrainingRun, last: dict[str, float]) -> Any:
 
     class ShellCallback(Callback):
         def __init__(self):
-            self.window = MetricWindow()
+            self.window = MetricWindow(run.device)
             self.steps: Iterator[int] = iter(())
             self.done = False
 
         def on_train_start(self, trainer, pl_module):
-            _track(run, pl_module, trainer.optimizers[0], {})
+            _track(run, pl_module, trainer.optimizers[0], {}, self.window)
             self.steps = run.steps(config.n_steps, desc=f"train {config.label}", unit="step")
             next(self.steps)
 

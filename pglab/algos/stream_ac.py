@@ -26,9 +26,11 @@ run (env, networks, ObGD optimisers, reward scaler, statistics) and holds its tw
 log record). An "optimiser step" is one transition (``opt_steps == env_steps``, the step
 column), checkpoints come every ``save_interval`` transitions, and one record with the
 batched trainer's metrics (:mod:`pglab.algos.a2c_common`) is logged every ``LOG_EVERY``
-transitions, at the end and before a stop. There is no gradient norm and no single
-learning rate: ``stats/lr/actor`` and ``stats/lr/critic`` are the mean effective ObGD step
-sizes ``alpha_eff`` of the window; the shell's ``perf/step_s`` is seconds per transition.
+transitions and at the end. A stop writes no record: the window's sums travel with the
+checkpoint, and the resumed run logs the uninterrupted run's records. There is no
+gradient norm and no single learning rate: ``stats/lr/actor`` and ``stats/lr/critic`` are
+the mean effective ObGD step sizes ``alpha_eff`` of the window; the shell's
+``perf/step_s`` is seconds per transition.
 """
 
 from __future__ import annotations
@@ -271,7 +273,7 @@ def train_stream_ac(
         try:
             for step in run.steps(config.total_env_steps, desc="train a2c --algo stream-ac", unit="step"):
                 learner.transition()
-                if step % LOG_EVERY == 0 or step == config.total_env_steps or run.stop_requested:
+                if step % LOG_EVERY == 0 or step == config.total_env_steps:
                     last = present(run.log(step, learner.row()))
                     run.set_postfix(**format_postfix(last))
                     learner.stats.reset()
