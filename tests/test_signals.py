@@ -94,3 +94,34 @@ def test_sigterm_at_a_random_moment_ends_cleanly_and_resumes_exactly(trainer, tm
     whole, cut = _models(tmp_path / "whole"), _models(tmp_path / "cut")
     assert whole.keys() == cut.keys()
     assert all(torch.equal(whole[name], cut[name]) for name in whole), context
+
+
+@pytest.mark.slow
+def test_a_live_run_directory_has_one_owner(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    flags = TRAINERS["forecast"].replace("--episodes 60", "--episodes 100000").split()
+    env = {**os.environ, "PGLAB_NO_PROGRESS": "1"}
+    owner = subprocess.Popen(
+        [sys.executable, "-m", "pglab", "train", *flags, "--log-dir", "run"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "run" / "checkpoints" / "checkpoint_latest.pt").exists():
+            assert owner.poll() is None and time.monotonic() < deadline, owner.stderr.read() if owner.stderr else ""
+            time.sleep(0.05)
+        for argv in (["train", *flags, "--log-dir", "run"], ["train", "forecast", "--resume", "run", "--episodes", "1"]):
+            assert main(argv) == 2
+            err = capsys.readouterr().err.strip()
+            assert err.startswith("pglab: error: log_dir") and "\n" not in err, err
+            assert f"in use by process {owner.pid}" in err or "already holds a run" in err, err
+        assert f"in use by process {owner.pid}" in err  # the resume, named by its owner
+    finally:
+        owner.send_signal(signal.SIGTERM)
+        _, owner_err = owner.communicate(timeout=60)
+    assert owner.returncode == 130, owner_err
+    steps = [int(step) for step in _steps_logged(tmp_path / "run")]
+    assert steps == sorted(set(steps)) and steps  # every row once, in order: nobody else wrote
