@@ -15,7 +15,16 @@ from typing import Annotated, Any, ClassVar, Literal
 import tyro
 
 from pglab.errors import ConfigError
-from pglab.validation import check_choice, check_device, check_int, check_non_negative, check_positive, check_range
+from pglab.validation import (
+    check_choice,
+    check_device,
+    check_int,
+    check_non_negative,
+    check_positive,
+    check_range,
+    check_seed,
+    check_threads,
+)
 
 KIND = "a2c-td0"
 STREAM_AC_KIND = "a2c-stream-ac"
@@ -153,9 +162,9 @@ class A2CTrainConfig:
         check_range("sparsity", self.sparsity, 0.0, 1.0, high_inclusive=False)
         check_int("hidden", self.hidden, minimum=0)
         check_int("save_interval", self.save_interval, minimum=1)
-        check_int("seed", self.seed, minimum=0)
+        check_seed("seed", self.seed)
         check_device("device", self.device)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)
         if not isinstance(self.pixel_goal, PixelGoalConfig):
             raise ConfigError("pixel_goal", self.pixel_goal, "must be a PixelGoalConfig")
         if self.resume is None:
@@ -217,9 +226,9 @@ class A2CEvaluateConfig:
     def __post_init__(self):
         check_int("episodes", self.episodes, minimum=1)
         check_int("num_envs", self.num_envs, minimum=1)
-        check_int("seed", self.seed, minimum=0)
+        check_seed("seed", self.seed)
         check_device("device", self.device)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)
         if self.output is not None and (str(self.output).strip() == "" or Path(self.output).is_dir()):
             raise ConfigError("output", str(self.output), "must name a JSON file (not a directory)")
 

@@ -19,7 +19,7 @@ from typing import Annotated, ClassVar, Literal
 import tyro
 
 from pglab.errors import ConfigError, DataError
-from pglab.validation import check_choice, check_int, check_positive, check_range
+from pglab.validation import check_choice, check_int, check_positive, check_range, check_seed, check_threads
 
 ALGORITHMS = ("q", "wolf", "rarl")
 StateKeyName = Literal["hash", "scaled"]
@@ -119,8 +119,8 @@ class ForecastLearnerConfig:
             check_source(self.source)
         except DataError as exc:
             raise ConfigError("source", self.source, str(exc).split(": ", 1)[1]) from exc
-        check_int("seed", self.seed, minimum=0)
-        check_int("data_seed", self.data_seed, minimum=0)
+        check_seed("seed", self.seed)
+        check_seed("data_seed", self.data_seed)
         check_int("episodes", self.episodes, minimum=1)
         check_int("alternation_schedule", self.alternation_schedule, minimum=1)
         check_range("alpha", self.alpha, 0.0, 1.0, low_inclusive=False)
@@ -159,7 +159,7 @@ class ForecastTrainConfig(ForecastLearnerConfig):
         if self.train_rows is not None:
             check_int("train_rows", self.train_rows, minimum=3)
         check_int("save_interval", self.save_interval, minimum=1)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)
 
     @property
     def kind(self) -> str:
@@ -221,7 +221,7 @@ class ForecastModelEvaluateConfig:
     """auto, cpu or cuda[:N]; the Q-tables are NumPy arrays on the CPU whatever the device"""
 
     def __post_init__(self):
-        check_int("data_seed", self.data_seed, minimum=0)
+        check_seed("data_seed", self.data_seed)
         check_int("best_response_episodes", self.best_response_episodes, minimum=0)
         check_int("start_row", self.start_row, minimum=1)
         if self.end_row is not None:

@@ -26,6 +26,8 @@ from pglab.validation import (
     check_non_negative,
     check_positive,
     check_range,
+    check_seed,
+    check_threads,
 )
 
 # Checkpoint kinds of the three solvers (``GHMTrainConfig.kind``).
@@ -556,8 +558,8 @@ class GHMTrainConfig:
             check_positive("eval_dt", self.eval_dt)
         check_int("fd_nodes", self.fd_nodes, minimum=100)
         check_positive("fd_x_max", self.fd_x_max)
-        check_int("seed", self.seed, minimum=0)
-        check_int("threads", self.threads, minimum=0)
+        check_seed("seed", self.seed)
+        check_threads("threads", self.threads)
         check_device("device", self.device)
 
     @property
@@ -687,8 +689,8 @@ class GHMEvaluateConfig:
         if self.dt is not None:
             check_positive("dt", self.dt)
         if self.seed is not None:
-            check_int("seed", self.seed, minimum=0)
-        check_int("threads", self.threads, minimum=0)
+            check_seed("seed", self.seed)
+        check_threads("threads", self.threads)
         check_device("device", self.device)
 
 

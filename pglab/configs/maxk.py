@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from pglab.errors import ConfigError
-from pglab.validation import check_choice, check_device, check_int, check_positive
+from pglab.validation import check_choice, check_device, check_int, check_positive, check_seed, check_threads
 
 VarianceReduction = Literal["none", "sample_loo", "subloo"]
 # The same modes as pglab.estimators.maxk.VARIANCE_REDUCTIONS (a test keeps them equal),
@@ -106,8 +106,8 @@ class MaxKPOMOTrainConfig:
             raise ConfigError("num_heads", self.num_heads, f"must divide embed_dim={self.embed_dim}")
         check_int("log_every", self.log_every, minimum=1)
         check_int("save_interval", self.save_interval, minimum=1)
-        check_int("seed", self.seed, minimum=0)
-        check_int("threads", self.threads, minimum=0)
+        check_seed("seed", self.seed)
+        check_threads("threads", self.threads)
         check_device("device", self.device)
 
     @property
@@ -147,12 +147,12 @@ class MaxKEvalConfig:
         if len(self.checkpoints) == 0:
             raise ConfigError("checkpoints", self.checkpoints, "needs at least one checkpoint or run directory")
         check_int("episodes", self.episodes, minimum=1)
-        check_int("seed", self.seed, minimum=0)
+        check_seed("seed", self.seed)
         check_int("k", self.k, minimum=1)
         check_int("batch_size", self.batch_size, minimum=1)
         check_choice("optimal", self.optimal, ("elkai", "none"))
         check_int("elkai_runs", self.elkai_runs, minimum=1)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)
         check_device("device", self.device)
 
 

@@ -24,6 +24,8 @@ from pglab.validation import (
     check_non_negative,
     check_positive,
     check_range,
+    check_seed,
+    check_threads,
 )
 
 RLMode = Literal["reinforce_raw", "vpg_gae", "ppo"]
@@ -228,9 +230,9 @@ class PPOConfig:
         check_positive("clip_obs", self.clip_obs)
         check_positive("clip_reward", self.clip_reward)
         check_positive("normalize_epsilon", self.normalize_epsilon)
-        check_int("seed", self.seed, minimum=0)
+        check_seed("seed", self.seed)
         check_device("device", self.device)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)
         check_int("log_interval", self.log_interval, minimum=1)
         check_int("save_interval", self.save_interval, minimum=1)
         check_int("eval_episodes", self.eval_episodes, minimum=0)
@@ -277,6 +279,6 @@ class PPOEvaluateConfig:
 
     def __post_init__(self):
         check_int("episodes", self.episodes, minimum=1)
-        check_int("seed", self.seed, minimum=0)
+        check_seed("seed", self.seed)
         check_device("device", self.device)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)

@@ -29,6 +29,8 @@ from pglab.validation import (
     check_non_negative,
     check_positive,
     check_range,
+    check_seed,
+    check_threads,
 )
 
 KIND = "pso-tsp"
@@ -234,9 +236,9 @@ class PSOTSPTrainConfig:
         for name in ("n_iterations", "instances_per_iteration", "log_interval", "save_interval", "eval_instances"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("eval_interval", self.eval_interval, minimum=0)
-        check_int("seed", self.seed, minimum=0)
+        check_seed("seed", self.seed)
         check_device("device", self.device)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)
 
     @property
     def algo(self) -> str:
@@ -292,8 +294,8 @@ class PSOTSPEvalConfig:
             if value is not None:
                 check_int(name, value, minimum=4 if name == "num_cities" else 1)
         check_int("episodes", self.episodes, minimum=1)
-        check_int("seed", self.seed, minimum=0)
-        check_int("swarm_seed", self.swarm_seed, minimum=0)
+        check_seed("seed", self.seed)
+        check_seed("swarm_seed", self.swarm_seed)
         check_int("held_karp_max_n", self.held_karp_max_n, minimum=2)
         check_int("tune", self.tune, minimum=0)
         check_choice("local_search", self.local_search, ("none", "2opt"))
@@ -302,6 +304,6 @@ class PSOTSPEvalConfig:
         if self.tuned is not None and not Path(self.tuned).is_file():
             raise ConfigError("tuned", str(self.tuned), "is not a file (write one with --tune N --output FILE)")
         check_device("device", self.device)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)
         if self.output is not None and Path(self.output).is_dir():
             raise ConfigError("output", str(self.output), "is a directory; name the JSON file to write")

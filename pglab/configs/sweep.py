@@ -17,7 +17,7 @@ from typing import Literal
 
 from pglab.configs.ghm import GHMParams, GHMTrainConfig
 from pglab.errors import ConfigError
-from pglab.validation import check_device, check_finite, check_int
+from pglab.validation import check_device, check_finite, check_int, check_seed
 
 # The model parameters a sweep may vary: GHMParams' fields, and the credit line's
 # (GHMTrainConfig.credit_limit/credit_spread, --model credit-line only).
@@ -104,7 +104,7 @@ class GHMSweepConfig:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError("seeds", self.seeds, "needs one or more distinct seeds")
         for seed in self.seeds:
-            check_int("seeds", seed, minimum=0)
+            check_seed("seeds", seed)
         if self.n_iterations is not None:
             check_int("n_iterations", self.n_iterations, minimum=1)
         if self.backend not in ("ray", "serial"):
