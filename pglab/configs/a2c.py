@@ -19,6 +19,7 @@ from pglab.validation import (
     check_choice,
     check_device,
     check_int,
+    check_memory,
     check_non_negative,
     check_positive,
     check_range,
@@ -75,6 +76,12 @@ class PixelGoalConfig:
 
 
 PIXEL_GOAL_FIELDS = tuple(PixelGoalConfig.__dataclass_fields__)
+
+
+def pixel_goal_step_bytes(config: PixelGoalConfig) -> int:
+    """One pixel-goal observation as the network's float32 input, ``stack_k x side**2 x 4``
+    bytes: a lower bound of what one environment costs per step kept for the backward pass."""
+    return config.stack_k * config.image_size**2 * 4
 
 
 @dataclass(frozen=True)
@@ -167,6 +174,8 @@ class A2CTrainConfig:
         check_threads("threads", self.threads)
         if not isinstance(self.pixel_goal, PixelGoalConfig):
             raise ConfigError("pixel_goal", self.pixel_goal, "must be a PixelGoalConfig")
+        if self.env == PIXEL_GOAL_ENV:
+            self._check_memory()
         if self.resume is None:
             # Cross-field checks. On --resume the flags are only part of the config: the
             # shell re-validates the merged config (with resume=None) instead.
@@ -174,6 +183,23 @@ class A2CTrainConfig:
                 raise ConfigError("total_env_steps", self.total_env_steps, f"must be >= num_envs ({self.num_envs})")
             if self.algo == "stream-ac" and self.num_envs != 1:
                 raise ConfigError("num_envs", self.num_envs, "stream-ac learns from one stream: use --num-envs 1")
+
+    def _check_memory(self) -> None:
+        """The pixel-goal observations of an accumulation window (update_every steps plus the
+        bootstrap step, every environment) against the memory available now; gym envs'
+        observation sizes are known only once the env is built."""
+        window = self.update_every + 1
+        per_env = window * pixel_goal_step_bytes(self.pixel_goal)
+        side = self.pixel_goal.image_size
+        check_memory(
+            "pixel_goal.grid_size", self.pixel_goal.grid_size, per_env, f"one environment's {side}x{side} images"
+        )
+        check_memory(
+            "num_envs",
+            self.num_envs,
+            self.num_envs * per_env,
+            f"{window} steps of {side}x{side}x{self.pixel_goal.stack_k} float32 observations per environment",
+        )
 
     def env_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the environment factory (pixel-goal: its config fields)."""

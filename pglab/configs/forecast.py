@@ -19,10 +19,30 @@ from typing import Annotated, ClassVar, Literal
 import tyro
 
 from pglab.errors import ConfigError, DataError
-from pglab.validation import check_choice, check_int, check_positive, check_range, check_seed, check_threads
+from pglab.validation import (
+    check_choice,
+    check_int,
+    check_memory,
+    check_positive,
+    check_range,
+    check_seed,
+    check_threads,
+)
 
 ALGORITHMS = ("q", "wolf", "rarl")
 StateKeyName = Literal["hash", "scaled"]
+
+
+TABLE_ROWS = 64
+"""Rows a tabular learner allocates first (pglab.algos.tabular.agents; more as states appear)."""
+TABLES_PER_LEARNER = 3
+"""float64 tables of shape [rows, actions] a learner keeps at most (WoLF-PHC: Q, the policy
+and the average policy)."""
+
+
+def table_bytes(actions: int) -> int:
+    """A learner's first tables: ``64 rows x actions x 3 tables x 8`` bytes (a lower bound)."""
+    return TABLE_ROWS * actions * TABLES_PER_LEARNER * 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +78,8 @@ class SimulationConfig:
         check_choice("state_key", self.state_key, ("hash", "scaled"))
         check_int("hash_buckets", self.hash_buckets, minimum=1)
         check_int("scaled_buckets", self.scaled_buckets, minimum=1)
+        check_memory("n_bins", self.n_bins, table_bytes(self.n_bins), "the forecaster's tables")
+        check_memory("adversary_bins", self.adversary_bins, table_bytes(self.adversary_bins), "the adversary's tables")
 
 
 def check_device(device: str) -> None:

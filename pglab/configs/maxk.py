@@ -13,12 +13,31 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from pglab.errors import ConfigError
-from pglab.validation import check_choice, check_device, check_int, check_positive, check_seed, check_threads
+from pglab.validation import (
+    check_choice,
+    check_device,
+    check_int,
+    check_memory,
+    check_positive,
+    check_seed,
+    check_threads,
+)
 
 VarianceReduction = Literal["none", "sample_loo", "subloo"]
 # The same modes as pglab.estimators.maxk.VARIANCE_REDUCTIONS (a test keeps them equal),
 # spelled here so that this module does not import the estimators (and torch with them).
 VARIANCE_REDUCTIONS: tuple[str, ...] = typing.get_args(VarianceReduction)
+
+
+MAX_HEAD_DIM = 128
+"""RL4CO's attention (rl4co.models.nn.attention) supports head_dim = embed_dim / num_heads
+<= 128 and divisible by 8 only."""
+
+
+def decoding_bytes(batch_size: int, num_loc: int, embed_dim: int) -> int:
+    """Lower bound of a POMO training step's memory: one float32 embedding per instance,
+    start and decoding step kept for the backward pass, ``batch x n x n x embed_dim x 4``."""
+    return batch_size * num_loc * num_loc * embed_dim * 4
 
 
 @dataclass(frozen=True)
@@ -104,11 +123,28 @@ class MaxKPOMOTrainConfig:
         check_int("num_heads", self.num_heads, minimum=1)
         if self.embed_dim % self.num_heads:
             raise ConfigError("num_heads", self.num_heads, f"must divide embed_dim={self.embed_dim}")
+        head_dim = self.embed_dim // self.num_heads
+        if head_dim % 8 or head_dim > MAX_HEAD_DIM:
+            raise ConfigError(
+                "embed_dim",
+                self.embed_dim,
+                f"embed_dim / num_heads = {head_dim} must be a multiple of 8 and <= {MAX_HEAD_DIM} "
+                f"(RL4CO's attention; num_heads={self.num_heads})",
+            )
         check_int("log_every", self.log_every, minimum=1)
         check_int("save_interval", self.save_interval, minimum=1)
         check_seed("seed", self.seed)
         check_threads("threads", self.threads)
         check_device("device", self.device)
+        check_memory(
+            "num_loc", self.num_loc, decoding_bytes(1, self.num_loc, self.embed_dim), "one instance's POMO decoding"
+        )
+        check_memory(
+            "batch_size",
+            self.batch_size,
+            decoding_bytes(self.batch_size, self.num_loc, self.embed_dim),
+            f"POMO decoding of {self.batch_size} instances x {self.num_loc} starts x {self.num_loc} steps",
+        )
 
     @property
     def label(self) -> str:

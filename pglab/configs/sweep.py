@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pglab.configs.ghm import GHMParams, GHMTrainConfig
+from pglab.configs.ghm import GHMParams, GHMTrainConfig, fd_grid_bytes
 from pglab.errors import ConfigError
-from pglab.validation import check_device, check_finite, check_int, check_seed
+from pglab.validation import check_device, check_finite, check_int, check_memory, check_seed
 
 # The model parameters a sweep may vary: GHMParams' fields, and the credit line's
 # (GHMTrainConfig.credit_limit/credit_spread, --model credit-line only).
@@ -116,6 +116,7 @@ class GHMSweepConfig:
         if self.fd_line_points == 1:
             raise ConfigError("fd_line_points", 1, "needs 0 or at least 2 points for a line")
         check_int("fd_line_nodes", self.fd_line_nodes, minimum=100)
+        check_memory("fd_line_nodes", self.fd_line_nodes, fd_grid_bytes(self.fd_line_nodes), "an FD line's grid")
         check_device("device", self.device)
         for name in ("grid", "train_config"):
             path = getattr(self, name)
