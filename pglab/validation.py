@@ -6,6 +6,7 @@ arrived and what was expected, e.g. ``sigma=-0.2: must be >= 0``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -223,3 +224,21 @@ def check_output_path(field: str, path: str | os.PathLike | None, *, folder: boo
         raise ConfigError(field, str(path), f"cannot be created: {ancestor} is a file, not a folder")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ConfigError(field, str(path), f"cannot be created: the folder {ancestor} is not writable")
+
+
+def check_path_fields(config: Any) -> None:
+    """:func:`check_path` on every path-valued field of a config dataclass (a ``Path``, or a
+    tuple of them), each named by its field."""
+    for item in dataclasses.fields(config):
+        value = getattr(config, item.name)
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        for entry in values:
+            if isinstance(entry, os.PathLike):
+                check_path(item.name, entry)
+
+
+def check_new_run_dir(config: Any) -> None:
+    """A trainer's ``log_dir`` (when it starts a fresh run: no ``resume``) can be created:
+    :func:`check_output_path` with a folder expected."""
+    if getattr(config, "resume", None) is None:
+        check_output_path("log_dir", getattr(config, "log_dir", None), folder=True)

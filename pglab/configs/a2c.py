@@ -21,6 +21,7 @@ from pglab.validation import (
     check_int,
     check_memory,
     check_non_negative,
+    check_path_fields,
     check_positive,
     check_range,
     check_seed,
@@ -152,6 +153,7 @@ class A2CTrainConfig:
     """run a tiny CPU end-to-end check, print a JSON summary, exit 0/1"""
 
     def __post_init__(self):
+        check_path_fields(self)
         check_choice("algo", self.algo, ("a2c", "stream-ac"))
         if not isinstance(self.env, str) or ":" not in self.env:
             raise ConfigError("env", self.env, "must look like 'pglab:pixel-goal' or 'gym:ALE/Pong-v5'")
@@ -250,6 +252,7 @@ class A2CEvaluateConfig:
     """JSON file for the result (default: RUN_DIR/evaluation_<policy>.json for a checkpoint in a run directory)"""
 
     def __post_init__(self):
+        check_path_fields(self)
         check_int("episodes", self.episodes, minimum=1)
         check_int("num_envs", self.num_envs, minimum=1)
         check_seed("seed", self.seed)

@@ -23,6 +23,8 @@ from pglab.validation import (
     check_choice,
     check_int,
     check_memory,
+    check_path,
+    check_path_fields,
     check_positive,
     check_range,
     check_seed,
@@ -141,6 +143,8 @@ class ForecastLearnerConfig:
             check_source(self.source)
         except DataError as exc:
             raise ConfigError("source", self.source, str(exc).split(": ", 1)[1]) from exc
+        if self.source.startswith("csv:"):
+            check_path("source", self.source[len("csv:") :])
         check_seed("seed", self.seed)
         check_seed("data_seed", self.data_seed)
         check_int("episodes", self.episodes, minimum=1)
@@ -178,6 +182,7 @@ class ForecastTrainConfig(ForecastLearnerConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        check_path_fields(self)
         if self.train_rows is not None:
             check_int("train_rows", self.train_rows, minimum=3)
         check_int("save_interval", self.save_interval, minimum=1)
@@ -207,6 +212,7 @@ class ForecastEvaluateConfig:
     """auto, cpu or cuda[:N]; the Q-tables are NumPy arrays on the CPU whatever the device"""
 
     def __post_init__(self):
+        check_path_fields(self)
         if self.start_row is not None:
             check_int("start_row", self.start_row, minimum=1)
         if self.end_row is not None:
@@ -243,6 +249,9 @@ class ForecastModelEvaluateConfig:
     """auto, cpu or cuda[:N]; the Q-tables are NumPy arrays on the CPU whatever the device"""
 
     def __post_init__(self):
+        check_path_fields(self)
+        if isinstance(self.source, str) and self.source.startswith("csv:"):
+            check_path("source", self.source[len("csv:") :])
         check_seed("data_seed", self.data_seed)
         check_int("best_response_episodes", self.best_response_episodes, minimum=0)
         check_int("start_row", self.start_row, minimum=1)
@@ -275,6 +284,7 @@ class BacktestConfig(ForecastLearnerConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        check_path_fields(self)
         if self.windows is not None:
             check_int("windows", self.windows, minimum=1)
         check_int("window_size", self.window_size, minimum=4)

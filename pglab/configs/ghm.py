@@ -25,6 +25,7 @@ from pglab.validation import (
     check_int_sequence,
     check_memory,
     check_non_negative,
+    check_path_fields,
     check_positive,
     check_range,
     check_seed,
@@ -427,6 +428,7 @@ class GHMTrainConfig:
     see docs/ghm.md for exactly what a resume reproduces"""
 
     def __post_init__(self):
+        check_path_fields(self)
         check_choice("algo", self.algo, ("mc", "pathwise", "actor-critic"))
         self._resolve_solver_defaults()
         self._check_training()
@@ -748,6 +750,7 @@ class GHMEvaluateConfig:
     """torch CPU threads (0: torch's default; 1, the default, is steady on a shared machine)"""
 
     def __post_init__(self):
+        check_path_fields(self)
         if self.episodes is not None:
             check_int("episodes", self.episodes, minimum=2)
         if self.cash is not None:
@@ -805,6 +808,7 @@ class GHMSolveConfig:
     """print JSON instead of a table"""
 
     def __post_init__(self):
+        check_path_fields(self)
         self.params()
         check_int("nodes", self.nodes, minimum=100)
         check_positive("x_max", self.x_max)
@@ -913,6 +917,7 @@ class ValidateConfig:
     """print the report as JSON instead of a table"""
 
     def __post_init__(self):
+        check_path_fields(self)
         check_positive("c_min", self.c_min)
         if self.c_max is not None:
             check_positive("c_max", self.c_max)
@@ -943,6 +948,7 @@ class CompareConfig:
     """compute each run's HJB residual (pglab validate's defaults)"""
 
     def __post_init__(self):
+        check_path_fields(self)
         if len(self.run_dirs) == 0:
             raise ConfigError("run_dirs", self.run_dirs, "give at least one run directory")
         for target in self.targets:

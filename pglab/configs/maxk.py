@@ -18,6 +18,7 @@ from pglab.validation import (
     check_device,
     check_int,
     check_memory,
+    check_path_fields,
     check_positive,
     check_seed,
     check_threads,
@@ -92,6 +93,7 @@ class MaxKPOMOTrainConfig:
     """continue the run in this directory from its latest checkpoint"""
 
     def __post_init__(self):
+        check_path_fields(self)
         check_choice("algo", self.algo, ("maxk-pomo", "pomo"))
         check_choice("trainer", self.trainer, ("pglab", "lightning"))
         if self.trainer == "lightning" and self.resume is not None:
@@ -180,6 +182,7 @@ class MaxKEvalConfig:
     """also write the results as JSON here"""
 
     def __post_init__(self):
+        check_path_fields(self)
         if len(self.checkpoints) == 0:
             raise ConfigError("checkpoints", self.checkpoints, "needs at least one checkpoint or run directory")
         check_int("episodes", self.episodes, minimum=1)

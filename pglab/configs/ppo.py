@@ -23,6 +23,7 @@ from pglab.validation import (
     check_int_sequence,
     check_memory,
     check_non_negative,
+    check_path_fields,
     check_positive,
     check_range,
     check_seed,
@@ -201,6 +202,7 @@ class PPOConfig:
     """episodes of the deterministic policy evaluated after training (0: skip)"""
 
     def __post_init__(self):
+        check_path_fields(self)
         if self.anneal_lr is not None:
             # The old boolean spelling, canonicalised so that stored configs hold one field.
             if not isinstance(self.anneal_lr, bool):
@@ -309,6 +311,7 @@ class PPOEvaluateConfig:
     """also write the results to this JSON file"""
 
     def __post_init__(self):
+        check_path_fields(self)
         check_int("episodes", self.episodes, minimum=1)
         check_seed("seed", self.seed)
         check_device("device", self.device)

@@ -28,6 +28,7 @@ from pglab.validation import (
     check_int,
     check_memory,
     check_non_negative,
+    check_path_fields,
     check_positive,
     check_range,
     check_seed,
@@ -211,6 +212,7 @@ class PSOTSPTrainConfig:
     """torch CPU threads (0: torch's default)"""
 
     def __post_init__(self):
+        check_path_fields(self)
         # The nested configs validate their own fields (n_particles >= 1, gamma in [0, 1], ...).
         if not isinstance(self.env, PSOTSPEnvConfig):
             raise ConfigError("env", self.env, "must be a PSOTSPEnvConfig")
@@ -310,6 +312,7 @@ class PSOTSPEvalConfig:
     """torch CPU threads (0: torch's default)"""
 
     def __post_init__(self):
+        check_path_fields(self)
         for name in ("num_cities", "n_particles", "pso_iterations"):
             value = getattr(self, name)
             if value is not None:

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pglab.configs.ghm import GHMParams, GHMTrainConfig, fd_grid_bytes
 from pglab.errors import ConfigError
-from pglab.validation import check_device, check_finite, check_int, check_memory, check_seed
+from pglab.validation import check_device, check_finite, check_int, check_memory, check_path_fields, check_seed
 
 # The model parameters a sweep may vary: GHMParams' fields, and the credit line's
 # (GHMTrainConfig.credit_limit/credit_spread, --model credit-line only).
@@ -84,6 +84,7 @@ class GHMSweepConfig:
     """device of every run: auto, cpu, cuda or cuda:N"""
 
     def __post_init__(self):
+        check_path_fields(self)
         for name in SWEEPABLE:
             values = getattr(self, name)
             if len(set(values)) != len(values):
