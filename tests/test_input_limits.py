@@ -10,6 +10,7 @@ import pytest
 
 from pglab import validation
 from pglab.cli import main
+from pglab.errors import ConfigError
 
 LONG = "a" * 300  # one path component over the usual 255-byte name limit
 
@@ -116,6 +117,10 @@ def test_the_largest_seed_and_thread_count_are_accepted():
 
     config = PPOConfig(seed=validation.MAX_SEED, threads=validation.max_threads())
     assert config.seed == 2**63 - 1
+    with pytest.raises(ConfigError, match="threads"):
+        PPOConfig(threads=validation.max_threads() + 1)
+    with pytest.raises(ConfigError, match="seed"):
+        PPOConfig(seed=validation.MAX_SEED + 1)
 
 
 # -- maxk-pomo: RL4CO's attention ------------------------------------------------------------------
@@ -141,6 +146,9 @@ def test_maxk_head_dim_rule_is_rl4cos():
     assert f"self.head_dim % 8 == 0 and self.head_dim <= {MAX_HEAD_DIM}" in source
     MaxKPOMOTrainConfig(embed_dim=16, num_heads=2)  # head_dim 8
     MaxKPOMOTrainConfig(embed_dim=256, num_heads=2)  # head_dim 128
+    for embed_dim, num_heads in [(16, 4), (264, 1), (40, 4)]:  # head_dim 4, 264, 10
+        with pytest.raises(ConfigError, match="embed_dim"):
+            MaxKPOMOTrainConfig(embed_dim=embed_dim, num_heads=num_heads)
 
 
 # -- sweeps --------------------------------------------------------------------------------------
@@ -162,11 +170,13 @@ def test_sweep_with_an_empty_grid_is_refused(capsys, tmp_path, grid):
 def test_large_sweep_needs_yes(capsys, tmp_path):
     sigmas = [f"{0.1 + 0.01 * i:.2f}" for i in range(101)]
     argv = ["sweep", "ghm", "--sigma", *sigmas, "--seeds", "0", "1", "--backend", "serial", "--log-dir", "sweep"]
-    refused(capsys, tmp_path, argv, "yes", "202 runs", "more than 200", "--yes")
     from pglab.algos.ghm_sweep import check_sweep_size
     from pglab.configs.sweep import GHMSweepConfig
 
     sigma = tuple(0.1 + 0.01 * i for i in range(101))
+    with pytest.raises(ConfigError, match="yes"):
+        check_sweep_size(GHMSweepConfig(sigma=sigma, seeds=(0, 1)))
+    refused(capsys, tmp_path, argv, "yes", "202 runs", "more than 200", "--yes")
     check_sweep_size(GHMSweepConfig(sigma=sigma, seeds=(0, 1), yes=True))  # accepted with --yes
     check_sweep_size(GHMSweepConfig(sigma=sigma[:100], seeds=(0, 1)))  # 200 runs: accepted
 
