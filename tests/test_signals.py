@@ -113,7 +113,8 @@ def test_a_live_run_directory_has_one_owner(tmp_path, monkeypatch, capsys):
         while not (tmp_path / "run" / "checkpoints" / "checkpoint_latest.pt").exists():
             assert owner.poll() is None and time.monotonic() < deadline, owner.stderr.read() if owner.stderr else ""
             time.sleep(0.05)
-        for argv in (["train", *flags, "--log-dir", "run"], ["train", "forecast", "--resume", "run", "--episodes", "1"]):
+        resume = ["train", "forecast", "--resume", "run", "--episodes", "1"]
+        for argv in (["train", *flags, "--log-dir", "run"], resume):
             assert main(argv) == 2
             err = capsys.readouterr().err.strip()
             assert err.startswith("pglab: error: log_dir") and "\n" not in err, err

@@ -40,7 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from pglab.configs.ghm import GHMTrainConfig
-from pglab.configs.sweep import CREDIT_LINE_PARAMETERS, SWEEP_RESUMABLE, SWEEPABLE, GHMSweepConfig
+from pglab.configs.sweep import (
+    CREDIT_LINE_PARAMETERS,
+    MAX_RUNS_WITHOUT_YES,
+    SWEEP_RESUMABLE,
+    SWEEPABLE,
+    GHMSweepConfig,
+)
 from pglab.errors import ConfigError, UsageError
 from pglab.run.atomic import atomic_write_json, atomic_write_text
 from pglab.run.config import config_from_dict, config_to_dict, read_yaml_mapping
@@ -94,10 +100,14 @@ def _yaml_grid(path: Path) -> list[dict[str, float]]:
             raise ConfigError("grid", str(path), f"has both calibrations: and parameter lists ({', '.join(mapping)})")
         if not isinstance(listed, list) or not all(isinstance(item, dict) for item in listed):
             raise ConfigError("grid", str(path), "calibrations: must be a list of mappings of parameter -> value")
+        if not listed:
+            raise ConfigError("grid", str(path), "calibrations: is empty; list at least one calibration")
         return [{name: _number(path, name, value) for name, value in item.items()} for item in listed]
     lists = {}
     for name, values in mapping.items():
         values = values if isinstance(values, list) else [values]
+        if not values:
+            raise ConfigError("grid", str(path), f"{name}: is an empty list; give at least one value")
         lists[name] = [_number(path, name, value) for value in values]
     return [dict(zip(lists, values, strict=False)) for values in itertools.product(*lists.values())]
 
@@ -123,9 +133,29 @@ def base_fields(config: GHMSweepConfig) -> dict[str, Any]:
             raise ConfigError(
                 "train_config", str(config.train_config), f"must not set {name} (the sweep places its runs)"
             )
+    if fields.get("final_eval") is False:
+        raise ConfigError(
+            "train_config",
+            str(config.train_config),
+            "sets final_eval: false, but the sweep's table is read from every run's final evaluation",
+        )
     if config.n_iterations is not None:
         fields["n_iterations"] = config.n_iterations
     return fields
+
+
+def check_sweep_size(config: GHMSweepConfig) -> None:
+    """Refuse a sweep of more than :data:`MAX_RUNS_WITHOUT_YES` runs unless ``--yes`` is given
+    (before any run's config is built or anything written)."""
+    grid, solvers, seeds = len(calibrations(config)), len(config.algo), len(config.seeds)
+    runs = grid * solvers * seeds
+    if runs > MAX_RUNS_WITHOUT_YES and not config.yes:
+        raise ConfigError(
+            "yes",
+            False,
+            f"the sweep has {runs:,} runs ({grid} calibrations x {solvers} solvers x {seeds} seeds), more than "
+            f"{MAX_RUNS_WITHOUT_YES}; give --yes to start it",
+        )
 
 
 def build_trials(config: GHMSweepConfig, sweep_dir: Path) -> list[Trial]:
@@ -445,6 +475,8 @@ def run_sweep(
 ) -> list[dict[str, Any]]:
     """Run (or continue) a sweep; returns the table's rows in the sweep's order."""
     config, sweep_dir, resumed = resolve_sweep(config, given)
+    if not resumed:
+        check_sweep_size(config)
     trials = build_trials(config, sweep_dir)
     if not resumed:
         sweep_dir.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from typing import Any
 
 from pglab.configs.a2c import KIND, STREAM_AC_KIND, A2CEvaluateConfig, A2CTrainConfig
 from pglab.run.config import parse_flags
-from pglab.validation import check_output_file
+from pglab.validation import check_new_run_dir, check_output_file
 
 # The one place that chooses the trainer: checkpoint kind -> "module:function".
 TRAINERS: dict[str, str] = {
@@ -52,6 +52,7 @@ def train(argv: list[str]) -> int:
         description="Streaming A2C / TD(0) on batched pixel environments (no rollout buffer).",
     )
     config = parsed.config
+    check_new_run_dir(config)
     if config.self_test:
         from pglab.algos.a2c import self_test
 

@@ -34,6 +34,7 @@ from typing import Any
 from pglab.configs.ghm import CompareConfig
 from pglab.errors import UsageError
 from pglab.run.config import parse_flags
+from pglab.validation import check_output_path
 
 __all__ = ["CompareConfig", "compare", "comparison_plot_data", "comparison_table", "plot_comparison", "summarize_run"]
 
@@ -273,6 +274,7 @@ def compare(argv: list[str]) -> int:
         prog="pglab compare",
         description="Compare GHM solver runs with each other and with the FD optimum.",
     ).config
+    check_output_path("output", config.output, folder=True)
     from pglab.run.atomic import atomic_write_text
 
     rows = [summarize_run(run_dir, config) for run_dir in config.run_dirs]

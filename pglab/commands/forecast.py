@@ -16,7 +16,7 @@ from pglab.configs.forecast import (
     ForecastModelEvaluateConfig,
     ForecastTrainConfig,
 )
-from pglab.validation import check_output_file
+from pglab.validation import check_new_run_dir, check_output_file, check_output_path
 
 
 # --- train -------------------------------------------------------------------------------------
@@ -30,6 +30,8 @@ def train(argv: list[str]) -> int:
         prog="pglab train forecast",
         description="Train a tabular forecaster (Q-learning, WoLF-PHC or RARL) on a macro series.",
     )
+    check_new_run_dir(parsed.config)
+    check_output_file("output", parsed.config.output)
     from pglab.algos.forecast import train_forecast
 
     result = train_forecast(parsed.config, given=parsed.given)
@@ -105,6 +107,7 @@ def backtest(argv: list[str]) -> int:
         prog="pglab backtest",
         description="Walk-forward backtest of a tabular forecaster against random-walk and AR baselines.",
     )
+    check_output_path("output", config.output, folder=True)
     from pglab.algos.forecast import run_backtest
 
     result = run_backtest(config)

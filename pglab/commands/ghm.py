@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pglab.configs.ghm import GHMEvaluateConfig, GHMSolveConfig, GHMTrainConfig
 from pglab.run.config import parse_flags
-from pglab.validation import check_output_file
+from pglab.validation import check_new_run_dir, check_output_file, check_output_path
 
 if TYPE_CHECKING:  # torch-free at import: --help never imports torch
     from pglab.algos.ghm_agent import GHMAgent
@@ -34,6 +34,7 @@ def train(argv: list[str]) -> int:
         prog="pglab train ghm",
         description="Train a dividend/issuance policy for the GHM cash model.",
     )
+    check_new_run_dir(parsed.config)
     from pglab.algos.ghm_train import train_ghm
 
     result = train_ghm(parsed.config, given=parsed.given)
@@ -181,6 +182,7 @@ def solve(argv: list[str]) -> int:
         prog="pglab solve ghm",
         description="The GHM model's optimal value, controls and thresholds by finite differences.",
     ).config
+    check_output_path("output", None if config.output is None else config.output.with_suffix(".npz"))
     import numpy as np
 
     from pglab.envs.ghm import GHMModel

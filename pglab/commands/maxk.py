@@ -14,7 +14,7 @@ from typing import Any
 from pglab.configs.maxk import MaxKEvalConfig, MaxKPOMOTrainConfig
 from pglab.errors import UsageError
 from pglab.run.config import parse_flags
-from pglab.validation import check_output_file
+from pglab.validation import check_new_run_dir, check_output_file
 
 
 def _require_co() -> None:
@@ -28,6 +28,7 @@ def train(argv: list[str]) -> int:
     parsed = parse_flags(
         MaxKPOMOTrainConfig, argv, prog="pglab train maxk-pomo", description=MaxKPOMOTrainConfig.__doc__
     )
+    check_new_run_dir(parsed.config)
     _require_co()
     from pglab.algos.maxk_train import train_maxk_pomo
 

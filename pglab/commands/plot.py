@@ -9,7 +9,7 @@ from typing import Annotated
 import tyro
 
 from pglab.run.config import parse_config
-from pglab.validation import check_int
+from pglab.validation import check_int, check_output_path, check_path_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +26,7 @@ class PlotConfig:
     """moving-average window, in records"""
 
     def __post_init__(self):
+        check_path_fields(self)
         check_int("smooth", self.smooth, minimum=1)
 
 
@@ -33,6 +34,7 @@ def plot(argv: list[str]) -> int:
     from pglab.run.plots import plot_learning_curves
 
     config = parse_config(PlotConfig, argv, prog="pglab plot")
+    check_output_path("output", config.output)
     path = plot_learning_curves(
         config.run_dir, keys=config.keys or None, x=config.x, output=config.output, smooth=config.smooth
     )

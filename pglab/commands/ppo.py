@@ -12,7 +12,7 @@ import sys
 from pglab.configs.ppo import PPOConfig, PPOEvaluateConfig  # noqa: F401  (PPOEvaluateConfig: re-exported)
 from pglab.errors import EXIT_OK, UsageError
 from pglab.run.config import parse_flags
-from pglab.validation import check_output_file
+from pglab.validation import check_new_run_dir, check_output_file
 
 
 def anneal_lr_as_schedule(argv: list[str]) -> list[str]:
@@ -44,6 +44,7 @@ def train(argv: list[str]) -> int:
         prog="pglab train ppo",
         description="PPO / VPG+GAE / REINFORCE on a Gymnasium (gym:ID) or pglab (pglab:NAME) environment.",
     )
+    check_new_run_dir(parsed.config)
     from pglab.algos.ppo import train_ppo
 
     result = train_ppo(parsed.config, given=parsed.given, echo=print)

@@ -35,6 +35,7 @@ from pglab.configs.pso_tsp import (  # torch-free: `--help` stays fast
     PSOTSPTrainConfig,
 )
 from pglab.errors import UsageError
+from pglab.validation import check_new_run_dir, check_output_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,6 +55,7 @@ def train(argv: list[str]) -> int:
         description="Learn a PSO controller for the TSP (Deep-PSO): per-particle (swarm_es) or per-edge "
         "(edge_policy) coefficients.",
     )
+    check_new_run_dir(parsed.config)
     from pglab.algos.pso_tsp import train_pso_tsp
 
     result = train_pso_tsp(parsed.config, given=parsed.given)
@@ -502,6 +504,7 @@ def evaluate(argv: list[str]) -> int:
         description="Learned vs classic/tuned/random PSO, nearest neighbour (+2-opt) and optimal tours, "
         "with wall/CPU time per instance and an equal-time comparison; --tune N searches the constant PSO.",
     )
+    check_output_file("output", config.output)
     run_evaluation(config)
     return 0
 

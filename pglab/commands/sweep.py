@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pglab.configs.sweep import GHMSweepConfig
 from pglab.run.config import parse_flags
+from pglab.validation import check_new_run_dir
 
 
 def ghm(argv: list[str]) -> int:
@@ -19,6 +20,7 @@ def ghm(argv: list[str]) -> int:
         description="Comparative statics of the GHM model: learned policies against the FD optimum "
         "on a grid of calibrations.",
     )
+    check_new_run_dir(parsed.config)
     from pglab.algos.ghm_sweep import run_sweep
 
     run_sweep(parsed.config, given=parsed.given)

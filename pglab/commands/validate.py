@@ -26,6 +26,7 @@ from pathlib import Path
 from pglab.configs.ghm import ValidateConfig
 from pglab.errors import ConfigError
 from pglab.run.config import parse_flags
+from pglab.validation import check_output_path
 
 __all__ = ["ValidateConfig", "format_report", "plot_validation", "validate", "validate_checkpoint"]
 
@@ -103,6 +104,7 @@ def validate(argv: list[str]) -> int:
         prog="pglab validate",
         description="HJB residual, boundary value and distance to the FD optimum of a GHM checkpoint.",
     ).config
+    check_output_path("output", config.output, folder=True)
     from pglab.run.atomic import atomic_write_json
 
     payload, learned, reference, run_dir = validate_checkpoint(config)

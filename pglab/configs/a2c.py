@@ -15,7 +15,18 @@ from typing import Annotated, Any, ClassVar, Literal
 import tyro
 
 from pglab.errors import ConfigError
-from pglab.validation import check_choice, check_device, check_int, check_non_negative, check_positive, check_range
+from pglab.validation import (
+    check_choice,
+    check_device,
+    check_int,
+    check_memory,
+    check_non_negative,
+    check_path_fields,
+    check_positive,
+    check_range,
+    check_seed,
+    check_threads,
+)
 
 KIND = "a2c-td0"
 STREAM_AC_KIND = "a2c-stream-ac"
@@ -66,6 +77,12 @@ class PixelGoalConfig:
 
 
 PIXEL_GOAL_FIELDS = tuple(PixelGoalConfig.__dataclass_fields__)
+
+
+def pixel_goal_step_bytes(config: PixelGoalConfig) -> int:
+    """One pixel-goal observation as the network's float32 input, ``stack_k x side**2 x 4``
+    bytes: a lower bound of what one environment costs per step kept for the backward pass."""
+    return config.stack_k * config.image_size**2 * 4
 
 
 @dataclass(frozen=True)
@@ -138,6 +155,7 @@ class A2CTrainConfig:
     """run a tiny CPU end-to-end check, print a JSON summary, exit 0/1"""
 
     def __post_init__(self):
+        check_path_fields(self)
         check_choice("algo", self.algo, ("a2c", "stream-ac"))
         if not isinstance(self.env, str) or ":" not in self.env:
             raise ConfigError("env", self.env, "must look like 'pglab:pixel-goal' or 'gym:ALE/Pong-v5'")
@@ -156,11 +174,13 @@ class A2CTrainConfig:
         check_int("hidden", self.hidden, minimum=0)
         check_int("save_interval", self.save_interval, minimum=1)
         check_int("keep_checkpoints", self.keep_checkpoints, minimum=0)
-        check_int("seed", self.seed, minimum=0)
+        check_seed("seed", self.seed)
         check_device("device", self.device)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)
         if not isinstance(self.pixel_goal, PixelGoalConfig):
             raise ConfigError("pixel_goal", self.pixel_goal, "must be a PixelGoalConfig")
+        if self.env == PIXEL_GOAL_ENV:
+            self._check_memory()
         if self.resume is None:
             # Cross-field checks. On --resume the flags are only part of the config: the
             # shell re-validates the merged config (with resume=None) instead.
@@ -168,6 +188,23 @@ class A2CTrainConfig:
                 raise ConfigError("total_env_steps", self.total_env_steps, f"must be >= num_envs ({self.num_envs})")
             if self.algo == "stream-ac" and self.num_envs != 1:
                 raise ConfigError("num_envs", self.num_envs, "stream-ac learns from one stream: use --num-envs 1")
+
+    def _check_memory(self) -> None:
+        """The pixel-goal observations of an accumulation window (update_every steps plus the
+        bootstrap step, every environment) against the memory available now; gym envs'
+        observation sizes are known only once the env is built."""
+        window = self.update_every + 1
+        per_env = window * pixel_goal_step_bytes(self.pixel_goal)
+        side = self.pixel_goal.image_size
+        check_memory(
+            "pixel_goal.grid_size", self.pixel_goal.grid_size, per_env, f"one environment's {side}x{side} images"
+        )
+        check_memory(
+            "num_envs",
+            self.num_envs,
+            self.num_envs * per_env,
+            f"{window} steps of {side}x{side}x{self.pixel_goal.stack_k} float32 observations per environment",
+        )
 
     def env_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the environment factory (pixel-goal: its config fields)."""
@@ -218,11 +255,12 @@ class A2CEvaluateConfig:
     """JSON file for the result (default: RUN_DIR/evaluation_<policy>.json for a checkpoint in a run directory)"""
 
     def __post_init__(self):
+        check_path_fields(self)
         check_int("episodes", self.episodes, minimum=1)
         check_int("num_envs", self.num_envs, minimum=1)
-        check_int("seed", self.seed, minimum=0)
+        check_seed("seed", self.seed)
         check_device("device", self.device)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)
         if self.output is not None and (str(self.output).strip() == "" or Path(self.output).is_dir()):
             raise ConfigError("output", str(self.output), "must name a JSON file (not a directory)")
 

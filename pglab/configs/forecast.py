@@ -19,10 +19,32 @@ from typing import Annotated, ClassVar, Literal
 import tyro
 
 from pglab.errors import ConfigError, DataError
-from pglab.validation import check_choice, check_int, check_positive, check_range
+from pglab.validation import (
+    check_choice,
+    check_int,
+    check_memory,
+    check_path,
+    check_path_fields,
+    check_positive,
+    check_range,
+    check_seed,
+    check_threads,
+)
 
 ALGORITHMS = ("q", "wolf", "rarl")
 StateKeyName = Literal["hash", "scaled"]
+
+
+TABLE_ROWS = 64
+"""Rows a tabular learner allocates first (pglab.algos.tabular.agents; more as states appear)."""
+TABLES_PER_LEARNER = 3
+"""float64 tables of shape [rows, actions] a learner keeps at most (WoLF-PHC: Q, the policy
+and the average policy)."""
+
+
+def table_bytes(actions: int) -> int:
+    """A learner's first tables: ``64 rows x actions x 3 tables x 8`` bytes (a lower bound)."""
+    return TABLE_ROWS * actions * TABLES_PER_LEARNER * 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +80,8 @@ class SimulationConfig:
         check_choice("state_key", self.state_key, ("hash", "scaled"))
         check_int("hash_buckets", self.hash_buckets, minimum=1)
         check_int("scaled_buckets", self.scaled_buckets, minimum=1)
+        check_memory("n_bins", self.n_bins, table_bytes(self.n_bins), "the forecaster's tables")
+        check_memory("adversary_bins", self.adversary_bins, table_bytes(self.adversary_bins), "the adversary's tables")
 
 
 def check_device(device: str) -> None:
@@ -119,8 +143,10 @@ class ForecastLearnerConfig:
             check_source(self.source)
         except DataError as exc:
             raise ConfigError("source", self.source, str(exc).split(": ", 1)[1]) from exc
-        check_int("seed", self.seed, minimum=0)
-        check_int("data_seed", self.data_seed, minimum=0)
+        if self.source.startswith("csv:"):
+            check_path("source", self.source[len("csv:") :])
+        check_seed("seed", self.seed)
+        check_seed("data_seed", self.data_seed)
         check_int("episodes", self.episodes, minimum=1)
         check_int("alternation_schedule", self.alternation_schedule, minimum=1)
         check_range("alpha", self.alpha, 0.0, 1.0, low_inclusive=False)
@@ -158,11 +184,12 @@ class ForecastTrainConfig(ForecastLearnerConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        check_path_fields(self)
         if self.train_rows is not None:
             check_int("train_rows", self.train_rows, minimum=3)
         check_int("save_interval", self.save_interval, minimum=1)
         check_int("keep_checkpoints", self.keep_checkpoints, minimum=0)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)
 
     @property
     def kind(self) -> str:
@@ -188,6 +215,7 @@ class ForecastEvaluateConfig:
     """auto, cpu or cuda[:N]; the Q-tables are NumPy arrays on the CPU whatever the device"""
 
     def __post_init__(self):
+        check_path_fields(self)
         if self.start_row is not None:
             check_int("start_row", self.start_row, minimum=1)
         if self.end_row is not None:
@@ -224,7 +252,10 @@ class ForecastModelEvaluateConfig:
     """auto, cpu or cuda[:N]; the Q-tables are NumPy arrays on the CPU whatever the device"""
 
     def __post_init__(self):
-        check_int("data_seed", self.data_seed, minimum=0)
+        check_path_fields(self)
+        if isinstance(self.source, str) and self.source.startswith("csv:"):
+            check_path("source", self.source[len("csv:") :])
+        check_seed("data_seed", self.data_seed)
         check_int("best_response_episodes", self.best_response_episodes, minimum=0)
         check_int("start_row", self.start_row, minimum=1)
         if self.end_row is not None:
@@ -256,6 +287,7 @@ class BacktestConfig(ForecastLearnerConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        check_path_fields(self)
         if self.windows is not None:
             check_int("windows", self.windows, minimum=1)
         check_int("window_size", self.window_size, minimum=4)

@@ -23,13 +23,64 @@ from pglab.validation import (
     check_finite,
     check_int,
     check_int_sequence,
+    check_memory,
     check_non_negative,
+    check_path_fields,
     check_positive,
     check_range,
+    check_seed,
+    check_threads,
 )
 
 # Checkpoint kinds of the three solvers (``GHMTrainConfig.kind``).
 GHM_KINDS = ("ghm-mc", "ghm-pathwise", "ghm-actor-critic")
+
+
+# -- memory estimates -----------------------------------------------------------------------------
+# Lower bounds of the memory a run takes, from its config alone; a config whose estimate
+# exceeds the memory the machine has available is refused (pglab.validation.check_memory).
+
+FD_POINTS_PER_CONTROL = 21
+"""Points per control of the finite-difference solver's candidate grid (pglab.hjb.fd); both
+GHM models have two controls, so every node weighs 21**2 = 441 candidates."""
+FD_ARRAYS_PER_CANDIDATE = 10
+"""float64 arrays of shape [candidates, nodes] alive at once in a policy iteration (the
+reward and two transition rates, the lists they are stacked from, the Hamiltonian's
+temporaries): measured 9.2 x 8 bytes per node and candidate at 20,000-80,000 nodes."""
+ROLLOUT_FLOATS_PER_STEP = 11
+"""float32 numbers a GHM rollout keeps per path and time step: the state and action noise,
+state, action, control, reward, mask and done (1 state, 2 controls); the solvers'
+gradients need more."""
+EVAL_BYTES_PER_PATH = 40
+"""Bytes per simulated path of the final evaluation: state, owner index, float64 total,
+alive flag, tail bound."""
+
+
+def fd_grid_bytes(nodes: int, controls: int = 2) -> int:
+    """Peak memory of one FD solve on ``nodes`` intervals (pglab.hjb.fd.solve_hjb_1d):
+    ``nodes x 21**controls x FD_ARRAYS_PER_CANDIDATE x 8`` bytes (the extrapolated
+    solution's second, coarser grid is solved after the first)."""
+    return nodes * FD_POINTS_PER_CONTROL**controls * FD_ARRAYS_PER_CANDIDATE * 8
+
+
+def rollout_bytes(n_trajectories: int, horizon: float, dt: float) -> int:
+    """One training iteration's rollout: ``n_trajectories x (T / dt + 1) x 11`` float32."""
+    return n_trajectories * (int(round(horizon / dt)) + 1) * ROLLOUT_FLOATS_PER_STEP * 4
+
+
+RESIDUAL_ARRAYS_PER_CANDIDATE = 4
+"""float64 arrays of shape [points, candidates] alive at once when pglab validate maximises
+the Hamiltonian over the 21**2 control candidates at every grid point."""
+
+
+def residual_bytes(points: int, controls: int = 2) -> int:
+    """pglab validate's ``max_u H`` on ``points`` states: ``points x 21**controls x 4 x 8`` bytes."""
+    return points * FD_POINTS_PER_CONTROL**controls * RESIDUAL_ARRAYS_PER_CANDIDATE * 8
+
+
+def evaluation_bytes(paths: int, cash_levels: int) -> int:
+    """A simulated evaluation of ``paths`` paths per initial cash level, all at once."""
+    return paths * cash_levels * EVAL_BYTES_PER_PATH
 
 
 # -- the model ------------------------------------------------------------------------------------
@@ -379,6 +430,7 @@ class GHMTrainConfig:
     see docs/ghm.md for exactly what a resume reproduces"""
 
     def __post_init__(self):
+        check_path_fields(self)
         check_choice("algo", self.algo, ("mc", "pathwise", "actor-critic"))
         self._resolve_solver_defaults()
         self._check_training()
@@ -559,9 +611,32 @@ class GHMTrainConfig:
             check_positive("eval_dt", self.eval_dt)
         check_int("fd_nodes", self.fd_nodes, minimum=100)
         check_positive("fd_x_max", self.fd_x_max)
-        check_int("seed", self.seed, minimum=0)
-        check_int("threads", self.threads, minimum=0)
+        check_seed("seed", self.seed)
+        check_threads("threads", self.threads)
         check_device("device", self.device)
+        self._check_memory()
+
+    def _check_memory(self) -> None:
+        """The FD reference (NumPy, on the CPU) and, for a run on the CPU, the rollout and
+        the final evaluation against the memory the machine has available now. A run on a
+        GPU is checked against the GPU's memory when it starts (the trainer)."""
+        assert self.n_trajectories is not None  # _resolve_solver_defaults
+        check_memory("fd_nodes", self.fd_nodes, fd_grid_bytes(self.fd_nodes), "the FD reference's grid")
+        if self.device.startswith("cuda"):
+            return
+        steps = int(round(self.T / self.dt))
+        check_memory(
+            "n_trajectories",
+            self.n_trajectories,
+            rollout_bytes(self.n_trajectories, self.T, self.dt),
+            f"one iteration's rollout ({steps} steps x {ROLLOUT_FLOATS_PER_STEP} float32 per path)",
+        )
+        check_memory(
+            "eval_paths",
+            self.eval_paths,
+            evaluation_bytes(self.eval_paths, len(self.eval_cash)),
+            f"the final evaluation ({len(self.eval_cash)} cash levels x {EVAL_BYTES_PER_PATH} bytes per path)",
+        )
 
     @property
     def kind(self) -> str:
@@ -678,6 +753,7 @@ class GHMEvaluateConfig:
     """torch CPU threads (0: torch's default; 1, the default, is steady on a shared machine)"""
 
     def __post_init__(self):
+        check_path_fields(self)
         if self.episodes is not None:
             check_int("episodes", self.episodes, minimum=2)
         if self.cash is not None:
@@ -690,9 +766,14 @@ class GHMEvaluateConfig:
         if self.dt is not None:
             check_positive("dt", self.dt)
         if self.seed is not None:
-            check_int("seed", self.seed, minimum=0)
-        check_int("threads", self.threads, minimum=0)
+            check_seed("seed", self.seed)
+        check_threads("threads", self.threads)
         check_device("device", self.device)
+        if self.episodes is not None and not self.device.startswith("cuda"):
+            levels = len(self.cash) if self.cash is not None else 4  # the runs' default eval_cash has 4
+            check_memory(
+                "episodes", self.episodes, evaluation_bytes(self.episodes, levels), f"{levels} cash levels' paths"
+            )
 
 
 # -- pglab solve ghm / ghm-credit-line -------------------------------------------------------------
@@ -730,9 +811,11 @@ class GHMSolveConfig:
     """print JSON instead of a table"""
 
     def __post_init__(self):
+        check_path_fields(self)
         self.params()
         check_int("nodes", self.nodes, minimum=100)
         check_positive("x_max", self.x_max)
+        check_memory("nodes", self.nodes, fd_grid_bytes(self.nodes), "the FD grid")
         for level in self.cash:
             check_range("cash", level, 0.0, self.x_max)
 
@@ -785,6 +868,7 @@ class CreditLineSolveConfig:
         self.params()
         check_int("nodes", self.nodes, minimum=100)
         check_positive("x_max", self.x_max)
+        check_memory("nodes", self.nodes, fd_grid_bytes(self.nodes), "the FD grid")
         check_positive("c_min", self.c_min)
         for level in self.cash:
             check_range("cash", level, -self.credit_limit, self.x_max - self.credit_limit)
@@ -836,12 +920,14 @@ class ValidateConfig:
     """print the report as JSON instead of a table"""
 
     def __post_init__(self):
+        check_path_fields(self)
         check_positive("c_min", self.c_min)
         if self.c_max is not None:
             check_positive("c_max", self.c_max)
             if self.c_max <= self.c_min:
                 raise ConfigError("c_max", self.c_max, f"must exceed c_min={self.c_min}")
         check_int("n_points", self.n_points, minimum=11)
+        check_memory("n_points", self.n_points, residual_bytes(self.n_points), "the HJB residual's grid")
         check_choice("method", self.method, ("autograd", "fd"))
         if self.fd_step is not None:
             check_positive("fd_step", self.fd_step)
@@ -865,6 +951,7 @@ class CompareConfig:
     """compute each run's HJB residual (pglab validate's defaults)"""
 
     def __post_init__(self):
+        check_path_fields(self)
         if len(self.run_dirs) == 0:
             raise ConfigError("run_dirs", self.run_dirs, "give at least one run directory")
         for target in self.targets:

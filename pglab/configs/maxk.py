@@ -13,12 +13,32 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from pglab.errors import ConfigError
-from pglab.validation import check_choice, check_device, check_int, check_positive
+from pglab.validation import (
+    check_choice,
+    check_device,
+    check_int,
+    check_memory,
+    check_path_fields,
+    check_positive,
+    check_seed,
+    check_threads,
+)
 
 VarianceReduction = Literal["none", "sample_loo", "subloo"]
 # The same modes as pglab.estimators.maxk.VARIANCE_REDUCTIONS (a test keeps them equal),
 # spelled here so that this module does not import the estimators (and torch with them).
 VARIANCE_REDUCTIONS: tuple[str, ...] = typing.get_args(VarianceReduction)
+
+
+MAX_HEAD_DIM = 128
+"""RL4CO's attention (rl4co.models.nn.attention) supports head_dim = embed_dim / num_heads
+<= 128 and divisible by 8 only."""
+
+
+def decoding_bytes(batch_size: int, num_loc: int, embed_dim: int) -> int:
+    """Lower bound of a POMO training step's memory: one float32 embedding per instance,
+    start and decoding step kept for the backward pass, ``batch x n x n x embed_dim x 4``."""
+    return batch_size * num_loc * num_loc * embed_dim * 4
 
 
 @dataclass(frozen=True)
@@ -75,6 +95,7 @@ class MaxKPOMOTrainConfig:
     """continue the run in this directory from its latest checkpoint"""
 
     def __post_init__(self):
+        check_path_fields(self)
         check_choice("algo", self.algo, ("maxk-pomo", "pomo"))
         check_choice("trainer", self.trainer, ("pglab", "lightning"))
         if self.trainer == "lightning" and self.resume is not None:
@@ -106,12 +127,29 @@ class MaxKPOMOTrainConfig:
         check_int("num_heads", self.num_heads, minimum=1)
         if self.embed_dim % self.num_heads:
             raise ConfigError("num_heads", self.num_heads, f"must divide embed_dim={self.embed_dim}")
+        head_dim = self.embed_dim // self.num_heads
+        if head_dim % 8 or head_dim > MAX_HEAD_DIM:
+            raise ConfigError(
+                "embed_dim",
+                self.embed_dim,
+                f"embed_dim / num_heads = {head_dim} must be a multiple of 8 and <= {MAX_HEAD_DIM} "
+                f"(RL4CO's attention; num_heads={self.num_heads})",
+            )
         check_int("log_every", self.log_every, minimum=1)
         check_int("save_interval", self.save_interval, minimum=1)
         check_int("keep_checkpoints", self.keep_checkpoints, minimum=0)
-        check_int("seed", self.seed, minimum=0)
-        check_int("threads", self.threads, minimum=0)
+        check_seed("seed", self.seed)
+        check_threads("threads", self.threads)
         check_device("device", self.device)
+        check_memory(
+            "num_loc", self.num_loc, decoding_bytes(1, self.num_loc, self.embed_dim), "one instance's POMO decoding"
+        )
+        check_memory(
+            "batch_size",
+            self.batch_size,
+            decoding_bytes(self.batch_size, self.num_loc, self.embed_dim),
+            f"POMO decoding of {self.batch_size} instances x {self.num_loc} starts x {self.num_loc} steps",
+        )
 
     @property
     def label(self) -> str:
@@ -147,15 +185,16 @@ class MaxKEvalConfig:
     """also write the results as JSON here"""
 
     def __post_init__(self):
+        check_path_fields(self)
         if len(self.checkpoints) == 0:
             raise ConfigError("checkpoints", self.checkpoints, "needs at least one checkpoint or run directory")
         check_int("episodes", self.episodes, minimum=1)
-        check_int("seed", self.seed, minimum=0)
+        check_seed("seed", self.seed)
         check_int("k", self.k, minimum=1)
         check_int("batch_size", self.batch_size, minimum=1)
         check_choice("optimal", self.optimal, ("elkai", "none"))
         check_int("elkai_runs", self.elkai_runs, minimum=1)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)
         check_device("device", self.device)
 
 

@@ -21,9 +21,13 @@ from pglab.validation import (
     check_device,
     check_int,
     check_int_sequence,
+    check_memory,
     check_non_negative,
+    check_path_fields,
     check_positive,
     check_range,
+    check_seed,
+    check_threads,
 )
 
 RLMode = Literal["reinforce_raw", "vpg_gae", "ppo"]
@@ -38,6 +42,18 @@ Schedule = Literal["constant", "linear"]
 """How a coefficient changes over training: ``linear`` multiplies it by ``1 - (k - 1) / K``
 in iteration ``k`` of ``K`` (CleanRL's annealing; SB3's ``lin_`` prefix)."""
 SCHEDULES: tuple[str, ...] = typing.get_args(Schedule)
+
+
+ROLLOUT_BYTES_PER_SAMPLE = 32
+"""Lower bound of a PPO rollout's memory per sample: 8 float32 (an observation of at least
+one number, action, log-probability, reward, done, value, advantage, return)."""
+ENV_COPY_BYTES = 1024
+"""Lower bound of one environment copy's memory (a Gymnasium CartPole object takes ~5 KB)."""
+
+
+def rollout_memory_bytes(num_envs: int, num_steps: int) -> int:
+    """``num_envs`` copies and their ``num_envs x num_steps``-sample rollout buffer."""
+    return num_envs * ENV_COPY_BYTES + num_envs * num_steps * ROLLOUT_BYTES_PER_SAMPLE
 
 
 def schedule_fraction(schedule: str, iteration: int, num_iterations: int) -> float:
@@ -188,6 +204,7 @@ class PPOConfig:
     """episodes of the deterministic policy evaluated after training (0: skip)"""
 
     def __post_init__(self):
+        check_path_fields(self)
         if self.anneal_lr is not None:
             # The old boolean spelling, canonicalised so that stored configs hold one field.
             if not isinstance(self.anneal_lr, bool):
@@ -230,13 +247,31 @@ class PPOConfig:
         check_positive("clip_obs", self.clip_obs)
         check_positive("clip_reward", self.clip_reward)
         check_positive("normalize_epsilon", self.normalize_epsilon)
-        check_int("seed", self.seed, minimum=0)
+        check_seed("seed", self.seed)
         check_device("device", self.device)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)
         check_int("log_interval", self.log_interval, minimum=1)
         check_int("save_interval", self.save_interval, minimum=1)
         check_int("keep_checkpoints", self.keep_checkpoints, minimum=0)
         check_int("eval_episodes", self.eval_episodes, minimum=0)
+        check_memory(
+            "num_envs",
+            self.num_envs,
+            rollout_memory_bytes(self.num_envs, 1),
+            f"{self.num_envs} environment copies",
+        )
+        check_memory(
+            "num_steps",
+            self.num_steps,
+            rollout_memory_bytes(self.num_envs, self.num_steps),
+            f"the rollout of num_envs x num_steps samples ({ROLLOUT_BYTES_PER_SAMPLE} bytes each at least)",
+        )
+        check_memory(
+            "eval_episodes",
+            self.eval_episodes,
+            rollout_memory_bytes(self.eval_episodes, 0),
+            "one environment copy per evaluation episode",
+        )
 
     @property
     def batch_size(self) -> int:
@@ -279,7 +314,11 @@ class PPOEvaluateConfig:
     """also write the results to this JSON file"""
 
     def __post_init__(self):
+        check_path_fields(self)
         check_int("episodes", self.episodes, minimum=1)
-        check_int("seed", self.seed, minimum=0)
+        check_seed("seed", self.seed)
         check_device("device", self.device)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)
+        check_memory(
+            "episodes", self.episodes, rollout_memory_bytes(self.episodes, 0), "one environment copy per episode"
+        )

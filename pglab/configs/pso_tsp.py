@@ -26,9 +26,13 @@ from pglab.validation import (
     check_choice,
     check_device,
     check_int,
+    check_memory,
     check_non_negative,
+    check_path_fields,
     check_positive,
     check_range,
+    check_seed,
+    check_threads,
 )
 
 KIND = "pso-tsp"
@@ -37,6 +41,18 @@ KIND = "pso-tsp"
 PSO_UPDATE_DEFAULTS = OnPolicyHyperparams(algo="vpg_gae", num_minibatches=1, entropy_coef=0.01, max_grad_norm=1.0)
 CONTROLLERS = ("swarm_es", "edge_policy")
 REWARDS = ("tour_length", "pbest_improvement", "gbest_improvement", "gbest_credit")
+
+
+SWARM_ARRAYS = 3
+"""float32 vectors of length D = n x k per particle: position, velocity, personal best."""
+
+
+def swarm_bytes(instances: int, num_cities: int, n_particles: int, neighbours: int) -> int:
+    """Lower bound of ``instances`` TSP instances' swarms held at once: ``instances x
+    (3 x n_particles x D + n**2) x 4`` bytes (D = n x k candidate edges; the n x n
+    distance matrix)."""
+    dim = num_cities * neighbours
+    return instances * (SWARM_ARRAYS * n_particles * dim + num_cities**2) * 4
 
 
 @dataclass(frozen=True)
@@ -80,6 +96,11 @@ class PSOTSPEnvConfig:
         if self.w_min >= self.w_max:
             raise ConfigError("w_min", self.w_min, f"must be < w_max={self.w_max}")
         check_positive("c_max", self.c_max)
+        check_memory("num_cities", self.num_cities, self.swarm_bytes(1), "one instance's swarm")
+
+    def swarm_bytes(self, instances: int) -> int:
+        """Memory of ``instances`` instances' swarms (:func:`swarm_bytes`)."""
+        return swarm_bytes(instances, self.num_cities, self.n_particles, self.k)
 
     @property
     def k(self) -> int:
@@ -193,6 +214,7 @@ class PSOTSPTrainConfig:
     """torch CPU threads (0: torch's default)"""
 
     def __post_init__(self):
+        check_path_fields(self)
         # The nested configs validate their own fields (n_particles >= 1, gamma in [0, 1], ...).
         if not isinstance(self.env, PSOTSPEnvConfig):
             raise ConfigError("env", self.env, "must be a PSOTSPEnvConfig")
@@ -237,9 +259,12 @@ class PSOTSPTrainConfig:
             check_int(name, getattr(self, name), minimum=1)
         check_int("eval_interval", self.eval_interval, minimum=0)
         check_int("keep_checkpoints", self.keep_checkpoints, minimum=0)
-        check_int("seed", self.seed, minimum=0)
+        for name in ("instances_per_iteration", "eval_instances", "tune_instances"):
+            count = getattr(self, name)
+            check_memory(name, count, self.env.swarm_bytes(count), f"{count} instances' swarms")
+        check_seed("seed", self.seed)
         check_device("device", self.device)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)
 
     @property
     def algo(self) -> str:
@@ -290,13 +315,22 @@ class PSOTSPEvalConfig:
     """torch CPU threads (0: torch's default)"""
 
     def __post_init__(self):
+        check_path_fields(self)
         for name in ("num_cities", "n_particles", "pso_iterations"):
             value = getattr(self, name)
             if value is not None:
                 check_int(name, value, minimum=4 if name == "num_cities" else 1)
         check_int("episodes", self.episodes, minimum=1)
-        check_int("seed", self.seed, minimum=0)
-        check_int("swarm_seed", self.swarm_seed, minimum=0)
+        check_seed("seed", self.seed)
+        check_seed("swarm_seed", self.swarm_seed)
+        cities = self.num_cities or PSOTSPEnvConfig.num_cities  # the checkpoint's when it has one: a lower bound
+        particles = self.n_particles or PSOTSPEnvConfig.n_particles
+        check_memory(
+            "episodes",
+            self.episodes,
+            swarm_bytes(self.episodes, cities, particles, min(PSOTSPEnvConfig.knn, cities - 1)),
+            f"{self.episodes} instances' swarms",
+        )
         check_int("held_karp_max_n", self.held_karp_max_n, minimum=2)
         check_int("tune", self.tune, minimum=0)
         check_choice("local_search", self.local_search, ("none", "2opt"))
@@ -305,6 +339,6 @@ class PSOTSPEvalConfig:
         if self.tuned is not None and not Path(self.tuned).is_file():
             raise ConfigError("tuned", str(self.tuned), "is not a file (write one with --tune N --output FILE)")
         check_device("device", self.device)
-        check_int("threads", self.threads, minimum=0)
+        check_threads("threads", self.threads)
         if self.output is not None and Path(self.output).is_dir():
             raise ConfigError("output", str(self.output), "is a directory; name the JSON file to write")

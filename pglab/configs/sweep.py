@@ -15,15 +15,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pglab.configs.ghm import GHMParams, GHMTrainConfig
+from pglab.configs.ghm import GHMParams, GHMTrainConfig, fd_grid_bytes
 from pglab.errors import ConfigError
-from pglab.validation import check_device, check_finite, check_int
+from pglab.validation import (
+    check_device,
+    check_finite,
+    check_int,
+    check_memory,
+    check_path_fields,
+    check_seed,
+    check_threads,
+)
 
 # The model parameters a sweep may vary: GHMParams' fields, and the credit line's
 # (GHMTrainConfig.credit_limit/credit_spread, --model credit-line only).
 CREDIT_LINE_PARAMETERS = ("credit_limit", "credit_spread")
 SWEEPABLE = tuple(field.name for field in dataclasses.fields(GHMParams)) + CREDIT_LINE_PARAMETERS
 SOLVERS = ("mc", "pathwise", "actor-critic")
+MAX_RUNS_WITHOUT_YES = 200
+"""A sweep of more runs (calibrations x solvers x seeds) starts only with --yes."""
 MODELS = typing.get_args(typing.get_type_hints(GHMTrainConfig)["model"])  # ("ghm", "credit-line")
 
 
@@ -82,8 +92,11 @@ class GHMSweepConfig:
     """continue the sweep in this directory: finished runs are read, unfinished ones resumed"""
     device: str = "auto"
     """device of every run: auto, cpu, cuda or cuda:N"""
+    yes: bool = False
+    """start a sweep of more than 200 runs (without it such a sweep is refused, naming its size)"""
 
     def __post_init__(self):
+        check_path_fields(self)
         for name in SWEEPABLE:
             values = getattr(self, name)
             if len(set(values)) != len(values):
@@ -104,18 +117,23 @@ class GHMSweepConfig:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError("seeds", self.seeds, "needs one or more distinct seeds")
         for seed in self.seeds:
-            check_int("seeds", seed, minimum=0)
+            check_seed("seeds", seed)
         if self.n_iterations is not None:
             check_int("n_iterations", self.n_iterations, minimum=1)
         if self.backend not in ("ray", "serial"):
             raise ConfigError("backend", self.backend, "must be 'ray' or 'serial'")
         if self.ray_address is not None and self.backend != "ray":
             raise ConfigError("ray_address", self.ray_address, "is only used with --backend ray")
-        check_int("max_parallel", self.max_parallel, minimum=0)
+        check_threads("max_parallel", self.max_parallel)  # local Ray CPUs: one run each, at most 4 per core
+        if self.max_parallel and (self.backend != "ray" or self.ray_address is not None):
+            raise ConfigError(
+                "max_parallel", self.max_parallel, "sizes the local Ray instance (--backend ray, no --ray-address)"
+            )
         check_int("fd_line_points", self.fd_line_points, minimum=0)
         if self.fd_line_points == 1:
             raise ConfigError("fd_line_points", 1, "needs 0 or at least 2 points for a line")
         check_int("fd_line_nodes", self.fd_line_nodes, minimum=100)
+        check_memory("fd_line_nodes", self.fd_line_nodes, fd_grid_bytes(self.fd_line_nodes), "an FD line's grid")
         check_device("device", self.device)
         for name in ("grid", "train_config"):
             path = getattr(self, name)
@@ -128,6 +146,14 @@ class GHMSweepConfig:
 
 
 # What a resumed sweep may change: where and how the runs execute, not what they compute.
-SWEEP_RESUMABLE = frozenset({"backend", "ray_address", "max_parallel", "device", "resume", "log_dir"})
+SWEEP_RESUMABLE = frozenset({"backend", "ray_address", "max_parallel", "device", "resume", "log_dir", "yes"})
 
-__all__ = ["CREDIT_LINE_PARAMETERS", "GHMSweepConfig", "MODELS", "SWEEPABLE", "SWEEP_RESUMABLE", "SOLVERS"]
+__all__ = [
+    "CREDIT_LINE_PARAMETERS",
+    "GHMSweepConfig",
+    "MAX_RUNS_WITHOUT_YES",
+    "MODELS",
+    "SWEEPABLE",
+    "SWEEP_RESUMABLE",
+    "SOLVERS",
+]

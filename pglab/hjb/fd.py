@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from scipy.linalg import solve_banded
 
+from pglab.configs.ghm import FD_POINTS_PER_CONTROL
 from pglab.envs.dynamics import ContinuousTimeModel
 from pglab.validation import check_int, check_positive
 
@@ -153,7 +154,7 @@ def solve_hjb_1d(
     *,
     x_max: float = 30.0,
     num_nodes: int = 30_000,
-    points_per_control: int = 21,
+    points_per_control: int = FD_POINTS_PER_CONTROL,
     max_iterations: int = 200,
 ) -> FDSolution:
     """Solve the model's HJB on ``[0, x_max]`` with ``num_nodes`` intervals.
@@ -266,7 +267,7 @@ def solve_hjb_1d_extrapolated(
     *,
     x_max: float = 6.0,
     num_nodes: int = 24_000,
-    points_per_control: int = 21,
+    points_per_control: int = FD_POINTS_PER_CONTROL,
 ) -> FDSolution:
     """Richardson-extrapolated reference: ``V = 2 V_h - V_2h``.
 

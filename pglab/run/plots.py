@@ -6,12 +6,25 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pglab.errors import UsageError
 from pglab.run.logger import read_metrics
 
 # The counter to put on the x axis, in order of preference.
 STEP_COLUMNS = ("env_steps", "global_step", "iteration", "opt_steps", "episode", "step")
+
+
+def _read_metrics(run_dir: str | os.PathLike) -> Any:
+    """The run's metrics as a DataFrame; an empty or unreadable ``metrics.csv`` is a
+    :class:`UsageError` naming the file."""
+    import pandas as pd
+
+    try:
+        return read_metrics(run_dir)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:
+        reason = "is empty" if isinstance(error, pd.errors.EmptyDataError) else "is not a readable CSV file"
+        raise UsageError(f"{Path(run_dir) / 'metrics.csv'}: {reason}") from error
 
 
 def plot_learning_curves(
@@ -35,7 +48,7 @@ def plot_learning_curves(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    frame = read_metrics(run_dir)
+    frame = _read_metrics(run_dir)
     if frame.empty:
         raise UsageError(f"run directory {run_dir}: the metrics log has no records yet")
     x_column = x or next((c for c in STEP_COLUMNS if c in frame.columns), None)
