@@ -376,7 +376,7 @@ def test_a_rollout_that_cannot_fit_is_a_one_line_config_error_and_leaves_nothing
     code = pglab_main(["train", "ghm", "--n_trajectories", str(10**12), "--log_dir", str(run_dir), "--device", "cpu"])
     assert code == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "n_trajectories" in err and "GiB" in err
+    assert len(err.splitlines()) == 1 and "n_trajectories: needs ~" in err and " GB " in err
     assert not (tmp_path / "runs").exists()
     # scientific notation is not an integer: still one line, exit 2, nothing written
     assert pglab_main(["train", "ghm", "--n_trajectories", "1e12", "--log_dir", str(run_dir), "--device", "cpu"]) == 2

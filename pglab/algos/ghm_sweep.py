@@ -47,10 +47,11 @@ from pglab.configs.sweep import (
     SWEEPABLE,
     GHMSweepConfig,
 )
-from pglab.errors import ConfigError, UsageError
+from pglab.errors import ConfigError
 from pglab.run.atomic import atomic_write_json, atomic_write_text
 from pglab.run.config import config_from_dict, config_to_dict, read_yaml_mapping
 from pglab.run.progress import progress_bar
+from pglab.run.rundir import RunDirLock
 
 SWEEP_FILE = "sweep.json"
 TRIAL_FILE = "trial.json"
@@ -212,8 +213,12 @@ def run_trial(trial: dict[str, Any]) -> dict[str, Any]:
         given = frozenset({"resume"})
     with _quiet():
         result = train_ghm(config, given=given, echo=lambda *args, **kwargs: None)
-    if result.interrupted:
-        raise UsageError(f"run {trial['name']}: interrupted; continue the sweep with --resume")
+    if result.interrupted:  # SIGINT/SIGTERM: the run saved its checkpoint; the sweep stops with it
+        from pglab.run.signals import STOP, Stopped
+
+        stopped = Stopped(STOP.signal)
+        stopped.note = f"run {trial['name']} saved its checkpoint; continue the sweep with --resume"
+        raise stopped
     row = trial_row(trial, run_dir)
     atomic_write_json(done, row)
     return row
@@ -480,9 +485,21 @@ def run_sweep(
     trials = build_trials(config, sweep_dir)
     if not resumed:
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(
-            sweep_dir / SWEEP_FILE, {"config": config_to_dict(config), "runs": [trial.name for trial in trials]}
-        )
+    lock = RunDirLock(sweep_dir).acquire()  # one sweep per directory (its runs lock their own)
+    try:
+        if not resumed:
+            atomic_write_json(
+                sweep_dir / SWEEP_FILE, {"config": config_to_dict(config), "runs": [trial.name for trial in trials]}
+            )
+        return _run_trials(config, trials, sweep_dir, echo)
+    finally:
+        lock.release()
+
+
+def _run_trials(
+    config: GHMSweepConfig, trials: list[Trial], sweep_dir: Path, echo: Callable[..., None]
+) -> list[dict[str, Any]]:
+    """Train the trials not done yet, then write the table, the FD lines and the figures."""
     pending = [trial for trial in trials if not (Path(trial.config["log_dir"]) / TRIAL_FILE).exists()]
     echo(f"sweep {sweep_dir}: {len(trials)} runs ({len(trials) - len(pending)} done), backend {config.backend}")
     started = time.perf_counter()

@@ -62,10 +62,13 @@ from pglab.algos.pathwise import PathwisePolicyGradient
 from pglab.configs.ghm import (
     GHM_KINDS,
     RESUMABLE_FIELDS,
+    ROLLOUT_FLOATS_PER_STEP,
     SOLVER_DEFAULTS,
     GHMTrainConfig,
     budget_schedules,
+    evaluation_bytes,
     final_eval_dt,
+    rollout_bytes,
 )
 from pglab.envs.ghm import GHMModel, GHMParams
 from pglab.envs.ghm_credit_line import GHMCreditLineModel
@@ -621,13 +624,6 @@ def policy_plot_data(
     )
 
 
-# A lower bound of one iteration's rollout memory: per path and step the simulator keeps the
-# state and action noise, state, action, control, reward, mask and done (11 float32 numbers
-# for GHM's 1 state and 2 controls); the solvers' gradients need more.
-ROLLOUT_FLOATS_PER_STEP = 11
-EVAL_BYTES_PER_PATH = 40  # state, owner index, float64 total, alive flag, tail bound
-
-
 def device_memory_bytes(device: torch.device) -> int | None:
     """Physical memory of ``device`` (the GPU's, or the machine's RAM for the CPU), or
     ``None`` when it cannot be read."""
@@ -648,7 +644,7 @@ def check_rollout_memory(config: GHMTrainConfig, device: torch.device) -> None:
         return
     assert config.n_trajectories is not None  # set by GHMTrainConfig
     num_steps = int(round(config.T / config.dt))
-    rollout = config.n_trajectories * (num_steps + 1) * ROLLOUT_FLOATS_PER_STEP * 4
+    rollout = rollout_bytes(config.n_trajectories, config.T, config.dt)
     if rollout > memory:
         raise ConfigError(
             "n_trajectories",
@@ -657,7 +653,7 @@ def check_rollout_memory(config: GHMTrainConfig, device: torch.device) -> None:
             f"{ROLLOUT_FLOATS_PER_STEP} float32 per path), more than the {memory / 2**30:,.1f} GiB of "
             f"{device.type}; use fewer paths",
         )
-    evaluation = config.eval_paths * len(config.eval_cash) * EVAL_BYTES_PER_PATH
+    evaluation = evaluation_bytes(config.eval_paths, len(config.eval_cash))
     if evaluation > memory:
         raise ConfigError(
             "eval_paths",

@@ -244,6 +244,9 @@ def load_yaml_config(cls: type[ConfigT], path: str | os.PathLike, *, base: Confi
 
 def read_yaml_mapping(path: str | os.PathLike) -> dict[str, Any]:
     """The top-level mapping of a YAML config file, or a ConfigError naming ``config``."""
+    from pglab.validation import check_path
+
+    check_path("config", path)
     source = Path(path)
     if source.is_dir():
         raise ConfigError("config", str(source), "is a directory, not a YAML file")
