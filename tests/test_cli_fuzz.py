@@ -147,7 +147,7 @@ class Flag:
     switch_only: bool = False  # FlagCreatePairsOff: --name only
 
 
-def flags_of(cls: type, prefix: str = "", omit: bool = False) -> list[Flag]:
+def flags_of(cls: type, prefix: str = "") -> list[Flag]:
     """Every command-line flag of a config dataclass, nested configs included (their fields
     carry the ``nested.`` prefix unless the field is marked ``OmitArgPrefixes``)."""
     hints = typing.get_type_hints(cls, include_extras=True)
