@@ -269,7 +269,7 @@ def test_evaluate_output_is_checked_before_the_evaluation(tmp_path, capsys):
     blocked = tmp_path / "a_file"
     blocked.write_text("not a folder")
     assert cli_main(["evaluate", str(run), "--episodes", "1", "--output", str(blocked / "x.json")]) == 2
-    assert "output: cannot be written" in capsys.readouterr().err
+    assert "output: cannot be created: " in capsys.readouterr().err
     # a missing folder is made, and the result lands there
     target = tmp_path / "new" / "eval.json"
     assert cli_main(["evaluate", str(run), "--episodes", "1", "--output", str(target)]) == 0
