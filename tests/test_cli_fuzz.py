@@ -234,7 +234,7 @@ def _train(system: str, config: type, base: list[str], **kw: Any) -> Command:
 
 
 COMMANDS: dict[str, Command] = {
-    "train ghm": _train("ghm", GHMTrainConfig, ["--n-iterations", "1", *GHM_TINY], max_examples=4),
+    "train ghm": _train("ghm", GHMTrainConfig, ["--n-iterations", "1", *GHM_TINY], max_examples=3),
     "train a2c": _train(
         "a2c",
         A2CTrainConfig,
@@ -282,7 +282,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "solve ghm": _cmd("solve ghm", GHMSolveConfig, ["--nodes", "400", "--cash", "0.5"]),
     "solve ghm-credit-line": _cmd(
-        "solve ghm-credit-line", CreditLineSolveConfig, ["--nodes", "400", "--cash", "0.5"], max_examples=8
+        "solve ghm-credit-line", CreditLineSolveConfig, ["--nodes", "400", "--cash", "0.5"], max_examples=5
     ),
     "sweep ghm": _cmd(
         "sweep ghm",
@@ -298,9 +298,9 @@ COMMANDS: dict[str, Command] = {
         ["--source", "synthetic", "--horizon", "3", "--episodes", "1", "--windows", "1", "--window-size", "6"],
         max_examples=4,
     ),
-    "plot": _cmd("plot", PlotConfig, ["--keys", "return/mean"], run="ppo", max_examples=6),
-    "validate": _cmd("validate", ValidateConfig, ["--n-points", "51"], run="ghm", max_examples=6),
-    "compare": _cmd("compare", CompareConfig, ["--no-residual"], run="ghm", max_examples=8),
+    "plot": _cmd("plot", PlotConfig, ["--keys", "return/mean"], run="ppo", max_examples=4),
+    "validate": _cmd("validate", ValidateConfig, ["--n-points", "51"], run="ghm", max_examples=4),
+    "compare": _cmd("compare", CompareConfig, ["--no-residual"], run="ghm", max_examples=4),
 }
 # the run each fixture trains: the train command's base, into the fixture's directory
 FIXTURE_RUNS = {
