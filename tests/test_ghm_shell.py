@@ -360,9 +360,7 @@ def test_final_evaluation_and_pglab_evaluate_show_a_progress_bar(tmp_path, monke
     with warnings.catch_warnings():
         warnings.simplefilter("always")  # shown once per process otherwise, and the calls above ran first
         assert (
-            pglab_main(
-                ["evaluate", str(tmp_path / "run"), "--cash", "0.5", "--dt", "0.1", "--json", "--device", "cpu"]
-            )
+            pglab_main(["evaluate", str(tmp_path / "run"), "--cash", "0.5", "--dt", "0.1", "--json", "--device", "cpu"])
             == 0
         )
     assert "pglab: warning: dt 0.1 is coarser than the run's training dt 0.05" in capsys.readouterr().err
