@@ -35,7 +35,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from pglab.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PglabError, describe_os_error
-from pglab.run.signals import STOP, signal_name
+from pglab.run.signals import STOP, signal_name, stop_in
 
 Handler = str  # "module:function", imported lazily so `pglab --help` stays fast
 
@@ -275,7 +275,10 @@ def _run(argv: Sequence[str] | None) -> int:
             code = EXIT_USAGE
         except SystemExit as exc:  # tyro/argparse: 2 on a usage error, 0 after --help
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
-        except Exception:  # a bug, not a usage error: keep the traceback
+        except Exception as exc:  # a bug, not a usage error: keep the traceback
+            stop = stop_in(exc)
+            if stop is not None:  # a stop that Python wrapped on its way up (see stop_in)
+                raise stop from None
             traceback.print_exc()
             code = EXIT_FAILURE
     except KeyboardInterrupt as exc:  # SIGINT/SIGTERM, also while an error above was reported

@@ -39,3 +39,22 @@ def test_an_os_error_is_one_line_naming_the_path_and_exit_2(argv, tmp_path, monk
     assert len(lines) == 1 and lines[0].startswith("pglab: error:"), err
     assert "too long" in lines[0] or "(the limit is 255)" in lines[0], err
     assert not any(tmp_path.iterdir())  # nothing left behind
+
+
+def test_a_stop_that_python_wrapped_in_another_error_still_exits_130_in_one_line(monkeypatch, capsys):
+    # a signal raised inside a class body's __set_name__ (mid-import) reaches the command as
+    # RuntimeError(...) from Stopped: still a stop, not a bug
+    import signal as signals
+
+    import pglab.cli
+    from pglab.run.signals import Stopped
+
+    def wrapped(argv):
+        try:
+            raise Stopped(signals.SIGTERM)
+        except Stopped as stop:
+            raise RuntimeError("Error calling __set_name__") from stop
+
+    monkeypatch.setattr(pglab.cli, "dispatch", wrapped)
+    assert main(["train", "ghm"]) == 130
+    assert capsys.readouterr().err.strip() == "pglab: stopped by SIGTERM"

@@ -452,30 +452,31 @@ class TrainingRun:
         """Close the run after ``exc`` (``None``: it ended normally). A failed start removes
         what it created; a stop (:class:`pglab.run.signals.Stopped`) gets its note; an OS
         error becomes a one-line :class:`FileSystemError`, which this returns."""
-        from pglab.run.signals import STOP, Stopped
+        from pglab.run.signals import STOP, Stopped, stop_in
 
         kept = self.resumed or self._saved
+        stop = stop_in(exc)
         with contextlib.suppress(Exception):
             if self.bar is not None:
                 self.bar.close()
         if self._logger is not None:
             with contextlib.suppress(OSError):  # a full disk must not hide the error that ended the run
-                if isinstance(exc, Exception):  # the last line of metrics.jsonl says why
+                if isinstance(exc, Exception) and stop is None:  # the last line of metrics.jsonl says why
                     self._logger.write_record(
                         {"error": {"type": type(exc).__name__, "message": str(exc), **dict(self.counters)}}
                     )
                 self._logger.close()
         if exc is not None and not kept:
             self._remove_failed_start()
-        elif isinstance(exc, KeyboardInterrupt) and self._logger is not None:
+        elif stop is not None and self._logger is not None:
             self.interrupted = True
             with contextlib.suppress(OSError):
                 self.finish()
         self._release_lock()
         if self._installed_signals:
             STOP.uninstall()
-        if isinstance(exc, Stopped):
-            exc.note = self._kept_note(kept)
+        if isinstance(stop, Stopped):
+            stop.note = self._kept_note(kept)
         if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
             return FileSystemError.of(exc, kept=self._kept_note(kept))
         return None

@@ -44,6 +44,19 @@ class Stopped(KeyboardInterrupt):
         self.note: str | None = None
 
 
+def stop_in(error: BaseException | None) -> KeyboardInterrupt | None:
+    """The stop behind ``error``: ``error`` itself, or a :class:`KeyboardInterrupt` it was
+    raised from. Python wraps an exception raised at some points (a class body's
+    ``__set_name__`` during an import, for one) in a ``RuntimeError``; the stop is still a stop."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 class StopSignals:
     """The process's SIGINT/SIGTERM handler (see the module docstring).
 
