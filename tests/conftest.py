@@ -2,9 +2,6 @@ import os
 
 os.environ.setdefault("PGLAB_NO_PROGRESS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
-# The same for the pglab processes tests start (torch reads it when it starts): two test
-# workers on two cores, each process with one intra-op thread.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
