@@ -35,7 +35,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from pglab.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PglabError, describe_os_error
-from pglab.run.signals import STOP, signal_name, stop_in
+from pglab.run.signals import STOP, STOP_SIGNALS, signal_name, stop_in
 
 Handler = str  # "module:function", imported lazily so `pglab --help` stays fast
 
@@ -292,11 +292,19 @@ def _run(argv: Sequence[str] | None) -> int:
 def console_main() -> None:  # pragma: no cover - thin wrapper
     STOP.install()  # before anything heavy is imported
     code = main()
-    # Everything pglab wrote is closed by now. The interpreter's final garbage collection
-    # would walk every object torch's compiler stack created (seconds after a signal, when
-    # the exit should be prompt); frozen objects are skipped. Finalisation itself still runs.
-    gc.freeze()
-    sys.exit(code)
+    try:
+        with STOP.deferred():  # the work is done: a signal now is recorded, and exits 130
+            # Everything pglab wrote is closed by now. The interpreter's final garbage
+            # collection would walk every object torch's compiler stack created (seconds
+            # after a signal, when the exit should be prompt); frozen objects are skipped.
+            gc.freeze()
+            # Finalisation restores the default action of a handled signal (killing the
+            # process, exit -15); ignored signals stay ignored.
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
+    except KeyboardInterrupt:  # a second signal before the handlers were replaced
+        pass
+    sys.exit(EXIT_INTERRUPTED if STOP.requested else code)
 
 
 if __name__ == "__main__":  # pragma: no cover

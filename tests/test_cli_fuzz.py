@@ -221,7 +221,7 @@ class Command:
     base: tuple[str, ...]
     run: str | None = None
     positional: bool = True
-    max_examples: int = 15  # fewer where an accepted example renders figures (seconds each)
+    max_examples: int = 8  # fewer where an accepted example renders figures (seconds each)
     base_runs: bool = True  # run the base alone first (off where it takes tens of seconds)
 
 
@@ -234,7 +234,7 @@ def _train(system: str, config: type, base: list[str], **kw: Any) -> Command:
 
 
 COMMANDS: dict[str, Command] = {
-    "train ghm": _train("ghm", GHMTrainConfig, ["--n-iterations", "1", *GHM_TINY], max_examples=3),
+    "train ghm": _train("ghm", GHMTrainConfig, ["--n-iterations", "1", *GHM_TINY], max_examples=2),
     "train a2c": _train(
         "a2c",
         A2CTrainConfig,
@@ -282,14 +282,14 @@ COMMANDS: dict[str, Command] = {
     ),
     "solve ghm": _cmd("solve ghm", GHMSolveConfig, ["--nodes", "400", "--cash", "0.5"]),
     "solve ghm-credit-line": _cmd(
-        "solve ghm-credit-line", CreditLineSolveConfig, ["--nodes", "400", "--cash", "0.5"], max_examples=5
+        "solve ghm-credit-line", CreditLineSolveConfig, ["--nodes", "400", "--cash", "0.5"], max_examples=4
     ),
     "sweep ghm": _cmd(
         "sweep ghm",
         GHMSweepConfig,
         ["--sigma", "0.2", "--backend", "serial", "--n-iterations", "1", "--train-config", "sweep-train.yaml"]
         + ["--fd-line-points", "2", "--fd-line-nodes", "200", *CPU, "--log-dir", "run"],
-        max_examples=3,
+        max_examples=2,
         base_runs=False,  # a sweep trains GHM runs (see train ghm) and solves an FD line: ~20 s
     ),
     "backtest": _cmd(
@@ -299,8 +299,8 @@ COMMANDS: dict[str, Command] = {
         max_examples=4,
     ),
     "plot": _cmd("plot", PlotConfig, ["--keys", "return/mean"], run="ppo", max_examples=4),
-    "validate": _cmd("validate", ValidateConfig, ["--n-points", "51"], run="ghm", max_examples=4),
-    "compare": _cmd("compare", CompareConfig, ["--no-residual"], run="ghm", max_examples=4),
+    "validate": _cmd("validate", ValidateConfig, ["--n-points", "51"], run="ghm", max_examples=3),
+    "compare": _cmd("compare", CompareConfig, ["--no-residual"], run="ghm", max_examples=3),
 }
 # the run each fixture trains: the train command's base, into the fixture's directory
 FIXTURE_RUNS = {
