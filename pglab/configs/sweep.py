@@ -125,7 +125,7 @@ class GHMSweepConfig:
         if self.ray_address is not None and self.backend != "ray":
             raise ConfigError("ray_address", self.ray_address, "is only used with --backend ray")
         check_threads("max_parallel", self.max_parallel)  # local Ray CPUs: one run each, at most 4 per core
-        if self.max_parallel and (self.backend != "ray" or self.ray_address is not None):
+        if self.max_parallel > 1 and (self.backend != "ray" or self.ray_address is not None):  # 1: one at a time
             raise ConfigError(
                 "max_parallel", self.max_parallel, "sizes the local Ray instance (--backend ray, no --ray-address)"
             )
