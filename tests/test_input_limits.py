@@ -260,3 +260,11 @@ def test_plot_of_an_empty_metrics_file_is_one_line(capsys, tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.csv").write_text("")
     refused(capsys, tmp_path, ["plot", "run"], "run/metrics.csv", "is empty")
+
+
+def test_sweep_max_parallel_one_with_the_serial_backend_is_accepted():
+    from pglab.configs.sweep import GHMSweepConfig
+
+    assert GHMSweepConfig(backend="serial", max_parallel=1).max_parallel == 1  # one run at a time, as serial runs
+    with pytest.raises(ConfigError, match="max_parallel"):
+        GHMSweepConfig(backend="serial", max_parallel=2)
