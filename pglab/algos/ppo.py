@@ -440,7 +440,7 @@ class PPORunResult:
     iterations: int
     env_steps: int
     train_seconds: float
-    """wall-clock seconds of the iterations this call ran (a resume counts only its own; from the shell's ``wall_time``)"""
+    """wall-clock seconds of the iterations this call ran (a resume counts its own only; the shell's ``wall_time``)"""
     evaluation: dict[str, float] | None
     interrupted: bool
     exit_code: int
