@@ -30,11 +30,12 @@ run: install
 
 # The quick lint gate first; then mypy (about a minute of CPU from a fresh clone) runs beside
 # two test processes on the 2 cores (pytest-xdist). Either failing fails `make test`.
-# --dist loadfile keeps each test file in one process, so a module's fixtures run once.
+# --dist loadfile keeps each test file in one process, so a module's fixtures run once;
+# --no-loadscope-reorder keeps the file order of tests/conftest.py (longest first).
 # A single file: `.venv/bin/pytest tests/X.py`.
 test: install
 	$(MAKE) --no-print-directory lint-quick
-	$(VENV)/bin/mypy & types=$$!; $(PY) -m pytest -q -n 2 --dist loadfile; tests=$$?; wait $$types && exit $$tests
+	$(VENV)/bin/mypy & types=$$!; $(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder; tests=$$?; wait $$types && exit $$tests
 
 # The lint and type gate: ruff's rules and format, no function in pglab/ longer than a screen
 # (80 lines), and mypy. Configuration in pyproject.toml.

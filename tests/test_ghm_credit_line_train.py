@@ -50,6 +50,7 @@ EVALUATED = {
     **TINY,
     "n_iterations": 1,
     "dt": 0.1,
+    "eval_dt": 0.1,
     "policy_hidden_dims": (8,),
     "baseline_hidden_dims": (8,),
     "final_eval": True,

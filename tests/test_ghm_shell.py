@@ -285,12 +285,12 @@ def _recording_progress(monkeypatch):
 
 def test_final_evaluation_and_pglab_evaluate_show_a_progress_bar(tmp_path, monkeypatch, capsys):
     bars = _recording_progress(monkeypatch)
-    evaluated = dict(TINY, dt=0.05, final_eval=True, eval_paths=20, eval_cash=(0.5,), eval_tail_tolerance=0.5)
+    evaluated = dict(TINY, dt=0.05, eval_dt=0.05, final_eval=True, eval_paths=20, eval_cash=(0.5,), eval_tail_tolerance=0.5)
     result = train_ghm(GHMTrainConfig(n_iterations=1, log_dir=tmp_path / "run", **evaluated), **QUIET)
     final = [bar for bar in bars if bar["desc"].startswith("final evaluation")]
     assert len(final) == 1 and final[0]["unit"] == "step" and final[0]["updates"] > 0
     evaluation = json.loads((tmp_path / "run" / "evaluation.json").read_text())
-    assert final[0]["updates"] == round(evaluation["simulated_time"] / 0.0125)  # eval_dt: dt / 4 by default
+    assert final[0]["updates"] == round(evaluation["simulated_time"] / 0.05)  # one update per eval_dt step
     assert result.final_rows is not None
     bars.clear()
     output = tmp_path / "eval.json"
@@ -349,7 +349,7 @@ def test_final_evaluation_and_pglab_evaluate_show_a_progress_bar(tmp_path, monke
     assert (again["num_paths"], again["seed"], again["dt"], again["tail_tolerance"]) == (
         20,
         TINY.get("seed", 0) + 2,
-        0.0125,
+        0.05,  # the run's eval_dt
         0.5,
     )
     assert again["rows"][0]["value"] == evaluation["rows"][0]["value"]

@@ -245,6 +245,7 @@ def test_compare_writes_one_table_csv_and_figure_consistent_with_the_runs(tmp_pa
         "eval_tail_tolerance": 0.5,
         "n_iterations": 2,
         "dt": 0.05,
+        "eval_dt": 0.05,
     }
     for algo in ("mc", "pathwise"):
         train_ghm(GHMTrainConfig(algo=algo, log_dir=tmp_path / algo, **evaluated), **QUIET)

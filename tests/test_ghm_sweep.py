@@ -24,6 +24,7 @@ TINY_TRAIN = """\
 n_trajectories: 32
 T: 0.5
 dt: 0.05
+eval_dt: 0.05
 log_interval: 1
 eval_interval: 1000
 save_interval: 2
