@@ -10,7 +10,7 @@ TORCH_PIN := torch==2.13.0
 export MPLBACKEND := Agg
 export MPLCONFIGDIR := $(CURDIR)/.venv/mplconfig
 
-.PHONY: install run test lint lint-quick bench clean mutants
+.PHONY: install run test lint lint-quick bench clean mutants docs wheel-check
 
 install: $(STAMP)
 
@@ -61,6 +61,34 @@ mutants: install
 	$(PY) mutants_support.py --patterns | OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
 		xargs -r -d '\n' $(VENV)/bin/mutmut run --max-children $(MUTANTS_JOBS)
 	$(PY) mutants_support.py
+
+# The documentation site (mkdocs.yml, the `docs` extra) into site/. --strict: any warning
+# (a link to a missing page or anchor, a docstring mkdocstrings cannot read) fails it.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+# The release artefacts: the sdist and the wheel (python -m build) into dist/; the wheel
+# installed with its core dependencies only into a fresh venv in a temporary folder (torch
+# first, pinned as above: no CUDA wheels); then, from that folder, outside the repository,
+# `pglab --version` (the installed metadata's version), a short PPO run on CartPole and the
+# FD solver must exit 0. `make test` does not run it; .ci/run does, after `make test`.
+WHEEL_CHECK_PPO := train ppo --env gym:CartPole-v1 --total-steps 4096 --eval-episodes 2 --device cpu --log-dir runs/ppo
+wheel-check: install
+	rm -rf dist
+	$(PY) -m build --quiet --outdir dist .
+	set -euo pipefail; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(PYTHON) -m venv "$$tmp/venv"; \
+	"$$tmp/venv/bin/python" -m pip install --quiet $(TORCH_PIN); \
+	"$$tmp/venv/bin/python" -m pip install --quiet dist/pglab-*.whl; \
+	cd "$$tmp"; \
+	export PGLAB_NO_PROGRESS=1 MPLCONFIGDIR="$$tmp/mplconfig"; \
+	venv/bin/python -c "import importlib.metadata as m, pglab; \
+	assert pglab.__file__.startswith('$$tmp/venv/'), pglab.__file__; \
+	assert m.version('pglab') == pglab.__version__, (m.version('pglab'), pglab.__version__)"; \
+	test "$$(venv/bin/pglab --version)" = "pglab $$(venv/bin/python -c 'import pglab; print(pglab.__version__)')"; \
+	venv/bin/pglab $(WHEEL_CHECK_PPO); \
+	venv/bin/pglab solve ghm; \
+	echo "wheel-check: $$(cd $(CURDIR)/dist && ls) install and run outside the repository"
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache mutants

@@ -14,7 +14,7 @@ the same interface (:class:`pglab.agent.Agent`)::
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"  # the one place of the version: pyproject.toml reads it from here
 
 __all__ = ["__version__", "load_checkpoint"]
 

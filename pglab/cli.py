@@ -10,6 +10,7 @@
     pglab validate CHECKPOINT [FLAGS]        (HJB residual of a GHM agent vs the FD optimum)
     pglab compare RUN_DIR... [FLAGS]         (GHM solvers side by side: table, CSV, figure)
     pglab bench NAME [FLAGS]                 (speed benchmarks, see bench/)
+    pglab --version                          (the installed version)
 
 Every sub-command parses its own flags from a frozen config dataclass (tyro), so
 ``pglab train ghm --help`` lists exactly the fields of that trainer's config. Flags may be
@@ -201,6 +202,11 @@ def dispatch(argv: Sequence[str]) -> int:
         return EXIT_USAGE
     if args[0] in ("-h", "--help"):
         print(__doc__)
+        return EXIT_OK
+    if args[0] in ("-V", "--version"):
+        from pglab import __version__
+
+        print(f"pglab {__version__}")
         return EXIT_OK
     command, rest = args[0], args[1:]
     help_asked = bool(rest) and rest[0] in ("-h", "--help")

@@ -80,3 +80,9 @@ class TensorContractError(ValueError):
 
 class WorkerError(PglabError, RuntimeError):
     """A parallel rollout worker died or failed."""
+
+
+class MissingExtraError(UsageError, ImportError):
+    """A command needs a package of one of pglab's optional extras (``pip install
+    'pglab[EXTRA]'``), and it is not installed. An ``ImportError`` too, so code that falls
+    back when a package is absent keeps catching it."""

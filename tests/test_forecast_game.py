@@ -21,7 +21,7 @@ from pglab.envs.forecast_game import (
     forecaster_space,
     state_at,
 )
-from pglab.errors import ConfigError, DataError
+from pglab.errors import ConfigError, DataError, MissingExtraError
 from pglab.run.config import make_config
 
 DATA = Path(__file__).parent / "data"
@@ -276,10 +276,10 @@ def test_fred_source_parses_a_recorded_api_response(monkeypatch):
     assert series.target[0] == 3.8 and series.exogenous[0] == pytest.approx(0.4)
 
 
-def test_fred_without_fredapi_or_key_is_a_clear_data_error(monkeypatch):
+def test_fred_without_fredapi_or_key_is_a_clear_usage_error(monkeypatch):
     monkeypatch.delenv("FRED_API_KEY", raising=False)
     with pytest.raises(DataError, match="FRED_API_KEY"):
         load_series("fred")
     monkeypatch.setitem(sys.modules, "fredapi", None)  # import fails as if not installed
-    with pytest.raises(DataError, match=r"pip install 'pglab\[fred\]'"):
+    with pytest.raises(MissingExtraError, match=r"needs the 'fred' extra .*: pip install 'pglab\[fred\]'"):
         load_series("fred")

@@ -37,6 +37,7 @@ from pglab.agent import Agent, NoCritic, ObservationError, ObsSpec, check_observ
 from pglab.configs.maxk import MaxKEvalConfig, MaxKPOMOTrainConfig
 from pglab.errors import ConfigError, DataError
 from pglab.estimators.maxk import VARIANCE_REDUCTIONS
+from pglab.extras import missing_extra
 from pglab.losses.maxk import maxk_policy_loss
 from pglab.validation import check_choice, check_int
 
@@ -45,7 +46,7 @@ KIND = "maxk-pomo"
 try:
     from rl4co.models.zoo.pomo import POMO
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("MaxKPOMO needs rl4co: pip install 'pglab[co]'") from exc
+    raise missing_extra("rl4co", needed_by=KIND, missing=exc.name) from exc
 
 
 class MaxKPOMO(POMO):

@@ -32,6 +32,7 @@ from pglab.estimators.maxk import (
     maxk_gradient_weights,
     maxk_reward_estimate,
 )
+from pglab.extras import require
 
 
 def _time(fn, repeats: int, device: torch.device, *, clock=time.perf_counter) -> float:
@@ -288,6 +289,8 @@ def _print_gradient_variance(device: torch.device, draws: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.rl4co or args.variance:
+        require("rl4co", needed_by="pglab bench maxk --rl4co / --variance")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)

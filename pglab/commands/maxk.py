@@ -8,19 +8,19 @@ See ``docs/maxk.md``.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 from typing import Any
 
 from pglab.configs.maxk import MaxKEvalConfig, MaxKPOMOTrainConfig
 from pglab.errors import UsageError
+from pglab.extras import require
 from pglab.run.config import parse_flags
 from pglab.validation import check_new_run_dir, check_output_file
 
 
 def _require_co() -> None:
     """rl4co is the optional ``co`` extra: say so in one line instead of an ImportError."""
-    if importlib.util.find_spec("rl4co") is None:
-        raise UsageError("maxk-pomo needs the co extra: pip install 'pglab[co]'")
+    require("rl4co", needed_by="maxk-pomo")
 
 
 def train(argv: list[str]) -> int:

@@ -31,6 +31,7 @@ import pandas as pd
 
 from pglab.data.series import ForecastSeries
 from pglab.errors import DataError
+from pglab.extras import require
 
 SOURCES = ("auto", "synthetic", "macrodata", "fred", "csv:PATH")
 MACRODATA_DEFAULTS = ("unemp", "realgdp_growth")
@@ -241,10 +242,7 @@ def fred_series(
 
     ``driver`` may carry the ``_growth``/``_diff`` suffix (``INDPRO_growth``).
     """
-    try:
-        from fredapi import Fred
-    except ImportError as exc:
-        raise DataError("source='fred' needs the fredapi package: pip install 'pglab[fred]'") from exc
+    Fred = require("fredapi", needed_by="source='fred'").Fred
     key = api_key or os.environ.get("FRED_API_KEY")
     if not key:
         raise DataError("source='fred' needs an API key in FRED_API_KEY (or use --source macrodata)")

@@ -65,6 +65,7 @@ import torch
 from pglab.contracts import check_tensor
 from pglab.envs.base import ActionSpec, StepResult
 from pglab.errors import CheckpointError, ConfigError
+from pglab.extras import require
 
 # Options of the C++ env that this module owns (set from episodic_life/clip_rewards).
 _OWNED_ALE_OPTIONS = ("reward_clipping", "episodic_life", "life_loss_info", "autoreset_mode")
@@ -129,10 +130,7 @@ class AtariEnv:
     ):
         from gymnasium import spaces
 
-        try:
-            from ale_py.vector_env import AtariVectorEnv
-        except ImportError as exc:  # pragma: no cover - ale-py is in the [atari] extra
-            raise ConfigError("env", game, "needs ale-py: pip install 'pglab[atari]'") from exc
+        AtariVectorEnv = require("ale_py.vector_env", needed_by=f"the Atari game {game!r}").AtariVectorEnv
         for name in _OWNED_ALE_OPTIONS:
             if name in ale_options:
                 raise ConfigError(

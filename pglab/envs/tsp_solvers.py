@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pglab.errors import ConfigError, UsageError
+from pglab.errors import ConfigError
+from pglab.extras import missing_extra, require
 
 HELD_KARP_MAX_N = 22  # 2^21 * 21 float64 = 350 MB; beyond this use LKH
 
@@ -144,12 +145,7 @@ def lkh_tour(dist: np.ndarray, *, runs: int = 10, scale: float = 1e6) -> tuple[n
     """LKH-3 tour via ``elkai`` (``pip install pglab[co]``); distances are scaled to
     integers by ``scale`` because LKH works on integer costs."""
     dist = _check_dist(dist, "lkh_tour")
-    try:
-        import elkai
-    except ImportError as exc:
-        raise UsageError(
-            "lkh_tour: the 'elkai' package is not installed; install pglab[co] or use held_karp (n <= 22)"
-        ) from exc
+    elkai = require("elkai", needed_by=f"lkh_tour (held_karp needs no extra, n <= {HELD_KARP_MAX_N})")
     n = dist.shape[0]
     if n <= 3:
         tour = np.arange(n)
@@ -223,7 +219,7 @@ class Reference:
 
 def reference_tour(dist: np.ndarray, *, held_karp_max_n: int = 16, lkh_runs: int = 10) -> Reference:
     """The best available reference: Held–Karp (exact) up to ``held_karp_max_n`` cities,
-    else LKH-3 via elkai if installed; otherwise a ``DataError``-style usage error."""
+    else LKH-3 via elkai if installed; otherwise :class:`pglab.errors.MissingExtraError` (the ``co`` extra)."""
     n = np.asarray(dist).shape[0]
     if held_karp_max_n > HELD_KARP_MAX_N:
         raise ConfigError("held_karp_max_n", held_karp_max_n, f"must be <= {HELD_KARP_MAX_N}")
@@ -236,7 +232,4 @@ def reference_tour(dist: np.ndarray, *, held_karp_max_n: int = 16, lkh_runs: int
     if n <= HELD_KARP_MAX_N:
         tour, length = held_karp(dist)
         return Reference(tour, length, "held_karp")
-    raise UsageError(
-        f"optimal reference for n={n}: needs the 'elkai' package (pip install pglab[co]); "
-        f"Held–Karp handles n <= {HELD_KARP_MAX_N}"
-    )
+    raise missing_extra("elkai", needed_by=f"an optimal reference for n={n} (Held–Karp: n <= {HELD_KARP_MAX_N})")
