@@ -55,6 +55,6 @@ LONGEST_FIRST = (
 )
 
 
-def pytest_collection_modifyitems(session, config, items):
+def pytest_collection_modifyitems(items):
     rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
