@@ -22,15 +22,35 @@ environment and the batched game into the same mid-game state (drawn from the nu
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import minatar
 import numpy as np
 import torch
 
 from pglab.envs.minatar.base import ACTION_LETTERS, Game, MinAtarEnv, uniform_int
+
+
+def _import_minatar() -> Any:
+    """``import minatar`` without its display libraries: the package imports matplotlib
+    and seaborn (seconds of CPU: scipy, pandas) only to draw, and falls back (with a
+    logged warning) when they are missing; the comparison never draws."""
+    hidden = [name for name in ("matplotlib", "seaborn") if name not in sys.modules]
+    sys.modules.update(dict.fromkeys(hidden))  # type: ignore[arg-type]  # None in sys.modules: that import fails
+    disabled = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        import minatar
+    finally:
+        logging.disable(disabled)
+        for name in hidden:
+            del sys.modules[name]
+    return minatar
+
+
+minatar = _import_minatar()
 
 
 class ServedUniforms:

@@ -58,6 +58,11 @@ class Game(Protocol):
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None: ...
 
 
+def filled(shape: tuple[int, ...], value: int | bool, device: torch.device) -> torch.Tensor:
+    """A game-state tensor of ``shape`` holding ``value``: int64, or bool for a bool ``value``."""
+    return torch.full(shape, value, dtype=torch.bool if isinstance(value, bool) else torch.int64, device=device)
+
+
 def float32_ceiling(p: float) -> float:
     """The smallest float32 ``>= p``: for a float32 ``u``, ``u < float32_ceiling(p)``
     exactly when ``u < p`` in real arithmetic (as numpy compares ``rand() < p``)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from pglab.envs.minatar.base import GRID, uniform_int
+from pglab.envs.minatar.base import GRID, filled, uniform_int
 
 # (start x, dx) of the ball per randint(2) outcome: (0, dir 2 = down-right), (9, dir 3 = down-left).
 _START_X = (0, 9)
@@ -30,27 +30,30 @@ class Breakout:
     """
 
     name = "breakout"
-    channels = ("paddle", "ball", "trail", "brick")
-    minimal_actions = (0, 1, 3)
+    channels: tuple[str, ...] = ("paddle", "ball", "trail", "brick")
+    minimal_actions: tuple[int, ...] = (0, 1, 3)
     reset_draws = 1
     step_draws = 0
 
     def __init__(self, num_envs: int, *, device: torch.device, ramping: bool = True) -> None:
         self.num_envs, self.device = num_envs, device
-        int64 = {"dtype": torch.int64, "device": device}
-        self.ball_x, self.ball_y = torch.zeros(num_envs, **int64), torch.zeros(num_envs, **int64)
-        self.dx, self.dy = torch.ones(num_envs, **int64), torch.ones(num_envs, **int64)
-        self.last_x, self.last_y = torch.zeros(num_envs, **int64), torch.zeros(num_envs, **int64)
-        self.pos = torch.zeros(num_envs, **int64)
-        self.strike = torch.zeros(num_envs, dtype=torch.bool, device=device)
-        self.bricks = torch.zeros(num_envs, GRID, GRID, dtype=torch.bool, device=device)
-        self._start_x = torch.tensor(_START_X, **int64)
-        self._start_dx = torch.tensor(_START_DX, **int64)
+        n = (num_envs,)
+        self.ball_x, self.ball_y, self.dx, self.dy = (
+            filled(n, 0, device),
+            filled(n, 0, device),
+            filled(n, 1, device),
+            filled(n, 1, device),
+        )
+        self.last_x, self.last_y, self.pos = filled(n, 0, device), filled(n, 0, device), filled(n, 0, device)
+        self.strike = filled(n, False, device)
+        self.bricks = filled((num_envs, GRID, GRID), False, device)
+        self._start_x = torch.tensor(_START_X, device=device)
+        self._start_dx = torch.tensor(_START_DX, device=device)
         self._rows = torch.arange(num_envs, device=device)
-        self._full_wall = torch.zeros(GRID, GRID, dtype=torch.bool, device=device)
+        self._full_wall = filled((GRID, GRID), False, device)
         self._full_wall[_BRICK_ROWS] = True
         # Flat offsets of the paddle, ball and trail channels in an observation [C * 100].
-        self._channel_offsets = torch.tensor([0, GRID * GRID, 2 * GRID * GRID], **int64)
+        self._channel_offsets = torch.tensor([0, GRID * GRID, 2 * GRID * GRID], device=device)
 
     def reset(self, mask: torch.Tensor, u: torch.Tensor) -> None:
         start = uniform_int(u[:, 0], 2)
