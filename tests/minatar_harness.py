@@ -14,6 +14,10 @@ ones happen) names, in ``draw_sites``, the first column of each package function
 draws (e.g. ``{"_spawn_enemy": 0, "_spawn_diver": 3}``); without it the draws of a reset
 or a step are served in column order.
 
+Game state entries of shape ``[N]`` named as an integer or boolean attribute of the
+package's game (``pos``, ``terminate_timer``, ``ramp_index``...) must also hold the
+package's value after every step.
+
 Rules that random play rarely reaches (a full wall cleared, late difficulty levels) are
 reached with ``start``: a function ``start(packages, env, rng)`` that puts each package
 environment and the batched game into the same mid-game state (drawn from the numpy
@@ -122,6 +126,20 @@ def _check_static(game: type[Game], env_name: str, package: Any) -> None:
     assert len(ACTION_LETTERS) == package.num_actions()
 
 
+def _shared_scalars(game: Any, package: Any) -> list[str]:
+    """The game's ``[N]`` state entries named as an int or bool attribute of the package's game."""
+    state = game.state_dict()
+    names = [name for name, value in state.items() if value.dim() == 1 and hasattr(package.env, name)]
+    return [name for name in names if isinstance(getattr(package.env, name), (int, bool, np.integer, np.bool_))]
+
+
+def _expect_same_state(names: list[str], step: int, game: Any, packages: list[Any]) -> None:
+    state = game.state_dict()
+    for name in names:
+        expected = torch.tensor([int(getattr(p.env, name)) for p in packages])
+        _expect_equal(f"state {name}", step, state[name].to(torch.int64).cpu(), expected)
+
+
 def _reset_packages(packages: list[Any], stand_ins: list[ServedUniforms], mask: np.ndarray, u: np.ndarray) -> None:
     for i in np.flatnonzero(mask):
         stand_ins[i].serve(None, u[i])
@@ -153,7 +171,8 @@ def run_equivalence(
     """Step both implementations ``steps`` times with random actions; raise
     ``AssertionError`` at the first difference. Returns what the run covered:
     ``episodes`` (finished), ``reward`` (summed) and ``max_ramp`` (the highest
-    ``difficulty_ramp()`` seen, ``None`` for a game without ramping)."""
+    ``difficulty_ramp()`` seen, ``None`` for a game without ramping) and ``shared_state``
+    (the state entries compared with the package's attributes)."""
     env = MinAtarEnv(game, num_envs, seed=seed, sticky_action_prob=sticky_action_prob, full_action_set=full_action_set)
     packages = [
         minatar.Environment(env_name, sticky_action_prob=sticky_action_prob, difficulty_ramping=True)
@@ -170,12 +189,20 @@ def run_equivalence(
     obs = env.reset()
     u = torch.rand(num_envs, reset_draws, generator=twin).double().numpy()
     _reset_packages(packages, stand_ins, np.ones(num_envs, bool), u)
+    shared = _shared_scalars(env.game, packages[0])
     _expect_equal("reset observation", 0, obs, package_obs(packages))
+    _expect_same_state(shared, 0, env.game, packages)
     if start is not None:
         start(packages, env, np.random.RandomState(seed))
         obs = env.game.observe()
         _expect_equal("start observation", 0, obs, package_obs(packages))
-    stats: dict[str, Any] = {"episodes": 0, "reward": 0.0, "max_ramp": packages[0].env.difficulty_ramp()}
+        _expect_same_state(shared, 0, env.game, packages)
+    stats: dict[str, Any] = {
+        "episodes": 0,
+        "reward": 0.0,
+        "max_ramp": packages[0].env.difficulty_ramp(),
+        "shared_state": shared,
+    }
     for step in range(1, steps + 1):
         actions = torch.randint(len(action_set), (num_envs,), generator=action_generator)
         obs, reward, done, trunc, info = env.step(actions)
@@ -187,6 +214,7 @@ def run_equivalence(
         _expect_equal("truncation", step, trunc, torch.zeros_like(trunc))
         _reset_packages(packages, stand_ins, expected_done.numpy(), u[:, 1 + step_draws :])
         _expect_equal("observation", step, obs, package_obs(packages))
+        _expect_same_state(shared, step, env.game, packages)
         stats["episodes"] += int(done.sum())
         stats["reward"] += float(reward.sum())
         if stats["max_ramp"] is not None:

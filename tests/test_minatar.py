@@ -33,7 +33,7 @@ def breakout_start(packages: list[Any], env: MinAtarEnv, rng: np.random.RandomSt
     columns.update(strike=[], bricks=[])
     for package in packages:
         game = package.env
-        game.ball_x, game.ball_y, game.ball_dir = rng.randint(10), rng.randint(9), rng.randint(4)
+        game.ball_x, game.ball_y, game.ball_dir = rng.randint(10), rng.choice([rng.randint(9), 0, 1]), rng.randint(4)
         game.pos, game.last_x, game.last_y = rng.randint(10), rng.randint(10), rng.randint(9)
         game.strike = bool(rng.rand() < 0.5)
         game.brick_map = np.zeros((10, 10))
@@ -105,7 +105,7 @@ def test_games_match_the_package_from_mid_game_states(name):
     crossings, the time limit, full slots, late difficulty levels."""
     game, start = CASES[name]
     covered = run_equivalence(game, name, num_envs=48, steps=30, seed=7, start=start)
-    assert covered["episodes"] > 0 and covered["reward"] > 0, covered
+    assert covered["episodes"] > 0 and covered["reward"] > 0 and covered["shared_state"], covered
     if name == "asterix":
         assert covered["max_ramp"] >= 11, covered
 
@@ -115,10 +115,13 @@ def test_sticky_actions_and_minimal_action_set_match_the_package():
 
 
 def test_uniform_conversions_match_numpy_semantics():
-    u = torch.tensor([0.0, np.nextafter(np.float32(0.1), np.float32(0)), 0.1, 0.5, 1 - 2**-24], dtype=torch.float32)
-    assert uniform_below(u, 0.1).tolist() == [v < 0.1 for v in u.double().tolist()]
-    assert uniform_int(u, 7).tolist() == [0, 0, 0, 3, 6]  # 7 * (1 - 2**-24) rounds to 7.0 in float32
-    assert uniform_int(u, torch.tensor([1, 2, 3, 4, 5])).tolist() == [0, 0, 0, 2, 4]
+    below = [float(np.nextafter(np.float32(p), np.float32(0))) for p in (0.1, 0.7)]
+    u = torch.tensor([0.0, below[0], 0.1, below[1], 0.7, 0.5, 1 - 2**-24], dtype=torch.float32)
+    for p in (0.1, 0.7, 1 / 3):  # float32(0.1) lies above 0.1, float32(0.7) below 0.7
+        assert uniform_below(u, p).tolist() == [v < p for v in u.double().tolist()]
+    assert uniform_int(u, torch.tensor([1, 2, 3, 4, 5, 6, 7])).tolist() == [0, 0, 0, 2, 3, 3, 6]
+    largest = torch.full((300,), 1 - 2**-24)
+    assert torch.equal(uniform_int(largest, torch.arange(1, 301)), torch.arange(300))
 
 
 def _run(env: MinAtarEnv, steps: int, seed: int) -> list[torch.Tensor]:

@@ -78,12 +78,9 @@ def uniform_below(u: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def uniform_int(u: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
-    """``randint(n)`` for uniforms ``u``: ``floor(u * n)`` as int64, kept below ``n``
-    (a float32 product can round up to ``n`` itself)."""
-    drawn = (u * n).to(torch.int64)
-    if isinstance(n, int):
-        return drawn.clamp_(max=n - 1)
-    return torch.minimum(drawn, n - 1)
+    """``randint(n)`` for uniforms ``u``: ``floor(u * n)`` as int64. For a float32 ``u < 1``
+    and an integer ``n < 2**24`` the rounded product stays below ``n``."""
+    return (u * n).to(torch.int64)
 
 
 def _check_options(
