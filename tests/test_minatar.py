@@ -42,12 +42,12 @@ def breakout_start(packages: list[Any], env: MinAtarEnv, rng: np.random.RandomSt
             columns[name].append(getattr(game, name))
         columns["dx"].append((-1, 1, 1, -1)[game.ball_dir])
         columns["dy"].append((-1, -1, 1, 1)[game.ball_dir])
-        columns["bricks"].append(game.brick_map == 1)
+        columns["bricks"].append(int((game.brick_map[1:4].flatten() == 1) @ (1 << np.arange(30))))
     _load(env, columns)
 
 
 def freeway_start(packages: list[Any], env: MinAtarEnv, rng: np.random.RandomState) -> None:
-    columns: dict[str, list] = {name: [] for name in ("car_x", "car_timer", "car_speed")}
+    columns: dict[str, list] = {name: [] for name in ("car_x", "car_timer", "car_dx", "car_period")}
     columns.update(pos=[], move_timer=[], terminate_timer=[])
     for package in packages:
         game = package.env
@@ -56,7 +56,8 @@ def freeway_start(packages: list[Any], env: MinAtarEnv, rng: np.random.RandomSta
         game.pos, game.move_timer, game.terminate_timer = rng.randint(1, 10), rng.randint(4), rng.randint(40)
         columns["car_x"].append([car[0] for car in game.cars])
         columns["car_timer"].append([car[2] for car in game.cars])
-        columns["car_speed"].append([car[3] for car in game.cars])
+        columns["car_dx"].append([np.sign(car[3]) for car in game.cars])
+        columns["car_period"].append([abs(car[3]) for car in game.cars])
         for name in ("pos", "move_timer", "terminate_timer"):
             columns[name].append(getattr(game, name))
     _load(env, columns)
@@ -65,7 +66,7 @@ def freeway_start(packages: list[Any], env: MinAtarEnv, rng: np.random.RandomSta
 def asterix_start(packages: list[Any], env: MinAtarEnv, rng: np.random.RandomState) -> None:
     names = ("player_x", "player_y", "spawn_speed", "spawn_timer", "move_speed", "move_timer")
     columns: dict[str, list] = {name: [] for name in (*names, "ramp_timer", "ramp_index")}
-    columns.update(present=[], entity_x=[], right=[], gold=[])
+    columns.update(present=[], entity_x=[], entity_dx=[], gold=[])
     for package in packages:
         game = package.env
         game.player_x, game.player_y = rng.randint(10), rng.randint(1, 9)
@@ -78,8 +79,9 @@ def asterix_start(packages: list[Any], env: MinAtarEnv, rng: np.random.RandomSta
         for name in (*names, "ramp_timer", "ramp_index"):
             columns[name].append(getattr(game, name))
         columns["present"].append(present)
-        for name, index in (("entity_x", 0), ("right", 2), ("gold", 3)):
-            columns[name].append([entity[index] for entity in entities])
+        columns["entity_x"].append([entity[0] for entity in entities])
+        columns["entity_dx"].append([1 if entity[2] else -1 for entity in entities])
+        columns["gold"].append([entity[3] for entity in entities])
     _load(env, columns)
 
 
@@ -224,3 +226,19 @@ def test_games_agree_across_devices(name):
         assert torch.equal(cpu.observe(), gpu.observe().cpu())
         cpu.reset(results[0][1], restart)
         gpu.reset(results[0][1].cuda(), restart.cuda())
+
+
+def test_throughput_bench_reports_every_implementation():
+    from pglab.bench.minatar_throughput import MinAtarBenchConfig, run_bench
+
+    config = MinAtarBenchConfig(games=("breakout",), sizes=(1, 3), seconds=0.01, package_envs=2, package_steps=8)
+    rows = run_bench(config, lambda row: None)
+    rates = {(row["impl"], row["num_envs"]): row for row in rows if "env_steps_per_s" in row}
+    assert set(rates) == {("pglab", 1), ("pglab", 3), ("minatar", 1), ("minatar", 3)}
+    assert rates[("minatar", 3)]["scaled"] and not rates[("minatar", 1)]["scaled"]
+    assert all(row["env_steps_per_s"] > 0 and len(row["load_before"]) == 3 for row in rates.values())
+    gymnax = [row for row in rows if row.get("impl") == "gymnax"]
+    absent = len(gymnax) == 1 and gymnax[0]["status"].startswith("absent")
+    assert absent or [row["num_envs"] for row in gymnax] == [1, 3]
+    with pytest.raises(ConfigError, match="^games: "):
+        MinAtarBenchConfig(games=("pong",))

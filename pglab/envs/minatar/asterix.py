@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import torch
 
-from pglab.envs.minatar.base import GRID, filled, uniform_below, uniform_int
+from pglab.envs.minatar.base import CELLS, GRID, draw, filled, uniform_below, uniform_int
 
 RAMP_INTERVAL = 100
 INIT_SPAWN_SPEED = 10
 INIT_MOVE_INTERVAL = 5
 SLOTS = 8
 _START = 5  # the player's start column and row
-_CELLS = GRID * GRID
+_PLAYER_MOVES = ((0, 0), (-1, 0), (0, -1), (1, 0), (0, 1), (0, 0))  # (dx, dy) per action n l u r d f
 _PLAYER, _ENEMY, _TRAIL, _GOLD = 0, 1, 2, 3
 
 
@@ -32,7 +32,7 @@ class Asterix:
     """``N`` copies of MinAtar Asterix (see :class:`pglab.envs.minatar.base.Game`).
 
     Entity slot ``i`` lives in row ``i + 1``: ``present``, its column ``entity_x``, its
-    direction ``right`` (the package's ``lr``) and ``gold``.
+    direction ``entity_dx`` (+1 right: the package's ``lr``; -1 left) and ``gold``.
     """
 
     name = "asterix"
@@ -45,18 +45,20 @@ class Asterix:
         self.num_envs, self.device, self.ramping = num_envs, device, ramping
         n, slots = (num_envs,), (num_envs, SLOTS)
         self.player_x, self.player_y = filled(n, _START, device), filled(n, _START, device)
-        self.present, self.right, self.gold = (filled(slots, False, device) for _ in range(3))
-        self.entity_x = filled(slots, 0, device)
+        self.present, self.gold = filled(slots, False, device), filled(slots, False, device)
+        self.entity_x, self.entity_dx = filled(slots, 0, device), filled(slots, 1, device)
         self.spawn_speed, self.spawn_timer = filled(n, INIT_SPAWN_SPEED, device), filled(n, INIT_SPAWN_SPEED, device)
         self.move_speed, self.move_timer = filled(n, INIT_MOVE_INTERVAL, device), filled(n, INIT_MOVE_INTERVAL, device)
         self.ramp_timer, self.ramp_index = filled(n, RAMP_INTERVAL, device), filled(n, 0, device)
+        self._moves = torch.tensor(_PLAYER_MOVES, device=device)
         self._slots = torch.arange(SLOTS, device=device)
         self._slot_cells = (self._slots + 1) * GRID  # row offsets of the slots within a channel
+        self._player_shown = filled((num_envs, 1), True, device)
 
     def reset(self, mask: torch.Tensor, u: torch.Tensor) -> None:
         self.player_x = self.player_x.masked_fill(mask, _START)
         self.player_y = self.player_y.masked_fill(mask, _START)
-        self.present = self.present & ~mask[:, None]
+        self.present = self.present.masked_fill(mask[:, None], False)
         self.spawn_speed = self.spawn_speed.masked_fill(mask, INIT_SPAWN_SPEED)
         self.spawn_timer = self.spawn_timer.masked_fill(mask, INIT_SPAWN_SPEED)
         self.move_speed = self.move_speed.masked_fill(mask, INIT_MOVE_INTERVAL)
@@ -67,47 +69,43 @@ class Asterix:
     def step(self, action: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         spawn = self.spawn_timer == 0
         self._spawn(spawn, u)
-        self.spawn_timer = torch.where(spawn, self.spawn_speed, self.spawn_timer)
-        self.player_x = (self.player_x - (action == 1).long() + (action == 3).long()).clamp_(0, GRID - 1)
-        self.player_y = (self.player_y - (action == 2).long() + (action == 4).long()).clamp_(1, SLOTS)
-        reward, terminal = self._collide(torch.ones_like(spawn))
+        self.spawn_timer = torch.where(spawn, self.spawn_speed, self.spawn_timer) - 1
+        move = self._moves[action]
+        self.player_x = (self.player_x + move[:, 0]).clamp_(0, GRID - 1)
+        self.player_y = (self.player_y + move[:, 1]).clamp_(1, SLOTS)
+        collected, hit = self._collide()
         moving = self.move_timer == 0
-        self.move_timer = torch.where(moving, self.move_speed, self.move_timer)
+        self.move_timer = torch.where(moving, self.move_speed, self.move_timer) - 1
         moves = moving[:, None] & self.present
-        self.entity_x = torch.where(moves, self.entity_x + torch.where(self.right, 1, -1), self.entity_x)
+        self.entity_x = self.entity_x + self.entity_dx * moves
         self.present = self.present & ~(moves & ((self.entity_x < 0) | (self.entity_x > GRID - 1)))
-        moved_reward, moved_terminal = self._collide(moving)
-        self.spawn_timer = self.spawn_timer - 1
-        self.move_timer = self.move_timer - 1
+        # Again after the move (where nothing moved, the gold is gone and the enemy was met).
+        collected_after, hit_after = self._collide()
         if self.ramping:
             self._ramp()
-        return (reward + moved_reward).to(torch.float32), terminal | moved_terminal
+        return (collected | collected_after).to(torch.float32), hit | hit_after
 
     def _spawn(self, spawn: torch.Tensor, u: torch.Tensor) -> None:
         """An entity in the ``randint(free)``-th free slot of each copy in ``spawn``."""
-        right, gold = uniform_below(u[:, 0], 1 / 2), uniform_below(u[:, 1], 1 / 3)
         free = ~self.present
         count = free.sum(dim=1)
         rank = uniform_int(u[:, 2], count.clamp(min=1))
         slot = (free.cumsum(dim=1) > rank[:, None]).to(torch.uint8).argmax(dim=1)
         placed = (self._slots == slot[:, None]) & (spawn & (count > 0))[:, None]
+        right = uniform_below(u[:, 0], 1 / 2)[:, None]
         self.present = self.present | placed
-        self.entity_x = torch.where(placed, torch.where(right, 0, GRID - 1)[:, None], self.entity_x)
-        self.right = torch.where(placed, right[:, None], self.right)
-        self.gold = torch.where(placed, gold[:, None], self.gold)
+        self.entity_x = torch.where(placed, torch.where(right, 0, GRID - 1), self.entity_x)
+        self.entity_dx = torch.where(placed, torch.where(right, 1, -1), self.entity_dx)
+        self.gold = torch.where(placed, uniform_below(u[:, 1], 1 / 3)[:, None], self.gold)
 
-    def _collide(self, check: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Entities on the player's cell (in copies ``check``): gold is collected (the
-        reward), an enemy ends the episode."""
-        met = (
-            check[:, None]
-            & self.present
-            & (self.entity_x == self.player_x[:, None])
-            & (self._slots + 1 == self.player_y[:, None])
-        )
-        collected = met & self.gold
-        self.present = self.present & ~collected
-        return collected.sum(dim=1), (met & ~self.gold).any(dim=1)
+    def _collide(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The entity in the player's row, if on the player's cell: gold is collected
+        (returned first, and removed), an enemy is hit (returned second)."""
+        slot = (self.player_y - 1)[:, None]
+        met = self.present.gather(1, slot) & (self.entity_x.gather(1, slot) == self.player_x[:, None])
+        gold = self.gold.gather(1, slot)
+        self.present = self.present.scatter(1, slot, self.present.gather(1, slot) & ~(met & gold))
+        return (met & gold).squeeze(1), (met & ~gold).squeeze(1)
 
     def _ramp(self) -> None:
         active = (self.spawn_speed > 1) | (self.move_speed > 1)
@@ -119,22 +117,20 @@ class Asterix:
         self.ramp_index = self.ramp_index + bump.long()
 
     def observe(self) -> torch.Tensor:
-        x = self.entity_x.clamp(0, GRID - 1)
-        back_x = x - torch.where(self.right, 1, -1)
-        trail = self.present & (back_x >= 0) & (back_x <= GRID - 1)
-        kind = torch.where(self.gold, _GOLD, _ENEMY)
+        x = self.entity_x.clamp(0, GRID - 1)  # an entity that left the board is absent
+        back_x = x - self.entity_dx
+        trail_x = back_x.clamp(0, GRID - 1)
+        kind = torch.where(self.gold, _GOLD * CELLS, _ENEMY * CELLS)
         cells = torch.cat(
             (
                 (self.player_y * GRID + self.player_x)[:, None],
-                kind * _CELLS + self._slot_cells + x,
-                _TRAIL * _CELLS + self._slot_cells + back_x.clamp(0, GRID - 1),
+                kind + self._slot_cells + x,
+                _TRAIL * CELLS + self._slot_cells + trail_x,
             ),
             dim=1,
         )
-        shown = torch.cat((torch.ones_like(self.present[:, :1]), self.present, trail), dim=1)
-        obs = torch.zeros(self.num_envs, len(self.channels) * _CELLS, dtype=torch.bool, device=self.device)
-        obs.scatter_(1, cells, shown)
-        return obs.view(self.num_envs, len(self.channels), GRID, GRID)
+        shown = torch.cat((self._player_shown, self.present, self.present & (trail_x == back_x)), dim=1)
+        return draw(len(self.channels), cells, shown)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {name: getattr(self, name) for name in _STATE}
@@ -149,7 +145,7 @@ _STATE = (
     "player_y",
     "present",
     "entity_x",
-    "right",
+    "entity_dx",
     "gold",
     "spawn_speed",
     "spawn_timer",

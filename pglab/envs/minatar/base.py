@@ -24,6 +24,7 @@ from pglab.validation import check_int, check_range
 # The package's action letters, indexed by the full action set 0..5.
 ACTION_LETTERS = ("n", "l", "u", "r", "d", "f")
 GRID = 10
+CELLS = GRID * GRID
 
 
 class Game(Protocol):
@@ -61,6 +62,14 @@ class Game(Protocol):
 def filled(shape: tuple[int, ...], value: int | bool, device: torch.device) -> torch.Tensor:
     """A game-state tensor of ``shape`` holding ``value``: int64, or bool for a bool ``value``."""
     return torch.full(shape, value, dtype=torch.bool if isinstance(value, bool) else torch.int64, device=device)
+
+
+def draw(channels: int, cells: torch.Tensor, shown: torch.Tensor) -> torch.Tensor:
+    """An observation bool ``[N, channels, 10, 10]``: the flat cells ``cells`` int64
+    ``[N, k]`` (``channel * 100 + row * 10 + column``, distinct within a row) set to
+    ``shown`` bool ``[N, k]``, every other cell false."""
+    obs = torch.zeros(cells.shape[0], channels * CELLS, dtype=torch.bool, device=cells.device)
+    return obs.scatter_(1, cells, shown).view(-1, channels, GRID, GRID)
 
 
 def float32_ceiling(p: float) -> float:

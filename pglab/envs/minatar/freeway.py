@@ -16,20 +16,22 @@ from __future__ import annotations
 
 import torch
 
-from pglab.envs.minatar.base import GRID, filled, uniform_below, uniform_int
+from pglab.envs.minatar.base import CELLS, GRID, draw, filled, uniform_below, uniform_int
 
 PLAYER_SPEED = 3
 TIME_LIMIT = 2500
 CARS = 8
 CHICKEN_X = 4
-_CELLS = GRID * GRID
+_CHICKEN_MOVES = (0, 0, -1, 0, 1, 0)  # per action n l u r d f
+_TOP, _BOTTOM = 0, GRID - 1
 
 
 class Freeway:
     """``N`` copies of MinAtar Freeway (see :class:`pglab.envs.minatar.base.Game`).
 
-    Car ``i`` drives in row ``i + 1``; ``car_speed`` is the package's signed speed
-    ``car[3]`` and ``car_timer`` its countdown ``car[2]``.
+    Car ``i`` drives in row ``i + 1`` in direction ``car_dx`` (+1 right, -1 left),
+    one cell every ``car_period`` steps: the package's signed speed ``car[3]`` is
+    ``car_dx * car_period``, its countdown ``car[2]`` is ``car_timer``.
     """
 
     name = "freeway"
@@ -41,75 +43,66 @@ class Freeway:
     def __init__(self, num_envs: int, *, device: torch.device, ramping: bool = True) -> None:
         self.num_envs, self.device = num_envs, device
         cars, n = (num_envs, CARS), (num_envs,)
-        self.car_x, self.car_timer, self.car_speed = (
-            filled(cars, 0, device),
-            filled(cars, 0, device),
-            filled(cars, 1, device),
-        )
-        self.pos, self.move_timer, self.terminate_timer = (
-            filled(n, GRID - 1, device),
-            filled(n, 0, device),
-            filled(n, 0, device),
-        )
-        self._car_rows = torch.arange(1, CARS + 1, device=device)
-        self._car_cells = self._car_rows * GRID  # row offsets of the cars within a channel
+        self.car_x, self.car_timer = filled(cars, 0, device), filled(cars, 0, device)
+        self.car_dx, self.car_period = filled(cars, 1, device), filled(cars, 1, device)
+        self.pos, self.move_timer = filled(n, _BOTTOM, device), filled(n, 0, device)
+        self.terminate_timer = filled(n, 0, device)
+        self._moves = torch.tensor(_CHICKEN_MOVES, device=device)
+        self._car_cells = torch.arange(1, CARS + 1, device=device) * GRID  # row offsets within a channel
+        self._shown = filled((num_envs, 1 + 2 * CARS), True, device)
 
-    def _draw_speeds(self, u: torch.Tensor) -> torch.Tensor:
-        speeds = 1 + uniform_int(u[:, :CARS], 5)
-        return torch.where(uniform_below(u[:, CARS:], 0.5), -speeds, speeds)
+    def _draw_cars(self, redraw: torch.Tensor, u: torch.Tensor) -> None:
+        """New speeds for the cars of the copies in ``redraw``: periods from columns 0..7,
+        directions from columns 8..15."""
+        redraw = redraw[:, None]
+        self.car_period = torch.where(redraw, 1 + uniform_int(u[:, :CARS], 5), self.car_period)
+        self.car_timer = torch.where(redraw, self.car_period, self.car_timer)
+        self.car_dx = torch.where(redraw, 1 - 2 * uniform_below(u[:, CARS:], 0.5).long(), self.car_dx)
 
     def reset(self, mask: torch.Tensor, u: torch.Tensor) -> None:
-        speeds = self._draw_speeds(u)
-        cars = mask[:, None]
-        self.car_x = self.car_x.masked_fill(cars, 0)
-        self.car_speed = torch.where(cars, speeds, self.car_speed)
-        self.car_timer = torch.where(cars, speeds.abs(), self.car_timer)
-        self.pos = self.pos.masked_fill(mask, GRID - 1)
+        self._draw_cars(mask, u)
+        self.car_x = self.car_x.masked_fill(mask[:, None], 0)
+        self.pos = self.pos.masked_fill(mask, _BOTTOM)
         self.move_timer = self.move_timer.masked_fill(mask, PLAYER_SPEED)
         self.terminate_timer = self.terminate_timer.masked_fill(mask, TIME_LIMIT)
 
     def step(self, action: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         ready = self.move_timer == 0
-        up, down = ready & (action == 2), ready & (action == 4)
-        self.move_timer = torch.where(up | down, PLAYER_SPEED, self.move_timer)
-        pos = (self.pos - up.long() + down.long()).clamp_(0, GRID - 1)
-        win = pos == 0
-        self._redraw_speeds(win, u)
-        pos = torch.where(win, GRID - 1, pos)
-        self.pos = torch.where(self._move_cars(pos), GRID - 1, pos)
-        self.move_timer = self.move_timer - (self.move_timer > 0).long()
+        delta = self._moves[action] * ready
+        self.move_timer = torch.where(delta != 0, PLAYER_SPEED, self.move_timer)
+        pos = (self.pos + delta).clamp_(_TOP, _BOTTOM)
+        win = pos == _TOP
+        self._draw_cars(win, u)
+        pos = pos.masked_fill(win, _BOTTOM)
+        self.pos = pos.masked_fill(self._move_cars(pos), _BOTTOM)
+        self.move_timer = (self.move_timer - 1).clamp_(min=0)
         self.terminate_timer = self.terminate_timer - 1
         return win.to(torch.float32), self.terminate_timer < 0
-
-    def _redraw_speeds(self, win: torch.Tensor, u: torch.Tensor) -> None:
-        speeds = self._draw_speeds(u)
-        self.car_speed = torch.where(win[:, None], speeds, self.car_speed)
-        self.car_timer = torch.where(win[:, None], speeds.abs(), self.car_timer)
 
     def _move_cars(self, pos: torch.Tensor) -> torch.Tensor:
         """Advance the cars; returns whether a car met the chicken (only the car in the
         chicken's row can, before or after its move)."""
-        in_row = self._car_rows == pos[:, None]
         moving = self.car_timer == 0
-        moved_x = (self.car_x + torch.where(self.car_speed > 0, 1, -1)).remainder_(GRID)
-        hit = in_row & ((self.car_x == CHICKEN_X) | (moving & (moved_x == CHICKEN_X)))
-        self.car_x = torch.where(moving, moved_x, self.car_x)
-        self.car_timer = torch.where(moving, self.car_speed.abs(), self.car_timer - 1)
-        return hit.any(dim=1)
+        old_x = self.car_x
+        self.car_x = (old_x + self.car_dx * moving).remainder_(GRID)
+        self.car_timer = torch.where(moving, self.car_period, self.car_timer - 1)
+        # The car in the chicken's row 1..8; at the bottom (row 9) the chicken meets none, and
+        # the last car's "hit" would put it back where it is.
+        lane = (pos - 1).clamp_(max=CARS - 1)[:, None]
+        met = (old_x.gather(1, lane) == CHICKEN_X) | (self.car_x.gather(1, lane) == CHICKEN_X)
+        return met.squeeze(1)
 
     def observe(self) -> torch.Tensor:
-        back_x = (self.car_x - torch.where(self.car_speed > 0, 1, -1)).remainder_(GRID)
+        back_x = (self.car_x - self.car_dx).remainder_(GRID)
         cells = torch.cat(
             (
                 (self.pos * GRID + CHICKEN_X)[:, None],
-                _CELLS + self._car_cells + self.car_x,
-                (1 + self.car_speed.abs()) * _CELLS + self._car_cells + back_x,
+                CELLS + self._car_cells + self.car_x,
+                (1 + self.car_period) * CELLS + self._car_cells + back_x,
             ),
             dim=1,
         )
-        obs = torch.zeros(self.num_envs, len(self.channels) * _CELLS, dtype=torch.bool, device=self.device)
-        obs.scatter_(1, cells, True)
-        return obs.view(self.num_envs, len(self.channels), GRID, GRID)
+        return draw(len(self.channels), cells, self._shown)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {name: getattr(self, name) for name in _STATE}
@@ -119,4 +112,4 @@ class Freeway:
             setattr(self, name, state[name])
 
 
-_STATE = ("car_x", "car_timer", "car_speed", "pos", "move_timer", "terminate_timer")
+_STATE = ("car_x", "car_timer", "car_dx", "car_period", "pos", "move_timer", "terminate_timer")
