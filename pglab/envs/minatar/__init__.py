@@ -8,7 +8,10 @@ Games (one module each, the package's rules step for step, difficulty ramping in
 - ``freeway``: take the chicken across eight lanes of traffic (+1 per crossing); ends
   after 2,500 steps; minimal actions no-op, up, down.
 - ``asterix``: collect gold (+1), avoid enemies; minimal actions no-op and the four moves.
-- ``seaquest``, ``space_invaders``.
+- ``seaquest``: a submarine shoots fish and enemy submarines (+1 each), rescues divers
+  and surfaces with them for oxygen; all six actions.
+- ``space_invaders``: a cannon shoots a descending wave of aliens (+1 each); minimal
+  actions no-op, left, right, fire.
 
 Observations are bool ``[N, C, 10, 10]``, channel-first: channel ``c`` is the package's
 ``state()[:, :, c]``, in the package's channel order (each game's ``channels``).
