@@ -52,8 +52,10 @@ class Asterix:
         self.ramp_timer, self.ramp_index = filled(n, RAMP_INTERVAL, device), filled(n, 0, device)
         self._moves = torch.tensor(_PLAYER_MOVES, device=device)
         self._slots = torch.arange(SLOTS, device=device)
-        self._slot_cells = (self._slots + 1) * GRID  # row offsets of the slots within a channel
-        self._player_shown = filled((num_envs, 1), True, device)
+        # _slot_bases[c, i]: the first cell of slot i's row in channel c
+        self._slot_bases = torch.arange(len(self.channels), device=device)[:, None] * CELLS + (self._slots + 1) * GRID
+        self._cells = filled((num_envs, 1 + 2 * SLOTS), 0, device)
+        self._shown = filled((num_envs, 1 + 2 * SLOTS), True, device)
 
     def reset(self, mask: torch.Tensor, u: torch.Tensor) -> None:
         self.player_x = self.player_x.masked_fill(mask, _START)
@@ -117,19 +119,17 @@ class Asterix:
         self.ramp_index = self.ramp_index + bump.long()
 
     def observe(self) -> torch.Tensor:
+        cells, shown = self._cells, self._shown  # [N, 17]: the player, the entities, their trails
         x = self.entity_x.clamp(0, GRID - 1)  # an entity that left the board is absent
         back_x = x - self.entity_dx
         trail_x = back_x.clamp(0, GRID - 1)
-        kind = torch.where(self.gold, _GOLD * CELLS, _ENEMY * CELLS)
-        cells = torch.cat(
-            (
-                (self.player_y * GRID + self.player_x)[:, None],
-                kind + self._slot_cells + x,
-                _TRAIL * CELLS + self._slot_cells + trail_x,
-            ),
-            dim=1,
-        )
-        shown = torch.cat((self._player_shown, self.present, self.present & (trail_x == back_x)), dim=1)
+        torch.add(self.player_x, self.player_y, alpha=GRID, out=cells[:, 0])
+        entities = cells[:, 1 : 1 + SLOTS]
+        torch.where(self.gold, self._slot_bases[_GOLD], self._slot_bases[_ENEMY], out=entities)
+        entities += x
+        torch.add(trail_x, self._slot_bases[_TRAIL], out=cells[:, 1 + SLOTS :])
+        shown[:, 1 : 1 + SLOTS] = self.present
+        torch.logical_and(self.present, trail_x == back_x, out=shown[:, 1 + SLOTS :])
         return draw(len(self.channels), cells, shown)
 
     def state_dict(self) -> dict[str, torch.Tensor]:

@@ -55,6 +55,7 @@ class Breakout:
         self._row_cells = ((patterns >> torch.arange(GRID, device=device)) & 1).bool()
         # Flat offsets of the paddle, ball and trail channels in an observation [C * 100].
         self._channel_offsets = torch.tensor([0, CELLS, 2 * CELLS], device=device)
+        self._cells = filled((num_envs, 3), 0, device)
         self._shown = filled((num_envs, 3), True, device)
 
     def reset(self, mask: torch.Tensor, u: torch.Tensor) -> None:
@@ -98,10 +99,12 @@ class Breakout:
         return breaks.to(torch.float32), terminal
 
     def observe(self) -> torch.Tensor:
-        cells = torch.stack(
-            ((GRID - 1) * GRID + self.pos, self.ball_y * GRID + self.ball_x, self.last_y * GRID + self.last_x), dim=1
-        )
-        obs = draw(len(self.channels), cells + self._channel_offsets, self._shown)
+        cells = self._cells  # [N, 3]: the paddle, the ball, the trail
+        torch.add(self.pos, (GRID - 1) * GRID, out=cells[:, 0])
+        torch.add(self.ball_x, self.ball_y, alpha=GRID, out=cells[:, 1])
+        torch.add(self.last_x, self.last_y, alpha=GRID, out=cells[:, 2])
+        cells += self._channel_offsets
+        obs = draw(len(self.channels), cells, self._shown)
         rows = (self.bricks[:, None] >> self._row_shifts) & ((1 << GRID) - 1)
         wall = self._row_cells.index_select(0, rows.view(-1)).view(self.num_envs, _BRICK_ROWS, GRID)
         obs[:, 3, _FIRST_BRICK_ROW : _FIRST_BRICK_ROW + _BRICK_ROWS] = wall

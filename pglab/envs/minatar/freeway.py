@@ -48,7 +48,8 @@ class Freeway:
         self.pos, self.move_timer = filled(n, _BOTTOM, device), filled(n, 0, device)
         self.terminate_timer = filled(n, 0, device)
         self._moves = torch.tensor(_CHICKEN_MOVES, device=device)
-        self._car_cells = torch.arange(1, CARS + 1, device=device) * GRID  # row offsets within a channel
+        self._car_base = CELLS + torch.arange(1, CARS + 1, device=device) * GRID  # car i: channel 1, row i + 1
+        self._cells = filled((num_envs, 1 + 2 * CARS), 0, device)
         self._shown = filled((num_envs, 1 + 2 * CARS), True, device)
 
     def _draw_cars(self, redraw: torch.Tensor, u: torch.Tensor) -> None:
@@ -93,15 +94,12 @@ class Freeway:
         return met.squeeze(1)
 
     def observe(self) -> torch.Tensor:
-        back_x = (self.car_x - self.car_dx).remainder_(GRID)
-        cells = torch.cat(
-            (
-                (self.pos * GRID + CHICKEN_X)[:, None],
-                CELLS + self._car_cells + self.car_x,
-                (1 + self.car_period) * CELLS + self._car_cells + back_x,
-            ),
-            dim=1,
-        )
+        cells = self._cells  # [N, 17]: the chicken, the cars, their trails
+        torch.add(self.pos * GRID, CHICKEN_X, out=cells[:, 0])
+        torch.add(self.car_x, self._car_base, out=cells[:, 1 : 1 + CARS])
+        trails = cells[:, 1 + CARS :]  # channel speedK = 1 + K, behind the car
+        torch.add((self.car_x - self.car_dx).remainder_(GRID), self.car_period, alpha=CELLS, out=trails)
+        trails += self._car_base
         return draw(len(self.channels), cells, self._shown)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
