@@ -214,6 +214,7 @@ def run_bench(config: MinAtarBenchConfig, emit: Callable[[dict[str, Any]], None]
                 timing = _measure(config, implementation, game, num_envs, device)
                 row = {**common, "impl": implementation, "game": game, "num_envs": num_envs, **timing}
                 row["env_steps_per_s"] = timing["env_steps_timed"] / timing["seconds"]
+                row["env_steps_per_cpu_s"] = timing["env_steps_timed"] / max(timing["cpu_seconds"], 1e-9)
                 row.update(load_before=load_before, load_after=_load())
                 rows.append(row)
                 emit(row)
@@ -221,18 +222,22 @@ def run_bench(config: MinAtarBenchConfig, emit: Callable[[dict[str, Any]], None]
 
 
 def _table(config: MinAtarBenchConfig, rows: list[dict[str, Any]]) -> str:
-    rates = {(r["impl"], r["game"], r["num_envs"]): r["env_steps_per_s"] for r in rows if "env_steps_per_s" in r}
-    lines = [f"{'game':<15}{'N':>7}{'pglab':>14}{'minatar':>14}{'ratio':>9}{'gymnax':>14}"]
+    """Rates per wall second (per CPU second of this process in brackets, steadier on a busy machine)."""
+    timed = {(r["impl"], r["game"], r["num_envs"]): r for r in rows if "env_steps_per_s" in r}
+    lines = [f"{'game':<15}{'N':>7}{'pglab':>24}{'minatar':>22}{'ratio':>8}{'gymnax':>22}"]
     for game in config.games:
         for num_envs in config.sizes:
-            cells = [rates.get((impl, game, num_envs)) for impl in ("pglab", "minatar", "gymnax")]
+            cells = [timed.get((impl, game, num_envs)) for impl in ("pglab", "minatar", "gymnax")]
             if cells == [None, None, None]:
                 continue
-            shown = [f"{cell:>14,.0f}" if cell is not None else f"{'-':>14}" for cell in cells]
-            ratio = f"{cells[0] / cells[1]:>8.1f}x" if cells[0] is not None and cells[1] is not None else f"{'-':>9}"
-            lines.append(f"{game:<15}{num_envs:>7}{shown[0]}{shown[1]}{ratio}{shown[2]}")
-    notes = [r for r in rows if "status" in r]
-    lines += [f"{r.get('impl', 'pglab')} {r['game']}: {r['status']}" for r in notes]
+            shown = [
+                f"{cell['env_steps_per_s']:>11,.0f} ({cell['env_steps_per_cpu_s']:>9,.0f})" if cell else f"{'-':>22}"
+                for cell in cells
+            ]
+            pglab, package = cells[0], cells[1]
+            ratio = f"{pglab['env_steps_per_s'] / package['env_steps_per_s']:>7.1f}x" if pglab and package else "-"
+            lines.append(f"{game:<15}{num_envs:>7}  {shown[0]}{shown[1]}{ratio:>8}{shown[2]}")
+    lines += [f"{r.get('impl', 'pglab')} {r['game']}: {r['status']}" for r in rows if "status" in r]
     return "\n".join(lines)
 
 
@@ -243,8 +248,9 @@ def main(argv: list[str]) -> int:
     print(json.dumps({"bench": "minatar_throughput", "config": config.__dict__, "load": _load()}), flush=True)
     rows = run_bench(config, lambda row: print(json.dumps(row), flush=True))
     print(
-        f"\nenv steps per second (torch threads: {torch.get_num_threads()}, device: {config.device}; "
-        f"the package's rate is per environment step, timed on at most {config.package_envs} environments)"
+        f"\nenv steps per second, and (per CPU second of this process); torch threads: {torch.get_num_threads()}, "
+        f"device: {config.device}, load average {_load()}; the package's rate is per environment step, timed on "
+        f"at most {config.package_envs} environments"
     )
     print(_table(config, rows))
     return 0
