@@ -68,6 +68,7 @@ BENCHMARKS: dict[str, Handler] = {
     "maxk": "pglab.bench.maxk:main",
     "tabular": "pglab.bench.tabular:main",
     "ppo-vs-sb3": "pglab.bench.ppo_vs_sb3:main",
+    "minatar": "pglab.bench.minatar_throughput:main",
 }
 
 SUMMARIES = {
@@ -83,6 +84,7 @@ SUMMARIES = {
         "maxk": "Max@K estimator time per call, MaxKPOMO step overhead",
         "tabular": "tabular learners' episodes per second",
         "ppo-vs-sb3": "pglab PPO against Stable-Baselines3, side by side",
+        "minatar": "batched MinAtar steps per second against the minatar package (and gymnax)",
     },
 }
 

@@ -1,5 +1,6 @@
-"""Environment specs: ``gym:ID`` (any Gymnasium id, ALE ids included) or ``pglab:NAME``
-(a native batched simulator), as accepted by ``--env``."""
+"""Environment specs: ``gym:ID`` (any Gymnasium id, ALE ids included), ``pglab:NAME``
+(a native batched simulator) or ``minatar:GAME`` (a batched MinAtar game), as accepted
+by ``--env``."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ NATIVE_ENVS: dict[str, str] = {
 
 def make_env(spec: str, num_envs: int, *, device: torch.device | str = "cpu", seed: int = 0, **kwargs: Any):
     """Build the batched environment named by ``spec`` (``gym:CartPole-v1``,
-    ``gym:ALE/Pong-v5``, ``ale:pong``, ``pglab:pixel-goal``...)."""
+    ``gym:ALE/Pong-v5``, ``ale:pong``, ``pglab:pixel-goal``, ``minatar:breakout``...)."""
     kind, sep, name = spec.partition(":")
     if not sep or not name:
         raise ConfigError("env", spec, "must look like 'gym:CartPole-v1' or 'pglab:pixel-goal'")
@@ -38,4 +39,8 @@ def make_env(spec: str, num_envs: int, *, device: torch.device | str = "cpu", se
         from pglab.envs.atari import make_atari_env
 
         return make_atari_env(name, num_envs, device=device, **kwargs)
-    raise ConfigError("env", spec, "prefix must be 'gym:', 'ale:' (e.g. 'ale:pong') or 'pglab:'")
+    if kind == "minatar":  # pglab.envs.minatar: sticky_action_prob, ramping, ... as kwargs
+        from pglab.envs.minatar import make_minatar_env
+
+        return make_minatar_env(name, num_envs, device=device, seed=seed, **kwargs)
+    raise ConfigError("env", spec, "prefix must be 'gym:', 'ale:' (e.g. 'ale:pong'), 'pglab:' or 'minatar:'")
