@@ -134,9 +134,10 @@ def _coefficients(model: ContinuousTimeModel, grid: np.ndarray, candidates: np.n
     return np.stack(rewards), np.stack(lowers), np.stack(uppers)
 
 
-def _evaluate_policy(reward, lower, upper, rho, boundary_value):
-    """Solve ``(rho + l + u) V_i - l V_{i-1} - u V_{i+1} = f_i`` for nodes 1..N with
-    ``V_0 = boundary_value`` and a reflecting top node."""
+def _policy_bands(reward, lower, upper, rho, boundary_value):
+    """The banded matrix ``[3, N]`` (scipy's ``solve_banded((1, 1))`` layout) and right-hand
+    side ``[N]`` of ``(rho + l + u) V_i - l V_{i-1} - u V_{i+1} = f_i`` for nodes 1..N with
+    ``V_0 = boundary_value`` and a reflecting top node (``V_{N+1} = V_N``)."""
     num = reward.shape[0]
     diagonal = rho + lower + upper
     diagonal[-1] -= upper[-1]  # reflecting: V_{N+1} = V_N
@@ -146,7 +147,35 @@ def _evaluate_policy(reward, lower, upper, rho, boundary_value):
     banded[0, 1:] = -upper[:-1]  # super-diagonal
     banded[1] = diagonal
     banded[2, :-1] = -lower[1:]  # sub-diagonal
-    return solve_banded((1, 1), banded, rhs)
+    return banded, rhs
+
+
+def _evaluate_policy(reward, lower, upper, rho, boundary_value):
+    """The value of one policy on nodes 1..N: the solution of :func:`_policy_bands`' system."""
+    return solve_banded((1, 1), *_policy_bands(reward, lower, upper, rho, boundary_value))
+
+
+def _hamiltonian(reward, lower, upper, value_inner, boundary_value):
+    """``f + l (V_{i-1} - V_i) + u (V_{i+1} - V_i)`` at nodes 1..N for every candidate:
+    ``[K, N]`` from rates ``[K, N]`` and ``value_inner [N]`` (reflecting top node)."""
+    below = np.concatenate([[boundary_value], value_inner[:-1]])
+    above = np.concatenate([value_inner[1:], value_inner[-1:]])
+    return reward + lower * (below - value_inner) + upper * (above - value_inner)
+
+
+def _improved_choice(best, best_value, current_value, choice):
+    """Policy improvement's update of the candidate index per node: ``best`` where its
+    Hamiltonian ``best_value`` beats the current choice's ``current_value`` by more than
+    a relative 1e-12, else the current ``choice`` (ties keep it, so the iteration cannot
+    cycle)."""
+    improved = best_value > current_value + 1e-12 * (1.0 + np.abs(current_value))
+    return np.where(improved, best, choice)
+
+
+def _initial_choice(candidates: np.ndarray) -> int:
+    """Policy iteration's starting candidate: the one closest to the origin (GHM: pay
+    nothing, issue nothing), whose value is finite, which policy iteration needs."""
+    return int(np.argmin(np.abs(candidates).sum(1)))
 
 
 def solve_hjb_1d(
@@ -174,22 +203,15 @@ def solve_hjb_1d(
     reward, lower, upper = _coefficients(model, grid, candidates, h)
     boundary = float(model.terminal_value(torch.zeros(1, 1, dtype=torch.float64))[0])
     nodes = np.arange(num_nodes)
-    # Start from the policy that pays nothing and issues nothing (the candidate closest
-    # to the origin): its value is finite, which policy iteration needs.
-    choice = np.full(num_nodes, int(np.argmin(np.abs(candidates).sum(1))))
+    choice = np.full(num_nodes, _initial_choice(candidates))
     value_inner = np.zeros(num_nodes)
     converged = False
     iteration = 0
     for iteration in range(1, max_iterations + 1):  # noqa: B007 - the count is the solution's `iterations`
         value_inner = _evaluate_policy(reward[choice, nodes], lower[choice, nodes], upper[choice, nodes], rho, boundary)
-        below = np.concatenate([[boundary], value_inner[:-1]])
-        above = np.concatenate([value_inner[1:], value_inner[-1:]])
-        hamiltonian = reward + lower * (below - value_inner) + upper * (above - value_inner)  # [K, N]
+        hamiltonian = _hamiltonian(reward, lower, upper, value_inner, boundary)  # [K, N]
         best = hamiltonian.argmax(axis=0)
-        # Keep the current choice on ties so the iteration cannot cycle.
-        current = hamiltonian[choice, nodes]
-        improved = hamiltonian[best, nodes] > current + 1e-12 * (1.0 + np.abs(current))
-        new_choice = np.where(improved, best, choice)
+        new_choice = _improved_choice(best, hamiltonian[best, nodes], hamiltonian[choice, nodes], choice)
         if np.array_equal(new_choice, choice):
             converged = True
             break
@@ -245,7 +267,7 @@ def evaluate_policy_1d(
 
     grid, fine, controls = solve(num_nodes)
     coarse_grid, coarse, _ = solve(num_nodes // 2)
-    correction = fine - np.interp(grid, coarse_grid, coarse)
+    correction = richardson_correction(grid, fine, coarse_grid, coarse)
     return FDSolution(
         grid=grid,
         value=fine + correction,
@@ -278,7 +300,20 @@ def solve_hjb_1d_extrapolated(
     """
     fine = solve_hjb_1d(model, x_max=x_max, num_nodes=num_nodes, points_per_control=points_per_control)
     coarse = solve_hjb_1d(model, x_max=x_max, num_nodes=num_nodes // 2, points_per_control=points_per_control)
-    correction = fine.value - coarse.value_at(fine.grid)
+    return extrapolate(fine, coarse)
+
+
+def richardson_correction(grid, value, coarse_grid, coarse_value) -> np.ndarray:
+    """``V_h - V_2h`` on ``grid`` (the coarse solution interpolated linearly): added to
+    ``V_h`` it gives the Richardson extrapolation ``2 V_h - V_2h`` of a first-order scheme."""
+    return value - np.interp(grid, coarse_grid, coarse_value)
+
+
+def extrapolate(fine: FDSolution, coarse: FDSolution) -> FDSolution:
+    """``fine`` with its value Richardson-extrapolated against ``coarse`` (in place):
+    ``V = 2 V_h - V_2h``, ``meta["extrapolation_change"]`` the largest correction, converged
+    only if both solves converged."""
+    correction = richardson_correction(fine.grid, fine.value, coarse.grid, coarse.value)
     fine.value = fine.value + correction
     fine.meta.update(
         {
