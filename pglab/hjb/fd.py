@@ -121,7 +121,9 @@ def _node_coefficients(model: ContinuousTimeModel, states: torch.Tensor, control
     )
 
 
-def _coefficients(model: ContinuousTimeModel, grid: np.ndarray, candidates: np.ndarray, h: float):
+def _coefficients(
+    model: ContinuousTimeModel, grid: np.ndarray, candidates: np.ndarray, h: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Reward, lower and upper transition rates for every (node, candidate):
     arrays ``[K, N]`` for the interior nodes ``1..N``."""
     states = torch.as_tensor(grid[1:], dtype=torch.float64).unsqueeze(1)  # [N, 1]
