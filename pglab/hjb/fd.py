@@ -36,7 +36,7 @@ from scipy.linalg import solve_banded
 
 from pglab.configs.ghm import FD_POINTS_PER_CONTROL
 from pglab.envs.dynamics import ContinuousTimeModel
-from pglab.validation import check_int, check_positive
+from pglab.validation import check_choice, check_int, check_positive
 
 
 @dataclass
@@ -108,28 +108,51 @@ def _control_candidates(model: ContinuousTimeModel, points_per_control: int) -> 
     return np.array(list(itertools.product(*axes)), dtype=np.float64)
 
 
-def _node_coefficients(model: ContinuousTimeModel, states: torch.Tensor, controls: torch.Tensor, h: float):
-    """Reward and the upwind scheme's lower and upper transition rates at ``states
-    [N, 1]`` under ``controls [N, A]`` (float64): three arrays ``[N]``."""
-    drift = model.drift(states, controls)[:, 0]
-    vol = model.diffusion(states, controls)[:, 0]
-    diffusion_rate = 0.5 * vol.pow(2) / h**2
-    return (
-        model.reward_rate(states, controls).numpy(),
-        (diffusion_rate + drift.clamp(max=0).neg() / h).numpy(),
-        (diffusion_rate + drift.clamp(min=0) / h).numpy(),
-    )
+DRIFT_SCHEMES = ("upwind", "central")
+"""How a drift enters the transition rates (:func:`move_rates`)."""
+
+
+def move_rates(drift, diffusion_rate, h: float, drift_scheme: str = "upwind") -> tuple[np.ndarray, np.ndarray]:
+    """Rates ``(down, up)`` of the chain's moves to a coordinate's two neighbours at
+    distance ``h``: the diffusion's ``diffusion_rate`` (``s^2 / (2 h^2)``, NumPy arrays or
+    floats) on each side plus the drift's.
+
+    upwind: ``b^+ / h`` up, ``b^- / h`` down -- first order in ``h``. central: ``+- b / (2 h)``
+    where that leaves both rates non-negative (``|b| h <= s^2``), upwind elsewhere -- second
+    order where the diffusion dominates at the grid's scale. Both keep every rate >= 0, so
+    the scheme stays monotone."""
+    drift = np.asarray(drift, dtype=np.float64)
+    down = diffusion_rate + np.maximum(-drift, 0.0) / h
+    up = diffusion_rate + np.maximum(drift, 0.0) / h
+    if drift_scheme == "upwind":
+        return down, up
+    half = drift / (2 * h)
+    central = diffusion_rate >= np.abs(half)
+    return np.where(central, diffusion_rate - half, down), np.where(central, diffusion_rate + half, up)
+
+
+def _node_coefficients(
+    model: ContinuousTimeModel, states: torch.Tensor, controls: torch.Tensor, h: float, drift_scheme: str = "upwind"
+):
+    """Reward and the scheme's lower and upper transition rates (:func:`move_rates`) at
+    ``states [N, 1]`` under ``controls [N, A]`` (float64): three arrays ``[N]``."""
+    drift = model.drift(states, controls)[:, 0].numpy()
+    vol = model.diffusion(states, controls)[:, 0].numpy()
+    lower, upper = move_rates(drift, 0.5 * vol**2 / h**2, h, drift_scheme)
+    return model.reward_rate(states, controls).numpy(), lower, upper
 
 
 def _coefficients(
-    model: ContinuousTimeModel, grid: np.ndarray, candidates: np.ndarray, h: float
+    model: ContinuousTimeModel, grid: np.ndarray, candidates: np.ndarray, h: float, drift_scheme: str = "upwind"
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Reward, lower and upper transition rates for every (node, candidate):
     arrays ``[K, N]`` for the interior nodes ``1..N``."""
     states = torch.as_tensor(grid[1:], dtype=torch.float64).unsqueeze(1)  # [N, 1]
     num_nodes = states.shape[0]
     per_candidate = [
-        _node_coefficients(model, states, torch.as_tensor(candidate, dtype=torch.float64).expand(num_nodes, -1), h)
+        _node_coefficients(
+            model, states, torch.as_tensor(candidate, dtype=torch.float64).expand(num_nodes, -1), h, drift_scheme
+        )
         for candidate in candidates
     ]
     rewards, lowers, uppers = zip(*per_candidate, strict=False)
@@ -187,22 +210,26 @@ def solve_hjb_1d(
     num_nodes: int = 30_000,
     points_per_control: int = FD_POINTS_PER_CONTROL,
     max_iterations: int = 200,
+    drift_scheme: str = "upwind",
 ) -> FDSolution:
     """Solve the model's HJB on ``[0, x_max]`` with ``num_nodes`` intervals.
 
     Returns the value, the optimal controls and convergence information. Cost: each
     policy iteration is one tridiagonal solve plus ``K`` candidate evaluations per node.
+    ``drift_scheme``: upwind (the module docstring's scheme, first order) or central
+    where monotone (:func:`move_rates`, second order where the diffusion dominates).
     """
     if model.state_dim != 1:
         raise ValueError(f"solve_hjb_1d: needs a 1-D state, got state_dim={model.state_dim}")
     check_positive("x_max", x_max)
     check_int("num_nodes", num_nodes, minimum=10)
     check_int("points_per_control", points_per_control, minimum=2)
+    check_choice("drift_scheme", drift_scheme, DRIFT_SCHEMES)
     grid = np.linspace(0.0, x_max, num_nodes + 1)
     h = grid[1] - grid[0]
     rho = model.discount_rate
     candidates = _control_candidates(model, points_per_control)
-    reward, lower, upper = _coefficients(model, grid, candidates, h)
+    reward, lower, upper = _coefficients(model, grid, candidates, h, drift_scheme)
     boundary = float(model.terminal_value(torch.zeros(1, 1, dtype=torch.float64))[0])
     nodes = np.arange(num_nodes)
     choice = np.full(num_nodes, _initial_choice(candidates))
@@ -228,7 +255,13 @@ def solve_hjb_1d(
         iterations=iteration,
         converged=converged,
         control_names=tuple(model.control.names),
-        meta={"x_max": x_max, "num_nodes": num_nodes, "points_per_control": points_per_control, "h": h},
+        meta={
+            "x_max": x_max,
+            "num_nodes": num_nodes,
+            "points_per_control": points_per_control,
+            "h": h,
+            "drift_scheme": drift_scheme,
+        },
     )
 
 
@@ -269,7 +302,7 @@ def evaluate_policy_1d(
 
     grid, fine, controls = solve(num_nodes)
     coarse_grid, coarse, _ = solve(num_nodes // 2)
-    correction = richardson_correction(grid, fine, coarse_grid, coarse)
+    correction = richardson_correction(fine, np.interp(grid, coarse_grid, coarse))
     return FDSolution(
         grid=grid,
         value=fine + correction,
@@ -305,17 +338,18 @@ def solve_hjb_1d_extrapolated(
     return extrapolate(fine, coarse)
 
 
-def richardson_correction(grid, value, coarse_grid, coarse_value) -> np.ndarray:
-    """``V_h - V_2h`` on ``grid`` (the coarse solution interpolated linearly): added to
-    ``V_h`` it gives the Richardson extrapolation ``2 V_h - V_2h`` of a first-order scheme."""
-    return value - np.interp(grid, coarse_grid, coarse_value)
+def richardson_correction(value, coarse_value, order: int = 1) -> np.ndarray:
+    """``(V_h - V_2h) / (2^order - 1)`` (the coarse solution given at the fine nodes):
+    added to ``V_h`` it is the Richardson extrapolation of a scheme of that order in
+    ``h``, ``2 V_h - V_2h`` for first order."""
+    return (value - coarse_value) / (2**order - 1)
 
 
 def extrapolate(fine: FDSolution, coarse: FDSolution) -> FDSolution:
     """``fine`` with its value Richardson-extrapolated against ``coarse`` (in place):
     ``V = 2 V_h - V_2h``, ``meta["extrapolation_change"]`` the largest correction, converged
     only if both solves converged."""
-    correction = richardson_correction(fine.grid, fine.value, coarse.grid, coarse.value)
+    correction = richardson_correction(fine.value, coarse.value_at(fine.grid))
     fine.value = fine.value + correction
     fine.meta.update(
         {
