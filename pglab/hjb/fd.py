@@ -127,8 +127,14 @@ def move_rates(drift, diffusion_rate, h: float, drift_scheme: str = "upwind") ->
     if drift_scheme == "upwind":
         return down, up
     half = drift / (2 * h)
-    central = diffusion_rate >= np.abs(half)
+    central = central_applies(drift, diffusion_rate, h)
     return np.where(central, diffusion_rate - half, down), np.where(central, diffusion_rate + half, up)
+
+
+def central_applies(drift, diffusion_rate, h: float) -> np.ndarray:
+    """Where :func:`move_rates`' central scheme keeps both rates non-negative:
+    ``diffusion_rate >= |drift| / (2 h)``."""
+    return np.asarray(diffusion_rate >= np.abs(np.asarray(drift, dtype=np.float64)) / (2 * h))
 
 
 def _node_coefficients(

@@ -38,14 +38,15 @@ grid outside this band; its default ``h_mu`` lies inside it for any ``|rho_cz| <
 (:func:`_mu_nodes`). The cross stencil is second order (its Taylor expansion leaves
 ``h^2`` terms), so the central scheme is second order where no drift is upwinded.
 
-**Boundaries.** ``c = 0`` absorbs (``V = 0``, whatever ``mu``). At ``x_max`` and at both
-ends of the ``mu`` range the chain is reflected: a move that would leave the grid stays at
-the last node in that coordinate (Neumann, ``V`` continued flat, as the 1-D reference's top
-node). So the reference is the value of the profitability reflected at ``mu_lo`` and
-``mu_hi``; at 4 standard deviations the reflection changes ``V`` by less than 1e-5
-(docs/ghm-solvers.md). At the top the bounded dividend rate makes ``V -> a_L_max / rho``
-and ``V_c -> 0`` as ``c -> infinity``, so the flat continuation is the right one; cash
-far above the dividend barrier drifts down, and ``x_max`` only needs to lie well above it.
+**Boundaries.** ``c = 0`` absorbs (``V = 0``, whatever ``mu``). At both ends of the
+``mu`` range the chain is reflected: a move that would leave the range is mirrored back
+into it (its mu part reversed, its cash part kept; Neumann, ``V_mu = 0``, with the ghost
+node ``V_{N_mu + 1} = V_{N_mu - 1}``). So the reference is the value of the profitability
+reflected at ``mu_lo`` and ``mu_hi``; at 4 standard deviations the reflection moves ``V``
+by less than 1e-5 relative (docs/ghm-solvers.md). At ``x_max`` a move up stays at the top
+node (``V`` continued flat, as the 1-D reference's top node): the bounded dividend rate makes ``V -> a_L_max /
+rho`` and ``V_c -> 0`` as ``c -> infinity``, and cash far above the dividend barrier
+drifts down, so ``x_max`` only needs to lie well above the barrier.
 
 **Solution.** Policy iteration: a sparse direct solve of the policy's linear system, then
 each node's control maximises its Hamiltonian over the candidate grid of
@@ -77,6 +78,7 @@ from pglab.hjb.fd import (
     _control_candidates,
     _improved_choice,
     _initial_choice,
+    central_applies,
     move_rates,
     richardson_correction,
 )
@@ -188,11 +190,14 @@ def _check_monotone(params: OUGHMParams, h_cash: float, h_mu: float, width: floa
 
 def _neighbours(num_cash: int, num_mu: int, di: int, dj: int) -> np.ndarray:
     """Index ``[n]`` of each interior node's neighbour ``(i + di, j + dj)`` (nodes ``(i, j)``,
-    ``i = 1..N_c``, ``j = 0..N_mu``, flattened ``(i - 1) (N_mu + 1) + j``): clamped to the
-    grid at ``x_max`` and at the ends of the mu range (reflection), ``-1`` at ``c = 0``."""
+    ``i = 1..N_c``, ``j = 0..N_mu``, flattened ``(i - 1) (N_mu + 1) + j``), ``-1`` at
+    ``c = 0``. Beyond the mu range the move is mirrored (``j = -1`` -> ``1``, ``N_mu + 1`` ->
+    ``N_mu - 1``: the increment's mu part reflected, its cash part kept); beyond ``x_max``
+    it stops at ``N_c`` (the 1-D reference's reflecting top node)."""
     i, j = np.meshgrid(np.arange(1, num_cash + 1), np.arange(num_mu + 1), indexing="ij")
     i2 = np.minimum(i + di, num_cash).ravel()
-    j2 = np.clip(j + dj, 0, num_mu).ravel()
+    j2 = (j + dj).ravel()
+    j2 = np.where(j2 < 0, -j2, np.where(j2 > num_mu, 2 * num_mu - j2, j2))
     return np.where(i2 == 0, -1, (i2 - 1) * (num_mu + 1) + j2)
 
 
@@ -209,8 +214,17 @@ class _Scheme:
     control_drift: np.ndarray  # the controls' part of the cash drift [K]
     reward: np.ndarray  # payout rate [K]
     h_cash: float
-
     drift_scheme: str
+    mu_central: np.ndarray  # the mu drift is central [n] (bool)
+
+    def central_share(self, choice: np.ndarray) -> float:
+        """Share of the nodes whose drifts, cash and mu, are both central under the policy
+        ``choice`` (1: the scheme is second order everywhere; 0 for the upwind scheme)."""
+        if self.drift_scheme == "upwind":
+            return 0.0
+        cash_drift = self.base_drift + self.control_drift[choice]
+        central = central_applies(cash_drift, self.cash_diffusion, self.h_cash) & self.mu_central
+        return float(central.mean())
 
     def cash_rates(self, drift_part) -> tuple[np.ndarray, np.ndarray]:
         """Rates ``(down, up)`` of the cash moves (:func:`pglab.hjb.fd.move_rates`) when
@@ -218,27 +232,34 @@ class _Scheme:
         return move_rates(self.base_drift + drift_part, self.cash_diffusion, self.h_cash, self.drift_scheme)
 
 
+def _diagonal_rate(params: OUGHMParams, h_cash: float, h_mu: float) -> float:
+    """Rate of each diagonal move of the cross derivative, ``|a_12| / (2 h_c h_mu)``; each
+    coordinate's diffusion gives up as much to its own neighbours."""
+    return abs(_cross_coefficient(params)) / (2 * h_cash * h_mu)
+
+
 def _fixed_transitions(
     params: OUGHMParams, cash: np.ndarray, mu: np.ndarray, drift_scheme: str
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The control-free transitions: mu drift (:func:`pglab.hjb.fd.move_rates`), the diffusions less the diagonal
-    moves' share, and the diagonal moves of the cross derivative (module docstring)."""
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+    """The control-free transitions (the mu drift, :func:`pglab.hjb.fd.move_rates`; the
+    mu diffusion less the diagonal moves' share; the diagonal moves of the cross
+    derivative; module docstring) and where the mu drift is central (``[n]`` bool)."""
     num_cash, num_mu = len(cash) - 1, len(mu) - 1
     h_cash, h_mu = cash[1] - cash[0], mu[1] - mu[0]
     mu_nodes = np.broadcast_to(mu, (num_cash, num_mu + 1)).ravel()
     mu_drift = params.kappa * (params.mu_bar - mu_nodes)
-    cross = _cross_coefficient(params)
-    diagonal_rate = abs(cross) / (2 * h_cash * h_mu)
+    diagonal_rate = _diagonal_rate(params, h_cash, h_mu)
     mu_diffusion = params.sigma_mu**2 / (2 * h_mu**2) - diagonal_rate
-    sign = 1 if cross >= 0 else -1
+    sign = 1 if _cross_coefficient(params) >= 0 else -1
     ones = np.ones_like(mu_nodes)
     down, up = move_rates(mu_drift, mu_diffusion, h_mu, drift_scheme)
-    return [
+    transitions = [
         (_neighbours(num_cash, num_mu, 0, 1), up),
         (_neighbours(num_cash, num_mu, 0, -1), down),
         (_neighbours(num_cash, num_mu, 1, sign), diagonal_rate * ones),
         (_neighbours(num_cash, num_mu, -1, -sign), diagonal_rate * ones),
     ]
+    return transitions, central_applies(mu_drift, mu_diffusion, h_mu)
 
 
 def _scheme(
@@ -258,17 +279,18 @@ def _scheme(
         controls = torch.as_tensor(candidates, dtype=torch.float64)
         control_drift = (model.drift(origin, controls) - model.drift(origin, torch.zeros_like(controls)))[:, 0]
         reward = model.reward_rate(origin, controls)
-    cross_share = abs(_cross_coefficient(params)) / (2 * h_cash * h_mu) if num_mu > 0 else 0.0
+    fixed, mu_central = _fixed_transitions(params, cash, mu, drift_scheme)
     return _Scheme(
-        fixed=_fixed_transitions(params, cash, mu, drift_scheme),
+        fixed=fixed,
         up=_neighbours(num_cash, num_mu, 1, 0),
         down=_neighbours(num_cash, num_mu, -1, 0),
-        cash_diffusion=params.sigma**2 / (2 * h_cash**2) - cross_share,
+        cash_diffusion=params.sigma**2 / (2 * h_cash**2) - _diagonal_rate(params, h_cash, h_mu),
         base_drift=(cash_drift[:, None] + mu[None, :]).ravel(),
         control_drift=control_drift.numpy(),
         reward=reward.numpy(),
         h_cash=h_cash,
         drift_scheme=drift_scheme,
+        mu_central=mu_central,
     )
 
 
@@ -402,7 +424,12 @@ def solve_hjb_2d(
         iterations=iterations,
         converged=converged,
         control_names=tuple(model.control.names),
-        meta={**meta, "drift_scheme": drift_scheme, "points_per_control": points_per_control},
+        meta={
+            **meta,
+            "drift_scheme": drift_scheme,
+            "central_share": scheme.central_share(choice),
+            "points_per_control": points_per_control,
+        },
     )
 
 
