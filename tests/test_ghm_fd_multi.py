@@ -208,3 +208,21 @@ def test_2d_grid_refinement():
         for num_cash in (200, 400)
     ]
     assert np.abs(values[1] / values[0] - 1).max() < 1e-3
+
+
+@pytest.mark.parametrize("drift_scheme, order", [("central", 2), ("upwind", 1)])
+def test_2d_extrapolation_combines_the_grid_and_its_half(drift_scheme, order):
+    """V = V_h + (V_h - V_2h) / (2^order - 1): second order for the central scheme, first
+    for upwind, the coarse grid halving both steps."""
+    params = OUGHMParams()
+    options = dict(x_max=X_MAX, mu_std=2.0, drift_scheme=drift_scheme, points_per_control=PPC)
+    extrapolated = solve_hjb_2d_extrapolated(params, num_cash=40, num_mu=16, **options)
+    fine = solve_hjb_2d(params, num_cash=40, num_mu=16, **options)
+    coarse = solve_hjb_2d(params, num_cash=20, num_mu=8, **options)
+    assert coarse.cash[1] == pytest.approx(2 * fine.cash[1]) and coarse.mu[1] - coarse.mu[0] == pytest.approx(
+        2 * (fine.mu[1] - fine.mu[0])
+    )
+    cash, mu = np.meshgrid(fine.cash, fine.mu, indexing="ij")
+    expected = fine.value + (fine.value - coarse.value_at(cash, mu)) / (2**order - 1)
+    np.testing.assert_allclose(extrapolated.value, expected, rtol=0, atol=1e-9)
+    assert extrapolated.meta["extrapolation_order"] == order
