@@ -28,9 +28,11 @@ CASH = np.array([0.1, 0.25, 0.5, 1.0, 1.5])
 
 
 def timed(solve, *args, **kwargs):
-    start = time.perf_counter()
+    """``(solution, seconds)``: the process's CPU seconds (on a shared machine the
+    wall-clock time depends on its load; the solvers run on one thread)."""
+    start = time.process_time()
     solution = solve(*args, **kwargs)
-    return solution, time.perf_counter() - start
+    return solution, time.process_time() - start
 
 
 def relative_change(new: np.ndarray, old: np.ndarray) -> float:
@@ -44,13 +46,13 @@ def regimes_report() -> None:
     print(f"regimes: {params}")
     print(
         f"  grid: {fine.meta['num_nodes']} intervals on [0, {fine.meta['x_max']}] (extrapolated over half as many), "
-        f"{seconds:.1f} s, {fine.iterations} policy iterations, converged={fine.converged}"
+        f"{seconds:.1f} CPU s, {fine.iterations} policy iterations, converged={fine.converged}"
     )
     for regime, thresholds in enumerate(fine.thresholds()):
         values = " ".join(f"{v:.5f}" for v in fine.value_at(CASH, regime))
         print(f"  regime {regime}: V*(c={CASH.tolist()}) = {values}; thresholds {thresholds}")
     change = max(relative_change(fine.value_at(CASH, s), coarse.value_at(CASH, s)) for s in (0, 1))
-    print(f"  doubling the grid ({coarse.meta['num_nodes']} -> {fine.meta['num_nodes']}, {coarse_seconds:.1f} s): ")
+    print(f"  doubling the grid ({coarse.meta['num_nodes']} -> {fine.meta['num_nodes']}, {coarse_seconds:.1f} CPU s):")
     print(f"    largest relative change of V* {change:.2e}")
 
 
@@ -67,12 +69,12 @@ def ou_report(params: OUGHMParams, mu: np.ndarray) -> object:
         f"  grid: {meta['num_cash']} x {meta['num_mu']} intervals, cash [0, {meta['x_max']}], mu "
         f"[{fine.mu[0]:.4f}, {fine.mu[-1]:.4f}] (extrapolated, order {meta['extrapolation_order']}, "
         "over half as many), "
-        f"{seconds:.1f} s, {fine.iterations} policy iterations, converged={fine.converged}"
+        f"{seconds:.1f} CPU s, {fine.iterations} policy iterations, converged={fine.converged}"
     )
     values = ou_values(fine, mu)
     thresholds = fine.thresholds()
     for j, level in enumerate(mu):
-        at = {name: float(np.interp(level, fine.mu, curve)) for name, curve in thresholds.items()}
+        at = {name: round(float(np.interp(level, fine.mu, curve)), 4) for name, curve in thresholds.items()}
         row = " ".join(f"{v:.5f}" for v in values[:, j])
         print(f"  mu={level:.3f}: V*(c={CASH.tolist()}) = {row}; thresholds {at}")
     return fine
@@ -89,7 +91,7 @@ def ou_checks(params: OUGHMParams, mu: np.ndarray, reference) -> None:
     for name, options in checks:
         other, seconds = timed(solve_hjb_2d_extrapolated, params, **options)
         change = relative_change(ou_values(other, mu), base)
-        print(f"  {name} ({options}, {seconds:.1f} s): largest relative change of V* {change:.2e}")
+        print(f"  {name} ({options}, {seconds:.1f} CPU s): largest relative change of V* {change:.2e}")
 
 
 def main() -> int:

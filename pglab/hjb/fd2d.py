@@ -42,18 +42,21 @@ grid outside this band; its default ``h_mu`` lies inside it for any ``|rho_cz| <
 ``mu`` range the chain is reflected: a move that would leave the range is mirrored back
 into it (its mu part reversed, its cash part kept; Neumann, ``V_mu = 0``, with the ghost
 node ``V_{N_mu + 1} = V_{N_mu - 1}``). So the reference is the value of the profitability
-reflected at ``mu_lo`` and ``mu_hi``; at 4 standard deviations the reflection moves ``V``
-by less than 1e-5 relative (docs/ghm-solvers.md). At ``x_max`` a move up stays at the top
-node (``V`` continued flat, as the 1-D reference's top node): the bounded dividend rate makes ``V -> a_L_max /
-rho`` and ``V_c -> 0`` as ``c -> infinity``, and cash far above the dividend barrier
-drifts down, so ``x_max`` only needs to lie well above the barrier.
+reflected at ``mu_lo`` and ``mu_hi``; at the defaults, widening the range from 4 to 5
+standard deviations moves ``V`` by 1.4e-4 relative within 2 deviations of ``mu_bar``
+(docs/ghm-solvers.md). At ``x_max`` a move up stays at the top node (``V`` continued
+flat, as the 1-D reference's top node): the bounded dividend rate makes ``V -> a_L_max /
+rho`` and ``V_c -> 0`` as ``c -> infinity`` (not ``V_c = 1``, the singular-control
+model's dividend region), and cash far above the dividend barrier drifts down, so
+``x_max`` only needs to lie well above the barrier (3 -> 4.5 moves ``V`` at cash <= 1.5
+by 2e-14).
 
 **Solution.** Policy iteration: a sparse direct solve of the policy's linear system, then
 each node's control maximises its Hamiltonian over the candidate grid of
 :mod:`pglab.hjb.fd` (only the cash moves depend on the control).
 :func:`solve_hjb_2d_extrapolated` Richardson-extrapolates over a grid and its half (the
-default reference: 400 cash intervals on ``[0, 3]``; doubling both steps moves ``V`` by
-< 1e-4 relative, docs/ghm-solvers.md). With ``sigma_mu = 0`` the row ``mu_j = mu_bar`` is
+default reference: 400 cash intervals on ``[0, 3]``; halving both steps moves ``V`` by
+4.1e-5 relative, docs/ghm-solvers.md). With ``sigma_mu = 0`` the row ``mu_j = mu_bar`` is
 the 1-D reference at ``mu_bar`` with the same drift scheme.
 """
 
