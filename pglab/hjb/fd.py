@@ -13,6 +13,8 @@ Markov-chain approximation (Kushner & Dupuis): on the grid ``x_i = i h``
                   + 0.5 s_i^2 (V_{i+1} - 2 V_i + V_{i-1})/h^2
 
 which is monotone (an M-matrix), so it converges to the viscosity solution as ``h -> 0``.
+``drift_scheme="central"`` replaces the upwind drift by the central ``b_i (V_{i+1} -
+V_{i-1}) / (2h)`` wherever the diffusion keeps that monotone (:func:`move_rates`).
 At ``x_max`` the boundary is reflecting (``V_{N+1} = V_N``): choose ``x_max`` far beyond
 the region of interest. Policy iteration alternates a tridiagonal solve (policy
 evaluation) with a node-wise maximisation over a candidate set of controls (policy
