@@ -189,7 +189,9 @@ def test_2d_interpolation_and_thresholds(correlated_solutions):
 def test_2d_refuses_a_grid_outside_the_monotone_band():
     """At h_c = 1/30 the band sigma h_mu / (sigma_mu h_c) in [0.5, 2] is num_mu in [24, 96]."""
     for corr, num_mu in ((0.5, 23), (-0.5, 97)):
-        with pytest.raises(ValueError, match=r"not monotone.*num_mu must lie in \[24, 96\]"):
+        with pytest.raises(
+            ConfigError, match=rf"^num_mu: must lie in \[24, 96\] \(the scheme is monotone.*got {num_mu}"
+        ):
             solve_hjb_2d(OUGHMParams(correlation=corr), x_max=X_MAX, num_cash=60, num_mu=num_mu)
     for num_mu in (24, 96):  # the band's ends pass
         solve_hjb_2d(OUGHMParams(correlation=0.5), x_max=X_MAX, num_cash=60, num_mu=num_mu, max_iterations=1)

@@ -75,6 +75,7 @@ from scipy.interpolate import RegularGridInterpolator
 from pglab.configs.ghm import FD_POINTS_PER_CONTROL
 from pglab.configs.ghm_multi import OUGHMParams
 from pglab.envs.ghm import GHMModel
+from pglab.errors import ConfigError
 from pglab.hjb.fd import (
     DRIFT_SCHEMES,
     FDSolution,
@@ -172,22 +173,25 @@ def _mu_nodes(params: OUGHMParams, h_cash: float, width: float, num_mu: int | No
         check_int("num_mu", num_mu, minimum=2)
         return num_mu
     if params.sigma_mu == 0 or params.sigma == 0:
-        raise ValueError("solve_hjb_2d: give num_mu (and mu_range) when sigma_mu or sigma is 0")
+        raise ConfigError("num_mu", num_mu, "give it (and mu_range) when sigma_mu or sigma is 0")
     t = (1 + abs(params.correlation)) / 2
     return max(2, 2 * math.ceil(width * params.sigma * t / (2 * h_cash * params.sigma_mu) - 1e-9))
 
 
 def _check_monotone(params: OUGHMParams, h_cash: float, h_mu: float, width: float) -> None:
-    """Refuse a grid on which the cross-derivative stencil has a negative rate."""
+    """Refuse (naming ``num_mu``) a grid on which the cross-derivative stencil has a
+    negative rate."""
     cross = abs(_cross_coefficient(params)) / (h_cash * h_mu)
     cash_rate, mu_rate = params.sigma**2 / h_cash**2, params.sigma_mu**2 / h_mu**2
     if cross > (1 + 1e-12) * min(cash_rate, mu_rate):
         ratio = width * params.sigma / (h_cash * params.sigma_mu)  # num_mu at which sigma h_mu = sigma_mu h_c
         fewest = math.ceil(ratio * abs(params.correlation) - 1e-9)
         most = math.floor(ratio / abs(params.correlation) + 1e-9)
-        raise ValueError(
-            f"solve_hjb_2d: the scheme is not monotone on this grid (|correlation| sigma_mu h_c <= sigma h_mu <= "
-            f"sigma_mu h_c / |correlation| fails); num_mu must lie in [{max(fewest, 2)}, {most}]"
+        raise ConfigError(
+            "num_mu",
+            round(width / h_mu),
+            f"must lie in [{max(fewest, 2)}, {most}] (the scheme is monotone only if |correlation| sigma_mu h_c "
+            "<= sigma h_mu <= sigma_mu h_c / |correlation|)",
         )
 
 
@@ -352,7 +356,7 @@ def _mu_grid(params: OUGHMParams, mu_std: float, mu_range: tuple[float, float] |
         return params.mu_bar - half_width, params.mu_bar + half_width
     low, high = (float(end) for end in mu_range)
     if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise ValueError(f"solve_hjb_2d: mu_range must be (low, high) with low < high, got {mu_range!r}")
+        raise ConfigError("mu_range", mu_range, "must be (low, high), finite, with low < high")
     return low, high
 
 
