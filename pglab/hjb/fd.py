@@ -13,6 +13,8 @@ Markov-chain approximation (Kushner & Dupuis): on the grid ``x_i = i h``
                   + 0.5 s_i^2 (V_{i+1} - 2 V_i + V_{i-1})/h^2
 
 which is monotone (an M-matrix), so it converges to the viscosity solution as ``h -> 0``.
+``drift_scheme="central"`` replaces the upwind drift by the central ``b_i (V_{i+1} -
+V_{i-1}) / (2h)`` wherever the diffusion keeps that monotone (:func:`move_rates`).
 At ``x_max`` the boundary is reflecting (``V_{N+1} = V_N``): choose ``x_max`` far beyond
 the region of interest. Policy iteration alternates a tridiagonal solve (policy
 evaluation) with a node-wise maximisation over a candidate set of controls (policy
@@ -36,7 +38,7 @@ from scipy.linalg import solve_banded
 
 from pglab.configs.ghm import FD_POINTS_PER_CONTROL
 from pglab.envs.dynamics import ContinuousTimeModel
-from pglab.validation import check_int, check_positive
+from pglab.validation import check_choice, check_int, check_positive
 
 
 @dataclass
@@ -108,35 +110,67 @@ def _control_candidates(model: ContinuousTimeModel, points_per_control: int) -> 
     return np.array(list(itertools.product(*axes)), dtype=np.float64)
 
 
-def _node_coefficients(model: ContinuousTimeModel, states: torch.Tensor, controls: torch.Tensor, h: float):
-    """Reward and the upwind scheme's lower and upper transition rates at ``states
-    [N, 1]`` under ``controls [N, A]`` (float64): three arrays ``[N]``."""
-    drift = model.drift(states, controls)[:, 0]
-    vol = model.diffusion(states, controls)[:, 0]
-    diffusion_rate = 0.5 * vol.pow(2) / h**2
-    return (
-        model.reward_rate(states, controls).numpy(),
-        (diffusion_rate + drift.clamp(max=0).neg() / h).numpy(),
-        (diffusion_rate + drift.clamp(min=0) / h).numpy(),
-    )
+DRIFT_SCHEMES = ("upwind", "central")
+"""How a drift enters the transition rates (:func:`move_rates`)."""
 
 
-def _coefficients(model: ContinuousTimeModel, grid: np.ndarray, candidates: np.ndarray, h: float):
+def move_rates(drift, diffusion_rate, h: float, drift_scheme: str = "upwind") -> tuple[np.ndarray, np.ndarray]:
+    """Rates ``(down, up)`` of the chain's moves to a coordinate's two neighbours at
+    distance ``h``: the diffusion's ``diffusion_rate`` (``s^2 / (2 h^2)``, NumPy arrays or
+    floats) on each side plus the drift's.
+
+    upwind: ``b^+ / h`` up, ``b^- / h`` down -- first order in ``h``. central: ``+- b / (2 h)``
+    where that leaves both rates non-negative (``|b| h <= s^2``), upwind elsewhere -- second
+    order where the diffusion dominates at the grid's scale. Both keep every rate >= 0, so
+    the scheme stays monotone."""
+    drift = np.asarray(drift, dtype=np.float64)
+    down = diffusion_rate + np.maximum(-drift, 0.0) / h
+    up = diffusion_rate + np.maximum(drift, 0.0) / h
+    if drift_scheme == "upwind":
+        return down, up
+    half = drift / (2 * h)
+    central = central_applies(drift, diffusion_rate, h)
+    return np.where(central, diffusion_rate - half, down), np.where(central, diffusion_rate + half, up)
+
+
+def central_applies(drift, diffusion_rate, h: float) -> np.ndarray:
+    """Where :func:`move_rates`' central scheme keeps both rates non-negative:
+    ``diffusion_rate >= |drift| / (2 h)``."""
+    return np.asarray(diffusion_rate >= np.abs(np.asarray(drift, dtype=np.float64)) / (2 * h))
+
+
+def _node_coefficients(
+    model: ContinuousTimeModel, states: torch.Tensor, controls: torch.Tensor, h: float, drift_scheme: str = "upwind"
+):
+    """Reward and the scheme's lower and upper transition rates (:func:`move_rates`) at
+    ``states [N, 1]`` under ``controls [N, A]`` (float64): three arrays ``[N]``."""
+    drift = model.drift(states, controls)[:, 0].numpy()
+    vol = model.diffusion(states, controls)[:, 0].numpy()
+    lower, upper = move_rates(drift, 0.5 * vol**2 / h**2, h, drift_scheme)
+    return model.reward_rate(states, controls).numpy(), lower, upper
+
+
+def _coefficients(
+    model: ContinuousTimeModel, grid: np.ndarray, candidates: np.ndarray, h: float, drift_scheme: str = "upwind"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Reward, lower and upper transition rates for every (node, candidate):
     arrays ``[K, N]`` for the interior nodes ``1..N``."""
     states = torch.as_tensor(grid[1:], dtype=torch.float64).unsqueeze(1)  # [N, 1]
     num_nodes = states.shape[0]
     per_candidate = [
-        _node_coefficients(model, states, torch.as_tensor(candidate, dtype=torch.float64).expand(num_nodes, -1), h)
+        _node_coefficients(
+            model, states, torch.as_tensor(candidate, dtype=torch.float64).expand(num_nodes, -1), h, drift_scheme
+        )
         for candidate in candidates
     ]
     rewards, lowers, uppers = zip(*per_candidate, strict=False)
     return np.stack(rewards), np.stack(lowers), np.stack(uppers)
 
 
-def _evaluate_policy(reward, lower, upper, rho, boundary_value):
-    """Solve ``(rho + l + u) V_i - l V_{i-1} - u V_{i+1} = f_i`` for nodes 1..N with
-    ``V_0 = boundary_value`` and a reflecting top node."""
+def _policy_bands(reward, lower, upper, rho, boundary_value):
+    """The banded matrix ``[3, N]`` (scipy's ``solve_banded((1, 1))`` layout) and right-hand
+    side ``[N]`` of ``(rho + l + u) V_i - l V_{i-1} - u V_{i+1} = f_i`` for nodes 1..N with
+    ``V_0 = boundary_value`` and a reflecting top node (``V_{N+1} = V_N``)."""
     num = reward.shape[0]
     diagonal = rho + lower + upper
     diagonal[-1] -= upper[-1]  # reflecting: V_{N+1} = V_N
@@ -146,7 +180,35 @@ def _evaluate_policy(reward, lower, upper, rho, boundary_value):
     banded[0, 1:] = -upper[:-1]  # super-diagonal
     banded[1] = diagonal
     banded[2, :-1] = -lower[1:]  # sub-diagonal
-    return solve_banded((1, 1), banded, rhs)
+    return banded, rhs
+
+
+def _evaluate_policy(reward, lower, upper, rho, boundary_value):
+    """The value of one policy on nodes 1..N: the solution of :func:`_policy_bands`' system."""
+    return solve_banded((1, 1), *_policy_bands(reward, lower, upper, rho, boundary_value))
+
+
+def _hamiltonian(reward, lower, upper, value_inner, boundary_value):
+    """``f + l (V_{i-1} - V_i) + u (V_{i+1} - V_i)`` at nodes 1..N for every candidate:
+    ``[K, N]`` from rates ``[K, N]`` and ``value_inner [N]`` (reflecting top node)."""
+    below = np.concatenate([[boundary_value], value_inner[:-1]])
+    above = np.concatenate([value_inner[1:], value_inner[-1:]])
+    return reward + lower * (below - value_inner) + upper * (above - value_inner)
+
+
+def _improved_choice(best, best_value, current_value, choice):
+    """Policy improvement's update of the candidate index per node: ``best`` where its
+    Hamiltonian ``best_value`` beats the current choice's ``current_value`` by more than
+    a relative 1e-12, else the current ``choice`` (ties keep it, so the iteration cannot
+    cycle)."""
+    improved = best_value > current_value + 1e-12 * (1.0 + np.abs(current_value))
+    return np.where(improved, best, choice)
+
+
+def _initial_choice(candidates: np.ndarray) -> int:
+    """Policy iteration's starting candidate: the one closest to the origin (GHM: pay
+    nothing, issue nothing), whose value is finite, which policy iteration needs."""
+    return int(np.argmin(np.abs(candidates).sum(1)))
 
 
 def solve_hjb_1d(
@@ -156,40 +218,37 @@ def solve_hjb_1d(
     num_nodes: int = 30_000,
     points_per_control: int = FD_POINTS_PER_CONTROL,
     max_iterations: int = 200,
+    drift_scheme: str = "upwind",
 ) -> FDSolution:
     """Solve the model's HJB on ``[0, x_max]`` with ``num_nodes`` intervals.
 
     Returns the value, the optimal controls and convergence information. Cost: each
     policy iteration is one tridiagonal solve plus ``K`` candidate evaluations per node.
+    ``drift_scheme``: upwind (the module docstring's scheme, first order) or central
+    where monotone (:func:`move_rates`, second order where the diffusion dominates).
     """
     if model.state_dim != 1:
         raise ValueError(f"solve_hjb_1d: needs a 1-D state, got state_dim={model.state_dim}")
     check_positive("x_max", x_max)
     check_int("num_nodes", num_nodes, minimum=10)
     check_int("points_per_control", points_per_control, minimum=2)
+    check_choice("drift_scheme", drift_scheme, DRIFT_SCHEMES)
     grid = np.linspace(0.0, x_max, num_nodes + 1)
     h = grid[1] - grid[0]
     rho = model.discount_rate
     candidates = _control_candidates(model, points_per_control)
-    reward, lower, upper = _coefficients(model, grid, candidates, h)
+    reward, lower, upper = _coefficients(model, grid, candidates, h, drift_scheme)
     boundary = float(model.terminal_value(torch.zeros(1, 1, dtype=torch.float64))[0])
     nodes = np.arange(num_nodes)
-    # Start from the policy that pays nothing and issues nothing (the candidate closest
-    # to the origin): its value is finite, which policy iteration needs.
-    choice = np.full(num_nodes, int(np.argmin(np.abs(candidates).sum(1))))
+    choice = np.full(num_nodes, _initial_choice(candidates))
     value_inner = np.zeros(num_nodes)
     converged = False
     iteration = 0
     for iteration in range(1, max_iterations + 1):  # noqa: B007 - the count is the solution's `iterations`
         value_inner = _evaluate_policy(reward[choice, nodes], lower[choice, nodes], upper[choice, nodes], rho, boundary)
-        below = np.concatenate([[boundary], value_inner[:-1]])
-        above = np.concatenate([value_inner[1:], value_inner[-1:]])
-        hamiltonian = reward + lower * (below - value_inner) + upper * (above - value_inner)  # [K, N]
+        hamiltonian = _hamiltonian(reward, lower, upper, value_inner, boundary)  # [K, N]
         best = hamiltonian.argmax(axis=0)
-        # Keep the current choice on ties so the iteration cannot cycle.
-        current = hamiltonian[choice, nodes]
-        improved = hamiltonian[best, nodes] > current + 1e-12 * (1.0 + np.abs(current))
-        new_choice = np.where(improved, best, choice)
+        new_choice = _improved_choice(best, hamiltonian[best, nodes], hamiltonian[choice, nodes], choice)
         if np.array_equal(new_choice, choice):
             converged = True
             break
@@ -204,7 +263,13 @@ def solve_hjb_1d(
         iterations=iteration,
         converged=converged,
         control_names=tuple(model.control.names),
-        meta={"x_max": x_max, "num_nodes": num_nodes, "points_per_control": points_per_control, "h": h},
+        meta={
+            "x_max": x_max,
+            "num_nodes": num_nodes,
+            "points_per_control": points_per_control,
+            "h": h,
+            "drift_scheme": drift_scheme,
+        },
     )
 
 
@@ -245,7 +310,7 @@ def evaluate_policy_1d(
 
     grid, fine, controls = solve(num_nodes)
     coarse_grid, coarse, _ = solve(num_nodes // 2)
-    correction = fine - np.interp(grid, coarse_grid, coarse)
+    correction = richardson_correction(fine, np.interp(grid, coarse_grid, coarse))
     return FDSolution(
         grid=grid,
         value=fine + correction,
@@ -278,7 +343,21 @@ def solve_hjb_1d_extrapolated(
     """
     fine = solve_hjb_1d(model, x_max=x_max, num_nodes=num_nodes, points_per_control=points_per_control)
     coarse = solve_hjb_1d(model, x_max=x_max, num_nodes=num_nodes // 2, points_per_control=points_per_control)
-    correction = fine.value - coarse.value_at(fine.grid)
+    return extrapolate(fine, coarse)
+
+
+def richardson_correction(value, coarse_value, order: int = 1) -> np.ndarray:
+    """``(V_h - V_2h) / (2^order - 1)`` (the coarse solution given at the fine nodes):
+    added to ``V_h`` it is the Richardson extrapolation of a scheme of that order in
+    ``h``, ``2 V_h - V_2h`` for first order."""
+    return (value - coarse_value) / (2**order - 1)
+
+
+def extrapolate(fine: FDSolution, coarse: FDSolution) -> FDSolution:
+    """``fine`` with its value Richardson-extrapolated against ``coarse`` (in place):
+    ``V = 2 V_h - V_2h``, ``meta["extrapolation_change"]`` the largest correction, converged
+    only if both solves converged."""
+    correction = richardson_correction(fine.value, coarse.value_at(fine.grid))
     fine.value = fine.value + correction
     fine.meta.update(
         {
