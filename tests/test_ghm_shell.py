@@ -285,7 +285,8 @@ def _recording_progress(monkeypatch):
 
 def test_final_evaluation_and_pglab_evaluate_show_a_progress_bar(tmp_path, monkeypatch, capsys):
     bars = _recording_progress(monkeypatch)
-    evaluated = dict(TINY, dt=0.05, eval_dt=0.05, final_eval=True, eval_paths=20, eval_cash=(0.5,), eval_tail_tolerance=0.5)
+    evaluated = dict(TINY, dt=0.05, eval_dt=0.05, final_eval=True, eval_paths=20, eval_cash=(0.5,))
+    evaluated["eval_tail_tolerance"] = 0.5
     result = train_ghm(GHMTrainConfig(n_iterations=1, log_dir=tmp_path / "run", **evaluated), **QUIET)
     final = [bar for bar in bars if bar["desc"].startswith("final evaluation")]
     assert len(final) == 1 and final[0]["unit"] == "step" and final[0]["updates"] > 0
