@@ -360,6 +360,8 @@ class _ShortSuccessEnv:
     """Copy 0 succeeds after 1 step, every other copy truncates after 10: the unbiased
     estimate from one episode per copy is 1 / num_envs, whatever the episode count."""
 
+    defines_success = True  # success: copy 0's termination (info["success"])
+
     def __init__(self, num_envs):
         import torch
 
@@ -380,7 +382,7 @@ class _ShortSuccessEnv:
         done[0] = True
         trunc = (self.t >= 10) & ~done
         self.t[done | trunc] = 0
-        return torch.zeros(self.num_envs, 1), done.float(), done, trunc, {}
+        return torch.zeros(self.num_envs, 1), done.float(), done, trunc, {"success": done}
 
 
 def test_evaluation_counts_each_copys_first_episodes_not_the_quickest():

@@ -18,8 +18,10 @@ import torch
 pytest.importorskip("ale_py")
 
 from pglab.envs.atari import EVALUATION_OPTIONS, AtariEnv, ale_game, evaluation_options, make_atari_env  # noqa: E402
+from pglab.envs.base import ActionSpec  # noqa: E402
 from pglab.envs.registry import make_env  # noqa: E402
-from pglab.nets.nature_cnn import NatureCNNActorCritic, StreamNatureActorCritic, build_stream_actor_critic  # noqa: E402
+from pglab.nets.nature_cnn import NatureCNNActorCritic  # noqa: E402
+from pglab.nets.stream import StreamActorCritic, build_stream_actor_critic  # noqa: E402
 
 
 def _twins(game: str, seed: int = 3) -> tuple[AtariEnv, AtariEnv]:
@@ -154,21 +156,26 @@ def test_nature_cnn_checks_its_input():
         NatureCNNActorCritic((4, 16, 16), 4)
 
 
-def test_stream_ac_network_for_atari_is_the_nature_stack_and_rebuilds_from_its_architecture():
+def test_stream_ac_network_for_atari_is_the_reference_stack_and_rebuilds_from_its_architecture():
     torch.manual_seed(0)
-    model = build_stream_actor_critic(4, 84, 84, 4)
-    assert isinstance(model, StreamNatureActorCritic)
-    assert sum(p.numel() for p in model.parameters()) == 3_370_821  # 2 x (Nature stack + 512) + heads; was 14.5 M
-    conv = model.actor_torso.convs[0].weight
+    model = build_stream_actor_critic((4, 84, 84), torch.uint8, ActionSpec(kind="discrete", num_actions=4))
+    assert model.architecture()["torso"] == "atari" and model.architecture()["hidden"] == 256
+    # per network: conv 4->32 8x8/5, 32->64 4x4/3, 64->64 3x3/2 (84 -> 16 -> 5 -> 2), dense 256 -> 256
+    torso = (4 * 32 * 64 + 32) + (32 * 64 * 16 + 64) + (64 * 64 * 9 + 64) + (256 * 256 + 256)
+    assert sum(p.numel() for p in model.parameters()) == 2 * torso + (256 * 4 + 4) + (256 + 1)
+    conv = model.actor_torso[0].weight
     assert (conv == 0).float().mean().item() == pytest.approx(0.9, abs=0.01)  # sparse init
-    rebuilt = build_stream_actor_critic(**model.architecture())
+    rebuilt = StreamActorCritic(**model.architecture())
     rebuilt.load_state_dict(model.state_dict())
     obs = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
     model.observe(obs)
     rebuilt.observe(obs)
-    assert all(torch.equal(a, b) for a, b in zip(model(obs), rebuilt(obs), strict=False))
-    # PixelGoalEnv's boards keep the original network (its results stay bit-identical)
-    assert type(build_stream_actor_critic(1, 16, 16, 5)).__name__ == "StreamActorCritic"
+    (logits,), values = model(obs)
+    (rebuilt_logits,), rebuilt_values = rebuilt(obs)
+    assert torch.equal(logits, rebuilt_logits) and torch.equal(values, rebuilt_values)
+    # PixelGoalEnv's boards take the small torso
+    small = build_stream_actor_critic((1, 16, 16), torch.uint8, ActionSpec(kind="discrete", num_actions=5))
+    assert small.architecture()["torso"] == "small"
 
 
 # -- end to end ----------------------------------------------------------------------------
@@ -238,10 +245,7 @@ def test_stream_ac_on_breakout_runs_and_loads(tmp_path):
     config = A2CTrainConfig(
         algo="stream-ac",
         env="gym:ALE/Breakout-v5",
-        num_envs=1,
         total_env_steps=12,
-        lr=1.0,
-        gamma=0.99,
         device="cpu",
         threads=1,
         save_interval=12,
@@ -249,7 +253,7 @@ def test_stream_ac_on_breakout_runs_and_loads(tmp_path):
     )
     assert train_stream_ac(config, echo=lambda *a, **k: None)["env_steps"] == 12
     agent = pglab.load_checkpoint(tmp_path / "run", device="cpu")
-    assert isinstance(agent.policy, StreamNatureActorCritic)
+    assert isinstance(agent.policy, StreamActorCritic) and agent.policy.architecture()["torso"] == "atari"
     obs = torch.zeros(2, 4, 84, 84, dtype=torch.uint8)
     assert agent.act(obs).shape == (2,)
 
@@ -258,7 +262,7 @@ def test_a2c_trainers_count_the_games_an_atari_env_reports_not_its_lives():
     from pglab.algos.a2c_common import WindowStats, finished_episodes
     from pglab.envs.base import EpisodeTracker
 
-    tracker, stats = EpisodeTracker(2, "cpu"), WindowStats(torch.device("cpu"))
+    tracker, stats = EpisodeTracker(2, "cpu"), WindowStats(torch.device("cpu"), success=False)
     reward = torch.tensor([1.0, 1.0])
     done = torch.tensor([True, True])  # both lost a life...
     trunc = torch.tensor([False, False])
@@ -272,6 +276,10 @@ def test_a2c_trainers_count_the_games_an_atari_env_reports_not_its_lives():
     stats.add({}, reward, done, trunc, returns, lengths.double(), None, finished, succeeded)
     summary = stats.summary()
     assert summary["episode/count"] == 1 and summary["return/mean"] == 42.0 and summary["episode/length"] == 300
-    # without a report (PixelGoalEnv) the tracker's sums of the rewards count, as before
-    returns, _, finished, succeeded = finished_episodes(tracker, reward, done, trunc, {})
-    assert finished.tolist() == [True, True] and returns.tolist() == [1.0, 1.0] and torch.equal(succeeded, done)
+    # Atari defines no success: no success flags, no success rate
+    assert succeeded is None and "episode/success_rate" not in summary
+    # without a report (PixelGoalEnv) the tracker's sums of the rewards count, and the
+    # environment's info["success"] among the ended episodes are the successes
+    success = torch.tensor([True, False])
+    returns, _, finished, succeeded = finished_episodes(tracker, reward, done, trunc, {"success": success})
+    assert finished.tolist() == [True, True] and returns.tolist() == [1.0, 1.0] and torch.equal(succeeded, success)

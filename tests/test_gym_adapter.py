@@ -232,3 +232,37 @@ def test_an_env_without_state_dict_is_checkpointed_as_capturing_nothing():
     env = make_gym_env("CartPole-v1", num_envs=2)
     assert checkpointed(env) is env
     env.close()
+
+
+def test_minatar_gymnasium_ids_give_channel_first_bool_boards():
+    """gym:MinAtar/... registers the minatar package's ids and returns its boards as the
+    native games do: bool [N, C, 10, 10], the package's state() transposed."""
+    pytest.importorskip("minatar")
+    env = make_env("gym:MinAtar/Breakout-v1", 2)
+    assert env.observation_shape == (4, 10, 10) and env.observation_dtype == torch.bool
+    assert env.action_spec.kind == "discrete" and env.action_spec.num_actions == 3  # the minimal action set
+    obs = env.reset(seed=3)
+    assert obs.shape == (2, 4, 10, 10) and obs.dtype == torch.bool
+    package_state = env.env.envs[0].unwrapped.game.state()  # [10, 10, C]
+    assert torch.equal(obs[0], torch.from_numpy(package_state).permute(2, 0, 1))
+    next_obs, _, _, _, info = env.step(torch.tensor([0, 2]))
+    assert next_obs.shape == info["final_obs"].shape == (2, 4, 10, 10) and next_obs.dtype == torch.bool
+    assert env.state_dict() is None  # the game lives in minatar's own objects: nothing captured
+    env.close()
+
+
+def test_time_feature_counts_the_steps_of_each_episode():
+    """time_feature: -0.5 after a reset, -0.5 + (k - 1) / T after the k-th step, on the
+    episode's last observation too; the next episode starts again at -0.5."""
+    env = make_gym_env("CartPole-v1", 2, time_feature=True, max_episode_steps=4)
+    assert env.observation_shape == (5,) and env.time_limit == 4
+    obs = env.reset(seed=0)
+    assert obs[:, 4].tolist() == [-0.5, -0.5]
+    features = []
+    for _ in range(4):
+        obs, _, done, trunc, info = env.step(torch.ones(2, dtype=torch.int64))
+        features.append((obs[:, 4].tolist(), info["final_obs"][:, 4].tolist(), (done | trunc).tolist()))
+    assert features[0][0] == [-0.5, -0.5] and features[1][0] == [-0.25, -0.25] and features[2][0] == [0.0, 0.0]
+    # the 4th step truncates both copies: the last observation carries k = 4, the new episode -0.5
+    assert features[3] == ([-0.5, -0.5], [0.25, 0.25], [True, True])
+    assert make_gym_env("Pendulum-v1", 1, time_feature=True).observation_shape == (4,)  # T = 200 registered

@@ -5,6 +5,7 @@ reference value, an exact count, an invariant), not the line that a mutant chang
 """
 
 import copy
+import math
 from typing import Any
 
 import numpy as np
@@ -217,8 +218,9 @@ def test_a2c_window_sums_the_returns_and_lengths_of_the_episodes_it_finished():
 
 def test_a2c_window_takes_the_episodes_an_environment_reports_over_its_done_flags():
     """Atari reports whole games itself (info["episode_end"], unclipped returns), while
-    `done` marks every lost life: the window's episode counts, successes, returns and
-    lengths must be the reported ones (finished_episodes), not `done | trunc` and `done`."""
+    `done` marks every lost life: the window's episode counts, returns and lengths must be
+    the reported ones (finished_episodes), not `done | trunc`; the successes are the
+    environment's info["success"] among the reported ends."""
     from pglab.algos.a2c import A2CTrainConfig, A2CTrainer
     from pglab.configs.a2c import PixelGoalConfig
 
@@ -241,7 +243,7 @@ def test_a2c_window_takes_the_episodes_an_environment_reports_over_its_done_flag
         episode_end = torch.tensor([True, False, True])
         returns = torch.where(episode_end, torch.tensor([7.0, 0.0, -2.0], dtype=torch.float64), 0.0)
         lengths = torch.where(episode_end, torch.tensor([11, 0, 5]), 0)
-        reported.append((episode_end, trunc.clone(), returns, lengths))
+        reported.append((episode_end, info["success"].clone(), returns, lengths))
         return (
             obs,
             reward,
@@ -254,7 +256,7 @@ def test_a2c_window_takes_the_episodes_an_environment_reports_over_its_done_flag
     trainer.window()
     sums = trainer.stats.episodes.sums
     assert float(sums["count"]) == sum(int(end.sum()) for end, _, _, _ in reported) == 4
-    assert float(sums["success_sum"]) == sum(int((end & ~trunc).sum()) for end, trunc, _, _ in reported)
+    assert float(sums["success_sum"]) == sum(int((end & success).sum()) for end, success, _, _ in reported)
     assert float(sums["return_sum"]) == 2 * (7.0 - 2.0)
     assert float(sums["length_sum"]) == 2 * (11 + 5)
 
@@ -296,8 +298,8 @@ def test_sample_actions_survives_a_uniform_draw_of_exactly_zero(monkeypatch):
 
 # -- stream-AC(lambda): the reward scaler (pglab.algos.stream_ac) ----------------------------
 def test_reward_scaler_matches_the_reference_over_episodes_with_discounting():
-    """r / (std(G) + 1e-8) with G = gamma G + r reset after each episode, against the
-    reference of tests/test_update_rules_a2c.py (all returns so far, population std)."""
+    """r / sqrt(var(G) + 1e-8) with G = gamma G (1 - finished) + r, against the reference
+    of tests/test_update_rules_a2c.py (all returns so far, sample variance)."""
     from test_update_rules_a2c import ReferenceScaler
 
     from pglab.algos.stream_ac import RewardScaler
@@ -310,13 +312,13 @@ def test_reward_scaler_matches_the_reference_over_episodes_with_discounting():
 
 
 def test_reward_scaler_keeps_the_sign_when_the_returns_have_no_spread():
-    """Two equal returns: std 0, so the reward is divided by the 1e-8 floor (a
+    """Two equal returns: variance 0, so the reward is divided by sqrt(1e-8) (a
     subtracted floor would flip the reward's sign)."""
     from pglab.algos.stream_ac import RewardScaler
 
     scaler = RewardScaler(gamma=0.0)
     assert scaler(2.0, False) == pytest.approx(2.0)
-    assert scaler(2.0, False) == pytest.approx(2.0 / 1e-8)
+    assert scaler(2.0, False) == pytest.approx(2.0 / math.sqrt(1e-8))
 
 
 # -- Q-learning and WoLF-PHC (pglab.algos.tabular.agents) -----------------------------------

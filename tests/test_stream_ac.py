@@ -8,8 +8,11 @@ import pytest
 import torch
 
 from pglab.algos.a2c_common import LOG_NAME
-from pglab.algos.stream_ac import ObGD, RewardScaler, StreamActorCritic, sparse_init_, train_stream_ac
+from pglab.algos.obgd import ObGD
+from pglab.algos.stream_ac import RewardScaler, train_stream_ac
 from pglab.configs.a2c import A2CTrainConfig, PixelGoalConfig
+from pglab.envs.base import ActionSpec
+from pglab.nets.stream import build_stream_actor_critic, sparse_init_
 from pglab.run.checkpoint import load_checkpoint_file
 
 
@@ -51,6 +54,8 @@ def test_sparse_init_zeroes_the_fraction_per_unit():
     layer = torch.nn.Linear(50, 7)
     sparse_init_(layer.weight, 0.9)
     assert ((layer.weight == 0).sum(dim=1) == 45).all()
+    sparse_init_(layer.weight, 0.33)  # ceil(0.33 * 50) = 17, as the reference rounds
+    assert ((layer.weight == 0).sum(dim=1) == 17).all()
     assert layer.weight.abs().max() <= math.sqrt(1 / 50)
 
 
@@ -60,17 +65,20 @@ def test_reward_scaler_divides_by_the_running_return_std():
     for r in rewards[:-1]:
         scaler(r, False)
     out = scaler(rewards[-1], False)
-    assert out == pytest.approx(7.0 / torch.tensor(rewards).std(unbiased=False).item(), rel=1e-6)
+    assert out == pytest.approx(7.0 / math.sqrt(torch.tensor(rewards).var().item() + 1e-8), rel=1e-6)
 
 
 def test_observation_statistics_are_welford_exact():
-    net = StreamActorCritic(1, 4, 4, 3, hidden=8)
+    net = build_stream_actor_critic((1, 4, 4), torch.uint8, ActionSpec(kind="discrete", num_actions=3), hidden=8)
     frames = torch.randint(0, 256, (10, 1, 4, 4), dtype=torch.uint8)
     net.observe(frames)
-    data = frames.double() / 255
+    data = frames.double()
     assert torch.allclose(net.obs_mean, data.mean(0))
-    assert torch.allclose(net.obs_m2 / 10, data.var(0, unbiased=False))
-    logits, values = net(frames[:2])
+    assert torch.allclose(net.obs_m2 / 9, data.var(0))
+    # the network reads (x - mean) / sqrt(var + 1e-8), var the sample variance
+    expected = ((data[:2] - data.mean(0)) / (data.var(0) + 1e-8).sqrt()).float()
+    assert torch.allclose(net.normalise(frames[:2]), expected)
+    (logits,), values = net(frames[:2])
     assert logits.shape == (2, 3) and values.shape == (2,)
 
 

@@ -27,7 +27,7 @@ import torch
 
 from pglab.algos.a2c import A2CTrainConfig, A2CTrainer
 from pglab.algos.a2c_common import LOG_NAME, build_env, evaluate_policy
-from pglab.algos.stream_ac import ACTOR_KAPPA, StreamActorCritic, train_stream_ac
+from pglab.algos.stream_ac import build_network, train_stream_ac
 from pglab.configs.a2c import PixelGoalConfig
 from pglab.envs.pixel_goal import PixelGoalEnv
 from pglab.run.checkpoint import load_checkpoint_file
@@ -91,7 +91,8 @@ def scripted_a2c_trainer():
     def step(actions):
         next_obs, reward, done, trunc, final_obs = script[len(seen)]
         seen.append((trainer.obs.value.clone(), actions.clone(), next_obs, reward, done, trunc))
-        return next_obs.clone(), reward.clone(), done.clone(), trunc.clone(), {"final_obs": final_obs}
+        info = {"final_obs": final_obs, "success": done.clone()}  # as PixelGoalEnv, which defines success
+        return next_obs.clone(), reward.clone(), done.clone(), trunc.clone(), info
 
     trainer.env.step = step
     return trainer, seen, copy.deepcopy(trainer.model)
@@ -190,7 +191,7 @@ def stream_config(run_dir, steps):
         lr=1.0,
         gamma=0.9,
         trace_lambda=0.7,
-        kappa=2.0,
+        kappa_value=2.0,
         entropy_coef=0.05,
         total_env_steps=steps,
         save_interval=1000,
@@ -204,51 +205,59 @@ def stream_config(run_dir, steps):
 
 
 class ReferenceScaler:
-    """r / (std(G) + 1e-8), the population std of every running return G so far
-    (G = gamma G + r, reset to 0 after an episode's last step), from the stored list."""
+    """The reference code's ScaleReward: r / sqrt(var(G) + 1e-8), the sample variance of
+    every running return G so far (G = gamma G (1 - finished) + r: an episode's last step
+    restarts it at r), from the stored list (variance 1 before two returns)."""
 
     def __init__(self, gamma):
         self.gamma, self.ret, self.history = gamma, 0.0, []
 
     def __call__(self, reward, finished):
-        self.ret = self.gamma * self.ret + reward
+        self.ret = self.gamma * self.ret * (0.0 if finished else 1.0) + reward
         self.history.append(self.ret)
-        if finished:
-            self.ret = 0.0
-        std = (
-            torch.tensor(self.history, dtype=torch.float64).std(unbiased=False).item() if len(self.history) > 1 else 1.0
-        )
-        return reward / (std + 1e-8)
+        var = torch.tensor(self.history, dtype=torch.float64).var().item() if len(self.history) > 1 else 1.0
+        return reward / math.sqrt(var + 1e-8)
 
 
-def reference_stream_ac(model, transitions, config):
+def categorical_terms(params, action):
+    """``(log pi(a|s), H(pi(.|s)))`` of a softmax policy, in float64."""
+    log_probs = torch.log_softmax(params[0][0].double(), dim=0)
+    return log_probs[int(action)], -(log_probs.exp() * log_probs).sum()
+
+
+def reference_stream_ac(model, transitions, config, terms=categorical_terms):
     """Replay ``transitions`` with a slow ObGD(lambda) loop; returns the final model,
-    the traces (actor, critic) and the per-step step sizes (actor, critic)."""
+    the traces (actor, critic) and the per-step step sizes (actor, critic). ``terms(params,
+    action)`` gives the policy's log-probability and entropy."""
     model = copy.deepcopy(model)
-    groups = {"actor": (model.actor_parameters(), ACTOR_KAPPA), "critic": (model.critic_parameters(), config.kappa)}
+    groups = {
+        "actor": (model.actor_parameters(), config.kappa_policy),
+        "critic": (model.critic_parameters(), config.kappa_value),
+    }
     traces = {name: [torch.zeros(p.shape, dtype=torch.float64) for p in params] for name, (params, _) in groups.items()}
     scaler = ReferenceScaler(config.gamma)
     step_sizes = []
     model.observe(transitions[0][0])
-    for obs, action, next_obs, reward, done, trunc in transitions:
-        logits, value = model(obs)
+    for obs, action, next_obs, reward, done, trunc, final_obs in transitions:
+        params, value = model(obs)
         finished = bool(done) or bool(trunc)
         scaled = scaler(float(reward), finished)
+        if finished:  # the statistics see every observation: the episode's last, then the next
+            model.observe(final_obs)
         model.observe(next_obs)
         with torch.no_grad():
             v_next = float(model(next_obs)[1])
         target = scaled + (config.gamma * v_next if bootstraps(bool(done), bool(trunc)) else 0.0)
         delta = target - value.item()
-        log_probs = torch.log_softmax(logits[0].double(), dim=0)
-        entropy = -(log_probs.exp() * log_probs).sum()
+        log_prob, entropy = terms(params, action)
         # the actor ascends log pi(a|s) + c_H sign(delta) H, the critic ascends V(s)
         objectives = {
-            "actor": log_probs[int(action)] + config.entropy_coef * math.copysign(1.0, delta) * entropy,
+            "actor": log_prob + config.entropy_coef * math.copysign(1.0, delta) * entropy,
             "critic": value[0],
         }
         sizes = {}
-        for name, (params, kappa) in groups.items():
-            grads = torch.autograd.grad(objectives[name], params, retain_graph=True)
+        for name, (members, kappa) in groups.items():
+            grads = torch.autograd.grad(objectives[name], members, retain_graph=True)
             z = traces[name]
             for k in range(len(z)):
                 z[k] = config.gamma * config.trace_lambda * z[k] + grads[k].double()
@@ -256,7 +265,7 @@ def reference_stream_ac(model, transitions, config):
             bound = config.lr * kappa * max(abs(delta), 1.0) * z_l1  # M = alpha kappa max(|delta|, 1) ||z||_1
             sizes[name] = config.lr / max(bound, 1.0)
             with torch.no_grad():
-                for param, trace in zip(params, z, strict=False):
+                for param, trace in zip(members, z, strict=False):
                     param += (sizes[name] * delta * trace).to(param.dtype)
             if finished:  # traces end with the episode
                 traces[name] = [torch.zeros_like(t) for t in z]
@@ -273,7 +282,8 @@ def test_stream_ac_updates_match_a_slow_reference_loop(tmp_path, monkeypatch):
     def recording_step(env, actions):
         before = env.frames.clone()
         out = real_step(env, actions)
-        transitions.append((before, actions.clone(), out[0].clone(), out[1].clone(), out[2].clone(), out[3].clone()))
+        recorded = (before, actions.clone(), *(x.clone() for x in out[:4]), out[4]["final_obs"].clone())
+        transitions.append(recorded)
         return out
 
     monkeypatch.setattr(PixelGoalEnv, "step", recording_step)
@@ -282,7 +292,7 @@ def test_stream_ac_updates_match_a_slow_reference_loop(tmp_path, monkeypatch):
     # the trainer's initial network: the shell seeds, then the trainer builds env and model
     seed_everything(config.seed)
     env = build_env(config, CPU, seed=config.seed)
-    initial = StreamActorCritic(*env.observation_shape, 5, hidden=config.hidden, sparsity=config.sparsity)
+    initial = build_network(config, env)
     dones = [bool(t[4]) for t in transitions]
     truncs = [bool(t[5]) for t in transitions]
     # the script is what the test needs: a termination, a truncation, a trace carried

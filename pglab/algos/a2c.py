@@ -56,7 +56,8 @@ is the shell's ``{"meta": {...}}`` (``kind``, ``config``, ``versions``, ``device
 ``return/mean``                mean undiscounted return of those episodes *
 ``return/std``                 their standard deviation (population) *
 ``episode/length``             their mean length in env-steps *
-``episode/success_rate``       fraction of them that terminated (PixelGoalEnv: reached the goal) *
+``episode/success_rate``       fraction of them that succeeded (PixelGoalEnv: reached the goal) *;
+                               only environments that define success (:mod:`pglab.envs.base`)
 ``stats/dist_p10/p50/p90``     percentiles of ``info["dist"]`` at the window's last env-step
                                (only for environments that report ``dist``)
 ``stats/lr``                   learning rate
@@ -96,15 +97,16 @@ from pglab.algos.a2c_common import (
     finished_episodes,
     format_postfix,
     present,
+    record_keys,
     run_result,
     sample_actions,
 )
 from pglab.configs.a2c import KIND, KINDS, STREAM_AC_KIND, A2CTrainConfig
-from pglab.envs.base import EpisodeTracker
+from pglab.envs.base import EpisodeTracker, defines_success
 from pglab.errors import CheckpointError, ConfigError
 from pglab.losses.a2c import a2c_td0_losses
-from pglab.nets.nature_cnn import build_stream_actor_critic
 from pglab.nets.pixel_cnn import PixelActorCriticCNN
+from pglab.nets.stream import StreamActorCritic
 from pglab.run.checkpoint import load_state_dict_checked
 from pglab.run.config import config_from_dict
 from pglab.run.seeding import make_generator
@@ -188,13 +190,15 @@ class A2CTrainer:
         self.env_seed = config.seed + 1000 * rank  # each rank its own episodes
         self.env = build_env(config, self.device, seed=self.env_seed)
         self.model = build_model(config, self.env).to(self.device)
+        assert config.lr is not None and config.num_envs is not None and config.gamma is not None  # set by the config
+        self.gamma, self.num_envs = config.gamma, config.num_envs
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, eps=config.adam_eps)
         # DDP wraps the module after the weights are identical on every rank (same seed).
         self.train_model = wrap_model(self.model) if wrap_model is not None else self.model
         self.reuse_forward = config.reuse_forward and wrap_model is None
         self.action_generator = make_generator(config.seed + 7919 + 1000 * rank, self.device)
         self.tracker = EpisodeTracker(config.num_envs, self.device)
-        self.stats = WindowStats(self.device)
+        self.stats = WindowStats(self.device, success=defines_success(self.env))
         self.obs = Value(self.env.reset(seed=self.env_seed).clone())
 
     def tracked(self) -> dict[str, Any]:
@@ -233,7 +237,7 @@ class A2CTrainer:
                 "observation_shape": list(self.env.observation_shape),
                 "num_actions": int(self.env.action_spec.num_actions),
             },
-            "record_keys": ["opt_steps", *A2C_RECORD_KEYS, *PERF_KEYS],
+            "record_keys": ["opt_steps", *record_keys(A2C_RECORD_KEYS, self.env), *PERF_KEYS],
         }
 
     # -- one env-step ----------------------------------------------------------------
@@ -265,7 +269,7 @@ class A2CTrainer:
             done,
             trunc,
             v_next,
-            gamma=cfg.gamma,
+            gamma=self.gamma,
             value_coef=cfg.value_coef,
             entropy_coef=cfg.entropy_coef,
         )
@@ -275,7 +279,7 @@ class A2CTrainer:
         self.stats.add(
             losses, reward, done, trunc, episode_returns, episode_lengths, info.get("dist"), ended, succeeded
         )
-        self.counters["env_steps"] += cfg.num_envs * self.world_size
+        self.counters["env_steps"] += self.num_envs * self.world_size
         self.obs.value = next_obs
         return keep
 
@@ -363,8 +367,10 @@ def train_a2c(
 # -- the agent API (pglab.load_checkpoint) ----------------------------------------------
 @dataclass(repr=False)
 class A2CAgent(Agent):
-    """A trained pixel actor-critic (either algorithm): ``act(obs)`` -> int32 actions,
-    ``value(obs)`` -> ``V(s)``, ``predict`` on NumPy arrays (from :class:`pglab.agent.Agent`)."""
+    """A trained actor-critic of either algorithm: ``act(obs)`` -> actions, ``value(obs)`` ->
+    ``V(s)``, ``predict`` on NumPy arrays (from :class:`pglab.agent.Agent`). Actions are
+    int32 indices, or for a stream-ac Gaussian policy float32 vectors within the action
+    bounds."""
 
     policy: nn.Module
     config: A2CTrainConfig
@@ -379,42 +385,48 @@ class A2CAgent(Agent):
 
     @property
     def obs_spec(self) -> ObsSpec:
-        """What :meth:`act` and :meth:`value` read: pixels ``[B, K, H, W]`` 0..255."""
+        """What :meth:`act` and :meth:`value` read: pixels ``[B, K, H, W]`` 0..255, or
+        (stream-ac) real-valued vectors ``[B, D]`` or boards ``[B, C, H, W]``."""
         arch = self.extra["architecture"]
-        return ObsSpec(("B", int(arch["in_channels"]), int(arch["height"]), int(arch["width"])), "pixels")
+        if "obs_shape" not in arch:
+            return ObsSpec(("B", int(arch["in_channels"]), int(arch["height"]), int(arch["width"])), "pixels")
+        shape: tuple[int | str, ...] = ("B", *(int(size) for size in arch["obs_shape"]))
+        return ObsSpec(shape, "pixels" if arch["obs_kind"] == "pixels" else "real")
+
+    def _checked(self, obs: torch.Tensor, where: str) -> torch.Tensor:
+        """``obs`` checked against :attr:`obs_spec` (a board may come as bool)."""
+        if isinstance(obs, torch.Tensor) and obs.dtype == torch.bool and self.obs_spec.values == "real":
+            obs = obs.to(torch.float32)
+        return check_observation(obs, self.obs_spec, where=where, device=self.device)
 
     @torch.no_grad()
     def act(
         self, obs: torch.Tensor, deterministic: bool = True, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """Pixels ``[N, K, H, W]`` -> int32 actions ``[N]`` (argmax, or a sample drawn with
-        ``generator``).
+        """Observations ``[N, ...]`` -> actions ``[N]`` (int32) or ``[N, D]`` (float32): the
+        most probable action (a Gaussian's mean), or a sample drawn with ``generator``.
 
-        ``obs`` is a uint8 tensor (integer tensors, and floats holding whole numbers, in
-        0..255 are cast to uint8); a wrong type, shape or dtype, or a value outside 0..255,
-        raises :class:`~pglab.agent.ObservationError`."""
-        obs = check_observation(obs, self.obs_spec, where="A2CAgent.act", device=self.device)
+        Pixels are uint8 (integer tensors, and floats holding whole numbers, in 0..255 are
+        cast to uint8); a wrong type, shape or dtype, or a value out of range, raises
+        :class:`~pglab.agent.ObservationError`."""
+        obs = self._checked(obs, "A2CAgent.act")
+        generator = generator or torch.Generator(device=obs.device)
+        if isinstance(self.policy, StreamActorCritic):
+            return self.policy.act(obs, deterministic, generator)
         logits, _ = self.policy(obs)
         if deterministic:
             return logits.argmax(dim=1).to(torch.int32)
-        return sample_actions(logits, generator or torch.Generator(device=logits.device)).to(torch.int32)
+        return sample_actions(logits, generator).to(torch.int32)
 
     @torch.no_grad()
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """Pixels ``[N, K, H, W]`` (checked as for :meth:`act`) -> float32 ``[N]``."""
-        return self.policy(check_observation(obs, self.obs_spec, where="A2CAgent.value", device=self.device))[1]
+        """Observations (checked as for :meth:`act`) -> float32 ``[N]``."""
+        return self.policy(self._checked(obs, "A2CAgent.value"))[1]
 
     def make_env(self, num_envs: int, *, seed: int, device: torch.device | str | None = None):
         """The environment the agent was trained on, with ``num_envs`` copies."""
-        from pglab.envs.registry import make_env
-
-        return make_env(
-            self.config.env,
-            num_envs,
-            device=torch.device(device) if device is not None else self.device,
-            seed=seed,
-            **self.config.env_kwargs(),
-        )
+        target = torch.device(device) if device is not None else self.device
+        return build_env(self.config, target, seed=seed, num_envs=num_envs)
 
 
 def agent_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str = "cpu") -> A2CAgent:
@@ -430,11 +442,11 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], device: torch.device | str
     arch = checkpoint.get("extra", {}).get("architecture")
     if arch is None:
         raise CheckpointError(f"checkpoint {checkpoint.get('path')}: no network architecture recorded")
-    if checkpoint["kind"] == STREAM_AC_KIND:
-        # an architecture without "torso" is the small one
-        policy = build_stream_actor_critic(**{"torso": "small", **arch})
-    else:
-        policy = PixelActorCriticCNN(**arch)
+    policy: nn.Module
+    try:
+        policy = StreamActorCritic(**arch) if checkpoint["kind"] == STREAM_AC_KIND else PixelActorCriticCNN(**arch)
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {checkpoint.get('path')}: an unknown network architecture ({exc})") from exc
     load_state_dict_checked(policy, checkpoint["models"]["model"], name="model", source=str(checkpoint.get("path")))
     policy.to(device).eval()
     return A2CAgent(

@@ -16,8 +16,9 @@ from typing import Any
 import torch
 
 from pglab.configs.a2c import A2CTrainConfig
-from pglab.envs.atari import reported_episodes
-from pglab.envs.base import EpisodeTracker
+from pglab.envs.atari import is_atari_spec, reported_episodes
+from pglab.envs.base import EpisodeTracker, defines_success
+from pglab.nets.stream import sample_actions as sample_actions  # the trainers sample here
 from pglab.run.episodes import EPISODE_METRICS, EpisodeStats
 from pglab.run.progress import progress_bar
 from pglab.run.shell import PERF_ENV_STEPS_PER_S, PERF_STEP_SECONDS, TrainingRun
@@ -42,6 +43,7 @@ RECORD_KEYS = (
     "stats/reset_rate",
     *EPISODE_METRICS,
 )
+SUCCESS_KEY = "episode/success_rate"
 # The episode metrics that have no value (an empty cell) in a record whose window finished no episode.
 EPISODE_KEYS = tuple(name for name in EPISODE_METRICS if name != "episode/count")
 # Percentiles of info["dist"] at a window's last env-step (only envs that report it).
@@ -51,11 +53,33 @@ PERF_KEYS = (PERF_STEP_SECONDS, PERF_ENV_STEPS_PER_S)
 LOG_NAME = "metrics.jsonl"
 
 
-def build_env(config: A2CTrainConfig, device: torch.device, *, seed: int):
-    """The batched environment of ``config`` (``config.num_envs`` copies on ``device``)."""
+def record_keys(keys: tuple[str, ...], env) -> list[str]:
+    """A trainer's record keys for ``env``: without ``episode/success_rate`` where the
+    environment defines no success (:func:`pglab.envs.base.defines_success`)."""
+    return [key for key in keys if key != SUCCESS_KEY or defines_success(env)]
+
+
+def env_options(config: A2CTrainConfig) -> dict[str, Any]:
+    """The environment factory's keyword arguments for ``config``: ``config.env_kwargs()``
+    and, for stream-ac, the input pipeline of the reference code: raw (unclipped) Atari
+    rewards (the learner scales them), and the time feature on Gymnasium's vector
+    observations (:class:`pglab.envs.gym_adapter.GymVectorAdapter`)."""
+    options = config.env_kwargs()
+    if config.algo == "stream-ac" and is_atari_spec(config.env):
+        options["clip_rewards"] = False
+    elif config.algo == "stream-ac" and config.env.startswith("gym:"):
+        options["time_feature"] = True
+    return options
+
+
+def build_env(config: A2CTrainConfig, device: torch.device, *, seed: int, num_envs: int | None = None):
+    """The batched environment of ``config`` (``num_envs``, default ``config.num_envs``,
+    copies on ``device``)."""
     from pglab.envs.registry import make_env
 
-    return make_env(config.env, config.num_envs, device=device, seed=seed, **config.env_kwargs())
+    copies = num_envs if num_envs is not None else config.num_envs
+    assert copies is not None  # A2CTrainConfig sets num_envs
+    return make_env(config.env, copies, device=device, seed=seed, **env_options(config))
 
 
 class FreshEpisodes:
@@ -82,39 +106,51 @@ class FreshEpisodes:
         )
 
 
+class EnvEntry:
+    """The environment's checkpoint entry: the environment's own snapshot where it takes
+    one (``state_dict`` not ``None``, e.g. :class:`pglab.envs.pixel_goal.PixelGoalEnv` or
+    Gymnasium's classic control: a bit-identical resume), else ``fresh`` episodes
+    (ALE's emulators, MuJoCo, MinAtar's game objects)."""
+
+    def __init__(self, env, fresh: FreshEpisodes):
+        self.env, self.fresh = env, fresh
+        self.snapshots = hasattr(env, "state_dict") and hasattr(env, "load_state_dict")
+
+    def state_dict(self) -> Any:
+        return self.env.state_dict() if self.snapshots else None
+
+    def load_state_dict(self, state: Any) -> None:
+        if state is None:
+            self.fresh.load_state_dict({})
+        else:
+            self.env.load_state_dict(state)
+
+
 def env_entry(env, fresh: FreshEpisodes) -> Stateful:
-    """The environment's checkpoint entry: the environment itself where it snapshots its
-    own state (``state_dict`` / ``load_state_dict``, e.g. :class:`pglab.envs.pixel_goal.PixelGoalEnv`:
-    a bit-identical resume), else ``fresh``."""
-    return env if hasattr(env, "state_dict") and hasattr(env, "load_state_dict") else fresh
+    """The environment's checkpoint entry (:class:`EnvEntry`)."""
+    return EnvEntry(env, fresh)
 
 
 def finished_episodes(
     tracker: EpisodeTracker, reward: torch.Tensor, done: torch.Tensor, trunc: torch.Tensor, info: dict[str, Any]
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The episodes that ended at this env-step: ``(returns, lengths, finished, succeeded)``,
-    all ``[N]`` (returns/lengths 0 where ``finished`` is false).
+    ``[N]`` (returns/lengths 0 where ``finished`` is false); ``succeeded`` is the
+    environment's ``info["success"]`` among them, ``None`` where the environment defines
+    no success (:mod:`pglab.envs.base`).
 
     Environments that report their own episodes (:func:`pglab.envs.atari.reported_episodes`:
     Atari's whole games with the unclipped score, while ``done`` marks every lost life and
-    the reward is clipped) are taken at their word, and ``succeeded`` means the game ended
-    before the time limit. Otherwise ``tracker`` sums the rewards up to ``done | trunc``
-    and ``succeeded = done`` (PixelGoalEnv: reached the goal)."""
+    the reward is clipped) are taken at their word. Otherwise ``tracker`` sums the rewards
+    up to ``done | trunc``."""
     reported = reported_episodes(info)
     if reported is None:
         returns, lengths, finished = tracker.update(reward, done | trunc)
-        return returns, lengths, finished, done
-    returns, lengths = reported
-    finished = info["episode_end"]
-    return returns, lengths, finished, finished & ~trunc
-
-
-def sample_actions(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """int64 ``[N]`` from float ``[N, A]`` logits by the Gumbel-max trick:
-    ``argmax(logits + G)``, ``G = -log(-log U)``, with ``U`` from ``generator``."""
-    uniform = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
-    gumbel = -torch.log(-torch.log(uniform.clamp_(1e-20, 1.0)))
-    return torch.argmax(logits.detach() + gumbel, dim=1)
+    else:
+        returns, lengths = reported
+        finished = info["episode_end"]
+    success = info.get("success")
+    return returns, lengths, finished, None if success is None else success & finished
 
 
 class WindowStats:
@@ -124,12 +160,12 @@ class WindowStats:
     Per env-step scalars (losses, statistics, step sizes) are averaged over the window's
     env-steps; reward, termination and truncation over its transitions; the episodes that
     ended go to :attr:`episodes`, the run's :class:`pglab.run.episodes.EpisodeStats`
-    (success: :func:`finished_episodes`'s ``succeeded``).
+    (with a success rate where ``success``: the environment defines success).
     """
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, *, success: bool):
         self.device = device
-        self.episodes = EpisodeStats(device, success=True)
+        self.episodes = EpisodeStats(device, success=success)
         self.reset()
 
     def reset(self) -> None:
@@ -156,20 +192,16 @@ class WindowStats:
     ) -> None:
         """One env-step: 0-d ``scalars`` to average, reward/done/trunc ``[N]``, the returns
         and lengths of the episodes that ended (zero elsewhere) ``[N]``, ``info["dist"]`` or
-        ``None``; which episodes ended and succeeded ``[N]`` (default ``done | trunc`` and
-        ``done``; :func:`finished_episodes` gives all four)."""
+        ``None``; which episodes ended (default ``done | trunc``) and which of them
+        succeeded ``[N]`` (``None`` where the environment defines no success);
+        :func:`finished_episodes` gives all four."""
         for name, value in scalars.items():
             value = value.detach().to(torch.float64)
             self.means[name] = self.means[name] + value if name in self.means else value
         self.sums["reward"] += reward.sum()
         self.sums["done"] += done.sum()
         self.sums["trunc"] += trunc.sum()
-        self.episodes.add(
-            episode_returns,
-            episode_lengths,
-            done | trunc if finished is None else finished,
-            done if succeeded is None else succeeded,
-        )
+        self.episodes.add(episode_returns, episode_lengths, done | trunc if finished is None else finished, succeeded)
         self.transitions += reward.numel()
         self.env_steps += 1
         self.dist = dist
@@ -239,15 +271,19 @@ def format_postfix(record: dict[str, float]) -> dict[str, str]:
         value = record.get(key, math.nan)
         return "-" if value is None or math.isnan(value) else format(value, spec)
 
-    return {"ret": fmt("return/mean", ".3f"), "succ": fmt("episode/success_rate", ".2f")}
+    postfix = {"ret": fmt("return/mean", ".3f")}
+    if SUCCESS_KEY in record:
+        postfix["succ"] = fmt(SUCCESS_KEY, ".2f")
+    return postfix
 
 
 @torch.no_grad()
 def evaluate_policy(
     act, env, *, episodes: int, max_env_steps: int = 100_000, desc: str = "evaluate a2c"
 ) -> dict[str, float]:
-    """Run ``act(obs) -> int32 [N]`` until ``episodes`` episodes are counted; success rate
-    (fraction terminated), mean return and length.
+    """Run ``act(obs) -> actions`` until ``episodes`` episodes are counted: their mean
+    return and length, and where the environment defines success
+    (:func:`pglab.envs.base.defines_success`) the success rate; the key is absent elsewhere.
 
     Each environment copy ``i`` contributes its *first* ``m_i`` episodes, with the quotas
     ``m_i`` summing to ``episodes`` (``episodes // N``, one more for the first
@@ -262,9 +298,7 @@ def evaluate_policy(
     quota[: episodes % num_envs] += 1
     taken = torch.zeros(num_envs, dtype=torch.long, device=env.device)
     obs = env.reset()
-    returns: list[torch.Tensor] = []
-    lengths: list[torch.Tensor] = []
-    successes: list[torch.Tensor] = []
+    columns: dict[str, list[torch.Tensor]] = {"returns": [], "lengths": [], "successes": []}
     count = 0
     bar = progress_bar(episodes, desc=desc, unit="ep")
     try:
@@ -275,9 +309,10 @@ def evaluate_policy(
             )
             counted = finished & (taken < quota)
             taken += finished.long()
-            returns.append(episode_returns[counted])
-            lengths.append(episode_lengths[counted])
-            successes.append(succeeded[counted])
+            columns["returns"].append(episode_returns[counted])
+            columns["lengths"].append(episode_lengths[counted])
+            if succeeded is not None:
+                columns["successes"].append(succeeded[counted])
             now = int(torch.minimum(taken, quota).sum())
             bar.update(now - count)
             count = now
@@ -285,17 +320,26 @@ def evaluate_policy(
                 break
     finally:
         bar.close()
-    all_returns = torch.cat(returns)[:episodes].to(torch.float64)
-    all_lengths = torch.cat(lengths)[:episodes].to(torch.float64)
-    all_success = torch.cat(successes)[:episodes].to(torch.float64)
-    n = int(all_returns.numel())
-    if n == 0:
-        return {"episodes": 0, "success_rate": float("nan"), "return_mean": float("nan"), "length_mean": float("nan")}
-    return {
+    return _evaluation(columns, episodes, success=defines_success(env))
+
+
+def _evaluation(columns: dict[str, list[torch.Tensor]], episodes: int, *, success: bool) -> dict[str, float]:
+    """:func:`evaluate_policy`'s result from the counted episodes' columns."""
+
+    def column(name: str) -> torch.Tensor:
+        parts = columns[name]
+        return torch.cat(parts)[:episodes].to(torch.float64) if parts else torch.zeros(0, dtype=torch.float64)
+
+    returns, lengths = column("returns"), column("lengths")
+    n = int(returns.numel())
+    result: dict[str, float] = {
         "episodes": n,
-        "success_rate": float(all_success.mean()),
-        "return_mean": float(all_returns.mean()),
-        "return_std": float(all_returns.std()) if n > 1 else 0.0,
-        "length_mean": float(all_lengths.mean()),
-        "success_stderr": float(all_success.std() / math.sqrt(n)) if n > 1 else 0.0,
+        "return_mean": float(returns.mean()) if n else math.nan,
+        "return_std": float(returns.std()) if n > 1 else 0.0,
+        "length_mean": float(lengths.mean()) if n else math.nan,
     }
+    if success:
+        successes = column("successes")
+        result["success_rate"] = float(successes.mean()) if n else math.nan
+        result["success_stderr"] = float(successes.std() / math.sqrt(n)) if n > 1 else 0.0
+    return result

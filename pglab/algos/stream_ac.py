@@ -1,27 +1,32 @@
 """Stream-AC(lambda) of Elsayed, Vasan & Mahmood (2024), "Streaming Deep Reinforcement
-Learning Finally Works" (``pglab train a2c --algo stream-ac --num-envs 1``).
+Learning Finally Works" (``pglab train a2c --algo stream-ac``), as their code runs it.
 
-One environment, one update per transition, no buffer, no batch. The recipe:
+One stream, one update per transition, no buffer, no batch. The recipe:
 
-- separate actor and critic networks with LayerNorm (no affine) before every activation
-  (LeakyReLU) and *sparse initialisation* (a fraction ``sparsity`` of each unit's input
-  weights set to zero, the rest LeCun-uniform): :class:`pglab.nets.pixel_cnn.StreamActorCritic`;
-- online normalisation of observations (running per-pixel mean / variance, Welford) and
-  reward scaling by the running standard deviation of the discounted return;
-- eligibility traces and the ObGD optimiser (overshooting-bounded gradient descent)::
+- separate actor and critic networks with LayerNorm (no affine) before every LeakyReLU and
+  sparse initialisation (:mod:`pglab.nets.stream`): an MLP for vector observations,
+  the reference's MinAtar and Atari networks for 10x10 boards and 84x84 frames; a
+  softmax policy for discrete actions, a Gaussian (mean, softplus standard deviation)
+  for continuous ones, its samples clipped to the action bounds for the environment;
+- online normalisation of observations (running mean / sample variance per element;
+  the time feature of vector observations passes through) and reward scaling
+  (:class:`RewardScaler`), without clipping (Atari's rewards too);
+- eligibility traces and ObGD, or AdaptiveObGD (:mod:`pglab.algos.obgd`), one per network::
 
-      delta   = r + gamma (1 - done) V(s') - V(s)
-      z_w     = gamma lambda z_w + grad_w V(s)                               (critic)
+      delta   = r_hat + gamma (1 - done) V(s') - V(s)          (done: terminated or truncated)
       z_th    = gamma lambda z_th + grad_th [log pi(a|s) + c_H sign(delta) H(pi(.|s))]
-      M       = alpha kappa max(|delta|, 1) ||z||_1;   alpha_eff = alpha / max(M, 1)
-      w      += alpha_eff delta z                                            (each network)
+      z_w     = gamma lambda z_w + grad_w V(s)
+      each network: w += alpha' delta u   (ObGD: u = z, alpha' = alpha / max(M, 1))
 
-  with kappa = ``kappa`` (2) for the critic and 3 for the actor, as in the paper's code;
-  traces are cleared when an episode ends (``done | trunc``).
+  with ``kappa_policy`` (3) and ``kappa_value`` (2) in the bound ``M``; traces are
+  cleared when an episode ends.
+
+Defaults (:data:`pglab.configs.a2c.ALGO_DEFAULTS`): ``gamma = 0.99``, ``alpha = 1``,
+``lambda = 0.8``, ``c_H = 0.01``, sparsity 0.9.
 
 :func:`train_stream_ac` is *config -> build -> step* inside the training shell
-(:mod:`pglab.run.shell`), like the batched trainer: :class:`StreamACLearner` builds the
-run (env, networks, ObGD optimisers, reward scaler, statistics) and holds its two phases,
+(:mod:`pglab.run.shell`): :class:`StreamACLearner` builds the run (env, network,
+optimisers, reward scaler, statistics) and holds its two phases,
 :meth:`~StreamACLearner.transition` (one update) and :meth:`~StreamACLearner.row` (one
 log record). An "optimiser step" is one transition (``opt_steps == env_steps``, the step
 column), checkpoints come every ``save_interval`` transitions, and one record with the
@@ -29,18 +34,16 @@ batched trainer's metrics (:mod:`pglab.algos.a2c_common`) is logged every ``LOG_
 transitions and at the end. A stop writes no record: the window's sums travel with the
 checkpoint, and the resumed run logs the uninterrupted run's records. There is no
 gradient norm and no single learning rate: ``stats/lr/actor`` and ``stats/lr/critic`` are
-the mean effective ObGD step sizes ``alpha_eff`` of the window; the shell's
-``perf/step_s`` is seconds per transition.
+the mean effective step sizes ``alpha'`` of the window; the shell's ``perf/step_s`` is
+seconds per transition.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import nn
 
 from pglab.algos.a2c_common import (
     PERF_KEYS,
@@ -53,14 +56,14 @@ from pglab.algos.a2c_common import (
     finished_episodes,
     format_postfix,
     present,
+    record_keys,
     run_result,
-    sample_actions,
 )
+from pglab.algos.obgd import OPTIMIZERS, AdaptiveObGD, ObGD
 from pglab.configs.a2c import STREAM_AC_KIND, A2CTrainConfig
-from pglab.envs.base import EpisodeTracker
+from pglab.envs.base import EpisodeTracker, defines_success
 from pglab.errors import ConfigError
-from pglab.nets.nature_cnn import build_stream_actor_critic
-from pglab.nets.pixel_cnn import StreamActorCritic, sparse_init_
+from pglab.nets.stream import StreamActorCritic, build_stream_actor_critic, sparse_init_
 from pglab.run.seeding import make_generator
 from pglab.run.shell import TrainerSpec, TrainingRun
 from pglab.run.state import Value
@@ -68,6 +71,7 @@ from pglab.run.state import Value
 __all__ = [
     "SPEC",
     "STREAM_AC_RECORD_KEYS",
+    "AdaptiveObGD",
     "ObGD",
     "RewardScaler",
     "StreamACLearner",
@@ -77,7 +81,7 @@ __all__ = [
 ]
 
 LOG_EVERY = 1000
-ACTOR_KAPPA = 3.0
+REWARD_EPS = 1e-8
 # The trainer's metrics (the shell adds PERF_KEYS to every record).
 STREAM_AC_RECORD_KEYS = (*RECORD_KEYS, "stats/lr/actor", "stats/lr/critic")
 
@@ -93,97 +97,69 @@ SPEC = TrainerSpec(
 )
 
 
-class ObGD:
-    """Overshooting-bounded gradient descent with eligibility traces (one network)."""
-
-    def __init__(self, params: Sequence[nn.Parameter], *, lr: float, gamma: float, lam: float, kappa: float):
-        self.params, self.lr, self.gamma, self.lam, self.kappa = list(params), lr, gamma, lam, kappa
-        self.traces = [torch.zeros_like(p) for p in self.params]
-
-    @torch.no_grad()
-    def step(self, delta: torch.Tensor, reset: bool) -> float:
-        """Uses each parameter's ``.grad`` (the gradient to trace); returns the step size."""
-        for trace, param in zip(self.traces, self.params, strict=True):
-            assert param.grad is not None, "ObGD.step: backward() first"
-            trace.mul_(self.gamma * self.lam).add_(param.grad)  # z = gamma lambda z + grad
-        delta_value = float(delta)
-        z_norm = float(torch.stack([trace.abs().sum() for trace in self.traces]).sum())
-        bound = self.lr * self.kappa * max(abs(delta_value), 1.0) * z_norm  # M = alpha kappa max(|delta|,1) ||z||_1
-        step_size = self.lr / max(bound, 1.0)  # alpha / max(M, 1)
-        for param, trace in zip(self.params, self.traces, strict=True):
-            param.add_(trace, alpha=step_size * delta_value)  # w += alpha_eff delta z
-            param.grad = None
-        if reset:
-            for trace in self.traces:
-                trace.zero_()
-        return step_size
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"traces": [t.clone() for t in self.traces]}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for trace, saved in zip(self.traces, state["traces"], strict=True):
-            trace.copy_(saved)
-
-
 class RewardScaler:
-    """r / std(G) with G the running discounted return (reset at episode ends)."""
+    """The reference's ``ScaleReward``: ``r / sqrt(var(G) + 1e-8)``, where ``G = gamma G + r``
+    is the running discounted return, restarted (``G = r``) at an episode's last step, and
+    ``var`` the sample variance of every ``G`` so far (1 before two of them)."""
 
     def __init__(self, gamma: float):
         self.gamma = gamma
-        self.state = {"ret": 0.0, "count": 0.0, "mean": 0.0, "m2": 0.0}
+        self.state = {"trace": 0.0, "count": 0.0, "mean": 0.0, "m2": 0.0}
 
     def __call__(self, reward: float, finished: bool) -> float:
         s = self.state
-        s["ret"] = self.gamma * s["ret"] + reward
+        s["trace"] = s["trace"] * self.gamma * (0.0 if finished else 1.0) + reward
         s["count"] += 1
-        delta = s["ret"] - s["mean"]
+        delta = s["trace"] - s["mean"]
         s["mean"] += delta / s["count"]
-        s["m2"] += delta * (s["ret"] - s["mean"])
-        if finished:
-            s["ret"] = 0.0
-        std = math.sqrt(s["m2"] / s["count"]) if s["count"] > 1 else 1.0
-        return reward / (std + 1e-8)
+        s["m2"] += delta * (s["trace"] - s["mean"])
+        variance = s["m2"] / (s["count"] - 1) if s["count"] >= 2 else 1.0
+        return reward / math.sqrt(variance + REWARD_EPS)
 
     def state_dict(self) -> dict[str, float]:
         return dict(self.state)
 
     def load_state_dict(self, state: dict[str, float]) -> None:
-        self.state = {name: float(state[name]) for name in ("ret", "count", "mean", "m2")}
+        self.state = {name: float(state[name]) for name in ("trace", "count", "mean", "m2")}
+
+
+def build_network(config: A2CTrainConfig, env) -> StreamActorCritic:
+    """The network for ``env``'s observations and actions (:func:`pglab.nets.stream.build_stream_actor_critic`)."""
+    if env.action_spec.kind not in ("discrete", "continuous"):
+        raise ConfigError("env", config.env, "stream-ac takes discrete or continuous (Box) actions")
+    return build_stream_actor_critic(
+        tuple(env.observation_shape),
+        env.observation_dtype,
+        env.action_spec,
+        torso=config.torso,
+        hidden=config.hidden,
+        sparsity=config.sparsity,
+        raw_inputs=1 if getattr(env, "time_feature", False) else 0,
+    )
 
 
 class StreamACLearner:
-    """One stream-AC run: env, networks, ObGD optimisers, reward scaler, statistics (built
-    here, after the shell has seeded), and the loop's two phases, :meth:`transition` and
+    """One stream-AC run: env, network, optimisers, reward scaler, statistics (built here,
+    after the shell has seeded), and the loop's two phases, :meth:`transition` and
     :meth:`row`. ``counters`` is the shell's ``run.counters`` (``env_steps`` counted here)."""
 
     def __init__(self, config: A2CTrainConfig, device: torch.device, counters: dict[str, Any]):
         self.config, self.counters = config, counters
         self.counters.setdefault("env_steps", 0)
         self.env = build_env(config, device, seed=config.seed)
-        channels, height, width = tuple(self.env.observation_shape)
-        # PixelGoalEnv's small boards: StreamActorCritic's own torso; Atari frames: the Nature
-        # conv stack with the same LayerNorm + sparse init (config.torso, auto by image size).
-        model = build_stream_actor_critic(
-            channels,
-            height,
-            width,
-            int(self.env.action_spec.num_actions),
-            hidden=config.hidden,
-            sparsity=config.sparsity,
-            torso=config.torso,
-        ).to(device)
-        assert isinstance(model, StreamActorCritic)  # the Nature variant subclasses it; the builder returns nn.Module
-        self.model = model
+        self.model = build_network(config, self.env).to(device)
+        assert config.optimizer is not None and config.lr is not None and config.gamma is not None  # A2CTrainConfig
+        optimizer = OPTIMIZERS[config.optimizer]
         traced = dict(lr=config.lr, gamma=config.gamma, lam=config.trace_lambda)
-        self.actor = ObGD(model.actor_parameters(), kappa=ACTOR_KAPPA, **traced)
-        self.critic = ObGD(model.critic_parameters(), kappa=config.kappa, **traced)
+        self.actor = optimizer(self.model.actor_parameters(), kappa=config.kappa_policy, **traced)
+        self.critic = optimizer(self.model.critic_parameters(), kappa=config.kappa_value, **traced)
+        self.gamma = config.gamma
         self.scaler = RewardScaler(config.gamma)
         self.generator = make_generator(config.seed + 7919, device)
         self.tracker = EpisodeTracker(1, device)
-        self.stats = WindowStats(device)
+        self.stats = WindowStats(device, success=defines_success(self.env))
         self.obs = Value(self.env.reset(seed=config.seed).clone())
-        model.observe(self.obs.value)
+        self.model.observe(self.obs.value)
 
     def tracked(self) -> dict[str, Any]:
         """What a checkpoint holds (:meth:`pglab.run.shell.TrainingRun.track`'s arguments);
@@ -209,36 +185,42 @@ class StreamACLearner:
 
     def info(self) -> dict[str, Any]:
         """Facts for the meta line of metrics.jsonl (not checked on resume)."""
-        return {"record_keys": ["opt_steps", *STREAM_AC_RECORD_KEYS, *PERF_KEYS]}
+        return {"record_keys": ["opt_steps", *record_keys(STREAM_AC_RECORD_KEYS, self.env), *PERF_KEYS]}
 
-    def transition(self) -> None:
-        """One transition and one ObGD update of each network (the module docstring's equations)."""
-        config, model = self.config, self.model
-        logits, value = model(self.obs.value)
-        action = sample_actions(logits, self.generator)
-        next_obs, reward, done, trunc, info = self.env.step(action.to(torch.int32))
+    def _step_env(self, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool, Any]:
+        """Act in the environment; observe what it returns (the last observation of a
+        finished episode, then the next one); ``(next_obs, reward, finished, step)``."""
+        step = self.env.step(self.model.env_action(action))
+        next_obs, reward, done, trunc, info = step
         next_obs = next_obs.clone()  # the env may reuse its buffer
         finished = bool((done | trunc).item())
+        if finished:
+            self.model.observe(info["final_obs"])
+        self.model.observe(next_obs)
+        return next_obs, reward, finished, step
+
+    def transition(self) -> None:
+        """One transition and one update of each network (the module docstring's equations)."""
+        model, head = self.model, self.model.policy_head
+        params, value = model(self.obs.value)
+        action = head.sample(params, self.generator)
+        next_obs, reward, finished, (_, _, done, trunc, info) = self._step_env(action)
         scaled = self.scaler(float(reward.item()), finished)
-        model.observe(next_obs)
         with torch.no_grad():
-            _, v_next = model(next_obs)
+            v_next = model.value(next_obs)
         # delta = r + gamma (1 - done) V(s') - V(s); a truncation resets s', so no bootstrap either
-        target = scaled + config.gamma * (0.0 if finished else 1.0) * v_next
-        delta = (target - value).detach()[0]
-        log_probs = torch.log_softmax(logits, dim=1)
-        entropy = -(log_probs.exp() * log_probs).sum()
-        chosen = log_probs[0, action[0]]
-        # ascend log pi + c_H sign(delta) H  (actor);  ascend V (critic): both traced
-        (chosen + config.entropy_coef * torch.sign(delta) * entropy + value[0]).backward()
+        delta = (scaled + self.gamma * (0.0 if finished else 1.0) * v_next - value).detach()[0]
+        log_prob, entropy = head.log_prob(params, action)[0], head.entropy(params)[0]
+        # ascend log pi + c_H sign(delta) H (actor) and V (critic): both traced
+        (log_prob + self.config.entropy_coef * torch.sign(delta) * entropy + value[0]).backward()
         actor_step = self.actor.step(delta, finished)
         critic_step = self.critic.step(delta, finished)
-        policy_loss, value_loss = -(chosen.detach() * delta), 0.5 * delta**2
+        policy_loss, value_loss = -(log_prob.detach() * delta), 0.5 * delta**2
         scalars = {
             "loss": policy_loss + value_loss,
             "loss/policy": policy_loss,
             "loss/value": value_loss,
-            "loss/entropy": -config.entropy_coef * entropy.detach(),
+            "loss/entropy": -self.config.entropy_coef * entropy.detach(),
             "stats/entropy": entropy.detach(),
             "stats/advantage_mean": delta,
             "stats/value_mean": value.detach()[0],

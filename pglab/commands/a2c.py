@@ -1,12 +1,13 @@
 """``pglab train a2c`` and ``pglab evaluate A2C_CHECKPOINT``.
 
-    pglab train a2c [--algo a2c|stream-ac] [--env pglab:pixel-goal] [--num-envs 256]
+    pglab train a2c [--algo a2c|stream-ac] [--env pglab:pixel-goal] [--num-envs N]
                     [--total-env-steps N] [--update-every 2] [--lr ..] [--resume RUN_DIR]
                     [--save-interval 500] [--self-test] ...     (``--help`` lists every field)
     pglab evaluate CHECKPOINT [--episodes 2000] [--num-envs 256] [--policy trained|random]
                     [--stochastic] [--seed 12345] [--device auto] [--output FILE]
 
-``evaluate`` prints one JSON object (success rate, mean return and length) and writes it
+``evaluate`` prints one JSON object (mean return and length; the success rate where the
+environment defines success, :mod:`pglab.envs.base`) and writes it
 to ``--output``, or to ``RUN_DIR/evaluation_<policy>.json`` when the checkpoint lies in a
 run directory.
 
@@ -85,12 +86,18 @@ def evaluate(argv: list[str]) -> int:
     agent = agent_from_checkpoint(checkpoint, device=device)
     env = agent.make_env(config.num_envs, seed=config.seed, device=device)
     generator = make_generator(config.seed + 1, device)
-    num_actions = int(env.action_spec.num_actions)
+    spec = env.action_spec
 
     def act(obs: torch.Tensor) -> torch.Tensor:
-        if config.policy == "random":
-            return torch.randint(num_actions, (env.num_envs,), generator=generator, device=device, dtype=torch.int32)
-        return agent.act(obs, deterministic=not config.stochastic, generator=generator)
+        if config.policy == "trained":
+            return agent.act(obs, deterministic=not config.stochastic, generator=generator)
+        if spec.kind == "discrete":
+            return torch.randint(
+                spec.num_actions, (env.num_envs,), generator=generator, device=device, dtype=torch.int32
+            )
+        low, high = (torch.tensor(bound, device=device).reshape(spec.shape) for bound in (spec.low, spec.high))
+        uniform = torch.rand((env.num_envs, *spec.shape), generator=generator, device=device)
+        return low + (high - low) * uniform  # uniform over the action box
 
     result: dict[str, Any] = {
         **evaluate_policy(act, env, episodes=config.episodes, desc=f"evaluate a2c ({config.policy})"),

@@ -33,6 +33,15 @@ STREAM_AC_KIND = "a2c-stream-ac"
 KINDS = (KIND, STREAM_AC_KIND)
 PIXEL_GOAL_ENV = "pglab:pixel-goal"
 
+# The fields each --algo sets when they are left unset (None). stream-ac: the settings of
+# Elsayed, Vasan & Mahmood (2024) and their code (one stream, gamma 0.99, ObGD with alpha 1).
+ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
+    "a2c": {"num_envs": 256, "gamma": 0.95, "lr": 1e-3, "optimizer": "adam"},
+    "stream-ac": {"num_envs": 1, "gamma": 0.99, "lr": 1.0, "optimizer": "obgd"},
+}
+OPTIMIZERS = {"a2c": ("adam",), "stream-ac": ("obgd", "adaptive-obgd")}
+TORSOS = {"a2c": ("auto", "small", "nature"), "stream-ac": ("auto", "small", "minatar", "atari")}
+
 
 @dataclass(frozen=True)
 class PixelGoalConfig:
@@ -98,45 +107,51 @@ class A2CTrainConfig:
         "torch_threads": "threads",
         "out": "log_dir",
         "output_dir": "log_dir",
+        "kappa": "kappa_value",
         **{name: f"pixel_goal.{name}" for name in PIXEL_GOAL_FIELDS},
     }
 
     algo: Literal["a2c", "stream-ac"] = "a2c"
-    """a2c: batched TD(0) A2C; stream-ac: Elsayed et al. (2024) stream-AC(lambda), one env"""
+    """a2c: batched TD(0) A2C; stream-ac: Elsayed et al. (2024) stream-AC(lambda), one stream"""
     env: str = PIXEL_GOAL_ENV
-    """environment: pglab:pixel-goal, or gym:ID / gym:ALE/Pong-v5 (ale-py)"""
-    num_envs: int = 256
-    """environments stepped together (per rank)"""
+    """environment: pglab:pixel-goal, or gym:ID (gym:CartPole-v1, gym:MinAtar/Breakout-v1, gym:ALE/Pong-v5)"""
+    num_envs: int | None = None
+    """environments stepped together (per rank); default 256 for a2c, 1 for stream-ac (its only value)"""
     total_env_steps: int = 500_000
     """training budget in transitions, summed over environments (and ranks)"""
     update_every: int = 2
-    """env-steps of gradient accumulation per optimiser step (loss scaled by 1/update_every)"""
-    lr: float = 1e-3
-    """Adam learning rate (a2c) or ObGD step size (stream-ac)"""
-    gamma: float = 0.95
-    """discount per env-step"""
+    """a2c: env-steps of gradient accumulation per optimiser step (loss scaled by 1/update_every)"""
+    optimizer: Literal["adam", "obgd", "adaptive-obgd"] | None = None
+    """a2c: adam; stream-ac: obgd (default) or adaptive-obgd (ObGD with Adam-style second moments)"""
+    lr: float | None = None
+    """Adam learning rate (a2c, default 1e-3) or ObGD step size alpha (stream-ac, default 1.0)"""
+    gamma: float | None = None
+    """discount per env-step; default 0.95 for a2c, 0.99 for stream-ac"""
     value_coef: float = 0.5
-    """weight of the value loss"""
+    """a2c: weight of the value loss"""
     entropy_coef: float = 0.01
     """weight of the entropy bonus"""
     grad_clip: float = 0.5
-    """max global gradient norm (a2c)"""
+    """a2c: max global gradient norm"""
     adam_eps: float = 1e-5
-    """Adam epsilon"""
+    """a2c: Adam epsilon"""
     reuse_forward: bool = True
-    """reuse the bootstrap forward as the next step's forward inside a window (exact)"""
+    """a2c: reuse the bootstrap forward as the next step's forward inside a window (exact)"""
     trace_lambda: float = 0.8
     """stream-ac: eligibility-trace decay lambda"""
-    kappa: float = 2.0
-    """stream-ac: ObGD overshooting bound kappa (actor uses 3.0 as in the paper)"""
+    kappa_policy: float = 3.0
+    """stream-ac: ObGD overshooting bound kappa of the actor"""
+    kappa_value: float = 2.0
+    """stream-ac: ObGD overshooting bound kappa of the critic"""
     sparsity: float = 0.9
     """stream-ac: fraction of zeroed input weights per unit (sparse init)"""
     pixel_goal: PixelGoalConfig = field(default_factory=PixelGoalConfig)
     """PixelGoalEnv parameters (--pixel-goal.grid-size ...; ignored for gym envs)"""
-    torso: Literal["auto", "small", "nature"] = "auto"
-    """CNN torso of either algorithm (auto: nature for images >= 64 px, i.e. Atari; small below)"""
+    torso: Literal["auto", "small", "nature", "minatar", "atari"] = "auto"
+    """network torso. a2c: small or nature (auto: nature for images >= 64 px); stream-ac: small,
+    minatar or atari (auto: an MLP for vectors, minatar for 10x10 boards, atari for images >= 64 px)"""
     hidden: int = 0
-    """width of the CNN's dense layer (0: torso default)"""
+    """width of the dense layers (0: the torso's default)"""
     save_interval: int = 500
     """optimiser steps between checkpoints (plus one at the end and on SIGINT/SIGTERM); stream-ac: transitions"""
     keep_checkpoints: int = 3
@@ -159,9 +174,14 @@ class A2CTrainConfig:
         check_choice("algo", self.algo, ("a2c", "stream-ac"))
         if not isinstance(self.env, str) or ":" not in self.env:
             raise ConfigError("env", self.env, "must look like 'pglab:pixel-goal' or 'gym:ALE/Pong-v5'")
+        for name, value in ALGO_DEFAULTS[self.algo].items():
+            if getattr(self, name) is None:  # frozen: set through object.__setattr__
+                object.__setattr__(self, name, value)
+        assert self.num_envs is not None and self.lr is not None and self.gamma is not None  # set above
         check_int("num_envs", self.num_envs, minimum=1)
         check_int("total_env_steps", self.total_env_steps, minimum=1)
         check_int("update_every", self.update_every, minimum=1)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS[self.algo])
         check_positive("lr", self.lr)
         check_range("gamma", self.gamma, 0.0, 1.0, low_inclusive=False)
         check_non_negative("value_coef", self.value_coef)
@@ -169,8 +189,10 @@ class A2CTrainConfig:
         check_positive("grad_clip", self.grad_clip)
         check_positive("adam_eps", self.adam_eps)
         check_range("trace_lambda", self.trace_lambda, 0.0, 1.0)
-        check_positive("kappa", self.kappa)
+        check_positive("kappa_policy", self.kappa_policy)
+        check_positive("kappa_value", self.kappa_value)
         check_range("sparsity", self.sparsity, 0.0, 1.0, high_inclusive=False)
+        check_choice("torso", self.torso, TORSOS[self.algo])
         check_int("hidden", self.hidden, minimum=0)
         check_int("save_interval", self.save_interval, minimum=1)
         check_int("keep_checkpoints", self.keep_checkpoints, minimum=0)
@@ -184,15 +206,16 @@ class A2CTrainConfig:
         if self.resume is None:
             # Cross-field checks. On --resume the flags are only part of the config: the
             # shell re-validates the merged config (with resume=None) instead.
+            if self.algo == "stream-ac" and self.num_envs != 1:
+                raise ConfigError("num_envs", self.num_envs, "stream-AC runs one stream")
             if self.total_env_steps < self.num_envs:
                 raise ConfigError("total_env_steps", self.total_env_steps, f"must be >= num_envs ({self.num_envs})")
-            if self.algo == "stream-ac" and self.num_envs != 1:
-                raise ConfigError("num_envs", self.num_envs, "stream-ac learns from one stream: use --num-envs 1")
 
     def _check_memory(self) -> None:
         """The pixel-goal observations of an accumulation window (update_every steps plus the
         bootstrap step, every environment) against the memory available now; gym envs'
         observation sizes are known only once the env is built."""
+        assert self.num_envs is not None  # __post_init__ sets it first
         window = self.update_every + 1
         per_env = window * pixel_goal_step_bytes(self.pixel_goal)
         side = self.pixel_goal.image_size
@@ -219,6 +242,7 @@ class A2CTrainConfig:
 
     @property
     def env_steps_per_opt_step(self) -> int:
+        assert self.num_envs is not None  # __post_init__ sets it
         return self.num_envs * self.update_every
 
     def total_opt_steps(self, world_size: int = 1) -> int:
@@ -231,7 +255,8 @@ class A2CTrainConfig:
 
 @dataclass(frozen=True)
 class A2CEvaluateConfig:
-    """``pglab evaluate A2C_CHECKPOINT``: success rate, mean return and length of a policy."""
+    """``pglab evaluate A2C_CHECKPOINT``: mean return and length of a policy (and its success
+    rate, where the environment defines success)."""
 
     DEPRECATED_NAMES: ClassVar[dict[str, str]] = {"n_episodes": "episodes", "torch_threads": "threads", "out": "output"}
 

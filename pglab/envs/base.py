@@ -12,6 +12,12 @@ automatically, in the same call (Gymnasium's ``SAME_STEP`` autoreset)::
 ``done`` means the episode ended (nothing to bootstrap); ``trunc`` means it was cut off
 (a time limit) and its continuation could be bootstrapped from ``final_obs``.
 
+Success: an environment whose episodes can succeed (reach a goal) says so with a true
+``defines_success`` attribute and reports ``info["success"]`` bool ``[N]`` at every step
+(the copies whose episode ended in success); :func:`defines_success` is what trainers
+and evaluations ask. Elsewhere (CartPole, Pendulum, MinAtar, Atari) there is no success
+and no success rate.
+
 Checkpoints: ``env.state_dict()`` returns the simulation state (tensors, arrays, generator
 states) and ``env.load_state_dict(state)`` puts it back into an environment built from
 the same config, so that a resumed run continues bit for bit. An environment that cannot
@@ -63,6 +69,11 @@ class BatchedEnv(Protocol):
     def state_dict(self) -> Any: ...
 
     def load_state_dict(self, state: Any) -> None: ...
+
+
+def defines_success(env: Any) -> bool:
+    """Whether ``env`` defines success (see the module docstring): its ``defines_success``."""
+    return bool(getattr(env, "defines_success", False))
 
 
 class _CapturesNothing:

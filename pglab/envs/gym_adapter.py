@@ -10,6 +10,15 @@ preprocessing (stacked 84x84 greyscale frames ``uint8 [N, 4, 84, 84]``, episodic
 reward clipping, the game score in ``info``). Gymnasium envs are wrapped in
 :class:`GymVectorAdapter`, which converts NumPy to torch tensors on the chosen device.
 
+MinAtar: ``make_gym_env("MinAtar/Breakout-v1", ...)`` registers the ``minatar`` package's
+Gymnasium ids (``minatar.gym.register_envs()``) and returns its boards channel-first,
+bool ``[N, C, 10, 10]``, as pglab's native MinAtar games do.
+
+Time feature (``time_feature=True``, stream-AC's input for vector observations, as the
+``AddTimeInfo`` wrapper of Elsayed et al.'s code): vector observations of an environment
+with a time limit ``T`` get one more element, ``-0.5 + max(k - 1, 0) / T`` after the
+``k``-th step of an episode (``-0.5`` after a reset); other observations are unchanged.
+
 Checkpoints: :meth:`GymVectorAdapter.state_dict` captures the simulation state held in
 plain attributes (NumPy arrays, numbers, strings, ``None``, ``np.random.Generator``) of the
 vector env and of each copy's chain of wrappers: the whole state of Gymnasium's classic
@@ -33,6 +42,7 @@ from pglab.envs.base import ActionSpec, StepResult
 from pglab.errors import CheckpointError, ConfigError
 
 _TORCH_DTYPES = {
+    np.dtype(np.bool_): torch.bool,  # MinAtar's boards
     np.dtype(np.uint8): torch.uint8,
     np.dtype(np.float32): torch.float32,
     np.dtype(np.float64): torch.float32,  # gymnasium's float64 boxes -> float32 for the nets
@@ -97,7 +107,7 @@ _NOT_STATE = frozenset(
 # Physics engines whose state lives in C objects, not in plain attributes: an env holding
 # one cannot be captured, and restoring its other attributes onto a fresh world would mix
 # two states.
-_OPAQUE_SIMULATORS = ("Box2D", "mujoco", "pybullet")
+_OPAQUE_SIMULATORS = ("Box2D", "mujoco", "pybullet", "minatar")
 
 
 def _is_opaque_simulator(value: Any) -> bool:
@@ -160,12 +170,22 @@ def _action_spec(space: Any) -> ActionSpec:
 class GymVectorAdapter:
     """Wrap a Gymnasium ``VectorEnv`` whose autoreset mode is ``SAME_STEP``.
 
-    Observations come back as tensors of ``observation_dtype`` (uint8 pixels stay uint8;
-    float observations become float32). ``info["final_obs"]`` is a dense tensor: the
-    pre-reset observation where ``done | trunc``, the current observation elsewhere.
+    Observations come back as tensors of ``observation_dtype`` (uint8 pixels stay uint8,
+    bool boards bool; float observations become float32). ``info["final_obs"]`` is a
+    dense tensor: the pre-reset observation where ``done | trunc``, the current observation
+    elsewhere. ``channel_first`` turns ``[H, W, C]`` observations into ``[C, H, W]``;
+    ``time_limit`` (the episodes' step limit ``T``) appends the module docstring's time
+    feature to vector observations (``time_feature`` says whether it does).
     """
 
-    def __init__(self, env: Any, *, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        env: Any,
+        *,
+        device: torch.device | str = "cpu",
+        channel_first: bool = False,
+        time_limit: int | None = None,
+    ):
         self.env = env
         self.device = torch.device(device)
         self.num_envs = int(env.num_envs)
@@ -175,16 +195,31 @@ class GymVectorAdapter:
         # a Box of a dtype the nets take (not, e.g., FrozenLake's Discrete states)
         if not isinstance(obs_space, spaces.Box) or np.dtype(obs_space.dtype) not in _TORCH_DTYPES:
             raise ConfigError("env", str(obs_space), "unsupported observation space: need a Box of numbers")
-        self.observation_shape = tuple(int(s) for s in obs_space.shape)
+        shape = tuple(int(s) for s in obs_space.shape)
+        self.channel_first = channel_first and len(shape) == 3
+        self.time_feature = time_limit is not None and len(shape) == 1
+        self.time_limit = time_limit
+        self.observation_shape = (shape[2], shape[0], shape[1]) if self.channel_first else shape
         self.observation_dtype = _TORCH_DTYPES[np.dtype(obs_space.dtype)]
+        if self.time_feature:
+            self.observation_shape = (shape[0] + 1,)
+            self.observation_dtype = torch.float32
         self.action_spec = _action_spec(env.single_action_space)
+        self.episode_steps = np.zeros(self.num_envs, dtype=np.int64)  # steps of each copy's episode
 
-    def _obs(self, array: np.ndarray) -> torch.Tensor:
-        return _to_tensor(array, self.observation_dtype, self.device)
+    def _obs(self, array: np.ndarray, steps: np.ndarray) -> torch.Tensor:
+        """A batch of observations as a tensor; ``steps``: each row's steps into its episode."""
+        if self.time_feature:
+            assert self.time_limit is not None  # time_feature needs it
+            time = -0.5 + np.maximum(steps - 1, 0) / self.time_limit
+            array = np.concatenate([np.asarray(array, dtype=np.float32), time[:, None].astype(np.float32)], axis=1)
+        tensor = _to_tensor(array, self.observation_dtype, self.device)
+        return tensor.permute(0, 3, 1, 2).contiguous() if self.channel_first else tensor
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         obs, _ = self.env.reset(seed=seed)
-        return self._obs(obs)
+        self.episode_steps[:] = 0
+        return self._obs(obs, self.episode_steps)
 
     def step(self, actions: torch.Tensor) -> StepResult:
         spec = self.action_spec
@@ -201,18 +236,22 @@ class GymVectorAdapter:
                 where="GymVectorAdapter.step",
             )
         obs, reward, terminated, truncated, info = self.env.step(actions.detach().cpu().numpy())
-        obs_t = self._obs(obs)
         finished = np.logical_or(terminated, truncated)
+        steps = self.episode_steps + 1
+        self.episode_steps = np.where(finished, 0, steps)
+        obs_t = self._obs(obs, self.episode_steps)
         final_obs = obs_t
         if finished.any() and "final_obs" in info:
             raw = info["final_obs"]
             if isinstance(raw, np.ndarray) and raw.dtype != object:
-                final_obs = self._obs(raw)  # ALE: dense array
+                final_obs = self._obs(raw, steps)  # a dense array
             else:
                 mask = info.get("_final_obs", finished)
                 final_obs = obs_t.clone()
                 index = np.flatnonzero(mask)
-                final_obs[torch.as_tensor(index, device=self.device)] = self._obs(np.stack([raw[i] for i in index]))
+                final_obs[torch.as_tensor(index, device=self.device)] = self._obs(
+                    np.stack([raw[i] for i in index]), steps[index]
+                )
         out_info = {"final_obs": final_obs}
         return (
             obs_t,
@@ -262,7 +301,7 @@ class GymVectorAdapter:
                 if stored is not None:
                     fields[name] = stored
             layers.append({"type": type(holder).__name__, "fields": fields})
-        return {"layers": layers}
+        return {"layers": layers, "episode_steps": torch.from_numpy(self.episode_steps.copy())}
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
         """Put back a :meth:`state_dict`. ``None`` (nothing was captured) leaves the
@@ -280,6 +319,8 @@ class GymVectorAdapter:
                 raise CheckpointError(f"checkpoint: environment layer {layer['type']} != {type(holder).__name__}")
             for name, stored in layer["fields"].items():
                 setattr(holder, name, _restored(stored, getattr(holder, name, None)))
+        if "episode_steps" in state:
+            self.episode_steps = state["episode_steps"].numpy().copy()
 
 
 @functools.cache
@@ -350,12 +391,42 @@ _VECTOR_IMPLEMENTATIONS = {"CartPole-v1": (_same_step_cartpole, {"max_episode_st
 VECTORIZATION_MODES = ("auto", "vector", "sync", "async")
 
 
+MINATAR_NAMESPACE = "MinAtar/"
+
+
+def _register_minatar(env_id: str) -> None:
+    """Register the ``minatar`` package's Gymnasium ids (``MinAtar/Breakout-v1`` ...) once."""
+    import gymnasium as gym
+
+    if env_id in gym.registry:
+        return
+    try:
+        import minatar.gym
+    except ImportError as exc:
+        raise ConfigError("env", env_id, "needs the minatar package (pip install 'pglab[minatar]')") from exc
+    if not any(name.startswith(MINATAR_NAMESPACE) for name in gym.registry):
+        minatar.gym.register_envs()
+
+
+def _time_limit(env_id: str, env_kwargs: dict[str, Any]) -> int | None:
+    """The step limit of ``env_id``'s episodes: ``max_episode_steps`` given, or registered."""
+    import gymnasium as gym
+
+    if env_kwargs.get("max_episode_steps") is not None:
+        return int(env_kwargs["max_episode_steps"])
+    if env_id in _VECTOR_IMPLEMENTATIONS:
+        return int(_VECTOR_IMPLEMENTATIONS[env_id][1]["max_episode_steps"])
+    limit = gym.spec(env_id).max_episode_steps
+    return None if limit is None else int(limit)
+
+
 def make_gym_env(
     env_id: str,
     num_envs: int,
     *,
     device: torch.device | str = "cpu",
     vectorization: str = "auto",
+    time_feature: bool = False,
     **env_kwargs: Any,
 ) -> GymVectorAdapter | AtariEnv:
     """Build a vectorised Gymnasium (or ALE) environment wrapped as a batched env.
@@ -365,6 +436,8 @@ def make_gym_env(
     ``SyncVectorEnv`` / ``AsyncVectorEnv`` of single copies, ``"auto"`` is ``"vector"``
     where available and ``"sync"`` otherwise. ALE games always use ALE's C++ vector env
     (:func:`pglab.envs.atari.make_atari_env`; ``env_kwargs`` are its options).
+    ``time_feature``: append the time feature (module docstring) to vector observations
+    of environments with a time limit.
 
     Raises:
         ConfigError: unknown environment id or unsupported spaces (exit code 2).
@@ -375,6 +448,8 @@ def make_gym_env(
     if game is not None:
         # The standard Atari preprocessing lives in one place, shared by every trainer.
         return make_atari_env(game, num_envs, device=device, **env_kwargs)
+    if env_id.startswith(MINATAR_NAMESPACE):
+        _register_minatar(env_id)
     if vectorization not in VECTORIZATION_MODES:
         raise ConfigError("vectorization", vectorization, f"must be one of {', '.join(VECTORIZATION_MODES)}")
     if vectorization == "auto":
@@ -388,7 +463,9 @@ def make_gym_env(
                 f"(available: {', '.join(_VECTOR_IMPLEMENTATIONS)}); use 'sync' or 'async'",
             )
         factory, defaults = _VECTOR_IMPLEMENTATIONS[env_id]
-        return GymVectorAdapter(factory()(num_envs=num_envs, **{**defaults, **env_kwargs}), device=device)
+        limit = _time_limit(env_id, env_kwargs) if time_feature else None
+        vector_env = factory()(num_envs=num_envs, **{**defaults, **env_kwargs})
+        return GymVectorAdapter(vector_env, device=device, time_limit=limit)
     try:
         env = gym.make_vec(
             env_id,
@@ -400,7 +477,10 @@ def make_gym_env(
     except gym.error.Error as exc:
         raise ConfigError("env", env_id, f"not a registered Gymnasium environment ({exc})") from exc
     try:
-        return GymVectorAdapter(env, device=device)
+        limit = _time_limit(env_id, env_kwargs) if time_feature else None
+        return GymVectorAdapter(
+            env, device=device, channel_first=env_id.startswith(MINATAR_NAMESPACE), time_limit=limit
+        )
     except ConfigError:
         env.close()
         raise

@@ -63,6 +63,8 @@ class PixelGoalEnv:
         seed: seed of the environment's private generator.
     """
 
+    defines_success = True  # success = reaching the goal (info["success"], = done)
+
     def __init__(
         self, num_envs: int, config: PixelGoalConfig | None = None, *, device: torch.device | str = "cpu", seed: int = 0
     ):

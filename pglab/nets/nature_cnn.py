@@ -23,7 +23,7 @@ trainer and agent use either network unchanged: ``act``, ``rollout_actor``,
 from __future__ import annotations
 
 import math
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -31,7 +31,6 @@ from torch.nn import functional as F
 
 from pglab.contracts import check_tensor
 from pglab.errors import TensorContractError
-from pglab.nets.pixel_cnn import StreamActorCritic, sparse_init_
 
 
 def _conv_out(size: int, kernel: int, stride: int) -> int:
@@ -149,89 +148,3 @@ class NatureCNNActorCritic(nn.Module):
     def deterministic_action(self, obs: torch.Tensor) -> torch.Tensor:
         """The most probable action, int64 ``[B]``."""
         return self.policy_head(self.features(obs)).argmax(-1)
-
-
-# --------------------------------------------------------------------------------------
-# Stream-AC(lambda) on Atari: the same conv stack, with the streaming recipe's LayerNorm
-# and sparse initialisation (Elsayed, Vasan & Mahmood 2024)
-# --------------------------------------------------------------------------------------
-class StreamNatureTorso(nn.Module):
-    """The Nature conv stack + dense layer with LayerNorm (no affine) before every
-    LeakyReLU and sparse initialisation (:func:`pglab.nets.pixel_cnn.sparse_init_`), zero
-    biases. Normalised float ``[B, C, H, W]`` -> ``[B, hidden]``.
-
-    Why not :class:`pglab.nets.pixel_cnn.StreamActorCritic`'s own torso on Atari: it keeps
-    full resolution in its first layer (made for 16x16 boards), which on 84x84 frames
-    gives a 56,448 x 128 dense layer, 14.5 M parameters for actor and critic together;
-    the per-transition ObGD trace update over them took ~0.27 s and a forward+backward
-    ~0.17 s on one (loaded) CPU thread, about 2 transitions/s. This torso has 1.7 M."""
-
-    def __init__(self, in_channels: int, height: int, width: int, hidden: int, sparsity: float):
-        super().__init__()
-        sizes = [(height, width)]
-        for kernel, stride in ((8, 4), (4, 2), (3, 1)):
-            sizes.append((_conv_out(sizes[-1][0], kernel, stride), _conv_out(sizes[-1][1], kernel, stride)))
-        if min(sizes[-1]) < 1:
-            raise ValueError(
-                f"StreamNatureTorso: images {height}x{width} are smaller than the 36x36 the Nature CNN needs"
-            )
-        self.convs = nn.ModuleList(
-            [nn.Conv2d(in_channels, 32, 8, stride=4), nn.Conv2d(32, 64, 4, stride=2), nn.Conv2d(64, 64, 3, stride=1)]
-        )
-        self.conv_norms = nn.ModuleList(
-            [
-                nn.LayerNorm([conv.out_channels, *size], elementwise_affine=False)
-                for conv, size in zip(self.convs, sizes[1:], strict=False)
-            ]
-        )
-        self.dense = nn.Linear(64 * sizes[-1][0] * sizes[-1][1], hidden)
-        self.dense_norm = nn.LayerNorm(hidden, elementwise_affine=False)
-        for layer in (*self.convs, self.dense):
-            sparse_init_(layer.weight, sparsity)
-            nn.init.zeros_(layer.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for conv, norm in zip(self.convs, self.conv_norms, strict=False):
-            x = F.leaky_relu(norm(conv(x)))
-        return F.leaky_relu(self.dense_norm(self.dense(x.flatten(1))))
-
-
-class StreamNatureActorCritic(StreamActorCritic):
-    """:class:`~pglab.nets.pixel_cnn.StreamActorCritic` (running observation statistics,
-    actor and critic parameter groups, ``forward``) with :class:`StreamNatureTorso` torsos
-    for Atari frames. ``architecture()`` records ``torso="nature"``, so a checkpoint
-    rebuilds it through :func:`build_stream_actor_critic`."""
-
-    def __init__(
-        self, in_channels: int, height: int, width: int, num_actions: int, hidden: int = 512, sparsity: float = 0.9
-    ):
-        super().__init__(in_channels, height, width, num_actions, hidden, sparsity, torso=StreamNatureTorso)
-
-    def architecture(self) -> dict[str, Any]:
-        """The constructor arguments and ``torso="nature"``."""
-        return {**super().architecture(), "torso": "nature"}
-
-
-def build_stream_actor_critic(
-    in_channels: int,
-    height: int,
-    width: int,
-    num_actions: int,
-    *,
-    hidden: int = 0,
-    sparsity: float = 0.9,
-    torso: str = "auto",
-) -> nn.Module:
-    """Stream-AC's network for ``[C, H, W]`` pixel stacks: ``torso="nature"`` (``auto`` for
-    images >= 64 px, i.e. Atari) -> :class:`StreamNatureActorCritic` (dense width
-    ``hidden or 512``); ``"small"`` -> :class:`~pglab.nets.pixel_cnn.StreamActorCritic`
-    (``hidden or 128``), the network of the PixelGoalEnv runs. ``StreamActorCritic``'s
-    ``architecture()`` dict passed back in (``build_stream_actor_critic(**arch)``) rebuilds
-    the same network."""
-    if torso == "auto":
-        torso = "nature" if min(height, width) >= 64 else "small"
-    if torso == "nature":
-        return StreamNatureActorCritic(in_channels, height, width, num_actions, hidden=hidden or 512, sparsity=sparsity)
-    if torso == "small":
-        return StreamActorCritic(in_channels, height, width, num_actions, hidden=hidden or 128, sparsity=sparsity)
-    raise ValueError(f"build_stream_actor_critic: torso={torso!r}, expected 'auto', 'small' or 'nature'")

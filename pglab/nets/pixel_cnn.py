@@ -14,17 +14,12 @@ Two torsos, picked from the image size (or forced with ``torso=``):
 Orthogonal initialisation (gain sqrt 2 in the torso, 0.01 for the policy head so the
 initial policy is near-uniform, 1 for the value head), as in CleanRL / SB3.
 
-:class:`StreamActorCritic` is stream-AC(lambda)'s network (Elsayed et al. 2024, trained by
-:mod:`pglab.algos.stream_ac`): separate actor and critic torsos with LayerNorm (no affine)
-before every LeakyReLU, sparse initialisation, and running per-pixel observation
-statistics. It lives here, beside the batched trainer's network, so that the agent loader
-(:mod:`pglab.algos.a2c`) rebuilds either without importing the other trainer.
+Stream-AC(lambda)'s networks are in :mod:`pglab.nets.stream`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -62,7 +57,7 @@ class PixelActorCriticCNN(nn.Module):
         num_actions: int,
         *,
         hidden: int | None = None,
-        torso: Literal["auto", "small", "nature"] = "auto",
+        torso: str = "auto",
     ):
         super().__init__()
         if torso == "auto":
@@ -123,110 +118,3 @@ class PixelActorCriticCNN(nn.Module):
             "hidden": self.hidden,
             "torso": self.torso_name,
         }
-
-
-def sparse_init_(weight: torch.Tensor, sparsity: float, generator: torch.Generator | None = None) -> None:
-    """LeCun-uniform weights with ``round(sparsity * fan_in)`` inputs of every output unit zeroed."""
-    fan_out = weight.shape[0]
-    fan_in = weight[0].numel()
-    bound = math.sqrt(1.0 / fan_in)
-    with torch.no_grad():
-        weight.uniform_(-bound, bound, generator=generator)
-        zeros = int(round(sparsity * fan_in))
-        flat = weight.view(fan_out, fan_in)
-        for unit in range(fan_out):  # init only; per-unit so every unit keeps the same count
-            flat[unit, torch.randperm(fan_in, generator=generator)[:zeros]] = 0.0
-
-
-class _Torso(nn.Module):
-    def __init__(self, in_channels: int, height: int, width: int, hidden: int, sparsity: float):
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, 16, 3, stride=1, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, 3, stride=2, padding=1)
-        h, w = (height - 1) // 2 + 1, (width - 1) // 2 + 1
-        self.norm1 = nn.LayerNorm([16, height, width], elementwise_affine=False)
-        self.norm2 = nn.LayerNorm([32, h, w], elementwise_affine=False)
-        self.dense = nn.Linear(32 * h * w, hidden)
-        self.norm3 = nn.LayerNorm(hidden, elementwise_affine=False)
-        for layer in (self.conv1, self.conv2, self.dense):
-            sparse_init_(layer.weight, sparsity)
-            assert layer.bias is not None  # every layer here has a bias
-            nn.init.zeros_(layer.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        act = nn.functional.leaky_relu
-        x = act(self.norm1(self.conv1(x)))
-        x = act(self.norm2(self.conv2(x)))
-        return act(self.norm3(self.dense(x.flatten(1))))
-
-
-class StreamActorCritic(nn.Module):
-    """Separate actor and critic (sparse init, LayerNorm) with running observation
-    statistics. ``forward(obs uint8 [N, K, H, W]) -> (logits [N, A], values [N])``."""
-
-    # running per-pixel statistics of the observations (buffers: they travel with state_dict)
-    obs_count: torch.Tensor
-    obs_mean: torch.Tensor
-    obs_m2: torch.Tensor
-
-    def __init__(
-        self,
-        in_channels: int,
-        height: int,
-        width: int,
-        num_actions: int,
-        hidden: int = 128,
-        sparsity: float = 0.9,
-        *,
-        torso: type[nn.Module] | None = None,
-    ):
-        super().__init__()
-        self.arch = {
-            "in_channels": in_channels,
-            "height": height,
-            "width": width,
-            "num_actions": num_actions,
-            "hidden": hidden,
-            "sparsity": sparsity,
-        }
-        torso = torso or _Torso  # a subclass passes its own (the Nature stack for 84x84 frames)
-        self.actor_torso = torso(in_channels, height, width, hidden, sparsity)
-        self.critic_torso = torso(in_channels, height, width, hidden, sparsity)
-        self.policy_head = nn.Linear(hidden, num_actions)
-        self.value_head = nn.Linear(hidden, 1)
-        for layer in (self.policy_head, self.value_head):
-            sparse_init_(layer.weight, sparsity)
-            nn.init.zeros_(layer.bias)
-        shape = (in_channels, height, width)
-        self.register_buffer("obs_count", torch.zeros((), dtype=torch.float64))
-        self.register_buffer("obs_mean", torch.zeros(shape, dtype=torch.float64))
-        self.register_buffer("obs_m2", torch.zeros(shape, dtype=torch.float64))
-
-    def architecture(self) -> dict[str, Any]:
-        """Constructor arguments, stored in checkpoints to rebuild the network."""
-        return dict(self.arch)
-
-    def actor_parameters(self) -> list[nn.Parameter]:
-        return [*self.actor_torso.parameters(), *self.policy_head.parameters()]
-
-    def critic_parameters(self) -> list[nn.Parameter]:
-        return [*self.critic_torso.parameters(), *self.value_head.parameters()]
-
-    @torch.no_grad()
-    def observe(self, obs: torch.Tensor) -> None:
-        """Welford update of the per-pixel statistics with a batch ``[N, K, H, W]``."""
-        for sample in obs.to(torch.float64) / 255.0:
-            self.obs_count += 1
-            delta = sample - self.obs_mean
-            self.obs_mean += delta / self.obs_count
-            self.obs_m2 += delta * (sample - self.obs_mean)
-
-    def normalise(self, obs: torch.Tensor) -> torch.Tensor:
-        check_tensor("obs", obs, (None, *self.obs_mean.shape), torch.uint8, where="StreamActorCritic")
-        variance = self.obs_m2 / self.obs_count.clamp_min(2.0) if self.obs_count > 1 else torch.ones_like(self.obs_m2)
-        scaled = (obs.to(torch.float64) / 255.0 - self.obs_mean) / (variance + 1e-8).sqrt()
-        return scaled.to(torch.float32)
-
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self.normalise(obs)
-        return self.policy_head(self.actor_torso(x)), self.value_head(self.critic_torso(x)).squeeze(1)
