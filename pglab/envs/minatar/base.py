@@ -25,6 +25,8 @@ from pglab.validation import check_int, check_range
 ACTION_LETTERS = ("n", "l", "u", "r", "d", "f")
 GRID = 10
 CELLS = GRID * GRID
+# Action indices as pglab's trainers send them (int32) or as torch makes them (int64).
+ACTION_DTYPES = (torch.int32, torch.int64)
 
 
 class Game(Protocol):
@@ -177,7 +179,7 @@ class MinAtarEnv:
             info)``; ``info["final_obs"]`` is the last observation of each finished episode
             (the current observation elsewhere).
         """
-        check_tensor("actions", actions, (self.num_envs,), torch.int64, self.device, where="MinAtarEnv.step")
+        check_tensor("actions", actions, (self.num_envs,), ACTION_DTYPES, self.device, where="MinAtarEnv.step")
         step_draws, reset_draws = self._draws
         u = torch.rand(self.num_envs, 1 + step_draws + reset_draws, generator=self.generator, device=self.device)
         chosen = torch.where(u[:, 0] < self._sticky_below, self.last_action, self._actions[actions])
