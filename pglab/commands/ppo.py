@@ -67,15 +67,13 @@ def start_config(start: dict[str, str]) -> tuple[PPOConfig | None, frozenset[str
 
     defaults = start.get("defaults", "sb3" if "zoo" in start else "cleanrl")
     if defaults not in DEFAULT_SETS:
-        raise UsageError(f"defaults: must be one of {', '.join(DEFAULT_SETS)} (got {defaults!r})")
+        raise ConfigError("defaults", defaults, f"must be one of {', '.join(DEFAULT_SETS)}")
     if "zoo" not in start:
         if "zoo_file" in start:
-            raise UsageError("zoo_file: --zoo-file reads the entry that --zoo ENV_ID names; give --zoo too")
+            raise ConfigError("zoo_file", start["zoo_file"], "reads the entry that --zoo ENV_ID names; give --zoo too")
         return (make_config(PPOConfig, **DEFAULT_SETS[defaults]) if DEFAULT_SETS[defaults] else None), frozenset()
     if defaults != "sb3":
-        raise UsageError(
-            f"defaults: --zoo entries leave SB3's defaults unset, so they need --defaults sb3 (got {defaults!r})"
-        )
+        raise ConfigError("defaults", defaults, "--zoo entries leave SB3's defaults unset: they need --defaults sb3")
     from pglab.configs.zoo import as_zoo_error, zoo_fields
 
     translation = zoo_fields(start["zoo"], start.get("zoo_file"))
@@ -94,7 +92,9 @@ def one_minibatch_rule(config: PPOConfig, given: frozenset[str]) -> PPOConfig:
     if "update.num_minibatches" not in given or config.update.minibatch_size is None:
         return config
     if "update.minibatch_size" in given:
-        raise UsageError("minibatch_size: give --minibatch-size or --num-minibatches, not both")
+        raise ConfigError(
+            "minibatch_size", config.update.minibatch_size, "give --minibatch-size or --num-minibatches, not both"
+        )
     return replace(config, update=replace(config.update, minibatch_size=None))
 
 
@@ -104,6 +104,20 @@ def train(argv: list[str]) -> int:
 
     Returns the run's exit code: 0, or 130 (:data:`pglab.errors.EXIT_INTERRUPTED`) when
     SIGINT/SIGTERM stopped it after saving a checkpoint."""
+    config, given = train_config(argv)
+    check_new_run_dir(config)
+    from pglab.envs.wrappers import load_wrappers
+
+    load_wrappers(config.env_wrappers)  # an import error is a one-line usage error, before anything is created
+    from pglab.algos.ppo import train_ppo
+
+    result = train_ppo(config, given=given, echo=print)
+    return result.exit_code
+
+
+def train_config(argv: list[str]) -> tuple[PPOConfig, frozenset[str]]:
+    """The config ``pglab train ppo ARGV`` runs and the fields given (by flags, ``--config``
+    or ``--zoo``): ``--defaults``' set < ``--zoo`` entry < ``--config`` file < flags."""
     start, rest = split_start_flags(argv)
     base, zoo_given = start_config(start)  # before --help too: the help shows the defaults the run starts from
     parsed = parse_flags(
@@ -113,15 +127,7 @@ def train(argv: list[str]) -> int:
         description=DESCRIPTION,
         base=base,
     )
-    config = one_minibatch_rule(parsed.config, parsed.given)
-    check_new_run_dir(config)
-    from pglab.envs.wrappers import load_wrappers
-
-    load_wrappers(config.env_wrappers)  # an import error is a one-line usage error, before anything is created
-    from pglab.algos.ppo import train_ppo
-
-    result = train_ppo(config, given=parsed.given | zoo_given, echo=print)
-    return result.exit_code
+    return one_minibatch_rule(parsed.config, parsed.given), parsed.given | zoo_given
 
 
 DESCRIPTION = """PPO / VPG+GAE / REINFORCE on a Gymnasium (gym:ID) or pglab (pglab:NAME) environment.

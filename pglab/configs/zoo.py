@@ -17,6 +17,7 @@ it); nothing here builds an environment or imports torch.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 from collections.abc import Callable
@@ -73,13 +74,21 @@ def read_zoo_file(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
     """The entries of an RL-Zoo hyperparameter file (default: :func:`installed_zoo_file`)."""
     source = installed_zoo_file() if path is None else Path(path)
     try:
-        table = yaml.safe_load(source.read_text())
+        text = source.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("zoo_file", str(source), f"cannot be read ({exc})") from exc
+    return {name: dict(entry) for name, entry in _parsed(str(source), text).items()}
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(source: str, text: str) -> dict[str, dict[str, Any]]:
+    """``text`` read by YAML's safe loader (libyaml's where installed), once per text."""
+    try:
+        table = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
-        raise ConfigError("zoo_file", str(source), f"is not YAML that pglab reads safely ({exc})") from exc
+        raise ConfigError("zoo_file", source, f"is not YAML that pglab reads safely ({exc})") from exc
     if not isinstance(table, dict) or not all(isinstance(entry, dict) for entry in table.values()):
-        raise ConfigError("zoo_file", str(source), "must map environment ids to mappings of hyperparameters")
+        raise ConfigError("zoo_file", source, "must map environment ids to mappings of hyperparameters")
     return table
 
 
