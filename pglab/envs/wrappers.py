@@ -2,10 +2,10 @@
 
 A config names each wrapper as ``module.Class`` or ``module.Class(key=value, ...)``
 (:func:`pglab.configs.expressions.parse_call` reads it without running anything);
-:func:`load_wrappers` imports the classes and returns ``env -> Class(env, **kwargs)``
-functions, innermost first, for ``gymnasium.make_vec(wrappers=...)``. The ``pglab train
-ppo`` command calls it before a run starts, so an import error is one line naming the
-field and nothing is created.
+:func:`load_wrappers` imports the classes (``gymnasium.Wrapper`` subclasses only) and
+returns ``env -> Class(env, **kwargs)`` functions, innermost first, for
+``gymnasium.make_vec(wrappers=...)``. The ``pglab train ppo`` command calls it before a
+run starts, so an import error is one line naming the field and nothing is created.
 """
 
 from __future__ import annotations
@@ -34,8 +34,12 @@ def load_wrapper(spec: str, field: str = "env_wrappers") -> Wrapper:
     except ImportError as exc:
         raise ConfigError(field, spec, f"cannot import module {module_name!r} ({exc})") from exc
     cls = getattr(module, name, None)
-    if cls is None or not callable(cls):
+    if cls is None:
         raise ConfigError(field, spec, f"module {module_name!r} has no class {name!r}")
+    import gymnasium
+
+    if not (isinstance(cls, type) and issubclass(cls, gymnasium.Wrapper)):
+        raise ConfigError(field, spec, f"{call.path} is not a gymnasium.Wrapper class")
     return functools.partial(_apply, cls, dict(call.kwargs))
 
 
