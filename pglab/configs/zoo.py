@@ -403,8 +403,9 @@ def _gym_environment(env_id: str, entry: dict[str, Any], out: ZooTranslation) ->
 
 def _atari_environment(env_id: str, spec: Any, entry: dict[str, Any], out: ZooTranslation) -> None:
     """An ALE id with SB3's ``AtariWrapper`` and ``frame_stack``: pglab's Atari env
-    (:mod:`pglab.envs.atari`, the same preprocessing in ALE's C++) with the wrapper's
-    arguments and the registered id's ALE settings, and its Nature CNN (``CnnPolicy``)."""
+    (:mod:`pglab.envs.atari`: the wrapper's preprocessing in ALE's C++; docs/atari.md says
+    where it differs) with the wrapper's arguments and the registered id's ALE settings,
+    and its Nature CNN (``CnnPolicy``)."""
     calls = _wrapper_calls(entry.get("env_wrapper", []))
     if [call.path for call in calls] != [ATARI_WRAPPER]:
         raise ConfigError(
