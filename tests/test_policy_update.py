@@ -35,6 +35,7 @@ NON_DEFAULT = {
     "gae_lambda": 0.5,
     "ppo_epochs": 2,
     "num_minibatches": 3,
+    "minibatch_size": 16,
     "clip_coef": 0.1,
     "clip_schedule": "linear",
     "value_clip_coef": 0.1,
@@ -42,9 +43,14 @@ NON_DEFAULT = {
     "entropy_coef": 0.1,
     "max_grad_norm": 0.05,
     "target_kl": 0.05,
+    "kl_stop": "minibatch",
     "normalize_advantages": False,
 }
 """A value off the default for every field of OnPolicyHyperparams."""
+
+TOGETHER_WITH = {"kl_stop": {"target_kl": 0.05}}
+"""Fields that act only together with another one set: the case sets both, and its
+baseline is the other one alone (so the field itself must change the update)."""
 
 READ_BY_THE_TRAINER = {"gamma", "gae_lambda", "clip_schedule"}
 """Fields the update does not read (advantages, returns and the scheduled clip_coef come
@@ -116,8 +122,9 @@ def _distance(a, b) -> float:
 @pytest.mark.parametrize("field", FIELDS)
 def test_every_update_hyperparameter_is_modelled_by_the_closed_form_or_routed_to_autograd(head, field):
     net = _net(head)
-    hp = dataclasses.replace(OnPolicyHyperparams(), **{field: NON_DEFAULT[field]})
-    default = _update(net, OnPolicyHyperparams(), fused=True)
+    baseline = OnPolicyHyperparams(**TOGETHER_WITH.get(field, {}))
+    hp = dataclasses.replace(baseline, **{field: NON_DEFAULT[field]})
+    default = _update(net, baseline, fused=True)
     assert default[0] == "closed form"
     reason = ppo_fused.declines(net, hp, CPU)
     if reason is not None:

@@ -6,9 +6,10 @@
   returns with a batch-mean baseline, no critic.
 * ``vpg_gae`` — one gradient step on the policy-gradient loss with GAE advantages plus
   ``value_coef *`` the critic's regression loss and the entropy bonus.
-* ``ppo`` — ``ppo_epochs`` passes over ``num_minibatches`` shuffled minibatches of the
-  same batch (every sample once per pass; sizes differ by at most one) with the
-  clipped surrogate (:func:`pglab.losses.ppo.ppo_clip_loss`), optional KL early stop.
+* ``ppo`` — ``ppo_epochs`` passes over shuffled minibatches of the same batch (every
+  sample once per pass: ``num_minibatches`` of sizes that differ by at most one, or
+  slices of ``minibatch_size``) with the clipped surrogate
+  (:func:`pglab.losses.ppo.ppo_clip_loss`), optional KL early stop (``kl_stop``).
 
 The caller collects the rollout, computes advantages/returns with the shared estimators
 (:func:`pglab.estimators.compute_gae`, :func:`pglab.estimators.reward_to_go`) and
@@ -142,15 +143,12 @@ def onpolicy_update(
     params = [p for p in params if p.requires_grad]
     if hp.algo in ("reinforce_raw", "vpg_gae"):
         assert evaluate is not None, f"onpolicy_update: algo={hp.algo} needs evaluate"
-        records, epochs = [_single_step(evaluate, batch, params, optimizer, hp)], 1
+        metrics, epochs = _mean_metrics([_single_step(evaluate, batch, params, optimizer, hp)]), 1
     elif closed_form is not None:
-        records, epochs = _ppo_closed_form(closed_form, batch, optimizer, hp, generator)
+        metrics, epochs = _ppo_closed_form(closed_form, batch, optimizer, hp, generator)
     else:
         assert evaluate is not None, "onpolicy_update: PPO needs evaluate or closed_form"
-        records, epochs = _ppo_autograd(evaluate, batch, params, optimizer, hp, generator)
-    # Keep the 0-d tensors and average once at the end: no per-minibatch arithmetic
-    # (each tiny op costs microseconds of dispatch on the CPU) and no host sync.
-    metrics = {key: torch.stack([record[key] for record in records]).float().mean() for key in records[0]}
+        metrics, epochs = _ppo_autograd(evaluate, batch, params, optimizer, hp, generator)
     metrics["stats/epochs"] = torch.tensor(float(epochs), device=batch.old_log_probs.device)
     metrics["stats/explained_variance"] = explained_variance(batch.old_values, batch.returns)
     return metrics
@@ -186,25 +184,39 @@ def _single_step(
     }
 
 
+MinibatchLoss = Callable[[torch.Tensor], torch.Tensor]
+"""Evaluate the loss (and, for the closed form, its gradient) on the minibatch ``index``;
+return its approximate KL (0-d), before any step is taken."""
+
+
 def _ppo_epochs(
-    minibatch_step: Callable[[torch.Tensor], None],
+    minibatch_loss: MinibatchLoss,
+    take_step: Callable[[], None],
     epoch_kl: Callable[[], torch.Tensor],
     size: int,
     device: torch.device,
     hp: OnPolicyHyperparams,
     generator: torch.Generator | None,
 ) -> int:
-    """PPO's schedule: ``ppo_epochs`` passes, each over ``num_minibatches`` slices of a fresh
-    shuffle (:func:`minibatch_indices`), stopping early once the epoch's mean approximate
-    KL (``epoch_kl()``, after the epoch) exceeds ``target_kl``; returns the epochs run."""
+    """PPO's schedule: ``ppo_epochs`` passes, each over the minibatches of a fresh shuffle
+    (:func:`minibatch_indices`); per minibatch ``minibatch_loss(index)`` then ``take_step()``.
+    With ``target_kl`` the update stops early, by ``kl_stop``'s rule: ``epoch`` once a
+    pass's mean approximate KL (``epoch_kl()``, after the pass) exceeds ``target_kl``;
+    ``minibatch`` (SB3's) once a minibatch's approximate KL, before its step, exceeds
+    ``1.5 * target_kl``: that step is not taken. Returns the passes begun."""
     epochs = 0
+    threshold = 1.5 * hp.target_kl if hp.target_kl is not None and hp.kl_stop == "minibatch" else None
     for _ in range(hp.ppo_epochs):
         order = torch.randperm(size, generator=generator, device="cpu").to(device)
-        for index in minibatch_indices(order, hp.num_minibatches):
-            minibatch_step(index)
         epochs += 1
+        for index in minibatch_indices(order, hp.num_minibatches, hp.minibatch_size):
+            kl = minibatch_loss(index)
+            # one host sync per minibatch, only when the user asked for SB3's rule
+            if threshold is not None and float(kl) > threshold:
+                return epochs
+            take_step()
         # KL early stop: one host sync per epoch, only when the user asked for it.
-        if hp.target_kl is not None and float(epoch_kl()) > hp.target_kl:
+        if hp.target_kl is not None and hp.kl_stop == "epoch" and float(epoch_kl()) > hp.target_kl:
             break
     return epochs
 
@@ -216,12 +228,15 @@ def _ppo_autograd(
     optimizer: torch.optim.Optimizer,
     hp: OnPolicyHyperparams,
     generator: torch.Generator | None,
-) -> tuple[list[dict[str, torch.Tensor]], int]:
-    """PPO through :func:`ppo_clip_loss` and autograd: every minibatch's metrics, the epochs run."""
+) -> tuple[dict[str, torch.Tensor], int]:
+    """PPO through :func:`ppo_clip_loss` and autograd: the mean metrics of the minibatches
+    evaluated (the gradient norm's of the steps taken), and the passes begun."""
     records: list[dict[str, torch.Tensor]] = []
+    grad_norms: list[torch.Tensor] = []
+    losses: list[torch.Tensor] = []
     epoch_start = [0]
 
-    def minibatch_step(index: torch.Tensor) -> None:
+    def minibatch_loss(index: torch.Tensor) -> torch.Tensor:
         advantages = batch.advantages[index]
         if hp.normalize_advantages:
             advantages = normalize_advantages(advantages)
@@ -239,16 +254,33 @@ def _ppo_autograd(
             value_coef=hp.value_coef,
             entropy_coef=hp.entropy_coef,
         )
-        grad_norm = gradient_step(out.pop("loss"), params, optimizer, hp.max_grad_norm)
-        records.append({**out, "stats/grad_norm": grad_norm})
+        losses[:] = [out.pop("loss")]
+        records.append(out)
+        return out["stats/approx_kl"]
+
+    def take_step() -> None:
+        grad_norms.append(gradient_step(losses.pop(), params, optimizer, hp.max_grad_norm))
 
     def epoch_kl() -> torch.Tensor:
         kl = torch.stack([record["stats/approx_kl"] for record in records[epoch_start[0] :]]).mean()
         epoch_start[0] = len(records)
         return kl
 
-    epochs = _ppo_epochs(minibatch_step, epoch_kl, batch.size, batch.old_log_probs.device, hp, generator)
-    return records, epochs
+    device = batch.old_log_probs.device
+    epochs = _ppo_epochs(minibatch_loss, take_step, epoch_kl, batch.size, device, hp, generator)
+    metrics = _mean_metrics(records)
+    # the mean pre-clip norm of the steps taken (0 when SB3's KL rule stopped the update before its first)
+    metrics["stats/grad_norm"] = (
+        torch.stack(grad_norms).float().mean() if grad_norms else torch.zeros((), device=device)
+    )
+    return metrics, epochs
+
+
+def _mean_metrics(records: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Each metric's mean over ``records``. The 0-d tensors are kept and averaged once at
+    the end: no per-minibatch arithmetic (each tiny op costs microseconds of dispatch on
+    the CPU) and no host sync."""
+    return {key: torch.stack([record[key] for record in records]).float().mean() for key in records[0]}
 
 
 def _ppo_closed_form(
@@ -257,15 +289,20 @@ def _ppo_closed_form(
     optimizer: torch.optim.Optimizer,
     hp: OnPolicyHyperparams,
     generator: torch.Generator | None,
-) -> tuple[list[dict[str, torch.Tensor]], int]:
+) -> tuple[dict[str, torch.Tensor], int]:
     """PPO through the closed-form gradient: the metrics are made once per update from the
-    kept per-sample terms (``summarize``), not per step; returns them and the epochs run."""
+    kept per-sample terms (``summarize``), not per step; returns them and the passes begun."""
     terms: list[Any] = []
     grad_norms: list[float] = []
     epoch_start = [0]
+    per_minibatch = hp.target_kl is not None and hp.kl_stop == "minibatch"
 
-    def minibatch_step(index: torch.Tensor) -> None:
+    def minibatch_loss(index: torch.Tensor) -> torch.Tensor:
         terms.append(closed_form.gradient(index, hp))
+        # the minibatch's KL only where SB3's rule reads it (summarize costs more than a step)
+        return closed_form.summarize(terms[-1:], hp)["stats/approx_kl"] if per_minibatch else _NO_KL
+
+    def take_step() -> None:
         grad_norms.append(closed_form.clip_gradient(hp.max_grad_norm))
         optimizer.step()
 
@@ -274,16 +311,26 @@ def _ppo_closed_form(
         epoch_start[0] = len(terms)
         return kl
 
-    epochs = _ppo_epochs(minibatch_step, epoch_kl, batch.size, batch.old_log_probs.device, hp, generator)
+    epochs = _ppo_epochs(minibatch_loss, take_step, epoch_kl, batch.size, batch.old_log_probs.device, hp, generator)
     summary = closed_form.summarize(terms, hp)
     summary.pop("loss")
-    return [{**summary, "stats/grad_norm": torch.tensor(grad_norms).mean()}], epochs
+    summary["stats/grad_norm"] = torch.tensor(grad_norms).mean() if grad_norms else torch.zeros(())
+    return {key: value.float() for key, value in summary.items()}, epochs
 
 
-def minibatch_indices(order: torch.Tensor, num_minibatches: int) -> tuple[torch.Tensor, ...]:
-    """Split a permutation ``order [M]`` into ``min(num_minibatches, M)`` consecutive views
-    whose sizes differ by at most one (``torch.tensor_split``): together they hold every
-    sample once."""
+_NO_KL = torch.zeros(())
+"""What the closed form's minibatch step reports as its KL where no rule reads it."""
+
+
+def minibatch_indices(
+    order: torch.Tensor, num_minibatches: int, minibatch_size: int | None = None
+) -> tuple[torch.Tensor, ...]:
+    """Split a permutation ``order [M]`` into consecutive views that together hold every
+    sample once: ``minibatch_size`` samples each, the last one shorter where it does not
+    divide ``M`` (SB3's ``batch_size``); without ``minibatch_size``, ``min(num_minibatches,
+    M)`` views whose sizes differ by at most one (``torch.tensor_split``)."""
+    if minibatch_size is not None:
+        return torch.split(order, minibatch_size)
     return torch.tensor_split(order, min(num_minibatches, order.shape[0]))
 
 

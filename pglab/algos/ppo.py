@@ -76,6 +76,7 @@ from pglab.envs.normalize import ObsRewardNormalizer
 from pglab.envs.registry import make_env
 from pglab.errors import CheckpointError, ConfigError
 from pglab.estimators import compute_gae, reward_to_go
+from pglab.losses.ppo_fused import blas_threads
 from pglab.nets.actor_critic import CategoricalActorCritic, GaussianActorCritic, GSDEActorCritic, build_actor_critic
 from pglab.nets.nature_cnn import NatureCNNActorCritic
 from pglab.run.atomic import atomic_write_json
@@ -264,7 +265,8 @@ def build_agent(
     image_shape: tuple[int, int, int] | None = None,
 ) -> PPOAgent:
     """The agent's network: the Nature CNN for image observations (``image_shape`` given,
-    see :func:`image_shape_of`), else actor and critic MLPs of ``config.hidden_dims``."""
+    see :func:`image_shape_of`), else actor and critic MLPs of ``config.hidden_dims``
+    (the critic's of ``config.critic_hidden_dims`` where set)."""
     if image_shape is not None:
         if action.kind != "discrete":
             raise ConfigError("env", f"{action.kind} actions", "the Nature CNN policy needs Discrete actions")
@@ -281,6 +283,7 @@ def build_agent(
         log_std_init=config.log_std_init,
         ortho_init=config.ortho_init,
         use_sde=config.use_sde,
+        critic_hidden_dims=config.critic_hidden_dims,
     ).to(device)
     assert isinstance(mlp, MLP_NETWORKS)  # the builder's three kinds
     return PPOAgent(mlp, config, action, obs_dim, device, normalizer)
@@ -298,7 +301,8 @@ def image_shape_of(env: Any) -> tuple[int, int, int] | None:
 
 def build_normalizer(config: PPOConfig, obs_shape: tuple[int, ...]) -> ObsRewardNormalizer | None:
     """The run's :class:`ObsRewardNormalizer` (``None`` when nothing is normalised);
-    the reward's discounted return uses the update's ``gamma`` (as RL-Zoo does)."""
+    the reward's discounted return uses ``normalize_gamma``, by default the update's
+    ``gamma`` (as RL-Zoo does when an entry sets gamma)."""
     if not config.normalizes:
         return None
     return ObsRewardNormalizer(
@@ -308,7 +312,7 @@ def build_normalizer(config: PPOConfig, obs_shape: tuple[int, ...]) -> ObsReward
         normalize_reward=config.normalize_reward,
         clip_obs=config.clip_obs,
         clip_reward=config.clip_reward,
-        gamma=config.update.gamma,
+        gamma=config.update.gamma if config.normalize_gamma is None else config.normalize_gamma,
         epsilon=config.normalize_epsilon,
     )
 
@@ -524,13 +528,7 @@ def train_ppo(
     hooks = _Callbacks(list(callbacks))  # rejects an object with neither hook before anything is built
     with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
         config = run.config
-        env = make_env(
-            config.env,
-            config.num_envs,
-            device=run.device,
-            seed=config.seed,
-            **({"vectorization": config.vectorization} if config.env.startswith("gym:") else {}),
-        )
+        env = make_env(config.env, config.num_envs, device=run.device, seed=config.seed, **env_options(config))
         try:
             training = build_training(run, config, env)
             train_seconds = train_iterations(run, config, training, hooks)
@@ -556,6 +554,18 @@ def train_ppo(
 
 
 # -- build --------------------------------------------------------------------------------
+def env_options(config: PPOConfig, *, vectorization: bool = True) -> dict[str, Any]:
+    """:func:`~pglab.envs.registry.make_env`'s options for ``config.env``: ``env_kwargs``,
+    and for a ``gym:ID`` its ``env_wrappers`` and (``vectorization``) ``vectorization``."""
+    options = dict(config.env_kwargs)
+    if config.env.startswith("gym:"):
+        if vectorization:
+            options["vectorization"] = config.vectorization
+        if config.env_wrappers:
+            options["wrappers"] = config.env_wrappers
+    return options
+
+
 def build_training(run: TrainingRun, config: PPOConfig, env: Any) -> PPOTraining:
     """The agent, its update, the generators and the rollout state, registered with the
     shell (which restores them all when the run resumes)."""
@@ -655,6 +665,19 @@ def train_iterations(run: TrainingRun, config: PPOConfig, training: PPOTraining,
     """Iterations ``run.start + 1 .. num_iterations``: rollout, bootstrap value, advantages,
     update, log (the shell saves checkpoints after each). Returns the seconds they took."""
     wall_time_at_start = float(run.counters["wall_time"])
+    # NumPy's BLAS (the rollout's NumPy policy step, the closed-form update) on torch's
+    # thread count: by default it starts a thread per core, and on these small products
+    # waking them costs more than it saves (a 256-wide 8-copy step: ~0.2 ms on one
+    # thread, ~6 ms on two on a busy machine)
+    with blas_threads(torch.get_num_threads()):
+        _run_iterations(run, config, training, hooks)
+    if training.normalizer is not None:
+        training.normalizer.training = False  # the returned agent (and the final evaluation) use frozen statistics
+    return float(run.counters["wall_time"]) - wall_time_at_start
+
+
+def _run_iterations(run: TrainingRun, config: PPOConfig, training: PPOTraining, hooks: _Callbacks) -> None:
+    """The loop of :func:`train_iterations`."""
     for iteration in run.steps(config.num_iterations, desc=f"train ppo {config.env} --algo {config.algo}"):
         iteration_hp = apply_schedules(config, training.update.optimizer, iteration)
         # 1. collect a rollout with the current policy, 2. bootstrap value
@@ -681,9 +704,6 @@ def train_iterations(run: TrainingRun, config: PPOConfig, training: PPOTraining,
             log_row(run, iteration, training, update_metrics, iteration_hp)
         if hooks.stop:
             run.request_stop()  # the shell saves a checkpoint after this iteration and ends the loop
-    if training.normalizer is not None:
-        training.normalizer.training = False  # the returned agent (and the final evaluation) use frozen statistics
-    return float(run.counters["wall_time"]) - wall_time_at_start
 
 
 def apply_schedules(config: PPOConfig, optimizer: torch.optim.Optimizer, iteration: int) -> OnPolicyHyperparams:
@@ -857,10 +877,20 @@ def final_evaluation(
     counters = {"iteration": int(run.counters["iteration"]), "env_steps": int(run.counters["env_steps"])}
     atomic_write_json(run.run_dir / "evaluation.json", {**counters, **evaluation})
     echo(
-        f"evaluation ({config.eval_episodes} episodes, deterministic): return {evaluation['return/mean']:.2f} "
-        f"+- {evaluation['return/std']:.2f}; run directory: {run.run_dir}"
+        f"evaluation ({config.eval_episodes} episodes, deterministic): {describe_returns(evaluation)}; "
+        f"run directory: {run.run_dir}"
     )
     return evaluation
+
+
+def describe_returns(evaluation: dict[str, float]) -> str:
+    """``return MEAN ± S.E. s.e. (std STD, min MIN, max MAX)`` of an :func:`evaluate_agent`
+    result: the ± is the standard error of the mean."""
+    spread = "" if math.isnan(evaluation["return/sem"]) else f" ± {evaluation['return/sem']:.2f} s.e."
+    return (
+        f"return {evaluation['return/mean']:.2f}{spread} (std {evaluation['return/std']:.2f}, "
+        f"min {evaluation['return/min']:.2f}, max {evaluation['return/max']:.2f})"
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -882,12 +912,16 @@ def evaluate_agent(
 
     A progress bar counts finished episodes.
 
-    Returns: ``episodes``, ``return/mean``, ``return/std``, ``return/min``,
-    ``return/max``, ``length/mean``.
+    Returns: ``episodes``, ``return/mean``, ``return/std`` (the returns' population standard
+    deviation, as every ``return/std`` metric), ``return/sem`` (the standard error of the
+    mean, the sample standard deviation over ``sqrt(episodes)``; NaN for one episode),
+    ``return/min``, ``return/max``, ``length/mean``.
     """
     check_int("episodes", episodes, minimum=1)
-    # Atari: whole games with raw rewards, so the summed rewards are the game score.
-    env = make_env(env_spec, episodes, device=device, seed=seed, **evaluation_options(env_spec))
+    # The training run's environment options (its wrappers, env_kwargs), and for Atari whole
+    # games with raw rewards, so the summed rewards are the game score.
+    options = {**env_options(replace(agent.config, env=env_spec), vectorization=False), **evaluation_options(env_spec)}
+    env = make_env(env_spec, episodes, device=device, seed=seed, **options)
     bar = progress_bar(episodes, desc=f"evaluate ppo {env_spec}", unit="episode")
     try:
         obs_dim = int(np.prod(env.observation_shape)) if env.observation_shape else 1
@@ -917,6 +951,7 @@ def evaluate_agent(
         "episodes": float(episodes),
         "return/mean": float(returns.mean()),
         "return/std": float(returns.std(unbiased=False)),
+        "return/sem": float(returns.std(unbiased=True)) / math.sqrt(episodes) if episodes > 1 else math.nan,
         "return/min": float(returns.min()),
         "return/max": float(returns.max()),
         "length/mean": float(lengths.double().mean()),

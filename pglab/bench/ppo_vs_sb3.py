@@ -4,6 +4,7 @@
     python bench/ppo_vs_sb3.py --configs pendulum mountaincar_continuous --seeds 3
     python bench/ppo_vs_sb3.py --configs acrobot --steps 200000 --output acrobot.json
     python bench/ppo_vs_sb3.py --configs atari_breakout --steps 98304 --episodes 30 --libraries sb3
+    python bench/ppo_vs_sb3.py --configs zoo:HalfCheetah-v4 --steps 20480 --seeds 1
     pglab bench ppo-vs-sb3 --configs cartpole --output results.json
 
 Each ``configs/ppo/*.yaml`` file is loaded into a :class:`~pglab.configs.ppo.PPOConfig`
@@ -62,11 +63,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from pglab.configs.ppo import vf_coef_from_value_coef
 from pglab.envs.atari import is_atari_spec
 from pglab.envs.gym_adapter import _VECTOR_IMPLEMENTATIONS
 from pglab.errors import ConfigError
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "ppo"
+ACTIVATIONS = {
+    "tanh": torch.nn.Tanh,
+    "relu": torch.nn.ReLU,
+    "elu": torch.nn.ELU,
+    "silu": torch.nn.SiLU,
+    "gelu": torch.nn.GELU,
+}
+"""pglab's ``activation`` -> SB3's ``activation_fn``."""
 DEFAULT_CONFIGS = ("cartpole", "acrobot")
 
 
@@ -87,12 +97,18 @@ def resolve_config(name: str) -> Path:
 
 
 def load_config(name: str, steps: int | None) -> Any:
-    """The :class:`PPOConfig` of a ``configs/ppo`` file, budget rounded up to whole rollouts
-    (SB3 rounds up, pglab down: both get the rounded-up count)."""
+    """The :class:`PPOConfig` of a ``configs/ppo`` file, or of RL-Zoo's entry for ``ID``
+    when ``name`` is ``zoo:ID`` (:func:`pglab.configs.zoo.zoo_config`), budget rounded up to
+    whole rollouts (SB3 rounds up, pglab down: both get the rounded-up count)."""
     from pglab.configs.ppo import PPOConfig
     from pglab.run.config import load_yaml_config
 
-    config = load_yaml_config(PPOConfig, resolve_config(name))
+    if name.startswith("zoo:"):
+        from pglab.configs.zoo import zoo_config
+
+        config = zoo_config(name.removeprefix("zoo:"))
+    else:
+        config = load_yaml_config(PPOConfig, resolve_config(name))
     total = config.total_steps if steps is None else steps
     return replace(config, total_steps=math.ceil(total / config.batch_size) * config.batch_size)
 
@@ -107,7 +123,7 @@ def sb3_kwargs(config: Any) -> dict[str, Any]:
     return dict(
         learning_rate=schedule(config.lr, config.lr_schedule),
         n_steps=config.num_steps,
-        batch_size=config.batch_size // hp.num_minibatches,
+        batch_size=hp.minibatch_size or config.batch_size // hp.num_minibatches,
         n_epochs=hp.ppo_epochs,
         gamma=hp.gamma,
         gae_lambda=hp.gae_lambda,
@@ -116,15 +132,15 @@ def sb3_kwargs(config: Any) -> dict[str, Any]:
         ent_coef=hp.entropy_coef,
         # pglab's (CleanRL's) critic loss is 0.5 * mean((V - R)^2), SB3's mean((R - V)^2):
         # vf_coef = value_coef / 2 gives the same loss (and the same gradient-norm clipping).
-        vf_coef=hp.value_coef / 2.0,
+        vf_coef=vf_coef_from_value_coef(hp.value_coef),
         max_grad_norm=hp.max_grad_norm,
         target_kl=hp.target_kl,
         clip_range_vf=hp.value_clip_coef,
         use_sde=config.use_sde,
         sde_sample_freq=config.sde_sample_freq,
         policy_kwargs={
-            "net_arch": {"pi": list(config.hidden_dims), "vf": list(config.hidden_dims)},
-            "activation_fn": {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[config.activation],
+            "net_arch": {"pi": list(config.hidden_dims), "vf": list(config.critic_hidden_dims or config.hidden_dims)},
+            "activation_fn": ACTIVATIONS[config.activation],
             "log_std_init": config.log_std_init,
             "ortho_init": config.ortho_init,
             "optimizer_kwargs": {"eps": config.adam_eps},
@@ -232,14 +248,14 @@ def run_sb3(config: Any, seed: int, episodes: int) -> dict[str, float]:
     wall, cpu = time.perf_counter(), time.process_time()
     env = make_vec_env(env_id, n_envs=config.num_envs, seed=seed)
     normalized = None
-    if config.normalizes:  # RL-Zoo: VecNormalize with the algorithm's gamma
+    if config.normalizes:  # RL-Zoo: VecNormalize with the algorithm's gamma (normalize_gamma where set)
         env = normalized = VecNormalize(
             env,
             norm_obs=config.normalize_obs,
             norm_reward=config.normalize_reward,
             clip_obs=config.clip_obs,
             clip_reward=config.clip_reward,
-            gamma=config.update.gamma,
+            gamma=config.update.gamma if config.normalize_gamma is None else config.normalize_gamma,
             epsilon=config.normalize_epsilon,
         )
     model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **sb3_kwargs(config))
@@ -366,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=list(DEFAULT_CONFIGS),
         help="configs/ppo file names (cartpole, acrobot, pendulum, mountaincar_continuous, lunarlander, "
-        "atari_breakout) or YAML paths",
+        "atari_breakout), YAML paths, or zoo:ENV_ID (RL-Zoo's entry, e.g. zoo:HalfCheetah-v4)",
     )
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per config and library")
     parser.add_argument("--first-seed", type=int, default=0, help="first seed")
@@ -395,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
             from pglab.run.config import config_to_dict
 
             settings[env_id] = {
-                "file": str(resolve_config(name)),
+                "file": name if name.startswith("zoo:") else str(resolve_config(name)),
                 **config_to_dict(config),
                 "seed": list(range(args.first_seed, args.first_seed + args.seeds)),
             }  # the seeds run

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 from pglab.configs.ppo import PPOConfig, PPOEvaluateConfig  # noqa: F401  (PPOEvaluateConfig: re-exported)
-from pglab.errors import EXIT_OK, UsageError
+from pglab.errors import EXIT_OK, ConfigError, UsageError
 from pglab.run.config import parse_flags
 from pglab.validation import check_new_run_dir, check_output_file
 
@@ -33,22 +34,107 @@ def anneal_lr_as_schedule(argv: list[str]) -> list[str]:
     return out
 
 
+START_FLAGS = ("--zoo", "--zoo-file", "--defaults")
+"""Flags that choose where a run's settings start (read before the config's own flags)."""
+
+
+def split_start_flags(argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Take ``--zoo ENV_ID``, ``--zoo-file PATH`` and ``--defaults NAME`` (or ``--flag=value``,
+    ``--zoo_file``) out of ``argv``: ``({"zoo": ..., ...}, the other arguments)``."""
+    found: dict[str, str] = {}
+    rest: list[str] = []
+    iterator = iter(argv)
+    for arg in iterator:
+        name, eq, value = arg.partition("=")
+        flag = name.replace("_", "-")
+        if flag not in START_FLAGS:
+            rest.append(arg)
+            continue
+        if not eq:
+            value = next(iterator, "")
+            if not value or value.startswith("--"):
+                raise UsageError(f"{flag[2:].replace('-', '_')}: {flag} needs a value")
+        found[flag[2:].replace("-", "_")] = value
+    return found, rest
+
+
+def start_config(start: dict[str, str]) -> tuple[PPOConfig | None, frozenset[str]]:
+    """The config a run starts from (``None``: the dataclass's CleanRL defaults) and the
+    fields a zoo entry set (dotted, as ``given`` names them): ``--defaults``' set, then the
+    ``--zoo`` entry (which implies ``--defaults sb3``)."""
+    from pglab.configs.ppo import DEFAULT_SETS
+    from pglab.run.config import make_config, unprefixed_fields
+
+    defaults = start.get("defaults", "sb3" if "zoo" in start else "cleanrl")
+    if defaults not in DEFAULT_SETS:
+        raise ConfigError("defaults", defaults, f"must be one of {', '.join(DEFAULT_SETS)}")
+    if "zoo" not in start:
+        if "zoo_file" in start:
+            raise ConfigError("zoo_file", start["zoo_file"], "reads the entry that --zoo ENV_ID names; give --zoo too")
+        return (make_config(PPOConfig, **DEFAULT_SETS[defaults]) if DEFAULT_SETS[defaults] else None), frozenset()
+    if defaults != "sb3":
+        raise ConfigError("defaults", defaults, "--zoo entries leave SB3's defaults unset: they need --defaults sb3")
+    from pglab.configs.zoo import as_zoo_error, zoo_fields
+
+    translation = zoo_fields(start["zoo"], start.get("zoo_file"))
+    print(f"zoo: {start['zoo']} from entry {translation.entry!r}", file=sys.stderr)
+    try:
+        config = make_config(PPOConfig, **{**DEFAULT_SETS["sb3"], **translation.fields})
+    except ConfigError as exc:
+        raise as_zoo_error(exc, translation) from exc
+    dotted = unprefixed_fields(PPOConfig)
+    return config, frozenset(dotted.get(name, name) for name in translation.fields)
+
+
+def one_minibatch_rule(config: PPOConfig, given: frozenset[str]) -> PPOConfig:
+    """``--num-minibatches`` given (flag or ``--config``) over a ``minibatch_size`` that a
+    default set or zoo entry set: the given one counts; both given is an error."""
+    if "update.num_minibatches" not in given or config.update.minibatch_size is None:
+        return config
+    if "update.minibatch_size" in given:
+        raise ConfigError(
+            "minibatch_size", config.update.minibatch_size, "give --minibatch-size or --num-minibatches, not both"
+        )
+    return replace(config, update=replace(config.update, minibatch_size=None))
+
+
 def train(argv: list[str]) -> int:
-    """``pglab train ppo [--config FILE.yaml] [--env gym:CartPole-v1] [--algo ppo] ...``
+    """``pglab train ppo [--zoo ENV_ID [--zoo-file F.yml]] [--defaults cleanrl|sb3]
+    [--config FILE.yaml] [--env gym:CartPole-v1] [--algo ppo] ...``
 
     Returns the run's exit code: 0, or 130 (:data:`pglab.errors.EXIT_INTERRUPTED`) when
     SIGINT/SIGTERM stopped it after saving a checkpoint."""
-    parsed = parse_flags(
-        PPOConfig,
-        anneal_lr_as_schedule(argv),
-        prog="pglab train ppo",
-        description="PPO / VPG+GAE / REINFORCE on a Gymnasium (gym:ID) or pglab (pglab:NAME) environment.",
-    )
-    check_new_run_dir(parsed.config)
+    config, given = train_config(argv)
+    check_new_run_dir(config)
+    from pglab.envs.wrappers import load_wrappers
+
+    load_wrappers(config.env_wrappers)  # an import error is a one-line usage error, before anything is created
     from pglab.algos.ppo import train_ppo
 
-    result = train_ppo(parsed.config, given=parsed.given, echo=print)
+    result = train_ppo(config, given=given, echo=print)
     return result.exit_code
+
+
+def train_config(argv: list[str]) -> tuple[PPOConfig, frozenset[str]]:
+    """The config ``pglab train ppo ARGV`` runs and the fields given (by flags, ``--config``
+    or ``--zoo``): ``--defaults``' set < ``--zoo`` entry < ``--config`` file < flags."""
+    start, rest = split_start_flags(argv)
+    base, zoo_given = start_config(start)  # before --help too: the help shows the defaults the run starts from
+    parsed = parse_flags(
+        PPOConfig,
+        anneal_lr_as_schedule(rest),
+        prog="pglab train ppo",
+        description=DESCRIPTION,
+        base=base,
+    )
+    return one_minibatch_rule(parsed.config, parsed.given), parsed.given | zoo_given
+
+
+DESCRIPTION = """PPO / VPG+GAE / REINFORCE on a Gymnasium (gym:ID) or pglab (pglab:NAME) environment.
+Settings start from --defaults cleanrl (the defaults below, CleanRL's) or --defaults sb3
+(Stable-Baselines3's PPO defaults); --zoo ENV_ID starts from RL-Zoo's PPO entry for ENV_ID
+(rl_zoo3's hyperparams/ppo.yml, or --zoo-file PATH) over SB3's defaults. --config FILE.yaml
+and flags override them."""
 
 
 def evaluate(argv: list[str]) -> int:
@@ -63,7 +149,7 @@ def evaluate(argv: list[str]) -> int:
 
     import torch
 
-    from pglab.algos.ppo import KIND, agent_from_checkpoint, evaluate_agent
+    from pglab.algos.ppo import KIND, agent_from_checkpoint, describe_returns, evaluate_agent
     from pglab.run.checkpoint import load_checkpoint_file
     from pglab.run.device import resolve_device
 
@@ -86,9 +172,7 @@ def evaluate(argv: list[str]) -> int:
     }
     # the summary for people on stderr, so stdout is the JSON report alone (pipe it to jq)
     print(
-        f"{env_spec}  {report['episodes']:.0f} episodes  "
-        f"return {result['return/mean']:.2f} +- {result['return/std']:.2f} "
-        f"(min {result['return/min']:.2f}, max {result['return/max']:.2f})  length {result['length/mean']:.1f}",
+        f"{env_spec}  {config.episodes} episodes  {describe_returns(result)}  length {result['length/mean']:.1f}",
         file=sys.stderr,
     )
     if config.output is not None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import tyro
 
+from pglab.configs.expressions import check_plain_data, parse_call
 from pglab.errors import ConfigError
 from pglab.validation import (
     check_choice,
@@ -42,6 +43,10 @@ Schedule = Literal["constant", "linear"]
 """How a coefficient changes over training: ``linear`` multiplies it by ``1 - (k - 1) / K``
 in iteration ``k`` of ``K`` (CleanRL's annealing; SB3's ``lin_`` prefix)."""
 SCHEDULES: tuple[str, ...] = typing.get_args(Schedule)
+KLStop = Literal["epoch", "minibatch"]
+"""When ``target_kl`` ends an update: after a pass (its mean approx-KL) or before a
+minibatch's step (SB3's rule, 1.5 x target_kl)."""
+KL_STOPS: tuple[str, ...] = typing.get_args(KLStop)
 
 
 ROLLOUT_BYTES_PER_SAMPLE = 32
@@ -56,13 +61,31 @@ def rollout_memory_bytes(num_envs: int, num_steps: int) -> int:
     return num_envs * ENV_COPY_BYTES + num_envs * num_steps * ROLLOUT_BYTES_PER_SAMPLE
 
 
+def schedule_at(schedule: str, progress_remaining: float) -> float:
+    """The factor a ``schedule`` applies when ``progress_remaining`` of training is left
+    (1 at the start, 0 at the end; SB3's argument of a schedule): 1 for ``constant``,
+    ``progress_remaining`` for ``linear`` (RL-Zoo's ``lin_``)."""
+    return 1.0 if schedule == "constant" else progress_remaining
+
+
 def schedule_fraction(schedule: str, iteration: int, num_iterations: int) -> float:
     """The factor a ``schedule`` applies in ``iteration`` (1-based) of ``num_iterations``:
-    1 for ``constant``; ``1 - (iteration - 1) / num_iterations`` for ``linear`` (1 in the
-    first iteration, ``1 / K`` in the last: never 0, so a clip range stays valid)."""
-    if schedule == "constant":
-        return 1.0
-    return 1.0 - (iteration - 1.0) / num_iterations
+    :func:`schedule_at` the progress remaining when the iteration starts,
+    ``1 - (iteration - 1) / num_iterations`` (1 in the first iteration, ``1 / K`` in the
+    last: never 0, so a clip range stays valid)."""
+    return schedule_at(schedule, 1.0 - (iteration - 1.0) / num_iterations)
+
+
+def check_env_options(env_wrappers: tuple[str, ...], env_kwargs: dict[str, Any]) -> None:
+    """``env_wrappers`` name classes by import path (read, not imported: the command imports
+    them before a run starts); ``env_kwargs`` is a mapping of plain data."""
+    if not isinstance(env_wrappers, (tuple, list)):
+        raise ConfigError("env_wrappers", env_wrappers, "must be a list of module.Class(key=value, ...) strings")
+    for index, spec in enumerate(env_wrappers):
+        parse_call(spec, f"env_wrappers[{index}]")
+    if not isinstance(env_kwargs, dict):
+        raise ConfigError("env_kwargs", env_kwargs, "must be a mapping of keyword arguments")
+    check_plain_data("env_kwargs", env_kwargs)
 
 
 @dataclass(frozen=True)
@@ -81,7 +104,11 @@ class OnPolicyHyperparams:
     ppo_epochs: int = 4
     """passes over each batch (ppo only)"""
     num_minibatches: int = 4
-    """minibatches per pass (ppo only)"""
+    """minibatches per pass (ppo only; sizes differ by at most one)"""
+    minibatch_size: int | None = None
+    """samples per minibatch instead of --num-minibatches: consecutive slices of this size of
+    each pass's shuffle, the last one shorter where it does not divide the rollout (SB3's
+    batch_size; ppo only). None: --num-minibatches"""
     clip_coef: float = 0.2
     """surrogate clip range epsilon (its value in the first iteration with --clip-schedule linear)"""
     clip_schedule: Schedule = "constant"
@@ -95,7 +122,11 @@ class OnPolicyHyperparams:
     max_grad_norm: float = 0.5
     """global gradient-norm clip"""
     target_kl: float | None = None
-    """stop the epochs early once approx-KL exceeds this (None: never)"""
+    """stop the update early once approx-KL exceeds this, by --kl-stop's rule (None: never)"""
+    kl_stop: KLStop = "epoch"
+    """with --target-kl: epoch (after each pass, stop once the pass's mean approx-KL exceeds
+    target_kl) | minibatch (SB3: before each minibatch's step, stop the update, that step
+    included, once the minibatch's approx-KL exceeds 1.5 * target_kl)"""
     normalize_advantages: bool = True
     """standardise advantages per minibatch"""
 
@@ -105,6 +136,8 @@ class OnPolicyHyperparams:
         check_range("gae_lambda", self.gae_lambda, 0.0, 1.0)
         check_int("ppo_epochs", self.ppo_epochs, minimum=1)
         check_int("num_minibatches", self.num_minibatches, minimum=1)
+        if self.minibatch_size is not None:
+            check_int("minibatch_size", self.minibatch_size, minimum=2)
         check_positive("clip_coef", self.clip_coef)
         check_choice("clip_schedule", self.clip_schedule, SCHEDULES)
         if self.value_clip_coef is not None:
@@ -114,6 +147,7 @@ class OnPolicyHyperparams:
         check_positive("max_grad_norm", self.max_grad_norm)
         if self.target_kl is not None:
             check_positive("target_kl", self.target_kl)
+        check_choice("kl_stop", self.kl_stop, KL_STOPS)
 
 
 @dataclass(frozen=True)
@@ -131,6 +165,12 @@ class PPOConfig:
     """parallel environment copies"""
     num_steps: int = 128
     """rollout length per environment copy and iteration"""
+    env_wrappers: tuple[str, ...] = ()
+    """Gymnasium wrappers put around each copy of a gym:ID environment, innermost first, by
+    import path: module.Class or module.Class(key=value, ...) (literal values)"""
+    # Keyword arguments of the environment's constructor (gym:ID: gymnasium.make's; Atari:
+    # pglab.envs.atari.AtariEnv's options). A mapping: set in a --config file or by --zoo.
+    env_kwargs: Annotated[dict[str, Any], tyro.conf.Suppress] = field(default_factory=dict)
     vectorization: Vectorization = "auto"
     """Gymnasium vector env: vector (all copies as array ops; CartPole-v1), sync (a loop over
     copies in one process), async (one process per copy); auto = vector where available, else sync"""
@@ -152,7 +192,10 @@ class PPOConfig:
     --target-kl, --normalize-advantages"""
     # -- networks ----------------------------------------------------------------------
     hidden_dims: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of actor and critic (separate MLPs)"""
+    """hidden layer sizes of the actor MLP, and of the critic's unless --critic-hidden-dims
+    (separate MLPs)"""
+    critic_hidden_dims: tuple[int, ...] | None = None
+    """hidden layer sizes of the critic MLP (None: --hidden-dims; SB3's net_arch=dict(pi=..., vf=...))"""
     activation: Literal["tanh", "relu", "elu", "silu", "gelu"] = "tanh"
     """hidden activation"""
     log_std_init: float = 0.0
@@ -174,7 +217,9 @@ class PPOConfig:
     """normalise observations by their running mean/std (updated while training, frozen for
     evaluation; stored in checkpoints)"""
     normalize_reward: bool = False
-    """scale rewards by the running std of the discounted return (gamma = --gamma), not centred"""
+    """scale rewards by the running std of the discounted return, not centred"""
+    normalize_gamma: float | None = None
+    """discount of the return whose std scales the rewards (VecNormalize's gamma; None: --gamma)"""
     clip_obs: float = 10.0
     """clip normalised observations to +-this"""
     clip_reward: float = 10.0
@@ -232,13 +277,20 @@ class PPOConfig:
         check_positive("lr", self.lr)
         check_choice("lr_schedule", self.lr_schedule, SCHEDULES)
         check_positive("adam_eps", self.adam_eps)
-        if self.batch_size // self.update.num_minibatches < 2:
+        if self.update.minibatch_size is None and self.batch_size // self.update.num_minibatches < 2:
             raise ConfigError(
                 "num_minibatches",
                 self.update.num_minibatches,
                 f"leaves fewer than 2 samples per minibatch of the {self.batch_size}-sample rollout",
             )
         check_int_sequence("hidden_dims", self.hidden_dims)
+        if self.critic_hidden_dims is not None:
+            check_int_sequence("critic_hidden_dims", self.critic_hidden_dims)
+        if self.normalize_gamma is not None:
+            check_range("normalize_gamma", self.normalize_gamma, 0.0, 1.0)
+        check_env_options(self.env_wrappers, self.env_kwargs)
+        if self.env_wrappers and not self.env.startswith("gym:"):
+            raise ConfigError("env_wrappers", list(self.env_wrappers), "wrap gym:ID environments only")
         check_choice("activation", self.activation, ACTIVATIONS)
         check_range("log_std_init", self.log_std_init, -20.0, 5.0)
         check_int("sde_sample_freq", self.sde_sample_freq, minimum=-1)
@@ -292,6 +344,54 @@ class PPOConfig:
     def algo(self) -> str:
         """The update rule, ``update.algo`` (the run's kind of training; read-only)."""
         return self.update.algo
+
+
+def value_coef_from_vf_coef(vf_coef: float) -> float:
+    """pglab's ``value_coef`` for SB3's ``vf_coef``: SB3's critic loss is ``mean((R - V)^2)``,
+    pglab's (CleanRL's) ``0.5 * mean((V - R)^2)``, so the same total loss needs twice the
+    coefficient (:func:`vf_coef_from_value_coef` is the inverse)."""
+    return 2.0 * vf_coef
+
+
+def vf_coef_from_value_coef(value_coef: float) -> float:
+    """SB3's ``vf_coef`` for pglab's ``value_coef`` (see :func:`value_coef_from_vf_coef`)."""
+    return value_coef / 2.0
+
+
+SB3_DEFAULTS: dict[str, Any] = {
+    "num_envs": 1,  # make_vec_env's and RL-Zoo's n_envs
+    "num_steps": 2048,
+    "lr": 3e-4,
+    "lr_schedule": "constant",
+    "adam_eps": 1e-5,
+    "ppo_epochs": 10,
+    "minibatch_size": 64,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "clip_coef": 0.2,
+    "clip_schedule": "constant",
+    "value_clip_coef": None,
+    "value_coef": value_coef_from_vf_coef(0.5),
+    "entropy_coef": 0.0,
+    "max_grad_norm": 0.5,
+    "target_kl": None,
+    "kl_stop": "minibatch",
+    "normalize_advantages": True,
+    "hidden_dims": (64, 64),
+    "critic_hidden_dims": None,
+    "activation": "tanh",
+    "ortho_init": True,
+    "log_std_init": 0.0,
+    "use_sde": False,
+    "sde_sample_freq": -1,
+}
+"""Stable-Baselines3's ``PPO(...)`` and ``MlpPolicy`` defaults as :class:`PPOConfig` fields
+(flat names, as :func:`pglab.run.config.make_config` takes them): ``pglab train ppo
+--defaults sb3`` (and ``--zoo``) start from these. The other fields keep their defaults."""
+
+DEFAULT_SETS: dict[str, dict[str, Any]] = {"cleanrl": {}, "sb3": SB3_DEFAULTS}
+"""``--defaults NAME``: the fields a default set changes. ``cleanrl``: none (the
+dataclasses' own defaults are CleanRL's ``ppo.py``)."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ processes, or in a physics engine's C objects (Box2D, MuJoCo, PyBullet).
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,7 @@ from pglab.contracts import check_tensor
 from pglab.envs.atari import AtariEnv, make_atari_env
 from pglab.envs.atari import ale_game as _ale_game
 from pglab.envs.base import ActionSpec, StepResult
+from pglab.envs.wrappers import load_wrappers
 from pglab.errors import CheckpointError, ConfigError
 
 _TORCH_DTYPES = {
@@ -427,6 +429,7 @@ def make_gym_env(
     device: torch.device | str = "cpu",
     vectorization: str = "auto",
     time_feature: bool = False,
+    wrappers: Sequence[str] = (),
     **env_kwargs: Any,
 ) -> GymVectorAdapter | AtariEnv:
     """Build a vectorised Gymnasium (or ALE) environment wrapped as a batched env.
@@ -434,10 +437,11 @@ def make_gym_env(
     ``vectorization``: ``"vector"`` steps all copies as array operations (only ids in
     ``_VECTOR_IMPLEMENTATIONS``: CartPole-v1), ``"sync"`` / ``"async"`` are gymnasium's
     ``SyncVectorEnv`` / ``AsyncVectorEnv`` of single copies, ``"auto"`` is ``"vector"``
-    where available and ``"sync"`` otherwise. ALE games always use ALE's C++ vector env
-    (:func:`pglab.envs.atari.make_atari_env`; ``env_kwargs`` are its options).
-    ``time_feature``: append the time feature (module docstring) to vector observations
-    of environments with a time limit.
+    where available and ``"sync"`` otherwise. ``wrappers``: Gymnasium wrappers around each
+    copy by import path (:mod:`pglab.envs.wrappers`; ``sync``/``async`` only). ALE games
+    always use ALE's C++ vector env (:func:`pglab.envs.atari.make_atari_env`; ``env_kwargs``
+    are its options). ``time_feature``: append the time feature (module docstring) to vector
+    observations of environments with a time limit.
 
     Raises:
         ConfigError: unknown environment id or unsupported spaces (exit code 2).
@@ -446,6 +450,12 @@ def make_gym_env(
 
     game = _ale_game(env_id)
     if game is not None:
+        if wrappers:
+            raise ConfigError(
+                "env_wrappers",
+                list(wrappers),
+                "Atari games run pglab's own preprocessing (pglab.envs.atari), no wrappers",
+            )
         # The standard Atari preprocessing lives in one place, shared by every trainer.
         return make_atari_env(game, num_envs, device=device, **env_kwargs)
     if env_id.startswith(MINATAR_NAMESPACE):
@@ -453,8 +463,10 @@ def make_gym_env(
     if vectorization not in VECTORIZATION_MODES:
         raise ConfigError("vectorization", vectorization, f"must be one of {', '.join(VECTORIZATION_MODES)}")
     if vectorization == "auto":
-        vectorization = "vector" if env_id in _VECTOR_IMPLEMENTATIONS and not env_kwargs else "sync"
+        vectorization = "vector" if env_id in _VECTOR_IMPLEMENTATIONS and not env_kwargs and not wrappers else "sync"
     if vectorization == "vector":
+        if wrappers:
+            raise ConfigError("vectorization", "vector", "wraps no copies: env_wrappers need 'sync' or 'async'")
         if env_id not in _VECTOR_IMPLEMENTATIONS:
             raise ConfigError(
                 "vectorization",
@@ -472,10 +484,16 @@ def make_gym_env(
             num_envs=num_envs,
             vectorization_mode=vectorization,
             vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+            wrappers=load_wrappers(wrappers),
             **env_kwargs,
         )
     except gym.error.Error as exc:
         raise ConfigError("env", env_id, f"not a registered Gymnasium environment ({exc})") from exc
+    except TypeError as exc:  # an unknown keyword of the environment or of a wrapper
+        if not (env_kwargs or wrappers):
+            raise
+        field = "env_kwargs" if env_kwargs else "env_wrappers"
+        raise ConfigError(field, env_kwargs or list(wrappers), f"rejected by {env_id} or its wrappers ({exc})") from exc
     try:
         limit = _time_limit(env_id, env_kwargs) if time_feature else None
         return GymVectorAdapter(

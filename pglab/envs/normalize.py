@@ -45,6 +45,12 @@ def _host(tensor: torch.Tensor) -> np.ndarray:
     return tensor.detach().cpu().numpy()
 
 
+def _clip(values: np.ndarray, bound: float) -> np.ndarray:
+    """``np.clip(values, -bound, bound)`` as two ufunc calls (the same values, NaN included),
+    without ``np.clip``'s per-call argument handling (~3 us, twice a step)."""
+    return np.minimum(np.maximum(values, -bound), bound)
+
+
 class RunningMeanStd:
     """Running mean/variance of batches ``[M, *shape]`` (float64 statistics of ``shape``).
 
@@ -59,9 +65,19 @@ class RunningMeanStd:
         self.count = float(epsilon)
 
     def update(self, batch: np.ndarray | torch.Tensor) -> None:
-        """Merge the statistics of ``batch [M, *shape]`` (any float dtype) into the running ones."""
+        """Merge the statistics of ``batch [M, *shape]`` (any float dtype) into the running ones.
+
+        The batch's moments are NumPy's ``mean(0)`` and ``var(0)``, computed with the same
+        operations in the same order but without their per-call bookkeeping (~15 us of a
+        one-copy step); one sample is its own mean with variance 0, exactly as there."""
         values = np.asarray(_host(batch) if isinstance(batch, torch.Tensor) else batch, dtype=np.float64)
-        self.update_from_moments(values.mean(0), values.var(0), int(values.shape[0]))
+        count = int(values.shape[0])
+        if count == 1:
+            self.update_from_moments(values[0], np.zeros(values.shape[1:]), 1)
+            return
+        mean = np.add.reduce(values, axis=0, keepdims=True) / count
+        centred = values - mean
+        self.update_from_moments(mean[0], np.add.reduce(centred * centred, axis=0) / count, count)
 
     def update_from_moments(self, batch_mean: np.ndarray, batch_var: np.ndarray, batch_count: int) -> None:
         """Merge a batch given by its mean, population variance and size (Chan et al.)."""
@@ -134,7 +150,7 @@ class ObsRewardNormalizer:
     # -- applying the statistics (never updates them) -----------------------------------
     def _normalize_obs(self, obs: np.ndarray) -> np.ndarray:
         scaled = (obs.astype(np.float64) - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
-        return np.clip(scaled, -self.clip_obs, self.clip_obs).astype(np.float32)
+        return _clip(scaled, self.clip_obs).astype(np.float32)
 
     def normalize_obs(self, obs: torch.Tensor) -> torch.Tensor:
         """``clip((obs - mean) / sqrt(var + eps), +-clip_obs)`` as float32 ``[B, *obs_shape]``
@@ -146,7 +162,7 @@ class ObsRewardNormalizer:
 
     def _normalize_reward(self, rewards: np.ndarray) -> np.ndarray:
         scaled = rewards.astype(np.float64) / np.sqrt(self.ret_rms.var + self.epsilon)
-        return np.clip(scaled, -self.clip_reward, self.clip_reward).astype(rewards.dtype)
+        return _clip(scaled, self.clip_reward).astype(rewards.dtype)
 
     def normalize_reward(self, rewards: torch.Tensor) -> torch.Tensor:
         """``clip(r / sqrt(var_R + eps), +-clip_reward)`` in ``rewards``' dtype (unchanged if off)."""

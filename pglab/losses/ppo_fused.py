@@ -71,12 +71,14 @@ from pglab.nets.mlp import (
 HYPERPARAMETERS: dict[str, str] = {
     "ppo_epochs": "the shared epoch loop (pglab.algos.onpolicy)",
     "num_minibatches": "the shared minibatch split; the rows are gathered per minibatch",
+    "minibatch_size": "the shared minibatch split (SB3's slices); the rows are gathered per minibatch",
     "clip_coef": "the clipped surrogate and its slope",
     "value_clip_coef": "the clipped value loss and its slope (None: the plain one)",
     "value_coef": "dL/dV",
     "entropy_coef": "the entropy bonus's gradient",
     "max_grad_norm": "clip_flat_gradient: clip_grad_norm_'s arithmetic on the flat gradient",
     "target_kl": "the epochs' approximate KL, from the kept per-sample terms",
+    "kl_stop": "the shared epoch loop; a minibatch's approximate KL from its terms, before its step",
     "normalize_advantages": "each minibatch's advantages standardised (or not)",
     "gamma": "not read by the update: the trainer's advantages and returns use it",
     "gae_lambda": "not read by the update: the trainer's advantages use it",
@@ -384,22 +386,23 @@ class ClosedFormPPO:
     def summarize(
         self, terms: list[PPOTerms], *, clip_coef: float, value_coef: float, entropy_coef: float
     ) -> dict[str, torch.Tensor]:
-        """:func:`~pglab.losses.ppo.ppo_clip_loss`'s metrics over the samples of ``terms``
-        (0-d tensors on the CPU)."""
+        """:func:`~pglab.losses.ppo.ppo_clip_loss`'s metrics averaged over the minibatches
+        of ``terms``, as the autograd path averages its per-minibatch metrics (0-d tensors
+        on the CPU)."""
         log_ratio = torch.from_numpy(np.concatenate([t.log_ratio for t in terms]))
         ratio = log_ratio.exp()
-        policy_loss = -torch.from_numpy(np.concatenate([t.surrogate for t in terms])).mean()
-        value_loss = 0.5 * torch.from_numpy(np.concatenate([t.value_term for t in terms])).mean()
+        mean = _minibatch_mean([t.log_ratio.shape[0] for t in terms], log_ratio.dtype)
+        policy_loss = -mean(torch.from_numpy(np.concatenate([t.surrogate for t in terms])))
+        value_loss = 0.5 * mean(torch.from_numpy(np.concatenate([t.value_term for t in terms])))
         if self.head == "categorical":
             log_pi = torch.from_numpy(np.concatenate([t.entropy_source for t in terms]))
-            mean_entropy = -(log_pi.exp() * log_pi).sum(-1).mean()
+            mean_entropy = mean(-(log_pi.exp() * log_pi).sum(-1))
         else:  # H = sum_i (1/2 + log sqrt(2 pi) + log sigma_i), one value per minibatch
-            sizes = torch.tensor([float(t.log_ratio.shape[0]) for t in terms], dtype=log_ratio.dtype)
             per_minibatch = (
                 torch.from_numpy(np.stack([t.entropy_source for t in terms])).sum(-1)
                 + (0.5 + LOG_SQRT_2PI) * terms[0].entropy_source.shape[0]
             )
-            mean_entropy = (per_minibatch * sizes).sum() / sizes.sum()
+            mean_entropy = per_minibatch.mean()
         entropy_loss = -entropy_coef * mean_entropy
         return {
             "loss": policy_loss + value_coef * value_loss + entropy_loss,
@@ -407,8 +410,8 @@ class ClosedFormPPO:
             "loss/value": value_loss,
             "loss/entropy": entropy_loss,
             "stats/entropy": mean_entropy,
-            "stats/approx_kl": ((ratio - 1.0) - log_ratio).mean(),
-            "stats/clipfrac": ((ratio - 1.0).abs() > clip_coef).to(log_ratio.dtype).mean(),
+            "stats/approx_kl": mean((ratio - 1.0) - log_ratio),
+            "stats/clipfrac": mean(((ratio - 1.0).abs() > clip_coef).to(log_ratio.dtype)),
         }
 
     def bind(
@@ -489,6 +492,16 @@ class BoundPPOGradient:
         return self.closed_form.summarize(
             terms, clip_coef=hp.clip_coef, value_coef=hp.value_coef, entropy_coef=hp.entropy_coef
         )
+
+
+def _minibatch_mean(sizes: list[int], dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The mean over minibatches of the per-minibatch means, for per-sample values of
+    minibatches of ``sizes`` concatenated: the plain mean where the sizes are equal, else
+    a weighted sum (each sample weighs ``1 / (len(sizes) * its minibatch's size)``)."""
+    if min(sizes) == max(sizes):
+        return torch.mean
+    weights = torch.from_numpy(np.repeat([1.0 / (len(sizes) * size) for size in sizes], sizes)).to(dtype)
+    return lambda values: (values * weights).sum()
 
 
 def clip_flat_gradient(grad: np.ndarray, max_norm: float) -> float:

@@ -3,7 +3,8 @@
 Both follow the layout that CleanRL's ``ppo.py`` / ``ppo_continuous_action.py`` and
 Stable-Baselines3's ``MlpPolicy`` use, so results compare across the three:
 
-* separate actor and critic MLPs (no shared trunk), ``tanh`` hidden layers;
+* separate actor and critic MLPs (no shared trunk; the critic's hidden sizes may differ,
+  ``critic_hidden_dims``, SB3's ``net_arch=dict(pi=..., vf=...)``), ``tanh`` hidden layers;
 * orthogonal initialisation, gain ``sqrt(2)`` on hidden layers, ``0.01`` on the policy
   output (near-uniform / near-zero-mean initial policy), ``1`` on the value output;
 * Gaussian: a state-independent learnable ``log_std`` (initially 0, sigma = 1). Samples
@@ -75,10 +76,18 @@ class ActorCritic(nn.Module, abc.ABC):
     samples_in_numpy: bool = False
     """whether :meth:`_sample_numpy` exists (the rollout's NumPy step samples with it)"""
 
-    def __init__(self, obs_dim: int, hidden_dims: Sequence[int], activation: str, ortho_init: bool = True):
+    def __init__(
+        self,
+        obs_dim: int,
+        hidden_dims: Sequence[int],
+        activation: str,
+        ortho_init: bool = True,
+        critic_hidden_dims: Sequence[int] | None = None,
+    ):
         super().__init__()
         self.obs_dim = int(obs_dim)
-        self.critic = _maybe_orthogonal(build_mlp(self.obs_dim, hidden_dims, 1, activation=activation), 1.0, ortho_init)
+        critic_dims = hidden_dims if critic_hidden_dims is None else critic_hidden_dims
+        self.critic = _maybe_orthogonal(build_mlp(self.obs_dim, critic_dims, 1, activation=activation), 1.0, ortho_init)
 
     def _flat(self, obs: torch.Tensor) -> torch.Tensor:
         # [B, *obs_shape] of any numeric dtype -> float32 [B, obs_dim]
@@ -229,8 +238,9 @@ class CategoricalActorCritic(ActorCritic):
         *,
         activation: str = "tanh",
         ortho_init: bool = True,
+        critic_hidden_dims: Sequence[int] | None = None,
     ):
-        super().__init__(obs_dim, hidden_dims, activation, ortho_init)
+        super().__init__(obs_dim, hidden_dims, activation, ortho_init, critic_hidden_dims)
         if num_actions < 2:
             raise ValueError(f"CategoricalActorCritic: num_actions must be >= 2, got {num_actions}")
         self.num_actions = int(num_actions)
@@ -291,8 +301,9 @@ class GaussianActorCritic(ActorCritic):
         activation: str = "tanh",
         log_std_init: float = 0.0,
         ortho_init: bool = True,
+        critic_hidden_dims: Sequence[int] | None = None,
     ):
-        super().__init__(obs_dim, hidden_dims, activation, ortho_init)
+        super().__init__(obs_dim, hidden_dims, activation, ortho_init, critic_hidden_dims)
         self.action_dim = int(action_dim)
         self.actor = _maybe_orthogonal(
             build_mlp(self.obs_dim, hidden_dims, self.action_dim, activation=activation), 0.01, ortho_init
@@ -365,8 +376,9 @@ class GSDEActorCritic(ActorCritic):
         activation: str = "tanh",
         log_std_init: float = -2.0,
         ortho_init: bool = True,
+        critic_hidden_dims: Sequence[int] | None = None,
     ):
-        super().__init__(obs_dim, hidden_dims, activation, ortho_init)
+        super().__init__(obs_dim, hidden_dims, activation, ortho_init, critic_hidden_dims)
         self.action_dim = int(action_dim)
         self.actor = _maybe_orthogonal(
             build_mlp(self.obs_dim, hidden_dims, self.action_dim, activation=activation), 0.01, ortho_init
@@ -450,17 +462,29 @@ def build_actor_critic(
     log_std_init: float = 0.0,
     ortho_init: bool = True,
     use_sde: bool = False,
+    critic_hidden_dims: Sequence[int] | None = None,
 ) -> ActorCritic:
     """``action_kind="discrete"`` with ``action_size`` actions, or ``"continuous"`` with
-    an ``action_size``-dimensional Box (``use_sde``: :class:`GSDEActorCritic`)."""
+    an ``action_size``-dimensional Box (``use_sde``: :class:`GSDEActorCritic`). The actor's
+    hidden sizes are ``hidden_dims``, the critic's ``critic_hidden_dims`` (default: the same)."""
     if action_kind == "discrete":
-        return CategoricalActorCritic(obs_dim, action_size, hidden_dims, activation=activation, ortho_init=ortho_init)
-    if action_kind == "continuous" and use_sde:
-        return GSDEActorCritic(
-            obs_dim, action_size, hidden_dims, activation=activation, log_std_init=log_std_init, ortho_init=ortho_init
+        return CategoricalActorCritic(
+            obs_dim,
+            action_size,
+            hidden_dims,
+            activation=activation,
+            ortho_init=ortho_init,
+            critic_hidden_dims=critic_hidden_dims,
         )
     if action_kind == "continuous":
-        return GaussianActorCritic(
-            obs_dim, action_size, hidden_dims, activation=activation, log_std_init=log_std_init, ortho_init=ortho_init
+        gaussian = GSDEActorCritic if use_sde else GaussianActorCritic
+        return gaussian(
+            obs_dim,
+            action_size,
+            hidden_dims,
+            activation=activation,
+            log_std_init=log_std_init,
+            ortho_init=ortho_init,
+            critic_hidden_dims=critic_hidden_dims,
         )
     raise ValueError(f"build_actor_critic: action_kind must be 'discrete' or 'continuous', got {action_kind!r}")

@@ -467,9 +467,16 @@ class UsageErrorLine(ConfigError):
         Exception.__init__(self, message)
 
 
-def parse_flags(cls: type[ConfigT], argv: Sequence[str], *, prog: str, description: str | None = None) -> ParsedConfig:
-    """Parse ``argv`` into ``cls`` (defaults < ``--config`` YAML < flags) with tyro and
-    report which top-level fields the user set.
+def parse_flags(
+    cls: type[ConfigT],
+    argv: Sequence[str],
+    *,
+    prog: str,
+    description: str | None = None,
+    base: ConfigT | None = None,
+) -> ParsedConfig:
+    """Parse ``argv`` into ``cls`` (defaults < ``base`` < ``--config`` YAML < flags) with
+    tyro and report which top-level fields the user set (``base``'s are not counted).
 
     Deprecated flag names are accepted with a one-line note. Every error (unknown flag,
     bad value, invalid combination, bad YAML) raises a :class:`ConfigError`: ``pglab``
@@ -481,8 +488,10 @@ def parse_flags(cls: type[ConfigT], argv: Sequence[str], *, prog: str, descripti
     rest = rename_deprecated_flags(cls, normalise_flags(rest))
     kwargs: dict[str, Any] = {}
     given: set[str] = set(given_fields(cls, rest))
+    if base is not None:
+        kwargs["default"] = base
     if yaml_path is not None:
-        kwargs["default"] = load_yaml_config(cls, yaml_path)
+        kwargs["default"] = load_yaml_config(cls, yaml_path, base=base)
         given.update(dotted_keys(cls, _nest(cls, read_yaml_mapping(yaml_path), warn=False, source="")))
     with _one_line_parse_errors(argv):
         config = tyro.cli(cls, args=rest, prog=prog, description=description, **kwargs)
