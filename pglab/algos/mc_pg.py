@@ -214,7 +214,9 @@ class MonteCarloPolicyGradient:
         num_pairs = num_paths * num_steps
         gamma, dt = paths.discount, paths.dt
         states = paths.states[:, :-1].reshape(num_pairs, -1)
-        next_states = paths.states[:, 1:].reshape(num_pairs, -1)
+        # before the model's jumps (a regime switch, a part killed): the diffusion increment is what remains
+        after = paths.states[:, 1:] if paths.euler_states is None else paths.euler_states
+        next_states = after.reshape(num_pairs, -1)
         controls = paths.controls.reshape(num_pairs, -1)
         slope = self._value_slope(states)  # V'(x_j), [BT, S]
         # w_j = gamma m_j V'(x_j) . (diffusion increment of step j)
@@ -409,6 +411,8 @@ class MonteCarloPolicyGradient:
                 else policy.mean_std(flat_states[decision_index])[1].mean(0)
             )
             episode_length = paths.masks.sum(1)
+            dividends, issuance = control_kinds(controls)
+            std_dividends, std_issuance = control_kinds(std.unsqueeze(0))
             metrics = {
                 "loss/policy": policy_out["loss/policy"],
                 "return/mean": returns.mean(),
@@ -422,10 +426,10 @@ class MonteCarloPolicyGradient:
                 "episode/length": episode_length.mean(),
                 "episode/length_std": episode_length.std(),
                 "stats/termination_rate": 1.0 - paths.alive_at_end.float().mean(),
-                "policy/mean_action_L": controls[:, 0].mean(),
-                "policy/mean_action_E": controls[:, 1].mean(),
-                "policy/std_action_L": std[0],
-                "policy/std_action_E": std[1],
+                "policy/mean_action_L": dividends.mean(),
+                "policy/mean_action_E": issuance.mean(),
+                "policy/std_action_L": std_dividends.mean(),
+                "policy/std_action_E": std_issuance.mean(),
                 "policy/entropy": policy.entropy(flat_states[decision_index[:4096]]).mean(),
                 "stats/grad_norm/policy": policy_grad_norm,
                 "stats/lr/policy": torch.tensor(self.policy_optimizer.param_groups[0]["lr"]),
@@ -434,6 +438,15 @@ class MonteCarloPolicyGradient:
             if self.baseline_optimizer is not None:
                 metrics["stats/lr/baseline"] = torch.tensor(self.baseline_optimizer.param_groups[0]["lr"])
         return metrics
+
+
+def control_kinds(controls: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The dividend and the issuance columns of GHM-family controls ``[N, A]`` (``A = 2``:
+    ``dividend_rate``, ``issuance_rate``; ``2n`` for ``n`` divisions, interleaved), each
+    flattened: the diagnostics ``policy/*_action_L|E`` average them."""
+    if controls.shape[1] == 2:
+        return controls[:, 0], controls[:, 1]
+    return controls[:, 0::2].reshape(-1), controls[:, 1::2].reshape(-1)
 
 
 @dataclass
