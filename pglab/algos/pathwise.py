@@ -196,7 +196,8 @@ class PathwisePolicyGradient:
         """One iteration; returns metrics as 0-d tensors (no host sync here)."""
         initial, state_noise, jump_noise = self.draw()
         # -- policy: ascend the weighted payout, differentiated through the dynamics -------
-        states, rewards, survival = self.rollout(initial, state_noise, jump_noise)
+        jumps = () if jump_noise is None else (jump_noise,)
+        states, rewards, survival = self.rollout(initial, state_noise, *jumps)
         dones = 1.0 - survival  # fractional terminations: 1 - P(survive step t)
         bootstrap = self.critic(states[:, -1])
         payout = self.per_part(discounted_return, rewards, dones, bootstrap)  # [B]
