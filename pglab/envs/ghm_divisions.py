@@ -69,6 +69,7 @@ class GHMDivisionsModel(ContinuousTimeModel):
         self.state_low = (0.0,) * count
         self.state_high = tuple(max(p.initial_cash_high, 1e-6) for p in divisions)
         self._tables: dict[tuple[torch.dtype, torch.device], dict[str, torch.Tensor]] = {}
+        self._bridge_scales: dict[tuple[float, torch.dtype, torch.device], torch.Tensor] = {}
 
     # -- parameters as [N] tensors (python floats combined in float64 first, as GHM's) -----------
 
@@ -128,7 +129,11 @@ class GHMDivisionsModel(ContinuousTimeModel):
     ) -> torch.Tensor:
         """Each division's Brownian-bridge survival over the step, ``[B, N]`` (GHM's
         :meth:`~pglab.envs.ghm.GHMModel.step_survival`; the hard rule where ``sigma_j = 0``)."""
-        scale = torch.tensor([p.sigma * p.sigma * dt for p in self.divisions], dtype=states.dtype).to(states.device)
+        key = (dt, states.dtype, states.device)
+        if key not in self._bridge_scales:  # sigma_j^2 dt, in float64 before the state's dtype (as GHM's)
+            scale = torch.tensor([p.sigma * p.sigma * dt for p in self.divisions], dtype=states.dtype)
+            self._bridge_scales[key] = scale.to(states.device)
+        scale = self._bridge_scales[key]
         start, end = states.clamp_min(0.0), next_states.clamp_min(0.0)
         bridge = -torch.expm1(-2.0 * start * end / scale.clamp_min(torch.finfo(states.dtype).tiny))
         return torch.where(scale > 0, bridge, (next_states > 0.0).to(states.dtype))

@@ -27,11 +27,12 @@ from pglab.configs.ghm_multi import OUGHMParams
 from pglab.envs.dynamics import ContinuousTimeModel, ControlSpec, EvaluationPoint
 from pglab.envs.ghm import GHMModel
 
-__all__ = ["OUGHMModel", "OUGHMParams", "REFERENCE_CASH_STEP"]
+__all__ = ["OUGHMModel", "OUGHMParams", "REFERENCE_NODES_RATIO"]
 
-REFERENCE_CASH_STEP = 0.01
-"""The 2-D FD reference's cash step (its profitability step follows from it: ``h_c
-sigma_mu / sigma``, where the scheme is monotone for any correlation)."""
+REFERENCE_NODES_RATIO = 40
+"""The 2-D FD reference has ``num_nodes / 40`` cash intervals for a 1-D grid of ``num_nodes``
+(600 at the default 24,000: a cash step of 0.01 on ``[0, 6]``; its profitability step
+follows, ``h_c sigma_mu / sigma``, where the scheme is monotone for any correlation)."""
 
 
 class OUGHMModel(ContinuousTimeModel):
@@ -109,12 +110,12 @@ class OUGHMModel(ContinuousTimeModel):
 
     def reference(self, *, x_max: float, num_nodes: int):
         """The extrapolated 2-D FD solution (:func:`pglab.hjb.fd2d.solve_hjb_2d_extrapolated`)
-        on ``[0, x_max]`` with cash step :data:`REFERENCE_CASH_STEP` (``num_nodes``, a 1-D
-        grid's size, would be far too fine in two dimensions)."""
+        on ``[0, x_max]`` with ``num_nodes / REFERENCE_NODES_RATIO`` cash intervals (at least
+        20; ``num_nodes``, a 1-D grid's size, would be far too fine in two dimensions)."""
         from pglab.hjb.fd2d import solve_hjb_2d_extrapolated
         from pglab.hjb.reference import GridReference2D
 
-        num_cash = max(int(round(x_max / REFERENCE_CASH_STEP)), 20)
+        num_cash = max(num_nodes // REFERENCE_NODES_RATIO, 20)
         solution = solve_hjb_2d_extrapolated(self.params, x_max=x_max, num_cash=num_cash)
         return GridReference2D(solution.cash, solution.mu, solution.value)
 
