@@ -428,7 +428,7 @@ def write_table(rows: list[dict[str, Any]], sweep_dir: Path) -> None:
         writer.writerow({key: ("" if row.get(key) is None else row[key]) for key in columns})
     atomic_write_text(sweep_dir / "sweep.csv", buffer.getvalue())
     swept = [name for name in SWEEPABLE if len({row.get(name) for row in rows}) > 1]
-    pct = [key for key in columns if key.startswith("pct_c")]
+    pct = [key for key in columns if key.startswith("pct_")]
     shown = ["run", *swept, "algo", "seed", *pct, "barrier_rl", "barrier_fd", "issuance_rl", "issuance_fd", "train_s"]
 
     def cell(value: Any) -> str:

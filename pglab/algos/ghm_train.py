@@ -347,8 +347,8 @@ def check_fd_grid(config: GHMTrainConfig, model: ContinuousTimeModel) -> None:
     one-state GHM models the model's reference is built from (``grid_check_models``: the
     model itself, each distinct division, each regime without switching, the profitability
     frozen at the evaluated levels)."""
-    components: list[GHMModel] = getattr(model, "grid_check_models", lambda: [])()
-    for component in components:
+    for component in model.grid_check_models():
+        assert isinstance(component, GHMModel)  # every --model lists one-state GHM models
         _check_fd_grid_1d(config, component)
 
 

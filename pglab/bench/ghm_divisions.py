@@ -51,15 +51,17 @@ class GHMDivisionsBenchConfig:
         check_device("device", self.device)
 
 
-def _median_seconds(function, repeats: int, device: torch.device) -> float:
-    times = []
+def _median_seconds(function, repeats: int, device: torch.device) -> tuple[float, float]:
+    """Median wall-clock and CPU (this process) seconds of ``function()`` over ``repeats`` calls."""
+    wall, cpu = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         function()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def time_divisions(count: int, config: GHMDivisionsBenchConfig) -> dict[str, float]:
@@ -84,14 +86,18 @@ def time_divisions(count: int, config: GHMDivisionsBenchConfig) -> dict[str, flo
             simulator.rollout(policy, initial, generator)
 
     solver.train_step()  # warm-up
+    rollout_s, rollout_cpu_s = _median_seconds(rollout, config.iterations, device)
+    iteration_s, iteration_cpu_s = _median_seconds(solver.train_step, config.iterations, device)
     return {
         "divisions": count,
         "states": model.state_dim,
         "controls": model.action_dim,
         "paths": train.n_trajectories,
         "steps": simulator.num_steps,
-        "rollout_s": _median_seconds(rollout, config.iterations, device),
-        "iteration_s": _median_seconds(solver.train_step, config.iterations, device),
+        "rollout_s": rollout_s,
+        "rollout_cpu_s": rollout_cpu_s,
+        "iteration_s": iteration_s,
+        "iteration_cpu_s": iteration_cpu_s,
     }
 
 
@@ -108,11 +114,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"load_average": os.getloadavg(), "rows": rows}, indent=2))
         return 0
     print(f"--algo {config.algo}, {config.threads} thread(s), load average {os.getloadavg()[0]:.2f} at the end")
-    print(f"{'N':>3} {'states':>6} {'controls':>8} {'rollout ms':>11} {'iteration ms':>13} {'x N=first':>9}")
+    print("median of the timed calls; wall-clock and this process's CPU time (steadier on a shared machine)")
+    header = f"{'N':>3} {'controls':>8} {'rollout ms':>11} {'(CPU)':>7} {'iteration ms':>13} {'(CPU)':>7}"
+    print(f"{header} {'CPU x first':>11}")
     for row in rows:
         print(
-            f"{row['divisions']:>3} {row['states']:>6} {row['controls']:>8} {1000 * row['rollout_s']:>11.1f} "
-            f"{1000 * row['iteration_s']:>13.1f} {row['iteration_s'] / rows[0]['iteration_s']:>9.2f}"
+            f"{row['divisions']:>3} {row['controls']:>8} {1000 * row['rollout_s']:>11.1f} "
+            f"{1000 * row['rollout_cpu_s']:>7.1f} {1000 * row['iteration_s']:>13.1f} "
+            f"{1000 * row['iteration_cpu_s']:>7.1f} {row['iteration_cpu_s'] / rows[0]['iteration_cpu_s']:>11.2f}"
         )
     return 0
 

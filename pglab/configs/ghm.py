@@ -445,7 +445,9 @@ class GHMTrainConfig:
     check logs the policy's exact FD value, exact/pct_optimal_*, which has no noise)"""
     # -- final evaluation ----------------------------------------------------------------
     eval_cash: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5)
-    """initial cash levels of the final table"""
+    """initial cash levels of the final table (a model with more states: the levels of its
+    evaluation points, e.g. every division at each level and the levels mixed across the
+    divisions, each level in each regime; docs/ghm-models.md)"""
     eval_paths: int = 2_000
     """paths per initial cash in the final evaluation (the simulation subtracts the Brownian
     noise with V*' as coefficient: unbiased, and with 2,000 paths a standard error of ~0.1-0.2

@@ -385,6 +385,12 @@ class ContinuousTimeModel(abc.ABC):
 
         return FDReference(solve_hjb_1d_extrapolated(self, x_max=x_max, num_nodes=num_nodes))
 
+    def grid_check_models(self) -> list[ContinuousTimeModel]:
+        """The one-state models whose finite-difference grid a trainer checks before it starts
+        (the problems the reference solves; the GHM models: their barrier must lie inside the
+        grid). None by default."""
+        return []
+
     def reference_from_arrays(self, arrays: Mapping[str, Any]) -> ValueReference:
         """The reference stored by ``reference(...).to_arrays()`` (a run's ``fd_reference.npz``)."""
         from pglab.hjb.reference import FDReference

@@ -162,7 +162,7 @@ class GHMModel(ContinuousTimeModel):
             EvaluationPoint(f"c{cash:g}", (float(self.state_from_cash(float(cash))),), float(cash)) for cash in levels
         ]
 
-    def grid_check_models(self) -> list[GHMModel]:
+    def grid_check_models(self) -> list[ContinuousTimeModel]:
         """The one-state models whose FD grid's length the trainer checks: the model itself."""
         return [self]
 

@@ -175,7 +175,7 @@ class GHMDivisionsModel(ContinuousTimeModel):
                 distinct.append(params)
         return distinct, [distinct.index(params) for params in self.divisions]
 
-    def grid_check_models(self) -> list[GHMModel]:
+    def grid_check_models(self) -> list[ContinuousTimeModel]:
         """One GHM model per distinct division: the one-state problems the reference solves."""
         return [GHMModel(params) for params in self.distinct_divisions()[0]]
 

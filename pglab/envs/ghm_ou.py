@@ -103,7 +103,7 @@ class OUGHMModel(ContinuousTimeModel):
         spread = p.stationary_std
         return [p.mu_bar] if spread == 0 else [p.mu_bar - spread, p.mu_bar, p.mu_bar + spread]
 
-    def grid_check_models(self) -> list[GHMModel]:
+    def grid_check_models(self) -> list[ContinuousTimeModel]:
         """GHM with the profitability frozen at the evaluated levels' ends."""
         levels = self.evaluation_mu()
         return [GHMModel(self.params.frozen(mu)) for mu in (levels[0], levels[-1])]

@@ -100,7 +100,7 @@ class RegimeGHMModel(ContinuousTimeModel):
 
     # -- the reference and the evaluation -------------------------------------------------------------
 
-    def grid_check_models(self) -> list[GHMModel]:
+    def grid_check_models(self) -> list[ContinuousTimeModel]:
         """Each regime's GHM model without switching (:meth:`RegimeGHMParams.regime`)."""
         return [GHMModel(self.params.regime(regime)) for regime in REGIMES]
 
