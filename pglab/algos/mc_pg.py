@@ -48,7 +48,11 @@ the decision's own noise, which is the signal and is added back. The policy grad
 the baseline's target ``E[G_t | x_t]`` therefore stay unbiased *whatever* ``V'`` is: the
 critic's errors cost variance, never bias (unlike ``advantage_steps``, which replaces the
 far future by the critic). ``V'`` is the baseline's autograd slope, read from a table on
-1-D states.
+1-D states; on a state of several variables it is taken where the step's decision was made
+and held over the decision interval (still known at step ``j``, so still mean zero). After
+a model's jumps (a regime switch, a division liquidated between grid times) ``x_{j+1} - x_j
+- drift dt`` is not the Brownian increment; the simulator keeps the state before the jumps
+(``Trajectories.euler_states``) and the control variate uses it.
 """
 
 from __future__ import annotations
@@ -204,6 +208,21 @@ class MonteCarloPolicyGradient:
         table = autograd_slope(grid)[:, 0]  # [P]
         return interpolate_uniform(table, low, (high - low) / (num_points - 1), states[:, 0]).unsqueeze(1)
 
+    def _path_slopes(self, paths: Trajectories) -> torch.Tensor:
+        """The control variate's coefficients ``[B T, S]``: ``V'(x_j)`` at every step for a
+        1-D state (read from a table); for a state of several variables ``V'`` at the state
+        where the step's decision was taken, held over the decision interval (the network's
+        gradient on every state of every path would cost most of an iteration; a coefficient
+        known at the decision keeps every term mean zero just the same)."""
+        num_paths, num_steps = paths.num_paths, paths.num_steps
+        states = paths.states[:, :-1]
+        if self.model.state_dim == 1:
+            return self._value_slope(states.reshape(num_paths * num_steps, -1))
+        repeat = paths.action_repeat
+        decisions = states[:, ::repeat]  # [B, ceil(T / k), S]
+        slope = self._value_slope(decisions.reshape(-1, decisions.shape[2])).view(decisions.shape)
+        return slope.repeat_interleave(repeat, dim=1)[:, :num_steps].reshape(num_paths * num_steps, -1)
+
     def control_variate_terms(self, paths, rollout_policy) -> tuple[torch.Tensor, torch.Tensor]:
         """The martingale control variate of a batch (module docstring): ``(w + v, v)``,
         each ``[B, T]``: the per-step terms subtracted from the payout, and the exploration
@@ -218,7 +237,7 @@ class MonteCarloPolicyGradient:
         after = paths.states[:, 1:] if paths.euler_states is None else paths.euler_states
         next_states = after.reshape(num_pairs, -1)
         controls = paths.controls.reshape(num_pairs, -1)
-        slope = self._value_slope(states)  # V'(x_j), [BT, S]
+        slope = self._path_slopes(paths)  # V'(x_j), or at the step's decision, [BT, S]
         # w_j = gamma m_j V'(x_j) . (diffusion increment of step j)
         diffusion_increment = next_states - states - model.drift(states, controls) * dt
         brownian = gamma * (slope * diffusion_increment).sum(1) * paths.masks.reshape(num_pairs)
