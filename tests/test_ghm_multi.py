@@ -384,14 +384,20 @@ def test_bad_model_flags_exit_2_naming_the_field(tmp_path, capsys, argv, field):
 
 
 @pytest.mark.parametrize("model", ["regimes", "ou"])
-def test_each_two_state_model_trains_and_reports_its_fd_reference(tmp_path, model):
+def test_each_two_state_model_trains_resumes_and_reports_its_fd_reference(tmp_path, model):
     pytest.importorskip(f"pglab.hjb.{'fd_regimes' if model == 'regimes' else 'fd2d'}")
-    result = train_ghm(
-        GHMTrainConfig(log_dir=tmp_path / model, model=model, algo="pathwise", **{**RUN, "n_iterations": 1}),
-        **QUIET,
+    config = {**RUN, "n_iterations": 2, "model": model, "algo": "pathwise"}
+    full = train_ghm(GHMTrainConfig(log_dir=tmp_path / "full", **config), **QUIET)
+    stopped = train_ghm(
+        GHMTrainConfig(log_dir=tmp_path / "split", **{**config, "final_eval": False}), stop_after=1, **QUIET
     )
-    agent = pglab.load_checkpoint(result.run_dir, device="cpu")
-    reference = agent.model.reference(x_max=6.0, num_nodes=TINY["fd_nodes"])
-    states = np.array([row["initial_state"] for row in result.final_rows])
-    np.testing.assert_allclose([row["fd_optimum"] for row in result.final_rows], reference.value_at(states))
-    assert len(result.final_rows) == (4 if model == "regimes" else 6)
+    assert stopped.interrupted
+    train_ghm(GHMTrainConfig(resume=tmp_path / "split", **{**config, "final_eval": False}), **QUIET)
+    for network, tensors in load_checkpoint_file(full.run_dir)["models"].items():
+        for key, tensor in tensors.items():
+            assert torch.equal(tensor, load_checkpoint_file(tmp_path / "split")["models"][network][key])
+    assert rows_without_perf(full.run_dir / "metrics.csv") == rows_without_perf(tmp_path / "split" / "metrics.csv")
+    reference = pglab.load_checkpoint(full.run_dir, device="cpu").model.reference(x_max=6.0, num_nodes=TINY["fd_nodes"])
+    states = np.array([row["initial_state"] for row in full.final_rows])
+    np.testing.assert_allclose([row["fd_optimum"] for row in full.final_rows], reference.value_at(states))
+    assert len(full.final_rows) == (4 if model == "regimes" else 6)

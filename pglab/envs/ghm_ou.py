@@ -29,10 +29,11 @@ from pglab.envs.ghm import GHMModel
 
 __all__ = ["OUGHMModel", "OUGHMParams", "REFERENCE_NODES_RATIO"]
 
-REFERENCE_NODES_RATIO = 40
-"""The 2-D FD reference has ``num_nodes / 40`` cash intervals for a 1-D grid of ``num_nodes``
-(600 at the default 24,000: a cash step of 0.01 on ``[0, 6]``; its profitability step
-follows, ``h_c sigma_mu / sigma``, where the scheme is monotone for any correlation)."""
+REFERENCE_NODES_RATIO = 30
+"""The 2-D FD reference has ``num_nodes / 30`` cash intervals for a 1-D grid of ``num_nodes``
+(800 at the default 24,000: on ``[0, 6]`` the cash step 0.0075 of
+:func:`pglab.hjb.fd2d.solve_hjb_2d_extrapolated`'s default grid; its profitability step
+follows from it, inside the band where the scheme is monotone)."""
 
 
 class OUGHMModel(ContinuousTimeModel):
