@@ -64,6 +64,7 @@ SINGLE: dict[str, Handler] = {
 BENCHMARKS: dict[str, Handler] = {
     "ghm-rollout": "pglab.bench.ghm_rollout:main",
     "ghm-parallel": "pglab.bench.ghm_parallel:main",
+    "ghm-divisions": "pglab.bench.ghm_divisions:main",
     "a2c-stream": "pglab.bench.a2c_stream:main",
     "maxk": "pglab.bench.maxk:main",
     "tabular": "pglab.bench.tabular:main",
@@ -80,6 +81,7 @@ SUMMARIES = {
     "bench": {
         "ghm-rollout": "GHM rollout iteration time (idle and beside a CPU-bound process)",
         "ghm-parallel": "GHM rollouts in parallel workers",
+        "ghm-divisions": "GHM divisions: time per training iteration against the number of states",
         "a2c-stream": "streaming A2C environment steps per second",
         "maxk": "Max@K estimator time per call, MaxKPOMO step overhead",
         "tabular": "tabular learners' episodes per second",

@@ -55,6 +55,7 @@ from pglab.algos.pathwise import PathwisePolicyGradient
 from pglab.envs.dynamics import ContinuousTimeModel
 from pglab.estimators import compute_gae
 from pglab.hjb.residual import control_candidates, hjb_residual_for_training
+from pglab.hjb.residual_nd import hjb_residual_nd
 from pglab.losses.reinforce import value_regression_loss
 
 
@@ -120,23 +121,44 @@ class ActorCritic(PathwisePolicyGradient):
     def critic_targets(
         self, flat_states: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor, bootstrap: torch.Tensor
     ) -> torch.Tensor:
-        """TD(lambda) targets ``A_t + V(x_t)`` from the shared GAE estimator, ``[B, T]``."""
-        values = self.critic(flat_states).view(rewards.shape)
-        _, targets = compute_gae(rewards, values, dones, None, bootstrap, self.simulator.discount, self.gae_lambda)
-        return targets
+        """TD(lambda) targets ``A_t + V(x_t)`` from the shared GAE estimator, ``[B, T]`` (a
+        model of several parts: each part's, with ``V`` shared evenly, summed:
+        :meth:`~pglab.algos.pathwise.PathwisePolicyGradient.per_part`)."""
+        values = self.critic(flat_states).view(rewards.shape[:2])
+        lam = self.gae_lambda
+
+        def targets(rewards, dones, discount, bootstrap, values):
+            return compute_gae(rewards, values, dones, None, bootstrap, discount, lam)[1]
+
+        return self.per_part(targets, rewards, dones, bootstrap, values)
 
     def hjb_states(self, batch_states: torch.Tensor) -> torch.Tensor:
-        """Where this step's HJB residual is evaluated, ``[hjb_samples, 1]``: uniform draws
-        on ``hjb_interval`` (from the simulation's generator, so a seeded run stays
-        bit-identical and resumes exactly), or the first ``hjb_samples`` batch states (a
-        uniform subsample: the batch is a random draw)."""
+        """Where this step's HJB residual is evaluated, ``[hjb_samples, d]``: uniform draws
+        (from the simulation's generator, so a seeded run stays bit-identical and resumes
+        exactly) with the model's cash coordinates on ``hjb_interval``, a regime coordinate
+        on its regimes and any other coordinate on the model's state box; or the first
+        ``hjb_samples`` batch states (a uniform subsample: the batch is a random draw)."""
         if self.hjb_interval is None:
             return batch_states[: self.hjb_samples]
         low, high = self.hjb_interval
         unit = torch.rand(
-            (self.hjb_samples, 1), generator=self.generator, device=batch_states.device, dtype=batch_states.dtype
+            (self.hjb_samples, batch_states.shape[1]),
+            generator=self.generator,
+            device=batch_states.device,
+            dtype=batch_states.dtype,
         )
-        return low + (high - low) * unit
+        if batch_states.shape[1] == 1:
+            return low + (high - low) * unit
+        model = self.model
+        columns = []
+        for i in range(unit.shape[1]):
+            if i in model.cash_coordinates:
+                columns.append(low + (high - low) * unit[:, i])
+            elif model.regimes is not None and i == model.regimes.coordinate:
+                columns.append((unit[:, i] * model.regimes.count).floor().clamp(max=model.regimes.count - 1))
+            else:
+                columns.append(model.state_low[i] + (model.state_high[i] - model.state_low[i]) * unit[:, i])
+        return torch.stack(columns, dim=1)
 
     def critic_loss(self, states: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
         """``td_weight`` times the TD(lambda) regression plus ``hjb_weight`` times the mean
@@ -147,11 +169,15 @@ class ActorCritic(PathwisePolicyGradient):
         if self.hjb_weight > 0:
             # the double backward pass of the residual costs ~10x a plain value regression per state
             points = self.hjb_states(states)
-            if self.hjb_residual == "optimal":
-                residual = optimal_hjb_residual(self.model, self.critic, points)
-            else:
+            controls = None
+            if self.hjb_residual != "optimal":
                 with torch.no_grad():
                     controls = self.model.control.clip(self.policy.mean_std(points)[0])
+            if self.model.state_dim != 1:
+                residual = hjb_residual_nd(self.model, self.critic, points, controls=controls)
+            elif controls is None:
+                residual = optimal_hjb_residual(self.model, self.critic, points)
+            else:
                 residual = policy_hjb_residual(self.model, self.critic, points, controls)
             hjb_loss = residual.pow(2).mean()
             out = {**out, "loss": out["loss"] + self.hjb_weight * hjb_loss, "loss/hjb_residual": hjb_loss.detach()}

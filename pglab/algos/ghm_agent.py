@@ -8,7 +8,9 @@
 ``act``, ``predict`` and ``value`` take cash, whatever the model. A ``--model credit-line``
 agent's networks work in the model's state, liquidity ``x = cash + credit_limit``:
 ``act(cash)`` is ``agent.policy`` at ``agent.model.state_from_cash(cash)`` (and cash may be
-negative, down to ``-credit_limit``). For GHM the state is cash itself.
+negative, down to ``-credit_limit``). For GHM the state is cash itself. A model with ``d``
+states takes ``[B, d]``: the divisions' cash ``[B, N]`` (rates ``[B, 2N]``, dividend and
+issuance of each division in turn), ``(cash, regime)`` with the regime 0 or 1, ``(cash, mu)``.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ import torch
 from pglab.agent import Agent, NoCritic, ObsSpec, check_observation
 from pglab.algos.ghm_train import build_model, build_networks
 from pglab.configs.ghm import GHM_KINDS, GHMTrainConfig
-from pglab.envs.ghm import GHMModel
+from pglab.envs.dynamics import ContinuousTimeModel
 from pglab.errors import CheckpointError
 from pglab.nets import GaussianPolicy, ValueNetwork
 from pglab.run.checkpoint import load_state_dict_checked
 from pglab.run.config import config_from_dict
 
-# What GHMAgent.act and .value read: cash, one finite number per row.
+# What GHMAgent.act and .value read: cash, one finite number per row (a one-state model).
 CASH = ObsSpec(("B", 1), "real", torch.float32, name="cash")
 
 
@@ -36,14 +38,14 @@ class GHMAgent(Agent):
     """A trained GHM policy with its value network and the model it was trained on.
 
     Attributes:
-        policy: :class:`GaussianPolicy` on the model's state ``[B, 1]`` (cash for GHM,
+        policy: :class:`GaussianPolicy` on the model's state ``[B, d]`` (cash for GHM,
             liquidity ``cash + credit_limit`` for the credit line:
             ``model.state_from_cash``); ``policy.act(states, deterministic=True)`` gives
             the rates ``[B, 2]`` (dividend ``a_L``, issuance ``a_E``), clipped to the
             control bounds. :meth:`act` takes cash and converts it.
         baseline: the learned value network on the model's state (``None`` for a
             ``--no-baseline`` run); :meth:`value` takes cash.
-        model: the :class:`GHMModel` or :class:`GHMCreditLineModel` (parameters as trained).
+        model: the model trained on (``--model``, parameters as trained).
         config: the run's :class:`GHMTrainConfig`. iteration: training iterations done.
         kind: the checkpoint kind (``ghm-mc``, ``ghm-pathwise``, ``ghm-actor-critic``).
         device: where the networks live.
@@ -51,15 +53,16 @@ class GHMAgent(Agent):
 
     policy: GaussianPolicy
     baseline: ValueNetwork | None
-    model: GHMModel
+    model: ContinuousTimeModel
     config: GHMTrainConfig
     iteration: int
     kind: str = "ghm-mc"
     device: torch.device = torch.device("cpu")
 
     def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
-        """Rates ``[B, 2]`` (``a_L``, ``a_E``, within the control box) for cash ``obs``
-        ``[B, 1]``: the policy's mean by default, a sample if not ``deterministic``.
+        """Rates ``[B, A]`` (``a_L``, ``a_E``, within the control box) for cash ``obs``
+        ``[B, 1]`` (a model with ``d`` states: ``[B, d]``): the policy's mean by default, a
+        sample if not ``deterministic``.
 
         ``obs`` is a tensor of finite real numbers (float64 and integers are cast to the
         policy's float32); anything else raises :class:`~pglab.agent.ObservationError`."""
@@ -68,7 +71,7 @@ class GHMAgent(Agent):
             return self.policy.act(states, deterministic=deterministic)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """Learned value ``V(c)`` ``[B]`` of cash ``obs`` ``[B, 1]`` (checked as for :meth:`act`)."""
+        """Learned value ``V(c)`` ``[B]`` of cash ``obs`` ``[B, 1]`` (``[B, d]``; checked as for :meth:`act`)."""
         states = self._states(obs, "value")
         if self.baseline is None:
             raise NoCritic(f"{self.kind} agent: trained with --no-baseline, so it holds no value network")
@@ -76,10 +79,11 @@ class GHMAgent(Agent):
             return self.baseline(states)
 
     def _states(self, cash: Any, method: str) -> torch.Tensor:
-        """The model's states ``[B, 1]`` float32 on the agent's device for cash ``[B, 1]``,
+        """The model's states ``[B, d]`` float32 on the agent's device for cash ``[B, d]``,
         checked (a NaN would come back as NaN rates, silently) and converted in float32, as
         the simulator's states are."""
-        checked = check_observation(cash, CASH, where=f"GHMAgent.{method}", device=self.device)
+        spec = CASH if self.model.state_dim == 1 else ObsSpec(("B", self.model.state_dim), "real", torch.float32)
+        checked = check_observation(cash, spec, where=f"GHMAgent.{method}", device=self.device)
         return self.model.state_from_cash(checked)
 
 

@@ -54,7 +54,7 @@ class PolicyValue:
     (upper bound of the ignored remainder), ``simulated_time``; ``table_error``: the largest
     difference between the tabulated and the exact policy (``None``: no table)."""
 
-    initial_states: list[float]
+    initial_states: list[float] | list[list[float]]
     mean: list[float]
     stderr: list[float]
     tail_bound: list[float]
@@ -91,7 +91,7 @@ def corner_reward_bound(model: ContinuousTimeModel) -> Callable[[torch.Tensor], 
 def simulate_policy_value(
     model: ContinuousTimeModel,
     policy_fn: PolicyFn,
-    initial_states: Sequence[float],
+    initial_states: Sequence[float] | Sequence[Sequence[float]],
     *,
     num_paths: int = 10_000,
     dt: float = 0.01,
@@ -106,10 +106,13 @@ def simulate_policy_value(
     value_slope: Callable[[torch.Tensor], torch.Tensor] | None = None,
     absorption: str = "grid",
 ) -> PolicyValue:
-    """Estimate ``V^pi`` at each of ``initial_states`` (1-D models) with ``num_paths``
-    paths each. ``policy_fn`` maps states ``[B, 1]`` to controls ``[B, A]`` (it is
-    clipped to the control box here). ``value_bound`` maps states ``[B, 1]`` to an upper
-    bound of the value ``[B]``; by default :func:`corner_reward_bound`. ``progress``: the
+    """Estimate ``V^pi`` at each of ``initial_states`` (floats for a one-state model, else
+    ``d`` floats each) with ``num_paths`` paths each. ``policy_fn`` maps states ``[B, d]`` to
+    controls ``[B, A]`` (it is clipped to the control box here). ``value_bound`` maps states
+    ``[B, d]`` to an upper bound of the value ``[B]``; by default :func:`corner_reward_bound`.
+    ``value_slope`` maps them to the control variate's coefficient, ``[B, d]`` (or ``[B]`` for
+    one state). The model's jumps (regime switches, parts killed under bridge absorption)
+    are drawn after the Brownian increments of each step. ``progress``: the
     label of a progress bar over the simulated steps (none if ``None``); the bar's total
     is the ``max_time`` cap, and it ends where the tail bound stops the simulation.
     ``table_points > 0`` (1-D models, deterministic ``policy_fn`` only): read the policy
@@ -121,16 +124,17 @@ def simulate_policy_value(
     if absorption not in ("grid", "bridge"):
         raise ValueError(f"simulate_policy_value: absorption must be 'grid' or 'bridge', got {absorption!r}")
     table_error = None
+    starts = _state_rows(initial_states, model.state_dim)
     if table_points > 0 and model.state_dim == 1:
         low_cash = model.state_low[0]
-        high_cash = low_cash + 2.0 * (max(model.state_high[0], *initial_states) - low_cash)
+        high_cash = low_cash + 2.0 * (max(model.state_high[0], *(state[0] for state in starts)) - low_cash)
         table = TabulatedPolicy(_ControlsAsPolicy(policy_fn), low_cash, high_cash, table_points, device=device)
         table_error = table.max_error()
         policy_fn = table.mean
     simulation = _PathSimulation(
         model,
         policy_fn,
-        initial_states,
+        starts,
         num_paths,
         dt=dt,
         generator=generator,
@@ -148,7 +152,7 @@ def simulate_policy_value(
     )
     per_path = simulation.totals.view(simulation.num_points, num_paths)
     return PolicyValue(
-        initial_states=[float(x) for x in initial_states],
+        initial_states=[float(state[0]) for state in starts] if model.state_dim == 1 else [list(s) for s in starts],
         mean=per_path.mean(1).tolist(),
         stderr=(per_path.std(1) / math.sqrt(num_paths)).tolist(),
         tail_bound=tail.tolist(),
@@ -156,6 +160,17 @@ def simulate_policy_value(
         num_paths=num_paths,
         table_error=table_error,
     )
+
+
+def _state_rows(initial_states: Sequence[float] | Sequence[Sequence[float]], state_dim: int) -> list[tuple[float, ...]]:
+    """The initial states as ``d``-tuples (a one-state model's may be given as floats)."""
+    rows = [
+        tuple(float(x) for x in state) if isinstance(state, Sequence) else (float(state),) for state in initial_states
+    ]
+    for row in rows:
+        if len(row) != state_dim:
+            raise ValueError(f"simulate_policy_value: initial states need {state_dim} coordinates, got {row}")
+    return rows
 
 
 def _simulate_until_the_tail_is_small(
@@ -211,7 +226,7 @@ class _PathSimulation:
         self,
         model: ContinuousTimeModel,
         policy_fn: PolicyFn,
-        initial_states: Sequence[float],
+        initial_states: Sequence[tuple[float, ...]],
         num_paths: int,
         *,
         dt: float,
@@ -224,8 +239,11 @@ class _PathSimulation:
         self.generator, self.value_slope, self.absorption, self.device = generator, value_slope, absorption, device
         self.gamma = math.exp(-model.discount_rate * dt)
         self.num_points, self.num_paths = len(initial_states), num_paths
-        start = torch.tensor(initial_states, dtype=torch.float32, device=device)
-        self.states = start.repeat_interleave(num_paths).unsqueeze(1)  # [P * n, 1]
+        start = torch.tensor(initial_states, dtype=torch.float32, device=device)  # [P, d]
+        self.states = start.repeat_interleave(num_paths, dim=0)  # [P * n, d]
+        model.check_outputs(self.states, dt, where="simulate_policy_value")
+        self.path_bridge = absorption == "bridge" and model.num_parts == 1
+        self.jump_dim = model.jump_dim(bridge=absorption == "bridge")
         self.owner = torch.arange(self.num_points * num_paths, device=device)  # path index into totals
         self.totals = torch.zeros(self.num_points * num_paths, dtype=torch.float64, device=device)
         self.low, self.high = model.control.bounds(self.states)
@@ -241,23 +259,22 @@ class _PathSimulation:
     def advance(self, num_steps: int, max_steps: int) -> None:
         """Up to ``num_steps`` Euler steps (at most to ``max_steps`` in all), adding each
         alive path's discounted payout (minus the control variate's mean-zero noise term
-        ``gamma V'(x) diffusion sqrt(dt) eps`` when ``value_slope`` is given)."""
+        ``gamma grad V(x) . Sigma sqrt(dt) eps`` when ``value_slope`` is given). Each step
+        draws, in order: the Brownian increments ``[B, w]``, the path survival uniforms
+        (bridge absorption of whole paths) and the jump uniforms (a model with jumps)."""
         model, dt, device, gamma = self.model, self.dt, self.device, self.gamma
         states, alive = self.states, self.alive
         discount = gamma**self.step
         for _ in range(num_steps):
             controls = torch.maximum(torch.minimum(self.policy_fn(states), self.high), self.low)
-            noise = torch.randn(states.shape, generator=self.generator, device=device, dtype=states.dtype)
+            noise = torch.randn(
+                (states.shape[0], model.noise_dim), generator=self.generator, device=device, dtype=states.dtype
+            )
             next_states, reward = euler_maruyama_step(model, states, controls, noise, dt)
-            payout = reward
-            if self.value_slope is not None:  # minus gamma V'(x) diffusion sqrt(dt) eps: mean zero
-                shock = model.diffusion(states, controls)[:, 0] * (math.sqrt(dt) * noise[:, 0])
-                payout = reward - gamma * self.value_slope(states) * shock
-            self.totals.index_add_(0, self.owner, (discount * payout * alive).double())
-            if self.absorption == "bridge":  # killed between the grid times with 1 - survival
-                survival = model.step_survival(states, next_states, controls, dt)
-                uniform = torch.rand(survival.shape, generator=self.generator, device=device, dtype=survival.dtype)
-                alive = alive & (uniform < survival)
+            self.totals.index_add_(
+                0, self.owner, (discount * self._payout(states, controls, noise, reward) * alive).double()
+            )
+            next_states, alive = self._absorb_and_jump(states, next_states, controls, alive)
             states = torch.where(alive.unsqueeze(1), next_states, states)
             alive = alive & ~model.terminated(states)
             discount *= gamma
@@ -265,6 +282,36 @@ class _PathSimulation:
             if self.step >= max_steps:
                 break
         self.states, self.alive, self.discount = states, alive, discount
+
+    def _payout(
+        self, states: torch.Tensor, controls: torch.Tensor, noise: torch.Tensor, reward: torch.Tensor
+    ) -> torch.Tensor:
+        """A step's payout, less ``gamma grad V(x) . Sigma sqrt(dt) eps`` (mean zero) with a ``value_slope``."""
+        if self.value_slope is None:
+            return reward
+        shock = self.model.shock(states, controls, math.sqrt(self.dt) * noise)  # [B, d]
+        slope = self.value_slope(states)
+        if slope.dim() == 1 or slope.shape[1] == 1:
+            return reward - self.gamma * slope.reshape(-1) * shock[:, 0]
+        return reward - self.gamma * (slope * shock).sum(1)
+
+    def _absorb_and_jump(
+        self, states: torch.Tensor, next_states: torch.Tensor, controls: torch.Tensor, alive: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The state after the step's jumps, and who survived the step between the grid times
+        (bridge absorption of whole paths: with probability ``step_survival``)."""
+        model, device = self.model, self.device
+        uniform = None
+        if self.path_bridge:  # drawn before the jumps' uniforms
+            uniform = torch.rand(states.shape[0], generator=self.generator, device=device, dtype=states.dtype)
+        if self.jump_dim > 0:
+            jumps = torch.rand(
+                (states.shape[0], self.jump_dim), generator=self.generator, device=device, dtype=states.dtype
+            )
+            next_states = model.jump(states, next_states, controls, jumps, self.dt, bridge=self.absorption == "bridge")
+        if uniform is not None:  # killed between the grid times with 1 - survival
+            alive = alive & (uniform < model.step_survival(states, next_states, controls, self.dt))
+        return next_states, alive
 
     def drop_dead_paths(self) -> None:
         """Keep only the alive paths: the dead ones' totals are final."""

@@ -39,13 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pglab.configs.ghm import GHMTrainConfig
+from pglab.configs.ghm import ONE_STATE_MODELS, GHMTrainConfig
 from pglab.configs.sweep import (
-    CREDIT_LINE_PARAMETERS,
+    INTEGER_PARAMETERS,
     MAX_RUNS_WITHOUT_YES,
     SWEEP_RESUMABLE,
     SWEEPABLE,
     GHMSweepConfig,
+    model_of_parameter,
 )
 from pglab.errors import ConfigError
 from pglab.run.atomic import atomic_write_json, atomic_write_text
@@ -118,6 +119,8 @@ def _number(path: Path, name: str, value: Any) -> float:
         raise ConfigError("grid", str(path), f"{name!r} is not a model parameter; sweepable: {', '.join(SWEEPABLE)}")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(name, value, f"must be a number (in {path})")
+    if name in INTEGER_PARAMETERS and value != int(value):
+        raise ConfigError(name, value, f"must be a whole number (in {path})")
     return float(value)
 
 
@@ -165,15 +168,18 @@ def build_trials(config: GHMSweepConfig, sweep_dir: Path) -> list[Trial]:
     base = base_fields(config)
     trials = []
     for calibration in calibrations(config):
-        for name in CREDIT_LINE_PARAMETERS:  # --grid YAML files are checked here, flags in the config
-            if name in calibration and config.model != "credit-line":
-                raise ConfigError(name, calibration[name], "is a parameter of --model credit-line")
+        for name in calibration:  # --grid YAML files are checked here, flags in the config
+            owner = model_of_parameter(name)
+            if owner is not None and owner != config.model:
+                raise ConfigError(name, calibration[name], f"is a parameter of --model {owner}")
         for algo in config.algo:
             for seed in config.seeds:
                 name = f"{calibration_name(calibration)}-{algo}-s{seed}"
                 fields = {
                     **base,
-                    **calibration,
+                    **{
+                        name: int(value) if name in INTEGER_PARAMETERS else value for name, value in calibration.items()
+                    },
                     "model": config.model,
                     "algo": algo,
                     "seed": seed,
@@ -240,22 +246,20 @@ def _quiet():
 
 def trial_row(trial: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     """The table row of a finished run, from its evaluation.json and summary.json."""
+    from pglab.algos.ghm_train import row_label
+
     evaluation = json.loads((run_dir / "evaluation.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
     config = trial["config"]
     row: dict[str, Any] = {"run": trial["name"], "model": config["model"], "algo": trial["algo"], "seed": trial["seed"]}
     row.update(
-        {
-            name: _parameter(config, name)
-            for name in SWEEPABLE
-            if name not in CREDIT_LINE_PARAMETERS or config["model"] == "credit-line"
-        }
+        {name: _parameter(config, name) for name in SWEEPABLE if model_of_parameter(name) in (None, config["model"])}
     )
     for entry in evaluation["rows"]:
-        row[f"pct_c{entry['initial_cash']:g}"] = entry["pct_of_optimum"]
+        row[f"pct_{row_label(entry)}"] = entry["pct_of_optimum"]
     for entry in evaluation["rows"]:  # the exact (FD) value of the same policy, when evaluated
         if "exact_pct_of_optimum" in entry:
-            row[f"exact_pct_c{entry['initial_cash']:g}"] = entry["exact_pct_of_optimum"]
+            row[f"exact_pct_{row_label(entry)}"] = entry["exact_pct_of_optimum"]
     learned, fd = evaluation.get("learned_thresholds", {}), evaluation.get("fd_thresholds", {})
     row.update(
         {
@@ -270,7 +274,7 @@ def trial_row(trial: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 def _parameter(config: dict[str, Any], name: str) -> float:
-    """A model parameter of a run's config dict: in ``params``, or top-level (the credit line's)."""
+    """A model parameter of a run's config dict: in ``params``, or top-level (the other models')."""
     return config["params"][name] if name in config["params"] else config[name]
 
 
@@ -281,11 +285,16 @@ def fd_lines(
     config: GHMSweepConfig, trials: list[Trial], sweep_dir: Path, echo: Callable[..., None]
 ) -> dict[str, list[dict[str, Any]]]:
     """FD dividend barrier and issuance point along each swept parameter (others held at
-    each of their swept combinations), cached in ``fd_lines.json``."""
+    each of their swept combinations), cached in ``fd_lines.json``; none for a model whose
+    state has more than one variable (its thresholds are not one number)."""
     cache = sweep_dir / "fd_lines.json"
     if cache.exists():
         return json.loads(cache.read_text())
+    if trials[0].config["model"] not in ONE_STATE_MODELS:
+        atomic_write_json(cache, {})
+        return {}
     from pglab.algos.ghm_train import build_model, thresholds_in_cash
+    from pglab.envs.ghm import GHMModel
     from pglab.hjb.fd import solve_hjb_1d_extrapolated
 
     base = trials[0].config  # the model, its parameters and the FD grid's x_max
@@ -306,6 +315,7 @@ def fd_lines(
     for name, others, value in jobs:
         # the flat names (sigma, credit_limit) override the base run's
         model = build_model(config_from_dict(GHMTrainConfig, {**base, **others, name: value}))
+        assert isinstance(model, GHMModel)  # a one-state model (checked above)
         solution = solve_hjb_1d_extrapolated(model, x_max=x_max, num_nodes=config.fd_line_nodes)
         thresholds = thresholds_in_cash(model, solution.thresholds())  # in cash, as the runs' thresholds
         lines[name].append(
@@ -418,7 +428,7 @@ def write_table(rows: list[dict[str, Any]], sweep_dir: Path) -> None:
         writer.writerow({key: ("" if row.get(key) is None else row[key]) for key in columns})
     atomic_write_text(sweep_dir / "sweep.csv", buffer.getvalue())
     swept = [name for name in SWEEPABLE if len({row.get(name) for row in rows}) > 1]
-    pct = [key for key in columns if key.startswith("pct_c")]
+    pct = [key for key in columns if key.startswith("pct_")]
     shown = ["run", *swept, "algo", "seed", *pct, "barrier_rl", "barrier_fd", "issuance_rl", "issuance_fd", "train_s"]
 
     def cell(value: Any) -> str:

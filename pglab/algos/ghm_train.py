@@ -62,19 +62,24 @@ from pglab.algos.pathwise import PathwisePolicyGradient
 from pglab.configs.ghm import (
     GHM_KINDS,
     RESUMABLE_FIELDS,
-    ROLLOUT_FLOATS_PER_STEP,
     SOLVER_DEFAULTS,
     GHMTrainConfig,
     budget_schedules,
     evaluation_bytes,
     final_eval_dt,
     rollout_bytes,
+    rollout_floats_per_step,
 )
+from pglab.envs.dynamics import ContinuousTimeModel, EvaluationPoint
 from pglab.envs.ghm import GHMModel, GHMParams
 from pglab.envs.ghm_credit_line import GHMCreditLineModel
-from pglab.envs.simulator import TrajectorySimulator, interpolate_uniform
+from pglab.envs.ghm_divisions import GHMDivisionsModel
+from pglab.envs.ghm_ou import OUGHMModel
+from pglab.envs.ghm_regimes import RegimeGHMModel
+from pglab.envs.simulator import TrajectorySimulator
 from pglab.errors import ConfigError
-from pglab.hjb.fd import FDSolution, evaluate_policy_1d, solve_hjb_1d, solve_hjb_1d_extrapolated
+from pglab.hjb.fd import FDSolution, solve_hjb_1d
+from pglab.hjb.reference import FDReference, ValueReference, as_reference
 from pglab.nets import GaussianPolicy, ValueNetwork
 from pglab.run.atomic import atomic_write_json, atomic_write_text
 from pglab.run.ghm_plots import PolicyPlotData
@@ -129,18 +134,25 @@ SPEC = TrainerSpec(
 )
 
 
-def build_model(config: GHMTrainConfig) -> GHMModel:
+def build_model(config: GHMTrainConfig) -> ContinuousTimeModel:
     """The model a config trains on (``--model`` with its parameters). Everything built
     from a train config (training, the agent API, ``pglab evaluate``, sweeps) builds it
     here. Its state is ``model.state_from_cash(cash)``: cash for GHM, liquidity ``cash +
-    credit_limit`` for the credit line."""
+    credit_limit`` for the credit line; the divisions' cash ``[B, N]``, ``(cash, regime)`` and
+    ``(cash, mu)`` for the models with two states."""
     # the classes are looked up when called (a test may substitute this module's GHMModel)
-    models: dict[str, type[GHMModel]] = {"ghm": GHMModel, "credit-line": GHMCreditLineModel}
+    models: dict[str, Callable[[Any], ContinuousTimeModel]] = {
+        "ghm": GHMModel,
+        "credit-line": GHMCreditLineModel,
+        "divisions": lambda params: GHMDivisionsModel([params] * config.divisions),
+        "regimes": RegimeGHMModel,
+        "ou": OUGHMModel,
+    }
     return models[config.model](config.model_params())
 
 
 def build_networks(
-    config: GHMTrainConfig, model: GHMModel, device: torch.device
+    config: GHMTrainConfig, model: ContinuousTimeModel, device: torch.device
 ) -> tuple[GaussianPolicy, ValueNetwork | None]:
     """The policy and (unless ``no_baseline``) the value network of a config."""
     policy = GaussianPolicy(
@@ -167,7 +179,7 @@ def build_networks(
     return policy, baseline
 
 
-def boundary_layer_width(model: GHMModel) -> float:
+def boundary_layer_width(model: ContinuousTimeModel) -> float:
     """Width ``l = s(0)^2 / (2 max_u b(0, u))`` of the value's boundary layer at the
     liquidation point (state 0), from the model: with the cash pushed up at the largest
     drift, ``0.5 s^2 V'' + b V' = 0`` has the solution ``1 - exp(-x / l)`` there (GHM:
@@ -192,7 +204,7 @@ def boundary_layer_width(model: GHMModel) -> float:
     return volatility**2 / (2.0 * drift)
 
 
-def build_simulator(config: GHMTrainConfig, model: GHMModel) -> TrajectorySimulator:
+def build_simulator(config: GHMTrainConfig, model: ContinuousTimeModel) -> TrajectorySimulator:
     """The training rollouts' simulator: batched in this process, or spread over workers."""
     assert config.action_repeat is not None and config.absorption is not None  # set by GHMTrainConfig
     if config.simulator == "batched":
@@ -272,31 +284,27 @@ def build_solver(
     raise ConfigError("algo", config.algo, "unknown solver")
 
 
-def reference_solution(config: GHMTrainConfig, model: GHMModel, cache: Path | None = None) -> FDSolution:
-    """The FD optimum for the config's model (cached as ``fd_reference.npz``)."""
+def model_reference(config: GHMTrainConfig, model: ContinuousTimeModel, cache: Path | None = None) -> ValueReference:
+    """The exact optimum of the config's model (its ``reference`` hook on ``[0, fd_x_max]``
+    with ``fd_nodes`` intervals), cached as ``fd_reference.npz`` (its ``to_arrays``)."""
     if cache is not None and cache.exists():
-        stored = np.load(cache)
-        return FDSolution(
-            grid=stored["grid"],
-            value=stored["value"],
-            controls=stored["controls"],
-            iterations=int(stored["iterations"]),
-            converged=bool(stored["converged"]),
-            control_names=tuple(model.control.names),
-        )
-    solution = solve_hjb_1d_extrapolated(model, x_max=config.fd_x_max, num_nodes=config.fd_nodes)
+        with np.load(cache) as stored:
+            return model.reference_from_arrays({name: stored[name] for name in stored.files})
+    reference = model.reference(x_max=config.fd_x_max, num_nodes=config.fd_nodes)
     if cache is not None:
         tmp = cache.with_name(f".{cache.stem}.tmp.npz")
-        np.savez(
-            tmp,
-            grid=solution.grid,
-            value=solution.value,
-            controls=solution.controls,
-            iterations=solution.iterations,
-            converged=solution.converged,
-        )
+        arrays: dict[str, Any] = reference.to_arrays()
+        np.savez(tmp, **arrays)
         tmp.replace(cache)
-    return solution
+    return reference
+
+
+def reference_solution(config: GHMTrainConfig, model: ContinuousTimeModel, cache: Path | None = None) -> FDSolution:
+    """The FD optimum of a one-state model (:func:`model_reference`'s solution)."""
+    reference = model_reference(config, model, cache)
+    if not isinstance(reference, FDReference):
+        raise ConfigError("model", config.model, "has more than one state: its reference is not a 1-D FD solution")
+    return reference.solution
 
 
 # The check of fd_x_max (check_fd_grid): its grid step (state units; coarse, as it compares
@@ -327,7 +335,7 @@ def _fd_on_two_grids(
     return _GRID_CHECKS[key]
 
 
-def check_fd_grid(config: GHMTrainConfig, model: GHMModel) -> None:
+def check_fd_grid(config: GHMTrainConfig, model: ContinuousTimeModel) -> None:
     """Refuse a calibration whose FD reference is shaped by the grid's end: a
     :class:`ConfigError` naming ``fd_x_max`` with the barrier, before anything is written.
 
@@ -335,7 +343,17 @@ def check_fd_grid(config: GHMTrainConfig, model: GHMModel) -> None:
     lies beyond it, or the reflection otherwise matters (a large ``sigma``, ``rho`` close to
     ``r``), the "optimum" is an artefact of the grid. So solve on the grid and on one twice
     as long (same coarse step) and require the same barrier and, at the evaluated cash
-    levels and the top of the plotted range, the same value within 0.5%."""
+    levels and the top of the plotted range, the same value within 0.5% -- for each of the
+    one-state GHM models the model's reference is built from (``grid_check_models``: the
+    model itself, each distinct division, each regime without switching, the profitability
+    frozen at the evaluated levels)."""
+    for component in model.grid_check_models():
+        assert isinstance(component, GHMModel)  # every --model lists one-state GHM models
+        _check_fd_grid_1d(config, component)
+
+
+def _check_fd_grid_1d(config: GHMTrainConfig, model: GHMModel) -> None:
+    """:func:`check_fd_grid` for one one-state GHM model."""
     if model.params.a_L_max <= 0:  # no dividends, no barrier
         return
     step, x_max = GRID_CHECK_STEP, float(config.fd_x_max)
@@ -430,38 +448,37 @@ def deterministic_policy_fn(policy: GaussianPolicy):
     return lambda states: policy.mean_std(states)[0]
 
 
-def _on_grid(solution: FDSolution, values: np.ndarray, *, beyond: str):
-    """``values`` on the FD grid as a torch function of states ``[B, 1]`` -> ``[B]`` (linear
-    interpolation on the CPU tables; beyond the grid's end: the last value, ``"hold"``, or
-    0, ``"zero"``)."""
-    table = torch.as_tensor(values, dtype=torch.float32)
-    step, top = float(solution.step), float(solution.grid[-1])
-
-    def interpolate(states: torch.Tensor) -> torch.Tensor:
-        cash = states[:, 0].cpu()
-        out = interpolate_uniform(table, float(solution.grid[0]), step, cash)
-        if beyond == "zero":
-            out = out * (cash <= top)
-        return out.to(states.device, states.dtype)
-
-    return interpolate
-
-
 def fd_value_bound(solution: FDSolution):
-    """``V*`` as a torch function: an upper bound of any policy's value."""
-    return _on_grid(solution, solution.value, beyond="hold")
+    """``V*`` of a one-state FD solution as a torch function ``[B, 1] -> [B]``: an upper
+    bound of any policy's value (:meth:`pglab.hjb.reference.FDReference.value_bound`)."""
+    return FDReference(solution).value_bound()
 
 
 def fd_value_slope(solution: FDSolution):
-    """``V*'`` as a torch function (central differences on the FD grid, linearly
-    interpolated; 0 beyond the grid): the evaluation's control-variate coefficient."""
-    return _on_grid(solution, np.gradient(solution.value, solution.grid), beyond="zero")
+    """``V*'`` as a torch function ``[B, 1] -> [B]`` (central differences on the FD grid,
+    linearly interpolated; 0 beyond the grid): the evaluation's control-variate coefficient."""
+    slope = FDReference(solution).value_slope()
+    return lambda states: slope(states)[:, 0]
+
+
+def point_fields(point: EvaluationPoint) -> dict[str, Any]:
+    """How a table row names its initial state: ``initial_cash`` for a one-state cash model
+    (cash, not the state: the credit line's state is cash + L), else ``label`` and
+    ``initial_state``."""
+    if point.cash is not None:
+        return {"initial_cash": point.cash}
+    return {"label": point.label, "initial_state": list(point.state)}
+
+
+def row_label(row: dict[str, Any]) -> str:
+    """The label of a table row (:func:`point_fields`), as metric names use it: ``c0.25``."""
+    return str(row["label"]) if "label" in row else f"c{row['initial_cash']:g}"
 
 
 def evaluate_against_reference(
     policy: GaussianPolicy,
-    model: GHMModel,
-    solution: FDSolution,
+    model: ContinuousTimeModel,
+    reference: ValueReference | FDSolution,
     cash_levels: Sequence[float],
     *,
     num_paths: int,
@@ -474,19 +491,24 @@ def evaluate_against_reference(
     stochastic: bool = False,
     control_variate: bool = True,
     absorption: str = "grid",
-) -> tuple[PolicyValue, list[dict[str, float]]]:
-    """The policy's simulated value from each of ``cash_levels`` against ``V*``.
+) -> tuple[PolicyValue, list[dict[str, Any]]]:
+    """The policy's simulated value from each of the model's evaluation points for
+    ``cash_levels`` (``model.evaluation_points``) against ``V*``.
 
-    Cash levels are mapped to the model's state (``model.state_from_cash``: liquidity
-    ``cash + credit_limit`` for the credit line) for the simulation and the FD lookup;
-    the rows report the initial cash. The deterministic policy (its mean) by default, a
-    sample at every step if ``stochastic``. ``progress``: label of a progress bar over the
-    simulated steps; ``table_points``: read the deterministic policy from a table of that
-    many states, see :func:`simulate_policy_value`. ``control_variate``: subtract the
-    Brownian noise with ``V*'`` as its coefficient (unbiased; a several-fold smaller
-    standard error for a near-optimal policy)."""
+    For a one-state model cash levels are mapped to the model's state
+    (``model.state_from_cash``: liquidity ``cash + credit_limit`` for the credit line) for
+    the simulation and the reference lookup, and the rows report the initial cash; for a
+    model with more states the rows report each point's label and state. The deterministic
+    policy (its mean) by default, a sample at every step if ``stochastic``. ``progress``:
+    label of a progress bar over the simulated steps; ``table_points``: read the
+    deterministic policy of a one-state model from a table of that many states, see
+    :func:`simulate_policy_value`. ``control_variate``: subtract the Brownian noise with
+    ``grad V*`` as its coefficient (unbiased; a several-fold smaller standard error for a
+    near-optimal policy)."""
+    reference = as_reference(reference)
     generator = make_generator(seed, device)
-    states = [float(model.state_from_cash(float(cash))) for cash in cash_levels]
+    points = model.evaluation_points(cash_levels)
+    states = [point.state for point in points]
     if stochastic:
         policy_fn, table_points = (lambda x: policy.sample(x, generator)), 0
     else:
@@ -499,22 +521,22 @@ def evaluate_against_reference(
             num_paths=num_paths,
             dt=dt,
             generator=generator,
-            value_bound=fd_value_bound(solution),
+            value_bound=reference.value_bound(),
             tail_tolerance=tail_tolerance,
             device=device,
             progress=progress,
             table_points=table_points,
-            value_slope=fd_value_slope(solution) if control_variate else None,
+            value_slope=reference.value_slope() if control_variate else None,
             absorption=absorption,
         )
-    optimum = solution.value_at(states)
+    optimum = reference.value_at(np.asarray(states, dtype=np.float64))
     rows = []
-    for cash, value, stderr, tail, best in zip(
-        cash_levels, result.mean, result.stderr, result.tail_bound, optimum, strict=False
+    for point, value, stderr, tail, best in zip(
+        points, result.mean, result.stderr, result.tail_bound, optimum, strict=False
     ):
         rows.append(
             {
-                "initial_cash": float(cash),
+                **point_fields(point),
                 "value": value,
                 "stderr": stderr,
                 "tail_bound": tail,
@@ -526,31 +548,40 @@ def evaluate_against_reference(
 
 
 def exact_policy_value(
-    policy: GaussianPolicy, model: GHMModel, solution: FDSolution, cash_levels: Sequence[float]
-) -> list[dict[str, float]]:
-    """The deterministic policy's value at ``cash_levels`` with neither Monte Carlo noise
-    nor time step: the FD evaluation of the continuously applied policy (its mean clipped
-    to the control box) on the reference's grid (:func:`pglab.hjb.fd.evaluate_policy_1d`,
-    one tridiagonal solve on each of two grids, ~20 ms), against ``V*``. One row per cash
-    level: ``initial_cash``, ``exact_value``, ``exact_pct_of_optimum``."""
+    policy: GaussianPolicy,
+    model: ContinuousTimeModel,
+    reference: ValueReference | FDSolution,
+    cash_levels: Sequence[float],
+) -> list[dict[str, Any]] | None:
+    """The deterministic policy's value at the evaluation points of ``cash_levels`` with
+    neither Monte Carlo noise nor time step, where the reference can compute it (``None``
+    where it cannot): for one state the FD evaluation of the continuously applied policy
+    (its mean clipped to the control box) on the reference's grid
+    (:func:`pglab.hjb.fd.evaluate_policy_1d`, one tridiagonal solve on each of two grids,
+    ~20 ms), against ``V*``. One row per point: its :func:`point_fields`, ``exact_value``,
+    ``exact_pct_of_optimum``."""
+    reference = as_reference(reference)
     device = next(policy.parameters()).device
 
     def controls(states):
+        points = torch.as_tensor(states, dtype=torch.float32, device=device)
         with torch.no_grad():
-            mean = policy.mean_std(torch.as_tensor(states, dtype=torch.float32, device=device).unsqueeze(1))[0]
+            mean = policy.mean_std(points.unsqueeze(1) if points.dim() == 1 else points)[0]
             return model.control.clip(mean).double().cpu().numpy()
 
-    nodes = max(len(solution.grid) - 1, 20)
-    evaluated = evaluate_policy_1d(model, controls, x_max=float(solution.grid[-1]), num_nodes=nodes)
-    states = [float(model.state_from_cash(float(cash))) for cash in cash_levels]
-    values, optimum = evaluated.value_at(states), solution.value_at(states)
+    points = model.evaluation_points(cash_levels)
+    states = np.asarray([point.state for point in points], dtype=np.float64)
+    values = reference.policy_value(model, controls, states)
+    if values is None:
+        return None
+    optimum = reference.value_at(states)
     return [
         {
-            "initial_cash": float(cash),
+            **point_fields(point),
             "exact_value": float(value),
             "exact_pct_of_optimum": 100.0 * float(value) / float(best),
         }
-        for cash, value, best in zip(cash_levels, values, optimum, strict=False)
+        for point, value, best in zip(points, values, optimum, strict=False)
     ]
 
 
@@ -571,21 +602,27 @@ def plot_high(model: GHMModel) -> float:
     return max(float(model.state_from_cash(model.params.initial_cash_high)), 2.0)
 
 
-def format_table(
-    rows: list[dict[str, float]], simulated_time: float, num_paths: int, *, dt: float | None = None
-) -> str:
+def format_table(rows: list[dict[str, Any]], simulated_time: float, num_paths: int, *, dt: float | None = None) -> str:
+    """The final table: one row per initial state (cash for a one-state model, else the
+    point's label, its state listed below the table)."""
     step = "" if dt is None else f" in steps of dt={dt:g}"
+    labelled = any("label" in row for row in rows)
+    width = max([6] + [len(str(row.get("label", ""))) for row in rows])
+    first = f"{'state':<{width}}" if labelled else f"{'cash':>6}"
     lines = [
         f"Deterministic policy vs finite-difference optimum ({num_paths} paths per row, simulated to "
         f"t={simulated_time:.1f}{step})",
-        f"{'cash':>6} {'value':>9} {'+-SE':>7} {'V* (FD)':>9} {'% of V*':>8} {'tail<=':>8} {'exact %':>8}",
+        f"{first} {'value':>9} {'+-SE':>7} {'V* (FD)':>9} {'% of V*':>8} {'tail<=':>8} {'exact %':>8}",
     ]
     for row in rows:
         exact = f"{row['exact_pct_of_optimum']:>7.2f}%" if "exact_pct_of_optimum" in row else f"{'-':>8}"
+        name = f"{row['label']:<{width}}" if labelled else f"{row['initial_cash']:>6.2f}"
         lines.append(
-            f"{row['initial_cash']:>6.2f} {row['value']:>9.4f} {row['stderr']:>7.4f} {row['fd_optimum']:>9.4f} "
+            f"{name} {row['value']:>9.4f} {row['stderr']:>7.4f} {row['fd_optimum']:>9.4f} "
             f"{row['pct_of_optimum']:>7.2f}% {row['tail_bound']:>8.4f} {exact}"
         )
+    if labelled:
+        lines += [f"{row['label']}: state {', '.join(f'{x:g}' for x in row['initial_state'])}" for row in rows]
     lines.append(
         "exact %: the same policy applied continuously, valued by FD policy evaluation (no Monte Carlo noise, no dt)"
     )
@@ -644,13 +681,14 @@ def check_rollout_memory(config: GHMTrainConfig, device: torch.device) -> None:
         return
     assert config.n_trajectories is not None  # set by GHMTrainConfig
     num_steps = int(round(config.T / config.dt))
-    rollout = rollout_bytes(config.n_trajectories, config.T, config.dt)
+    rollout = rollout_bytes(config.n_trajectories, config.T, config.dt, config.model_dims())
     if rollout > memory:
         raise ConfigError(
             "n_trajectories",
             config.n_trajectories,
             f"one iteration's rollout needs at least {rollout / 2**30:,.1f} GiB ({num_steps} steps x "
-            f"{ROLLOUT_FLOATS_PER_STEP} float32 per path), more than the {memory / 2**30:,.1f} GiB of "
+            f"{rollout_floats_per_step(config.model_dims())} float32 per path), more than the "
+            f"{memory / 2**30:,.1f} GiB of "
             f"{device.type}; use fewer paths",
         )
     evaluation = evaluation_bytes(config.eval_paths, len(config.eval_cash))
@@ -711,7 +749,7 @@ def check_start(run: TrainingRun, echo: Callable[..., None]) -> None:
     if not run.resumed:  # a resumed run was checked when it started
         model = build_model(config)
         check_fd_grid(config, model)
-        if config.algo == "mc" and config.model == "ghm":
+        if config.algo == "mc" and isinstance(model, GHMModel) and config.model == "ghm":
             for line in calibration_warnings(config, model):
                 echo(line, file=sys.stderr)
     _note_budget_change(run, echo)
@@ -727,7 +765,8 @@ class GHMTraining:
         model: the model trained on. simulator: the training rollouts' simulator.
         policy, baseline: the networks (``baseline`` is ``None`` for ``--no-baseline``).
         solver: the ``--algo`` solver (its ``train_step`` is one iteration).
-        solution: the FD reference (``V*``, optimal controls).
+        reference: the exact optimum ``V*`` (the model's ``reference``; a one-state model's:
+            an :class:`~pglab.hjb.reference.FDReference` with the optimal controls).
         eval_logger: the quick checks' log (``eval.csv``, ``eval.jsonl``).
     """
 
@@ -735,12 +774,12 @@ class GHMTraining:
     device: torch.device
     run_dir: Path
     generator: torch.Generator
-    model: GHMModel
+    model: ContinuousTimeModel
     simulator: TrajectorySimulator
     policy: GaussianPolicy
     baseline: ValueNetwork | None
     solver: MonteCarloPolicyGradient | PathwisePolicyGradient
-    solution: FDSolution
+    reference: ValueReference
     eval_logger: MetricsLogger
 
     def tracked(self) -> dict[str, Any]:
@@ -762,7 +801,7 @@ class GHMTraining:
 def build_training(run: TrainingRun) -> Iterator[GHMTraining]:
     """Build what a run trains with: the simulation's generator, the model, the simulator,
     the networks (their initial weights come from the seeded global RNG in this order), the
-    solver, the FD reference (cached as ``fd_reference.npz``) and the quick checks' log.
+    solver, the exact reference (cached as ``fd_reference.npz``) and the quick checks' log.
     On the way out the log is closed and the simulator's workers are stopped."""
     config, device, run_dir = run.config, run.device, run.run_dir
     generator = make_generator(config.seed, device)
@@ -770,7 +809,7 @@ def build_training(run: TrainingRun) -> Iterator[GHMTraining]:
     with build_simulator(config, model) as simulator:
         policy, baseline = build_networks(config, model, device)
         solver = build_solver(config, policy, baseline, simulator, generator)
-        solution = reference_solution(config, model, run_dir / "fd_reference.npz")
+        reference = model_reference(config, model, run_dir / "fd_reference.npz")
         with MetricsLogger(
             run_dir,
             csv_name="eval.csv",
@@ -788,7 +827,7 @@ def build_training(run: TrainingRun) -> Iterator[GHMTraining]:
                 policy=policy,
                 baseline=baseline,
                 solver=solver,
-                solution=solution,
+                reference=reference,
                 eval_logger=eval_logger,
             )
 
@@ -843,12 +882,56 @@ def train_steps(run: TrainingRun, training: GHMTraining) -> dict[str, float]:
 
 
 def quick_check(training: GHMTraining, iteration: int, counters: dict[str, Any]) -> None:
-    """Plot the policy and value against the FD optimum, and log (``eval.csv``) the
-    ``counters``, the learned dividend barrier, the value's error, the deterministic
-    policy's exact value and, with ``eval_quick_paths``, its simulated value."""
+    """Log (``eval.csv``) the ``counters``, the deterministic policy's exact value where the
+    reference gives one, with ``eval_quick_paths`` its simulated value, and: for a one-state
+    GHM model the policy figure against the FD optimum, the learned dividend barrier and the
+    value network's largest error on the figure's grid; for a model with more states the
+    value network's largest error at the evaluation points."""
+    config, model, reference = training.config, training.model, training.reference
+    record: dict[str, Any] = dict(counters)
+    if isinstance(model, GHMModel) and isinstance(reference, FDReference):
+        record.update(_one_state_check(training, iteration))
+    elif training.baseline is not None:
+        points = model.evaluation_points(config.eval_cash)
+        states = np.asarray([point.state for point in points], dtype=np.float64)
+        with torch.no_grad():
+            learned = training.baseline(torch.as_tensor(states, dtype=torch.float32, device=training.device))
+        record["value/max_abs_error_vs_fd"] = float(np.abs(learned.cpu().numpy() - reference.value_at(states)).max())
+    # the exact value of the deterministic policy: noise-free learning curves
+    exact = exact_policy_value(training.policy, model, reference, config.eval_cash)
+    if exact is not None:
+        for row in exact:
+            record[f"exact/pct_optimal_{row_label(row)}"] = row["exact_pct_of_optimum"]
+        record["exact/pct_optimal_min"] = min(row["exact_pct_of_optimum"] for row in exact)
+    if config.eval_quick_paths > 0:
+        assert config.absorption is not None  # set by GHMTrainConfig
+        _, rows = evaluate_against_reference(
+            training.policy,
+            model,
+            reference,
+            config.eval_cash,
+            num_paths=config.eval_quick_paths,
+            dt=config.dt,
+            seed=config.seed + 1,
+            tail_tolerance=0.02,
+            device=training.device,
+            table_points=config.policy_table_points,
+            absorption=config.absorption,
+        )
+        for row in rows:
+            record[f"eval/pct_optimal_{row_label(row)}"] = row["pct_of_optimum"]
+        record["eval/pct_optimal_min"] = min(row["pct_of_optimum"] for row in rows)
+    training.eval_logger.log(iteration, record)
+
+
+def _one_state_check(training: GHMTraining, iteration: int) -> dict[str, Any]:
+    """A one-state GHM model's quick check: the policy figure against the FD optimum, the
+    learned dividend barrier and the value network's largest error on the figure's grid."""
     from pglab.run.ghm_plots import plot_policy_value
 
-    config, model, solution = training.config, training.model, training.solution
+    config, model, reference = training.config, training.model, training.reference
+    assert isinstance(model, GHMModel) and isinstance(reference, FDReference)  # quick_check's branch
+    solution = reference.solution
     data = policy_plot_data(training.policy, training.baseline, model, plot_high(model), training.device)
     fd_states = solution.grid[solution.grid <= data.states[-1]]
     plot_policy_value(
@@ -860,36 +943,13 @@ def quick_check(training: GHMTraining, iteration: int, counters: dict[str, Any])
         reference_controls=solution.controls[: len(fd_states)],
         title=f"{config.kind} — {training.run_dir}",
     )
-    record: dict[str, float | None] = dict(counters)
+    record: dict[str, float | None] = {}
     record["policy/dividend_threshold"] = thresholds_in_cash(
         model, {"dividend_rate": _threshold(data.states, data.rates[:, 0], model.params.a_L_max)}
     )["dividend_rate"]
     if data.values is not None:
         record["value/max_abs_error_vs_fd"] = float(np.abs(data.values - solution.value_at(data.states)).max())
-    # the exact (FD) value of the deterministic policy: noise-free learning curves
-    exact = exact_policy_value(training.policy, model, solution, config.eval_cash)
-    for row in exact:
-        record[f"exact/pct_optimal_c{row['initial_cash']:g}"] = row["exact_pct_of_optimum"]
-    record["exact/pct_optimal_min"] = min(row["exact_pct_of_optimum"] for row in exact)
-    if config.eval_quick_paths > 0:
-        assert config.absorption is not None  # set by GHMTrainConfig
-        _, rows = evaluate_against_reference(
-            training.policy,
-            model,
-            solution,
-            config.eval_cash,
-            num_paths=config.eval_quick_paths,
-            dt=config.dt,
-            seed=config.seed + 1,
-            tail_tolerance=0.02,
-            device=training.device,
-            table_points=config.policy_table_points,
-            absorption=config.absorption,
-        )
-        for row in rows:
-            record[f"eval/pct_optimal_c{row['initial_cash']:g}"] = row["pct_of_optimum"]
-        record["eval/pct_optimal_min"] = min(row["pct_of_optimum"] for row in rows)
-    training.eval_logger.log(iteration, record)
+    return record
 
 
 def train_ghm(
@@ -935,37 +995,29 @@ def train_ghm(
     )
 
 
-def final_evaluation(training: GHMTraining, iteration: int, echo: Callable[..., None]) -> list[dict[str, float]]:
-    """The deterministic policy against ``V*`` at ``eval_cash`` (``eval_paths`` paths each,
-    with a progress bar): writes ``evaluation.json`` / ``evaluation.csv``, prints the table."""
-    config, policy, model, solution = training.config, training.policy, training.model, training.solution
+def final_evaluation(training: GHMTraining, iteration: int, echo: Callable[..., None]) -> list[dict[str, Any]]:
+    """The deterministic policy against ``V*`` at the evaluation points of ``eval_cash``
+    (``eval_paths`` paths each, with a progress bar): writes ``evaluation.json`` /
+    ``evaluation.csv``, prints the table."""
+    config, policy, model, reference = training.config, training.policy, training.model, training.reference
     assert config.absorption is not None  # set by GHMTrainConfig
     result, rows = evaluate_against_reference(
         policy,
         model,
-        solution,
+        reference,
         config.eval_cash,
         num_paths=config.eval_paths,
         dt=final_eval_dt(config),
         seed=config.seed + 2,
         tail_tolerance=config.eval_tail_tolerance,
         device=training.device,
-        progress=f"final evaluation ({config.eval_paths} paths x {len(config.eval_cash)} cash levels)",
+        progress=f"final evaluation ({config.eval_paths} paths x {len(rows_of(model, config))} initial states)",
         table_points=config.policy_table_points,
         absorption=config.absorption,
     )
-    for row, exact in zip(rows, exact_policy_value(policy, model, solution, config.eval_cash), strict=False):
+    for row, exact in zip(rows, exact_policy_value(policy, model, reference, config.eval_cash) or [], strict=False):
         row.update(exact_value=exact["exact_value"], exact_pct_of_optimum=exact["exact_pct_of_optimum"])
-    # thresholds in cash, as the rows' initial cash (the FD grid and the plot are in the state)
-    fd_thresholds = thresholds_in_cash(model, solution.thresholds())
-    data = policy_plot_data(policy, training.baseline, model, plot_high(model), training.device)
-    learned = thresholds_in_cash(
-        model,
-        {
-            "dividend_rate": _threshold(data.states, data.rates[:, 0], model.params.a_L_max),
-            "issuance_rate": _upper_threshold(data.states, data.rates[:, 1], model.params.a_E_max),
-        },
-    )
+    learned, fd_thresholds = final_thresholds(training)
     payload = {
         "iteration": iteration,
         "rows": rows,
@@ -979,7 +1031,7 @@ def final_evaluation(training: GHMTraining, iteration: int, echo: Callable[..., 
     header = list(rows[0])
     atomic_write_text(
         training.run_dir / "evaluation.csv",
-        ",".join(header) + "\n" + "".join(",".join(f"{row[k]:.6g}" for k in header) + "\n" for row in rows),
+        ",".join(header) + "\n" + "".join(",".join(_csv_cell(row[k]) for k in header) + "\n" for row in rows),
     )
     echo(format_table(rows, result.simulated_time, result.num_paths, dt=final_eval_dt(config)))
     if result.table_error is not None:
@@ -991,13 +1043,46 @@ def final_evaluation(training: GHMTraining, iteration: int, echo: Callable[..., 
     def cash_label(value: float | None) -> str:
         return "none" if value is None else f"{value:.3f}"
 
-    echo(
-        f"dividend threshold (cash): learned {cash_label(learned['dividend_rate'])}, "
-        f"FD {cash_label(fd_thresholds['dividend_rate'])}; issuance below: learned "
-        f"{cash_label(learned['issuance_rate'])}, FD {cash_label(fd_thresholds['issuance_rate'])}"
-    )
+    if learned:
+        echo(
+            f"dividend threshold (cash): learned {cash_label(learned['dividend_rate'])}, "
+            f"FD {cash_label(fd_thresholds['dividend_rate'])}; issuance below: learned "
+            f"{cash_label(learned['issuance_rate'])}, FD {cash_label(fd_thresholds['issuance_rate'])}"
+        )
     echo(f"run directory: {training.run_dir}")
     return rows
+
+
+def rows_of(model: ContinuousTimeModel, config: GHMTrainConfig) -> list[EvaluationPoint]:
+    """The final table's initial states: the model's evaluation points of ``eval_cash``."""
+    return model.evaluation_points(config.eval_cash)
+
+
+def final_thresholds(training: GHMTraining) -> tuple[dict[str, float | None], dict[str, float | None]]:
+    """``(learned, FD)`` dividend barrier and issuance point in cash, for a one-state GHM
+    model (the FD grid and the plot are in the state); two empty mappings otherwise."""
+    model, reference = training.model, training.reference
+    if not (isinstance(model, GHMModel) and isinstance(reference, FDReference)):
+        return {}, {}
+    data = policy_plot_data(training.policy, training.baseline, model, plot_high(model), training.device)
+    learned = thresholds_in_cash(
+        model,
+        {
+            "dividend_rate": _threshold(data.states, data.rates[:, 0], model.params.a_L_max),
+            "issuance_rate": _upper_threshold(data.states, data.rates[:, 1], model.params.a_E_max),
+        },
+    )
+    return learned, thresholds_in_cash(model, reference.thresholds())
+
+
+def _csv_cell(value: Any) -> str:
+    """A value of an ``evaluation.csv`` row: a number (6 significant digits), a label, or a
+    state (its coordinates separated by spaces)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):
+        return " ".join(f"{x:.6g}" for x in value)
+    return f"{value:.6g}"
 
 
 def _threshold(states: np.ndarray, rates: np.ndarray, rate_max: float) -> float | None:

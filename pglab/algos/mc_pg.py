@@ -48,7 +48,11 @@ the decision's own noise, which is the signal and is added back. The policy grad
 the baseline's target ``E[G_t | x_t]`` therefore stay unbiased *whatever* ``V'`` is: the
 critic's errors cost variance, never bias (unlike ``advantage_steps``, which replaces the
 far future by the critic). ``V'`` is the baseline's autograd slope, read from a table on
-1-D states.
+1-D states; on a state of several variables it is taken where the step's decision was made
+and held over the decision interval (still known at step ``j``, so still mean zero). After
+a model's jumps (a regime switch, a division liquidated between grid times) ``x_{j+1} - x_j
+- drift dt`` is not the Brownian increment; the simulator keeps the state before the jumps
+(``Trajectories.euler_states``) and the control variate uses it.
 """
 
 from __future__ import annotations
@@ -204,6 +208,21 @@ class MonteCarloPolicyGradient:
         table = autograd_slope(grid)[:, 0]  # [P]
         return interpolate_uniform(table, low, (high - low) / (num_points - 1), states[:, 0]).unsqueeze(1)
 
+    def _path_slopes(self, paths: Trajectories) -> torch.Tensor:
+        """The control variate's coefficients ``[B T, S]``: ``V'(x_j)`` at every step for a
+        1-D state (read from a table); for a state of several variables ``V'`` at the state
+        where the step's decision was taken, held over the decision interval (the network's
+        gradient on every state of every path would cost most of an iteration; a coefficient
+        known at the decision keeps every term mean zero just the same)."""
+        num_paths, num_steps = paths.num_paths, paths.num_steps
+        states = paths.states[:, :-1]
+        if self.model.state_dim == 1:
+            return self._value_slope(states.reshape(num_paths * num_steps, -1))
+        repeat = paths.action_repeat
+        decisions = states[:, ::repeat]  # [B, ceil(T / k), S]
+        slope = self._value_slope(decisions.reshape(-1, decisions.shape[2])).view(decisions.shape)
+        return slope.repeat_interleave(repeat, dim=1)[:, :num_steps].reshape(num_paths * num_steps, -1)
+
     def control_variate_terms(self, paths, rollout_policy) -> tuple[torch.Tensor, torch.Tensor]:
         """The martingale control variate of a batch (module docstring): ``(w + v, v)``,
         each ``[B, T]``: the per-step terms subtracted from the payout, and the exploration
@@ -214,9 +233,11 @@ class MonteCarloPolicyGradient:
         num_pairs = num_paths * num_steps
         gamma, dt = paths.discount, paths.dt
         states = paths.states[:, :-1].reshape(num_pairs, -1)
-        next_states = paths.states[:, 1:].reshape(num_pairs, -1)
+        # before the model's jumps (a regime switch, a part killed): the diffusion increment is what remains
+        after = paths.states[:, 1:] if paths.euler_states is None else paths.euler_states
+        next_states = after.reshape(num_pairs, -1)
         controls = paths.controls.reshape(num_pairs, -1)
-        slope = self._value_slope(states)  # V'(x_j), [BT, S]
+        slope = self._path_slopes(paths)  # V'(x_j), or at the step's decision, [BT, S]
         # w_j = gamma m_j V'(x_j) . (diffusion increment of step j)
         diffusion_increment = next_states - states - model.drift(states, controls) * dt
         brownian = gamma * (slope * diffusion_increment).sum(1) * paths.masks.reshape(num_pairs)
@@ -409,6 +430,8 @@ class MonteCarloPolicyGradient:
                 else policy.mean_std(flat_states[decision_index])[1].mean(0)
             )
             episode_length = paths.masks.sum(1)
+            dividends, issuance = control_kinds(controls)
+            std_dividends, std_issuance = control_kinds(std.unsqueeze(0))
             metrics = {
                 "loss/policy": policy_out["loss/policy"],
                 "return/mean": returns.mean(),
@@ -422,10 +445,10 @@ class MonteCarloPolicyGradient:
                 "episode/length": episode_length.mean(),
                 "episode/length_std": episode_length.std(),
                 "stats/termination_rate": 1.0 - paths.alive_at_end.float().mean(),
-                "policy/mean_action_L": controls[:, 0].mean(),
-                "policy/mean_action_E": controls[:, 1].mean(),
-                "policy/std_action_L": std[0],
-                "policy/std_action_E": std[1],
+                "policy/mean_action_L": dividends.mean(),
+                "policy/mean_action_E": issuance.mean(),
+                "policy/std_action_L": std_dividends.mean(),
+                "policy/std_action_E": std_issuance.mean(),
                 "policy/entropy": policy.entropy(flat_states[decision_index[:4096]]).mean(),
                 "stats/grad_norm/policy": policy_grad_norm,
                 "stats/lr/policy": torch.tensor(self.policy_optimizer.param_groups[0]["lr"]),
@@ -434,6 +457,15 @@ class MonteCarloPolicyGradient:
             if self.baseline_optimizer is not None:
                 metrics["stats/lr/baseline"] = torch.tensor(self.baseline_optimizer.param_groups[0]["lr"])
         return metrics
+
+
+def control_kinds(controls: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The dividend and the issuance columns of GHM-family controls ``[N, A]`` (``A = 2``:
+    ``dividend_rate``, ``issuance_rate``; ``2n`` for ``n`` divisions, interleaved), each
+    flattened: the diagnostics ``policy/*_action_L|E`` average them."""
+    if controls.shape[1] == 2:
+        return controls[:, 0], controls[:, 1]
+    return controls[:, 0::2].reshape(-1), controls[:, 1::2].reshape(-1)
 
 
 @dataclass

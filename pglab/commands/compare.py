@@ -64,7 +64,7 @@ def _first_reaching(eval_rows: list[dict[str, str]], target: float) -> tuple[flo
 
 def summarize_run(run_dir: Path, config: CompareConfig) -> dict[str, Any]:
     """The comparison row of one run directory (reads only)."""
-    from pglab.configs.ghm import GHM_KINDS
+    from pglab.configs.ghm import GHM_KINDS, ONE_STATE_MODELS
 
     run_dir = Path(run_dir)
     config_path, evaluation_path, eval_csv = run_dir / "config.json", run_dir / "evaluation.json", run_dir / "eval.csv"
@@ -80,6 +80,12 @@ def summarize_run(run_dir: Path, config: CompareConfig) -> dict[str, Any]:
     if stored.get("kind") not in GHM_KINDS:
         raise UsageError(
             f"run_dirs: {str(run_dir)!r} holds a {stored.get('kind')!r} run, not a GHM run ({', '.join(GHM_KINDS)})"
+        )
+    model = stored["config"].get("model", "ghm")
+    if model not in ONE_STATE_MODELS:
+        raise UsageError(
+            f"run_dirs: {str(run_dir)!r} trained --model {model}, whose state has more than one variable; pglab "
+            f"compare compares runs of the one-state models ({', '.join(ONE_STATE_MODELS)})"
         )
     evaluation = json.loads(evaluation_path.read_text())
     eval_rows = list(csv.DictReader(eval_csv.open()))

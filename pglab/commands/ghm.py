@@ -72,11 +72,13 @@ def evaluate(argv: list[str]) -> int:
 
 
 def _check_cash_levels(agent: GHMAgent, cash_levels: list[float]) -> None:
-    """Each initial cash level must lie above the run's liquidation point and inside 90% of
-    its FD grid (a :class:`ConfigError` naming ``cash``)."""
+    """Each initial cash level must lie above the run's liquidation point and, at each of
+    the model's evaluation points, inside 90% of its FD grid (a :class:`ConfigError` naming
+    ``cash``)."""
     from pglab.errors import ConfigError
 
-    liquidation = agent.model.params.liquidation_cash
+    model = agent.model
+    liquidation = float(getattr(model, "liquidation_cash", 0.0))
     for cash in cash_levels:  # the run's model says where the firm is liquidated
         if cash <= liquidation:
             raise ConfigError(
@@ -84,13 +86,14 @@ def _check_cash_levels(agent: GHMAgent, cash_levels: list[float]) -> None:
                 cash,
                 f"must exceed {liquidation:g}, where the firm of this run (--model {agent.config.model}) is liquidated",
             )
-        if float(agent.model.state_from_cash(cash)) > 0.9 * agent.config.fd_x_max:
-            raise ConfigError(
-                "cash",
-                cash,
-                f"lies beyond 90% of the run's FD grid (fd_x_max={agent.config.fd_x_max:g}, in the "
-                "model's state), where V* is not computed",
-            )
+        for point in model.evaluation_points([cash]):
+            if max(point.state[i] for i in model.cash_coordinates) > 0.9 * agent.config.fd_x_max:
+                raise ConfigError(
+                    "cash",
+                    cash,
+                    f"lies beyond 90% of the run's FD grid (fd_x_max={agent.config.fd_x_max:g}, in the "
+                    "model's state), where V* is not computed",
+                )
 
 
 def _evaluate_agent(
@@ -100,7 +103,7 @@ def _evaluate_agent(
     cached ``fd_reference.npz``, or solved afresh). Unset options take the run's own
     final-evaluation settings, so the defaults reproduce its final table. Returns the
     report and its table."""
-    from pglab.algos.ghm_train import evaluate_against_reference, exact_policy_value, format_table, reference_solution
+    from pglab.algos.ghm_train import evaluate_against_reference, exact_policy_value, format_table, model_reference
     from pglab.configs.ghm import final_eval_dt
     from pglab.errors import UsageError
     from pglab.run.rundir import find_run_dir
@@ -109,7 +112,7 @@ def _evaluate_agent(
         cache: Path | None = find_run_dir(checkpoint["path"]) / "fd_reference.npz"
     except UsageError:  # a checkpoint outside a run directory: solve the reference afresh
         cache = None
-    solution = reference_solution(agent.config, agent.model, cache if cache is not None and cache.exists() else None)
+    reference = model_reference(agent.config, agent.model, cache if cache is not None and cache.exists() else None)
     episodes = config.episodes if config.episodes is not None else agent.config.eval_paths
     tail_tolerance = config.tail_tolerance if config.tail_tolerance is not None else agent.config.eval_tail_tolerance
     seed = config.seed if config.seed is not None else agent.config.seed + 2
@@ -122,10 +125,11 @@ def _evaluate_agent(
             stacklevel=1,
         )
     assert agent.config.absorption is not None  # set by GHMTrainConfig
+    points = len(agent.model.evaluation_points(cash_levels))
     result, rows = evaluate_against_reference(
         agent.policy,
         agent.model,
-        solution,
+        reference,
         cash_levels,
         num_paths=episodes,
         dt=dt,
@@ -135,10 +139,11 @@ def _evaluate_agent(
         stochastic=config.stochastic,
         table_points=agent.config.policy_table_points,
         absorption=agent.config.absorption,
-        progress=f"evaluate {checkpoint['kind']} ({episodes} paths x {len(cash_levels)} cash levels)",
+        progress=f"evaluate {checkpoint['kind']} ({episodes} paths x {points} initial states)",
     )
-    if not config.stochastic:  # the deterministic policy's exact value beside the simulated one
-        for row, exact in zip(rows, exact_policy_value(agent.policy, agent.model, solution, cash_levels), strict=False):
+    exact_rows = None if config.stochastic else exact_policy_value(agent.policy, agent.model, reference, cash_levels)
+    if exact_rows is not None:  # the deterministic policy's exact value beside the simulated one
+        for row, exact in zip(rows, exact_rows, strict=False):
             row.update(exact_value=exact["exact_value"], exact_pct_of_optimum=exact["exact_pct_of_optimum"])
     report = {
         "checkpoint": checkpoint["path"],

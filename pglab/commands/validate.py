@@ -41,6 +41,7 @@ def validate_checkpoint(config: ValidateConfig):
     from pglab.algos.ghm_agent import agent_from_checkpoint
     from pglab.algos.ghm_train import reference_solution, state_label
     from pglab.configs.ghm import GHM_KINDS
+    from pglab.envs.ghm import GHMModel
     from pglab.errors import UsageError
     from pglab.hjb.residual import HJBResidualValidator
     from pglab.run.checkpoint import load_checkpoint_file
@@ -48,6 +49,13 @@ def validate_checkpoint(config: ValidateConfig):
 
     checkpoint = load_checkpoint_file(config.checkpoint, kinds=GHM_KINDS, map_location="cpu")
     agent = agent_from_checkpoint(checkpoint, device="cpu")
+    if not isinstance(agent.model, GHMModel):
+        raise ConfigError(
+            "checkpoint",
+            str(config.checkpoint),
+            f"was trained on --model {agent.config.model}, whose state has {agent.model.state_dim} variables; "
+            "pglab validate checks the HJB equation of a one-state model",
+        )
     path = Path(checkpoint["path"])
     try:
         run_dir = find_run_dir(path)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import tyro
 
@@ -32,8 +32,23 @@ from pglab.validation import (
     check_threads,
 )
 
+if TYPE_CHECKING:  # pglab.configs.ghm_multi imports GHMParams from this module
+    from pglab.configs.ghm_multi import OUGHMParams, RegimeGHMParams
+
 # Checkpoint kinds of the three solvers (``GHMTrainConfig.kind``).
 GHM_KINDS = ("ghm-mc", "ghm-pathwise", "ghm-actor-critic")
+# The models of ``pglab train ghm --model`` and the flags only one of them reads (besides
+# credit-line's credit_limit and credit_spread, which keep their defaults elsewhere).
+MODELS = ("ghm", "credit-line", "divisions", "regimes", "ou")
+ONE_STATE_MODELS = ("ghm", "credit-line")
+"""The models whose state is one variable (pglab validate, pglab compare, the policy figure)."""
+MODEL_FIELDS: dict[str, tuple[str, ...]] = {
+    "regimes": ("mu_1", "sigma_1", "lambda_dilution_1", "q01", "q10", "initial_regime_1_probability"),
+    "ou": ("kappa", "sigma_mu", "correlation", "initial_mu_spread"),
+    "divisions": ("divisions",),
+}
+MAX_DIVISIONS = 64
+"""The most divisions --model divisions takes (a joint policy of 128 controls)."""
 
 
 # -- memory estimates -----------------------------------------------------------------------------
@@ -47,10 +62,18 @@ FD_ARRAYS_PER_CANDIDATE = 10
 """float64 arrays of shape [candidates, nodes] alive at once in a policy iteration (the
 reward and two transition rates, the lists they are stacked from, the Hamiltonian's
 temporaries): measured 9.2 x 8 bytes per node and candidate at 20,000-80,000 nodes."""
-ROLLOUT_FLOATS_PER_STEP = 11
-"""float32 numbers a GHM rollout keeps per path and time step: the state and action noise,
-state, action, control, reward, mask and done (1 state, 2 controls); the solvers'
-gradients need more."""
+
+
+def rollout_floats_per_step(dims: tuple[int, int, int] = (1, 1, 2)) -> int:
+    """float32 numbers a rollout keeps per path and time step for ``dims = (d, w, A)``
+    states, Brownian motions and controls: ``w + d + 3 A + 3`` (the state and action noise,
+    state, action, control, reward, mask and done); the solvers' gradients need more."""
+    states, noises, controls = dims
+    return noises + states + 3 * controls + 3
+
+
+ROLLOUT_FLOATS_PER_STEP = rollout_floats_per_step()
+"""float32 numbers a GHM rollout keeps per path and time step (1 state, 2 controls): 11."""
 EVAL_BYTES_PER_PATH = 40
 """Bytes per simulated path of the final evaluation: state, owner index, float64 total,
 alive flag, tail bound."""
@@ -63,9 +86,10 @@ def fd_grid_bytes(nodes: int, controls: int = 2) -> int:
     return nodes * FD_POINTS_PER_CONTROL**controls * FD_ARRAYS_PER_CANDIDATE * 8
 
 
-def rollout_bytes(n_trajectories: int, horizon: float, dt: float) -> int:
-    """One training iteration's rollout: ``n_trajectories x (T / dt + 1) x 11`` float32."""
-    return n_trajectories * (int(round(horizon / dt)) + 1) * ROLLOUT_FLOATS_PER_STEP * 4
+def rollout_bytes(n_trajectories: int, horizon: float, dt: float, dims: tuple[int, int, int] = (1, 1, 2)) -> int:
+    """One training iteration's rollout: ``n_trajectories x (T / dt + 1) x`` the floats per
+    step of :func:`rollout_floats_per_step` (11 for one state), float32."""
+    return n_trajectories * (int(round(horizon / dt)) + 1) * rollout_floats_per_step(dims) * 4
 
 
 RESIDUAL_ARRAYS_PER_CANDIDATE = 4
@@ -370,14 +394,41 @@ class GHMTrainConfig:
     # --lambda-dilution, --rho, --a-L-max, --a-E-max, --initial-cash-low, --initial-cash-high.
     params: Annotated[GHMParams, tyro.conf.OmitArgPrefixes] = field(default_factory=GHMParams)
     """the model: drift, volatility, rates, costs, rate bounds and initial cash"""
-    model: Literal["ghm", "credit-line"] = "ghm"
-    """the model trained on: ghm (pglab.envs.ghm), or credit-line, the same firm with a credit
+    model: Literal["ghm", "credit-line", "divisions", "regimes", "ou"] = "ghm"
+    """the model trained on: ghm (pglab.envs.ghm); credit-line, the same firm with a credit
     line (pglab.envs.ghm_credit_line; its state is liquidity = cash + credit_limit, and cash,
-    eval_cash included, may fall to -credit_limit)"""
+    eval_cash included, may fall to -credit_limit); divisions, N such firms liquidated one by
+    one and valued together (pglab.envs.ghm_divisions; state [B, N]); regimes, the firm in two
+    regimes of financing conditions (pglab.envs.ghm_regimes; state cash, regime); ou, the firm
+    with a mean-reverting profitability (pglab.envs.ghm_ou; state cash, mu). docs/ghm-models.md"""
     credit_limit: float = 0.25
     """--model credit-line: size L of the credit line (cash may fall to -L before liquidation)"""
     credit_spread: float = 0.05
     """--model credit-line: extra interest on the drawn balance (drawn credit costs r + credit_spread)"""
+    divisions: int = 2
+    """--model divisions: the number N of divisions, each a GHM firm with the parameters above"""
+    mu_1: float | None = None
+    """--model regimes: cash-flow drift in regime 1 (regime 0 has --mu, --sigma, --lambda_dilution;
+    default RegimeGHMParams', 0.05)"""
+    sigma_1: float | None = None
+    """--model regimes: cash-flow volatility in regime 1 (default 0.2)"""
+    lambda_dilution_1: float | None = None
+    """--model regimes: equity-issuance cost in regime 1 (default 0.5)"""
+    q01: float | None = None
+    """--model regimes: intensity of the switch from regime 0 to regime 1 (default 0.1)"""
+    q10: float | None = None
+    """--model regimes: intensity of the switch from regime 1 to regime 0 (default 0.5)"""
+    initial_regime_1_probability: float | None = None
+    """--model regimes: probability that a training path starts in regime 1 (default 0.5)"""
+    kappa: float | None = None
+    """--model ou: speed of mean reversion of the profitability, whose long-run mean is --mu (default 0.5)"""
+    sigma_mu: float | None = None
+    """--model ou: volatility of the profitability (default 0.05)"""
+    correlation: float | None = None
+    """--model ou: correlation of the cash and profitability shocks (default 0.5)"""
+    initial_mu_spread: float | None = None
+    """--model ou: training paths start with mu uniform on mu -+ this many stationary standard
+    deviations (default 1)"""
     # -- logging -----------------------------------------------------------------------
     log_dir: Path | None = None
     """run directory (default runs/ghm-<algo>/<timestamp>)"""
@@ -394,7 +445,9 @@ class GHMTrainConfig:
     check logs the policy's exact FD value, exact/pct_optimal_*, which has no noise)"""
     # -- final evaluation ----------------------------------------------------------------
     eval_cash: tuple[float, ...] = (0.25, 0.5, 1.0, 1.5)
-    """initial cash levels of the final table"""
+    """initial cash levels of the final table (a model with more states: the levels of its
+    evaluation points, e.g. every division at each level and the levels mixed across the
+    divisions, each level in each regime; docs/ghm-models.md)"""
     eval_paths: int = 2_000
     """paths per initial cash in the final evaluation (the simulation subtracts the Brownian
     noise with V*' as coefficient: unbiased, and with 2,000 paths a standard error of ~0.1-0.2
@@ -516,12 +569,20 @@ class GHMTrainConfig:
             if self.hjb_c_min is not None and self.hjb_c_max <= self.hjb_c_min:
                 raise ConfigError("hjb_c_max", self.hjb_c_max, f"must exceed hjb_c_min={self.hjb_c_min}")
 
-    def _check_model(self) -> GHMParams:
+    def _check_model(self) -> GHMParams | RegimeGHMParams | OUGHMParams:
         """The model and its parameters (validated by their own class); returns them. Then
         the HJB collocation interval, whose default end comes from the model."""
-        check_choice("model", self.model, ("ghm", "credit-line"))
+        check_choice("model", self.model, MODELS)
         check_non_negative("credit_limit", self.credit_limit)
         check_non_negative("credit_spread", self.credit_spread)
+        check_int("divisions", self.divisions, minimum=1)
+        check_range("divisions", self.divisions, 1, MAX_DIVISIONS)
+        for model, names in MODEL_FIELDS.items():
+            for name in names:
+                if model != self.model and getattr(self, name) not in (None, getattr(GHMTrainConfig, name)):
+                    raise ConfigError(name, getattr(self, name), f"is a parameter of --model {model}")
+        if self.model not in ("ghm", "credit-line") and self.critic_boundary == "hard":
+            raise ConfigError("critic_boundary", "hard", f"needs a model with one state (--model {self.model})")
         if not isinstance(self.params, GHMParams):  # GHMParams validates its own fields
             raise ConfigError("params", self.params, "must be a GHMParams")
         params = self.model_params()  # validates the model's own parameters (credit_limit, ...)
@@ -574,7 +635,7 @@ class GHMTrainConfig:
                     "final_action_repeat", self.final_action_repeat, f"must be <= action_repeat={self.action_repeat}"
                 )
 
-    def _check_evaluation(self, params: GHMParams) -> None:
+    def _check_evaluation(self, params: GHMParams | RegimeGHMParams | OUGHMParams) -> None:
         """Logging and evaluation cadence, the evaluated cash levels (inside the model's
         range and the FD grid), the FD reference, the seed and the device."""
         for name in ("log_interval", "eval_interval", "save_interval"):
@@ -628,8 +689,8 @@ class GHMTrainConfig:
         check_memory(
             "n_trajectories",
             self.n_trajectories,
-            rollout_bytes(self.n_trajectories, self.T, self.dt),
-            f"one iteration's rollout ({steps} steps x {ROLLOUT_FLOATS_PER_STEP} float32 per path)",
+            rollout_bytes(self.n_trajectories, self.T, self.dt, self.model_dims()),
+            f"one iteration's rollout ({steps} steps x {rollout_floats_per_step(self.model_dims())} float32 per path)",
         )
         check_memory(
             "eval_paths",
@@ -642,17 +703,32 @@ class GHMTrainConfig:
     def kind(self) -> str:
         return f"ghm-{self.algo}"
 
-    def model_params(self) -> GHMParams:
-        """The parameters of ``--model``: ``params`` for ghm; ``params`` with the credit line
-        (a :class:`CreditLineParams`) for credit-line. The model itself is
+    def model_params(self) -> GHMParams | RegimeGHMParams | OUGHMParams:
+        """The parameters of ``--model``: ``params`` for ghm (and for each of the divisions);
+        ``params`` with the credit line (a :class:`CreditLineParams`) for credit-line; a
+        :class:`~pglab.configs.ghm_multi.RegimeGHMParams` with regime 0 = ``params`` for
+        regimes; an :class:`~pglab.configs.ghm_multi.OUGHMParams` with ``mu_bar = mu`` for ou
+        (their fields left at None take those classes' defaults). The model itself is
         :func:`pglab.algos.ghm_train.build_model`."""
+        from pglab.configs.ghm_multi import OUGHMParams, RegimeGHMParams
+
+        shared = {f.name: getattr(self.params, f.name) for f in dataclasses.fields(GHMParams)}
         if self.model == "credit-line":
-            return CreditLineParams(
-                **{f.name: getattr(self.params, f.name) for f in dataclasses.fields(GHMParams)},
-                credit_limit=self.credit_limit,
-                credit_spread=self.credit_spread,
-            )
+            return CreditLineParams(**shared, credit_limit=self.credit_limit, credit_spread=self.credit_spread)
+        given = {name: getattr(self, name) for name in MODEL_FIELDS.get(self.model, ())}
+        given = {name: value for name, value in given.items() if value is not None}
+        if self.model == "regimes":
+            renamed = {"mu": "mu_0", "sigma": "sigma_0", "lambda_dilution": "lambda_dilution_0"}
+            return RegimeGHMParams(**{renamed.get(name, name): value for name, value in shared.items()}, **given)
+        if self.model == "ou":
+            return OUGHMParams(**{"mu_bar" if name == "mu" else name: value for name, value in shared.items()}, **given)
         return self.params
+
+    def model_dims(self) -> tuple[int, int, int]:
+        """``(d, w, A)`` of ``--model``: states, Brownian motions and controls."""
+        if self.model == "divisions":
+            return self.divisions, self.divisions, 2 * self.divisions
+        return (1, 1, 2) if self.model in ("ghm", "credit-line") else (2, 2, 2)
 
     def hjb_interval(self) -> tuple[float, float] | None:
         """actor-critic: the collocation interval of the HJB residual in the model's state

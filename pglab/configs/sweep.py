@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pglab.configs.ghm import GHMParams, GHMTrainConfig, fd_grid_bytes
+from pglab.configs.ghm import MODEL_FIELDS, GHMParams, GHMTrainConfig, fd_grid_bytes
 from pglab.errors import ConfigError
 from pglab.validation import (
     check_device,
@@ -27,10 +27,14 @@ from pglab.validation import (
     check_threads,
 )
 
-# The model parameters a sweep may vary: GHMParams' fields, and the credit line's
-# (GHMTrainConfig.credit_limit/credit_spread, --model credit-line only).
+# The model parameters a sweep may vary: GHMParams' fields, and each model's own
+# (GHMTrainConfig's credit_limit/credit_spread for --model credit-line, ...).
 CREDIT_LINE_PARAMETERS = ("credit_limit", "credit_spread")
-SWEEPABLE = tuple(field.name for field in dataclasses.fields(GHMParams)) + CREDIT_LINE_PARAMETERS
+MODEL_PARAMETERS: dict[str, tuple[str, ...]] = {"credit-line": CREDIT_LINE_PARAMETERS, **MODEL_FIELDS}
+SWEEPABLE = tuple(field.name for field in dataclasses.fields(GHMParams)) + tuple(
+    name for names in MODEL_PARAMETERS.values() for name in names
+)
+INTEGER_PARAMETERS = ("divisions",)
 SOLVERS = ("mc", "pathwise", "actor-critic")
 MAX_RUNS_WITHOUT_YES = 200
 """A sweep of more runs (calibrations x solvers x seeds) starts only with --yes."""
@@ -63,7 +67,29 @@ class GHMSweepConfig:
     """--model credit-line: credit-line sizes to sweep"""
     credit_spread: tuple[float, ...] = ()
     """--model credit-line: spreads on the drawn balance to sweep"""
-    model: Literal["ghm", "credit-line"] = "ghm"
+    divisions: tuple[int, ...] = ()
+    """--model divisions: numbers of divisions to sweep"""
+    mu_1: tuple[float, ...] = ()
+    """--model regimes: regime 1's cash-flow drifts to sweep"""
+    sigma_1: tuple[float, ...] = ()
+    """--model regimes: regime 1's volatilities to sweep"""
+    lambda_dilution_1: tuple[float, ...] = ()
+    """--model regimes: regime 1's issuance costs to sweep"""
+    q01: tuple[float, ...] = ()
+    """--model regimes: switching intensities 0 -> 1 to sweep"""
+    q10: tuple[float, ...] = ()
+    """--model regimes: switching intensities 1 -> 0 to sweep"""
+    initial_regime_1_probability: tuple[float, ...] = ()
+    """--model regimes: probabilities of starting in regime 1 to sweep"""
+    kappa: tuple[float, ...] = ()
+    """--model ou: speeds of mean reversion to sweep"""
+    sigma_mu: tuple[float, ...] = ()
+    """--model ou: profitability volatilities to sweep"""
+    correlation: tuple[float, ...] = ()
+    """--model ou: correlations of the two shocks to sweep"""
+    initial_mu_spread: tuple[float, ...] = ()
+    """--model ou: initial profitability spreads to sweep"""
+    model: Literal["ghm", "credit-line", "divisions", "regimes", "ou"] = "ghm"
     """the model of every run and of the FD lines (pglab train ghm --model)"""
     grid: Path | None = None
     """YAML grid: a mapping of parameter -> list of values (their product), or
@@ -105,10 +131,12 @@ class GHMSweepConfig:
                 check_finite(name, value)
         if self.model not in MODELS:
             raise ConfigError("model", self.model, f"must be one of {', '.join(MODELS)}")
-        if self.model != "credit-line":
-            for name in CREDIT_LINE_PARAMETERS:
-                if getattr(self, name):
-                    raise ConfigError(name, getattr(self, name), "is a parameter of --model credit-line")
+        for name in SWEEPABLE:
+            owner = model_of_parameter(name)
+            if owner is not None and owner != self.model and getattr(self, name):
+                raise ConfigError(name, getattr(self, name), f"is a parameter of --model {owner}")
+        for value in self.divisions:
+            check_int("divisions", value, minimum=1)
         if not self.algo:
             raise ConfigError("algo", self.algo, "needs at least one solver")
         for algo in self.algo:
@@ -145,12 +173,20 @@ class GHMSweepConfig:
         return {name: getattr(self, name) for name in SWEEPABLE if getattr(self, name)}
 
 
+def model_of_parameter(name: str) -> str | None:
+    """The model whose own parameter ``name`` is (``None``: a GHM parameter every model has)."""
+    return next((model for model, names in MODEL_PARAMETERS.items() if name in names), None)
+
+
 # What a resumed sweep may change: where and how the runs execute, not what they compute.
 SWEEP_RESUMABLE = frozenset({"backend", "ray_address", "max_parallel", "device", "resume", "log_dir", "yes"})
 
 __all__ = [
     "CREDIT_LINE_PARAMETERS",
     "GHMSweepConfig",
+    "INTEGER_PARAMETERS",
+    "MODEL_PARAMETERS",
+    "model_of_parameter",
     "MAX_RUNS_WITHOUT_YES",
     "MODELS",
     "SWEEPABLE",

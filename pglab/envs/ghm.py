@@ -19,13 +19,30 @@ so dividends are paid at the maximal rate where ``V' < 1`` and equity is issued 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 # The parameters live with the configs (importable without torch); re-exported here.
 from pglab.configs.ghm import GHMParams
-from pglab.envs.dynamics import ContinuousTimeModel, ControlSpec
+from pglab.envs.dynamics import ContinuousTimeModel, ControlSpec, EvaluationPoint
 
-__all__ = ["GHMModel", "GHMParams"]
+__all__ = ["GHMModel", "GHMParams", "affine_cash_steps"]
+
+
+def affine_cash_steps(
+    cash: torch.Tensor, drift: torch.Tensor, state_noise: torch.Tensor, dt: float, *, r: float, sigma: float
+) -> torch.Tensor:
+    """``n`` Euler steps of GHM's cash with a held control, ``[B, n]`` (see
+    :meth:`GHMModel.held_control_steps`): ``c_{j+1} = g c_j + m_j``, ``g = 1 + r dt``,
+    ``m_j = drift dt + sigma sqrt(dt) eps_j``, from ``cash [B, 1]`` with the control part of
+    the drift ``drift = mu - a_L + a_E`` ``[B, 1]`` and ``state_noise [B, n]``."""
+    num_steps = state_noise.shape[1]
+    growth = 1.0 + r * dt
+    # g^1 .. g^n, [n]; float64 powers, then the state's dtype
+    powers = torch.tensor([growth ** (j + 1) for j in range(num_steps)], dtype=cash.dtype, device=cash.device)
+    increments = drift * dt + (sigma * dt**0.5) * state_noise  # m_j, [B, n]
+    return powers * (cash + torch.cumsum(increments / powers, dim=1))  # c_1 .. c_n, [B, n]
 
 
 class GHMModel(ContinuousTimeModel):
@@ -108,19 +125,15 @@ class GHMModel(ContinuousTimeModel):
             type(self).drift is not GHMModel.drift
             or type(self).diffusion is not GHMModel.diffusion
             or type(self).reward_rate is not GHMModel.reward_rate
+            or not self.diagonal_noise
         ):
             return super().held_control_steps(states, controls, state_noise, dt)
         p = self.params
-        num_steps = state_noise.shape[1]
         dividend_rate, issuance_rate = controls[:, 0:1], controls[:, 1:2]
-        growth = 1.0 + p.r * dt
-        # g^1 .. g^n, [n]; float64 powers, then the state's dtype
-        powers = torch.tensor([growth ** (j + 1) for j in range(num_steps)], dtype=states.dtype, device=states.device)
-        increments = (p.mu - dividend_rate + issuance_rate) * dt + (p.sigma * dt**0.5) * state_noise[
-            :, :, 0
-        ]  # m_j, [B, n]
-        cash = powers * (states + torch.cumsum(increments / powers, dim=1))  # c_1 .. c_n, [B, n]
-        rewards = (self.reward_rate(states, controls) * dt).unsqueeze(1).expand(-1, num_steps)
+        cash = affine_cash_steps(
+            states, p.mu - dividend_rate + issuance_rate, state_noise[:, :, 0], dt, r=p.r, sigma=p.sigma
+        )
+        rewards = (self.reward_rate(states, controls) * dt).unsqueeze(1).expand(-1, state_noise.shape[1])
         return cash.unsqueeze(2), rewards
 
     def step_survival(
@@ -137,6 +150,21 @@ class GHMModel(ContinuousTimeModel):
             return super().step_survival(states, next_states, controls, dt)
         start, end = states[:, 0].clamp_min(0.0), next_states[:, 0].clamp_min(0.0)
         return -torch.expm1(-2.0 * start * end / (sigma * sigma * dt))
+
+    @property
+    def liquidation_cash(self) -> float:
+        """Cash at which the firm is liquidated (the state is ``cash - liquidation_cash``)."""
+        return self.params.liquidation_cash
+
+    def evaluation_points(self, levels: Sequence[float]) -> list[EvaluationPoint]:
+        """One point per cash level, ``c<cash>``, at the state ``state_from_cash(cash)``."""
+        return [
+            EvaluationPoint(f"c{cash:g}", (float(self.state_from_cash(float(cash))),), float(cash)) for cash in levels
+        ]
+
+    def grid_check_models(self) -> list[ContinuousTimeModel]:
+        """The one-state models whose FD grid's length the trainer checks: the model itself."""
+        return [self]
 
     def describe(self) -> dict:
         from dataclasses import asdict

@@ -125,10 +125,11 @@ class _SliceTask:
     action_repeat: int
     deterministic: bool
     initial_states: torch.Tensor  # [b, S]
-    state_noise: torch.Tensor  # [b, T, S]
+    state_noise: torch.Tensor  # [b, T, w]
     action_noise: torch.Tensor  # [b, T, A]
     absorption: str = "grid"
     survival_noise: torch.Tensor | None = None  # [b, T], bridge absorption
+    jump_noise: torch.Tensor | None = None  # [b, T, J], a model with jumps
 
 
 def _simulate_slice(payload: bytes, task: _SliceTask) -> dict[str, Any]:
@@ -141,9 +142,11 @@ def _simulate_slice(payload: bytes, task: _SliceTask) -> dict[str, Any]:
         model, task.dt, task.horizon, action_repeat=task.action_repeat, absorption=task.absorption
     )
     with torch.no_grad():
-        noise = RolloutNoise(task.state_noise, task.action_noise, task.survival_noise)
+        noise = RolloutNoise(task.state_noise, task.action_noise, task.survival_noise, task.jump_noise)
         paths = simulator.rollout(policy, task.initial_states, noise=noise, deterministic=task.deterministic)
     result: dict[str, Any] = {name: getattr(paths, name) for name in _TRAJECTORY_FIELDS}
+    if paths.euler_states is not None:
+        result["euler_states"] = paths.euler_states
     result["cpu_s"] = time.thread_time() - start
     return result
 
@@ -450,12 +453,14 @@ class ParallelTrajectorySimulator(TrajectorySimulator):
                 survival_noise=None
                 if noise.survival_noise is None
                 else noise.survival_noise[start:stop].to("cpu").clone(),
+                jump_noise=None if noise.jump_noise is None else noise.jump_noise[start:stop].to("cpu").clone(),
             )
             for start, stop in slices
         ]
         parts = self._run_with_retry(payload, tasks, slices)
         self.last_worker_cpu_s = [part.pop("cpu_s") for part in parts]
-        fields = {name: torch.cat([part[name] for part in parts], dim=0).to(device) for name in _TRAJECTORY_FIELDS}
+        names = (*_TRAJECTORY_FIELDS, "euler_states") if "euler_states" in parts[0] else _TRAJECTORY_FIELDS
+        fields = {name: torch.cat([part[name] for part in parts], dim=0).to(device) for name in names}
         return Trajectories(**fields, discount=self.discount, dt=self.dt, action_repeat=self.action_repeat)
 
     # -- work split ------------------------------------------------------------------------

@@ -1,12 +1,14 @@
 """Batched Euler-Maruyama simulation of a :class:`ContinuousTimeModel` under a policy.
 
-All ``B`` paths advance together (no Python loop over paths), and all steps of a held
-action in one call (``model.held_control_steps``: GHM's affine step as one cumulative sum;
-a step-by-step loop for other models); absorption is applied once to the whole path::
+All ``B`` paths advance together (no Python loop over paths or state coordinates), and
+all steps of a held action in one call (``model.held_control_steps``: GHM's affine step as
+one cumulative sum; a step-by-step loop for other models, ``model.held_jump_steps`` for a
+model with jumps); absorption is applied once to the whole path::
 
     u_t     = clip(a_t)                         a_t ~ pi(.|x_t): raw Gaussian sample
     r_t     = reward_rate(x_t, u_t) * dt        (0 once absorbed)
-    x_{t+1} = x_t + drift(x_t, u_t) dt + diffusion(x_t, u_t) sqrt(dt) eps_t
+    x'      = x_t + drift(x_t, u_t) dt + Sigma(x_t, u_t) sqrt(dt) eps_t      eps_t ~ N(0, I_w)
+    x_{t+1} = jump(x_t, x', u_t, uniforms_t)    (regime switches, parts killed; x' without jumps)
     a path is absorbed at the first t with terminated(x_{t+1}); it then stays frozen
 
 The per-step discount is ``gamma = exp(-rho dt)``, so the return of a path is
@@ -19,6 +21,7 @@ hands each worker its slice of the same noise reproduces the single-process resu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -39,21 +42,23 @@ class SimulatorPolicy(Protocol):
 
 @dataclass
 class RolloutNoise:
-    """Standard-normal draws for a rollout: ``state_noise [B, T, S]`` drives the
-    Brownian increments, ``action_noise [B, T, A]`` the policy's exploration; with
-    bridge absorption also ``survival_noise [B, T]``, uniform on [0, 1): a path is killed
-    in step t when it exceeds the step's survival probability."""
+    """Random draws for a rollout: ``state_noise [B, T, w]``, standard normals, drives the
+    ``w`` Brownian motions, ``action_noise [B, T, A]`` the policy's exploration; with
+    bridge absorption of whole paths also ``survival_noise [B, T]``, uniform on [0, 1): a
+    path is killed in step t when it exceeds the step's survival probability; for a model
+    with jumps ``jump_noise [B, T, J]``, uniform, the uniforms of ``model.jump``."""
 
     state_noise: torch.Tensor
     action_noise: torch.Tensor
     survival_noise: torch.Tensor | None = None
+    jump_noise: torch.Tensor | None = None
 
     @classmethod
     def draw(
         cls,
         num_paths: int,
         num_steps: int,
-        state_dim: int,
+        noise_dim: int,
         action_dim: int,
         generator: torch.Generator | None,
         *,
@@ -62,7 +67,7 @@ class RolloutNoise:
     ) -> RolloutNoise:
         # One call per tensor, path-major: path i's noise is the i-th slice whatever B is
         # split into later.
-        state_noise = torch.randn((num_paths, num_steps, state_dim), generator=generator, device=device, dtype=dtype)
+        state_noise = torch.randn((num_paths, num_steps, noise_dim), generator=generator, device=device, dtype=dtype)
         action_noise = torch.randn((num_paths, num_steps, action_dim), generator=generator, device=device, dtype=dtype)
         return cls(state_noise, action_noise)
 
@@ -70,11 +75,18 @@ class RolloutNoise:
         """The same draws plus ``survival_noise [B, T]`` (drawn after them, one call)."""
         shape = self.state_noise.shape[:2]
         uniform = torch.rand(shape, generator=generator, device=self.state_noise.device, dtype=self.state_noise.dtype)
-        return RolloutNoise(self.state_noise, self.action_noise, uniform)
+        return dataclasses.replace(self, survival_noise=uniform)
+
+    def with_jumps(self, generator: torch.Generator | None, jump_dim: int) -> RolloutNoise:
+        """The same draws plus ``jump_noise [B, T, jump_dim]`` (drawn after them, one call)."""
+        shape = (*self.state_noise.shape[:2], jump_dim)
+        uniform = torch.rand(shape, generator=generator, device=self.state_noise.device, dtype=self.state_noise.dtype)
+        return dataclasses.replace(self, jump_noise=uniform)
 
     def slice(self, start: int, stop: int) -> RolloutNoise:
         survival = None if self.survival_noise is None else self.survival_noise[start:stop]
-        return RolloutNoise(self.state_noise[start:stop], self.action_noise[start:stop], survival)
+        jumps = None if self.jump_noise is None else self.jump_noise[start:stop]
+        return RolloutNoise(self.state_noise[start:stop], self.action_noise[start:stop], survival, jumps)
 
 
 @dataclass
@@ -93,6 +105,9 @@ class Trajectories:
         dt: time step.
         action_repeat: the policy decided at steps ``t = 0, k, 2k, ...`` and its action
             was held in between (``k = 1``: a decision every step).
+        euler_states: ``[B, T, S]`` for a model with jumps: the state after each step's
+            Euler-Maruyama step, before its jumps (``None`` without jumps: the states
+            themselves, before absorption freezes them).
     """
 
     states: torch.Tensor
@@ -104,6 +119,7 @@ class Trajectories:
     discount: float
     dt: float
     action_repeat: int = 1
+    euler_states: torch.Tensor | None = None
 
     @property
     def decision_masks(self) -> torch.Tensor:
@@ -249,13 +265,17 @@ def euler_maruyama_step(
     dt: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One step for every path: ``(next_states [B, S], reward [B])`` with
-    ``reward = reward_rate(x, u) * dt`` and
-    ``x' = x + drift(x, u) dt + diffusion(x, u) sqrt(dt) eps``. Differentiable."""
+    ``reward = reward_rate(x, u) * dt`` and ``x' = x + drift(x, u) dt + Sigma(x, u) sqrt(dt)
+    eps`` (``state_noise`` ``[B, w]``; the model's jumps are not applied). Differentiable."""
     reward = model.reward_rate(states, controls) * dt
-    next_states = (
-        states + model.drift(states, controls) * dt + model.diffusion(states, controls) * (math.sqrt(dt) * state_noise)
-    )
-    return next_states, reward
+    return euler_state(model, states, controls, state_noise, dt), reward
+
+
+def euler_state(
+    model: ContinuousTimeModel, states: torch.Tensor, controls: torch.Tensor, state_noise: torch.Tensor, dt: float
+) -> torch.Tensor:
+    """``x + drift(x, u) dt + Sigma(x, u) sqrt(dt) eps``, ``[B, S]`` (:func:`euler_maruyama_step`'s state)."""
+    return states + model.drift(states, controls) * dt + model.shock(states, controls, math.sqrt(dt) * state_noise)
 
 
 class TrajectorySimulator:
@@ -277,7 +297,8 @@ class TrajectorySimulator:
             between the two grid times), i.e. the continuously monitored model that the FD
             reference solves. The grid-monitored chain survives excursions below 0 between
             grid times, which at ``sigma sqrt(dt) = 0.035`` moves the learned issuance point
-            by several hundredths.
+            by several hundredths. A model of several independently absorbed parts
+            (``model.num_parts > 1``) kills its parts itself, in ``model.jump``.
     """
 
     def __init__(
@@ -297,6 +318,9 @@ class TrajectorySimulator:
         self.horizon = float(horizon)
         self.num_steps = num_steps
         self.discount = math.exp(-model.discount_rate * dt)
+        # bridge absorption of whole paths (survival_noise); a model of several parts kills them in its jumps
+        self.path_bridge = absorption == "bridge" and model.num_parts == 1
+        self.jump_dim = model.jump_dim(bridge=absorption == "bridge")
 
     # -- lifetime: nothing to release here; a simulator with workers stops them in close()
     def close(self) -> None:
@@ -311,16 +335,22 @@ class TrajectorySimulator:
     def draw_noise(
         self, num_paths: int, generator: torch.Generator | None, *, device, dtype=torch.float32
     ) -> RolloutNoise:
+        """The rollout's draws from ``generator``, in this order: the Brownian increments
+        ``[B, T, w]``, the exploration noise ``[B, T, A]``, the path survival uniforms
+        ``[B, T]`` (bridge absorption of whole paths) and the jump uniforms ``[B, T, J]``
+        (a model with jumps)."""
         noise = RolloutNoise.draw(
             num_paths,
             self.num_steps,
-            self.model.state_dim,
+            self.model.noise_dim,
             self.model.action_dim,
             generator,
             device=device,
             dtype=dtype,
         )
-        return noise.with_survival(generator) if self.absorption == "bridge" else noise
+        if self.path_bridge:
+            noise = noise.with_survival(generator)
+        return noise.with_jumps(generator, self.jump_dim) if self.jump_dim > 0 else noise
 
     def rollout(
         self,
@@ -343,7 +373,7 @@ class TrajectorySimulator:
         Gradients flow through the simulation unless the caller disables them
         (the Monte Carlo trainer rolls out under ``torch.no_grad()``).
         """
-        self.model.check_batch(initial_states, where="TrajectorySimulator.rollout")
+        self.model.check_outputs(initial_states, self.dt, where="TrajectorySimulator.rollout")
         if noise is None:
             noise = self.draw_noise(
                 initial_states.shape[0], generator, device=initial_states.device, dtype=initial_states.dtype
@@ -362,6 +392,7 @@ class TrajectorySimulator:
             discount=self.discount,
             dt=self.dt,
             action_repeat=self.action_repeat,
+            euler_states=torch.cat(held.euler, dim=1) if held.euler else None,
         )
 
     def _check_noise(self, noise: RolloutNoise, initial_states: torch.Tensor) -> None:
@@ -370,7 +401,7 @@ class TrajectorySimulator:
         model, num_steps, dtype = self.model, self.num_steps, initial_states.dtype
         dims = {"B": initial_states.shape[0]}
         check_tensor(
-            "state_noise", noise.state_noise, ("B", num_steps, model.state_dim), dtype, dims=dims, where="rollout"
+            "state_noise", noise.state_noise, ("B", num_steps, model.noise_dim), dtype, dims=dims, where="rollout"
         )
         check_tensor(
             "action_noise",
@@ -380,12 +411,20 @@ class TrajectorySimulator:
             dims=dims,
             where="rollout",
         )
-        if self.absorption == "bridge":
+        if self.path_bridge:
             if noise.survival_noise is None:
                 raise ValueError(
                     "rollout: absorption='bridge' needs noise.survival_noise [B, T] (RolloutNoise.with_survival)"
                 )
             check_tensor("survival_noise", noise.survival_noise, ("B", num_steps), dtype, dims=dims, where="rollout")
+        if self.jump_dim > 0:
+            if noise.jump_noise is None:
+                raise ValueError(
+                    f"rollout: {type(model).__name__} jumps: it needs noise.jump_noise [B, T, {self.jump_dim}] "
+                    "(RolloutNoise.with_jumps)"
+                )
+            shape = ("B", num_steps, self.jump_dim)
+            check_tensor("jump_noise", noise.jump_noise, shape, dtype, dims=dims, where="rollout")
 
     def _held_decisions(
         self, policy: SimulatorPolicy, initial_states: torch.Tensor, noise: RolloutNoise, deterministic: bool
@@ -408,9 +447,20 @@ class TrajectorySimulator:
             mean, std = policy.mean_std(state)
             action = mean if deterministic else mean + std * noise.action_noise[:, start]
             control = torch.maximum(torch.minimum(action, high), low)
-            path, reward = model.held_control_steps(
-                state, control, noise.state_noise[:, start:stop], self.dt
-            )  # [B, n, S], [B, n]
+            if noise.jump_noise is None or self.jump_dim == 0:
+                path, reward = model.held_control_steps(
+                    state, control, noise.state_noise[:, start:stop], self.dt
+                )  # [B, n, S], [B, n]
+            else:
+                path, reward, euler = model.held_jump_steps(
+                    state,
+                    control,
+                    noise.state_noise[:, start:stop],
+                    noise.jump_noise[:, start:stop],
+                    self.dt,
+                    bridge=self.absorption == "bridge",
+                )
+                held.euler.append(euler)
             held.paths.append(path)
             held.rewards.append(reward)
             held.actions.append(action.unsqueeze(1).expand(-1, steps, -1))
@@ -428,7 +478,7 @@ class TrajectorySimulator:
         num_paths = initial_states.shape[0]
         path = torch.cat(held.paths, dim=1)  # [B, T, S]: state after each step, before absorption
         terminated = model.terminated(path.reshape(num_paths * num_steps, -1)).view(num_paths, num_steps)
-        if self.absorption == "bridge":
+        if self.path_bridge:
             assert noise.survival_noise is not None  # drawn or checked with the noise
             # killed inside step t with probability 1 - survival(x_t -> x_{t+1}) (continuous monitoring)
             before = torch.cat([initial_states.unsqueeze(1), path[:, :-1]], dim=1).reshape(num_paths * num_steps, -1)
@@ -452,10 +502,12 @@ class TrajectorySimulator:
 @dataclass
 class _HeldSteps:
     """A rollout's dynamics before absorption, one entry per decision interval: the states
-    after each held step ``[B, n, S]``, their rewards ``[B, n]``, and the raw actions and
-    applied controls repeated over the interval ``[B, n, A]``."""
+    after each held step ``[B, n, S]``, their rewards ``[B, n]``, the raw actions and
+    applied controls repeated over the interval ``[B, n, A]``, and for a model with jumps
+    the states after each Euler-Maruyama step before its jumps ``[B, n, S]``."""
 
     alive_at_start: torch.Tensor
+    euler: list[torch.Tensor] = field(default_factory=list)
     paths: list[torch.Tensor] = field(default_factory=list)
     rewards: list[torch.Tensor] = field(default_factory=list)
     actions: list[torch.Tensor] = field(default_factory=list)

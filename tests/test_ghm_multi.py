@@ -1,0 +1,403 @@
+"""Models with several states: the d-dimensional interface, the simulator, the three
+solvers, the final evaluation, ``pglab evaluate``, the agent and the sweep.
+
+Each test pins one side against an independent computation: the simulator against a
+Python loop over paths and steps (correlated noise, a regime switch drawn from scipy's
+``expm``, divisions killed between grid times), GHM's closed-form held steps against the
+generic diffusion-matrix step, one division against plain GHM bit for bit, the HJB
+residual of several states against sums of one-state residuals, and the reference of N
+divisions against the sum of independent 1-D FD solutions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import scipy.linalg
+import torch
+from test_ghm import TINY, rows_without_perf
+
+import pglab
+from pglab.agent import ObservationError
+from pglab.algos.actor_critic import optimal_hjb_residual
+from pglab.algos.ghm_sweep import build_trials
+from pglab.algos.ghm_train import GHMTrainConfig, train_ghm
+from pglab.cli import main as pglab_main
+from pglab.configs.sweep import GHMSweepConfig
+from pglab.envs.dynamics import ContinuousTimeModel, ControlSpec, MarkovRegimes
+from pglab.envs.ghm import GHMModel, GHMParams
+from pglab.envs.ghm_divisions import GHMDivisionsModel
+from pglab.envs.ghm_regimes import RegimeGHMModel, RegimeGHMParams
+from pglab.envs.simulator import RolloutNoise, TrajectorySimulator
+from pglab.errors import TensorContractError
+from pglab.hjb.fd import solve_hjb_1d_extrapolated
+from pglab.hjb.residual_nd import hjb_residual_nd
+from pglab.run.checkpoint import load_checkpoint_file
+
+QUIET = dict(echo=lambda *args, **kwargs: None)
+DT = 0.05
+
+
+class CorrelatedRegimes(ContinuousTimeModel):
+    """Cash absorbed at 0, a level whose noise is correlated with the cash's, and a regime
+    that switches fast (so a few steps see switches); the volatility depends on the regime
+    and on a control."""
+
+    state_names = ("cash", "level", "regime")
+    diagonal_noise = False
+    control = ControlSpec(("pay", "raise"), (0.0, 0.0), (1.0, 0.5))
+    discount_rate = 0.1
+    state_low, state_high = (0.05, -0.5, 0.0), (0.6, 0.5, 1.0)
+    regimes = MarkovRegimes(coordinate=2, rates=((0.0, 3.0), (5.0, 0.0)))
+
+    @property
+    def noise_dim(self) -> int:
+        return 2
+
+    def drift(self, states, controls):
+        cash = 0.1 + 0.2 * states[:, 1] + 0.3 * states[:, 2] - controls[:, 0] + controls[:, 1]
+        return torch.stack([cash, -0.5 * states[:, 1], torch.zeros_like(cash)], 1)
+
+    def diffusion_matrix(self, states, controls):
+        zero = torch.zeros_like(states[:, 0])
+        rows = [
+            [0.3 + 0.2 * states[:, 2], zero],
+            [torch.full_like(zero, 0.1), 0.2 + 0.1 * controls[:, 0]],
+            [zero, zero],
+        ]
+        return torch.stack([torch.stack(row, 1) for row in rows], 1)
+
+    def reward_rate(self, states, controls):
+        return controls[:, 0] * (1.0 + states[:, 2]) - 1.2 * controls[:, 1]
+
+    def terminated(self, states):
+        return states[:, 0] <= 0.0
+
+
+def _toy_step(x, u, eps, uniforms):
+    """The toy model's step by hand: Euler-Maruyama, then the regime from expm(Q dt)."""
+    cash, level, regime = x
+    drift = [0.1 + 0.2 * level + 0.3 * regime - u[0] + u[1], -0.5 * level]
+    matrix = [[0.3 + 0.2 * regime, 0.0], [0.1, 0.2 + 0.1 * u[0]]]
+    moved = [x[i] + drift[i] * DT + math.sqrt(DT) * sum(matrix[i][k] * eps[k] for k in range(2)) for i in range(2)]
+    row = scipy.linalg.expm(np.array([[-3.0, 3.0], [5.0, -5.0]]) * DT)[int(regime)]
+    next_regime = 0.0 if uniforms[0] < row[0] else 1.0
+    reward = (u[0] * (1.0 + regime) - 1.2 * u[1]) * DT
+    return [*moved, next_regime], reward
+
+
+DIVISIONS = tuple(GHMParams(sigma=s, mu=m, initial_cash_high=0.25) for s, m in ((0.6, 0.1), (0.5, 0.05), (0.6, 0.1)))
+
+
+def _division_step(x, u, eps, uniforms):
+    """Three divisions by hand: each moves while its cash is positive and is killed between
+    grid times when its uniform is at least its Brownian-bridge survival probability."""
+    out, reward = [], 0.0
+    for j, p in enumerate(DIVISIONS):
+        if x[j] <= 0.0:
+            out.append(x[j])
+            continue
+        reward += (u[2 * j] - (1 + p.lambda_dilution) * u[2 * j + 1]) * DT
+        moved = x[j] + (p.mu + p.r * x[j] - u[2 * j] + u[2 * j + 1]) * DT + p.sigma * math.sqrt(DT) * eps[j]
+        survival = 1.0 - math.exp(-2.0 * x[j] * max(moved, 0.0) / (p.sigma**2 * DT))
+        out.append(min(moved, 0.0) if uniforms[j] >= survival else moved)
+    return out, reward
+
+
+class LinearPolicy:
+    """mean = x W + b, std 0.3: different controls in different states."""
+
+    def __init__(self, state_dim: int, action_dim: int):
+        generator = torch.Generator().manual_seed(0)
+        self.weight = torch.randn((state_dim, action_dim), generator=generator, dtype=torch.float64)
+        self.bias = torch.full((action_dim,), 0.3, dtype=torch.float64)
+
+    def mean_std(self, states):
+        mean = states @ self.weight + self.bias
+        return mean, torch.full_like(mean, 0.3)
+
+
+def _loop_rollout(model, policy, initial, noise, step, action_repeat):
+    """Path by path, step by step: states [B, T+1, d], rewards and masks [B, T]."""
+    low, high = model.control.low, model.control.high
+    all_states, all_rewards, all_masks = [], [], []
+    for i in range(initial.shape[0]):
+        x, alive = initial[i].tolist(), True
+        states, rewards, masks = [x], [], []
+        for t in range(noise.state_noise.shape[1]):
+            if t % action_repeat == 0:
+                mean, std = policy.mean_std(torch.tensor([x], dtype=torch.float64))
+                raw = (mean + std * noise.action_noise[i, t]).tolist()[0]
+                u = [min(max(a, lo), hi) for a, lo, hi in zip(raw, low, high, strict=True)]
+            masks.append(1.0 if alive else 0.0)
+            if alive:
+                x, reward = step(x, u, noise.state_noise[i, t].tolist(), noise.jump_noise[i, t].tolist())
+                alive = not model.terminated(torch.tensor([x]))[0]
+                rewards.append(reward)
+            else:
+                rewards.append(0.0)
+            states.append(x)
+        all_states.append(states)
+        all_rewards.append(rewards)
+        all_masks.append(masks)
+    return tuple(torch.tensor(values, dtype=torch.float64) for values in (all_states, all_rewards, all_masks))
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (CorrelatedRegimes(), _toy_step, "grid"),
+        (GHMDivisionsModel(DIVISIONS), _division_step, "bridge"),
+    ],
+    ids=["correlated-noise-and-regimes", "divisions-killed-between-grid-times"],
+)
+def test_the_batched_rollout_is_the_loop_over_paths_and_steps(case):
+    model, step, absorption = case
+    simulator = TrajectorySimulator(model, DT, 12 * DT, action_repeat=2, absorption=absorption)
+    generator = torch.Generator().manual_seed(5)
+    initial = model.initial_states(6, generator, dtype=torch.float64)
+    noise = simulator.draw_noise(6, generator, device="cpu", dtype=torch.float64)
+    assert noise.jump_noise is not None and noise.survival_noise is None  # the parts' and the regime's uniforms
+    policy = LinearPolicy(model.state_dim, model.action_dim)
+    paths = simulator.rollout(policy, initial, noise=noise)
+    states, rewards, masks = _loop_rollout(model, policy, initial, noise, step, action_repeat=2)
+    torch.testing.assert_close(paths.masks, masks.to(paths.masks.dtype))
+    torch.testing.assert_close(paths.rewards, rewards, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(paths.states, states, rtol=1e-9, atol=1e-12)
+    coordinate = -1 if isinstance(model, CorrelatedRegimes) else 0
+    varied = (paths.states[:, 1:, coordinate] != paths.states[:, :-1, coordinate]).any()
+    assert bool(varied) and 0 < float(masks.sum()) < masks.numel()  # switches (or kills) and absorptions happen
+
+
+def test_ghm_closed_form_held_steps_are_the_generic_diffusion_matrix_steps():
+    """GHM's fast path (one cumulative sum) against the base class's step loop through a
+    1 x 1 diffusion matrix: the same Euler recursion, to float64 rounding."""
+
+    class MatrixGHM(GHMModel):
+        diagonal_noise = False
+
+        def diffusion_matrix(self, states, controls):
+            return torch.full((states.shape[0], 1, 1), self.params.sigma, dtype=states.dtype)
+
+    generator = torch.Generator().manual_seed(1)
+    states = torch.rand((7, 1), generator=generator, dtype=torch.float64)
+    controls = torch.rand((7, 2), generator=generator, dtype=torch.float64)
+    noise = torch.randn((7, 9, 1), generator=generator, dtype=torch.float64)
+    fast = GHMModel(GHMParams(r=0.3, rho=0.4)).held_control_steps(states, controls, noise, 0.1)
+    generic = MatrixGHM(GHMParams(r=0.3, rho=0.4)).held_control_steps(states, controls, noise, 0.1)
+    for a, b in zip(fast, generic, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+
+
+def test_model_outputs_and_noise_of_the_wrong_shape_are_refused_by_name():
+    class WrongDrift(CorrelatedRegimes):
+        def drift(self, states, controls):
+            return super().drift(states, controls)[:, :2]
+
+    simulator = TrajectorySimulator(WrongDrift(), DT, 4 * DT)
+    policy = LinearPolicy(3, 2)
+    with pytest.raises(TensorContractError, match=r"WrongDrift\.drift expected float32\|float64\[B, 3\]"):
+        simulator.rollout(policy, torch.full((2, 3), 0.2, dtype=torch.float64), torch.Generator())
+    model = CorrelatedRegimes()
+    simulator = TrajectorySimulator(model, DT, 4 * DT)
+    noise = simulator.draw_noise(2, torch.Generator(), device="cpu", dtype=torch.float64)
+    initial = torch.full((2, 3), 0.2, dtype=torch.float64)
+    wide = RolloutNoise(torch.zeros(2, 4, 3, dtype=torch.float64), noise.action_noise, None, noise.jump_noise)
+    with pytest.raises(TensorContractError, match=r"state_noise expected float64\[B, 4, 2\]"):
+        simulator.rollout(policy, initial, noise=wide)
+    with pytest.raises(ValueError, match=r"needs noise\.jump_noise \[B, T, 1\]"):
+        simulator.rollout(policy, initial, noise=RolloutNoise(noise.state_noise, noise.action_noise))
+
+
+def test_the_residual_of_several_states_is_the_sum_of_one_state_residuals():
+    """Divisions: rho V - max_u H separates into the divisions' own residuals. Regimes: the
+    regime's own one-state residual less the switching term q (V_other - V)."""
+    g = lambda x: 3.0 * torch.tanh(1.5 * x) + 0.2 * x**2  # noqa: E731  (a smooth trial value)
+    points = torch.tensor([[0.3, 1.2], [0.9, 0.1], [2.0, 0.7]], dtype=torch.float64)
+    divisions = GHMDivisionsModel([GHMParams(), GHMParams(sigma=0.3, mu=0.15)])
+    joint = hjb_residual_nd(divisions, lambda x: g(x).sum(1), points)
+    one_state = [
+        optimal_hjb_residual(GHMModel(p), lambda x: g(x[:, 0]), points[:, j : j + 1])
+        for j, p in enumerate(divisions.divisions)
+    ]
+    torch.testing.assert_close(joint, one_state[0] + one_state[1], rtol=1e-10, atol=1e-10)
+    params = RegimeGHMParams(q01=0.7, q10=1.9, mu_1=0.02, sigma_1=0.35)
+    value = lambda x: g(x[:, 0]) * (1.0 + 0.5 * x[:, 1])  # noqa: E731
+    states = torch.tensor([[0.4, 0.0], [0.4, 1.0], [1.3, 1.0]], dtype=torch.float64)
+    switched = states.clone()
+    switched[:, 1] = 1.0 - switched[:, 1]
+    expected = torch.stack(
+        [
+            optimal_hjb_residual(
+                GHMModel(params.regime(int(s[1]))), lambda x, s=s: g(x[:, 0]) * (1.0 + 0.5 * s[1]), s[None, :1]
+            )[0]
+            for s in states
+        ]
+    ) - torch.tensor([0.7, 1.9, 1.9], dtype=torch.float64) * (value(switched) - value(states))
+    torch.testing.assert_close(hjb_residual_nd(RegimeGHMModel(params), value, states), expected, rtol=1e-10, atol=1e-10)
+
+
+# -- training runs ---------------------------------------------------------------------------------
+
+# Two iterations of small networks; issuance off and a high initial dividend rate, so the
+# untrained policy's paths are liquidated within a few time units and the final evaluation
+# (simulated until the tail is small) stays short.
+RUN = {
+    **TINY,
+    "dt": 0.1,
+    "n_iterations": 4,
+    "policy_hidden_dims": (8,),
+    "baseline_hidden_dims": (8,),
+    "final_eval": True,
+    "eval_paths": 64,
+    "eval_tail_tolerance": 0.5,
+    "eval_dt": 0.1,
+    "eval_cash": (0.5, 1.0),
+    "initial_rate_fraction": 0.9,
+    "params": GHMParams(a_E_max=0.0),
+}
+
+
+def test_one_division_trains_bit_for_bit_as_plain_ghm(tmp_path):
+    """N = 1: the same seed gives the same weights, metrics rows and final evaluation (the
+    simulated and the exact value at each cash level) as --model ghm."""
+    runs = {}
+    for name, extra in (("ghm", {}), ("divisions", {"model": "divisions", "divisions": 1})):
+        result = train_ghm(GHMTrainConfig(log_dir=tmp_path / name, **{**RUN, "n_iterations": 2}, **extra), **QUIET)
+        runs[name] = (load_checkpoint_file(result.run_dir)["models"], rows_without_perf(result.run_dir / "metrics.csv"))
+        runs[name] += (result.final_rows,)
+    (ghm_models, ghm_metrics, ghm_rows), (one_models, one_metrics, one_rows) = runs["ghm"], runs["divisions"]
+    for network in ghm_models:
+        for key, tensor in ghm_models[network].items():
+            assert torch.equal(tensor, one_models[network][key]), f"{network}.{key}"
+    assert ghm_metrics == one_metrics and len(ghm_metrics) == 2
+    assert [row["label"] for row in one_rows] == ["c0.5", "c1"]
+    for ghm_row, one_row in zip(ghm_rows, one_rows, strict=True):
+        for key in ("value", "stderr", "fd_optimum", "exact_value"):
+            assert ghm_row[key] == one_row[key], key
+
+
+@pytest.fixture(scope="module")
+def divisions_run(tmp_path_factory):
+    """N = 2 divisions, four iterations in one go."""
+    root = tmp_path_factory.mktemp("divisions")
+    config = GHMTrainConfig(log_dir=root / "full", model="divisions", divisions=2, **RUN)
+    return train_ghm(config, **QUIET)
+
+
+def test_a_divisions_run_resumes_bit_for_bit(divisions_run, tmp_path):
+    config = GHMTrainConfig(log_dir=tmp_path / "split", model="divisions", divisions=2, **RUN)
+    assert train_ghm(config, stop_after=2, **QUIET).interrupted
+    resumed = train_ghm(GHMTrainConfig(resume=tmp_path / "split", **RUN), **QUIET)
+    full, split = load_checkpoint_file(divisions_run.run_dir), load_checkpoint_file(resumed.run_dir)
+    for network in full["models"]:
+        for key, tensor in full["models"][network].items():
+            assert torch.equal(tensor, split["models"][network][key]), f"{network}.{key}"
+    assert rows_without_perf(divisions_run.run_dir / "metrics.csv") == rows_without_perf(
+        resumed.run_dir / "metrics.csv"
+    )
+    assert resumed.final_rows == divisions_run.final_rows
+
+
+def test_the_divisions_reference_is_the_sum_of_one_division_fd_optima(divisions_run):
+    evaluation = json.loads((divisions_run.run_dir / "evaluation.json").read_text())
+    optimum = solve_hjb_1d_extrapolated(GHMModel(RUN["params"]), x_max=6.0, num_nodes=TINY["fd_nodes"])
+    labels = [row["label"] for row in evaluation["rows"]]
+    assert labels == ["c0.5", "c1", "mix0", "mix1"]
+    for row in evaluation["rows"]:
+        state = row["initial_state"]
+        assert row["fd_optimum"] == pytest.approx(float(optimum.value_at(state).sum()), rel=1e-12)
+        assert "exact_pct_of_optimum" not in row  # a joint policy of two divisions has no 1-D FD value
+    assert evaluation["rows"][2]["initial_state"] == [0.5, 1.0]
+    text = (divisions_run.run_dir / "eval.csv").read_text().splitlines()
+    assert "value/max_abs_error_vs_fd" in text[0]
+
+
+def test_the_reference_solves_each_distinct_division_once(monkeypatch):
+    import pglab.hjb.fd as fd
+
+    solved = []
+
+    def spy(model, **kwargs):
+        solved.append((model.params, fd.solve_hjb_1d_extrapolated.__wrapped__(model, **kwargs)))
+        return solved[-1][1]
+
+    spy.__wrapped__ = fd.solve_hjb_1d_extrapolated
+    monkeypatch.setattr(fd, "solve_hjb_1d_extrapolated", spy)
+    reference = GHMDivisionsModel(DIVISIONS).reference(x_max=6.0, num_nodes=100)
+    assert [params for params, _ in solved] == [DIVISIONS[0], DIVISIONS[1]] and reference.part_of == (0, 1, 0)
+    states = np.array([[0.3, 0.8, 1.1], [1.7, 0.05, 0.4]])
+    (_, first), (_, second) = solved
+    expected = [first.value_at(s[0]) + second.value_at(s[1]) + first.value_at(s[2]) for s in states]
+    np.testing.assert_allclose(reference.value_at(states), expected, rtol=1e-13)
+
+
+def test_the_divisions_agent_acts_on_every_divisions_cash(divisions_run):
+    agent = pglab.load_checkpoint(divisions_run.run_dir, device="cpu")
+    cash = torch.tensor([[0.5, 1.0], [1.5, 0.2]])
+    rates = agent.act(cash)
+    assert rates.shape == (2, 4)
+    with torch.no_grad():
+        mean = agent.policy.mean_std(cash)[0]
+    torch.testing.assert_close(rates, agent.model.control.clip(mean))
+    assert agent.value(cash).shape == (2,)
+    with pytest.raises(ObservationError):
+        agent.act(torch.tensor([[0.5]]))
+
+
+def test_pglab_evaluate_a_divisions_run_reports_each_point(divisions_run, capsys):
+    code = pglab_main(["evaluate", str(divisions_run.run_dir), "--json", "--device", "cpu", "--cash", "0.75"])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [row["label"] for row in report["rows"]] == ["c0.75"]
+    assert report["rows"][0]["initial_state"] == [0.75, 0.75]
+    assert 0 < report["rows"][0]["fd_optimum"] < 100
+
+
+def test_a_divisions_sweep_passes_the_number_of_divisions_to_every_run(tmp_path):
+    sweep = GHMSweepConfig(model="divisions", divisions=(1, 3), backend="serial", log_dir=tmp_path / "s")
+    trials = build_trials(sweep, tmp_path / "s")
+    assert [(trial.name, trial.config["divisions"]) for trial in trials] == [
+        ("divisions1-mc-s0", 1),
+        ("divisions3-mc-s0", 3),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["--model", "divisions", "--divisions", "0"], "divisions"),
+        (["--mu-1", "0.2"], "mu_1"),
+        (["--model", "ou", "--q01", "0.2"], "q01"),
+        (["--model", "divisions", "--critic-boundary", "hard"], "critic_boundary"),
+        (["--model", "regimes", "--q10", "-1"], "q10"),
+    ],
+)
+def test_bad_model_flags_exit_2_naming_the_field(tmp_path, capsys, argv, field):
+    code = pglab_main(["train", "ghm", *argv, "--device", "cpu", "--log-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and f"{field}:" in err[0], err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("model", ["regimes", "ou"])
+def test_each_two_state_model_trains_resumes_and_reports_its_fd_reference(tmp_path, model):
+    pytest.importorskip(f"pglab.hjb.{'fd_regimes' if model == 'regimes' else 'fd2d'}")
+    config = {**RUN, "n_iterations": 2, "model": model, "algo": "pathwise"}
+    full = train_ghm(GHMTrainConfig(log_dir=tmp_path / "full", **config), **QUIET)
+    stopped = train_ghm(
+        GHMTrainConfig(log_dir=tmp_path / "split", **{**config, "final_eval": False}), stop_after=1, **QUIET
+    )
+    assert stopped.interrupted
+    train_ghm(GHMTrainConfig(resume=tmp_path / "split", **{**config, "final_eval": False}), **QUIET)
+    for network, tensors in load_checkpoint_file(full.run_dir)["models"].items():
+        for key, tensor in tensors.items():
+            assert torch.equal(tensor, load_checkpoint_file(tmp_path / "split")["models"][network][key])
+    assert rows_without_perf(full.run_dir / "metrics.csv") == rows_without_perf(tmp_path / "split" / "metrics.csv")
+    reference = pglab.load_checkpoint(full.run_dir, device="cpu").model.reference(x_max=6.0, num_nodes=TINY["fd_nodes"])
+    states = np.array([row["initial_state"] for row in full.final_rows])
+    np.testing.assert_allclose([row["fd_optimum"] for row in full.final_rows], reference.value_at(states))
+    assert len(full.final_rows) == (4 if model == "regimes" else 6)
