@@ -58,7 +58,7 @@ _FIELDS: dict[str, tuple[int, torch.dtype]] = {
     "diver_count": (0, torch.int64),
     "sub_x": (0, torch.int64),
     "sub_y": (0, torch.int64),
-    "sub_right": (0, torch.bool),
+    "sub_dx": (0, torch.int64),  # heading: -1 left, +1 right
     "enemy_spawn_speed": (0, torch.int64),
     "enemy_spawn_timer": (0, torch.int64),
     "diver_spawn_timer": (0, torch.int64),
@@ -68,18 +68,18 @@ _FIELDS: dict[str, tuple[int, torch.dtype]] = {
     "surface": (0, torch.bool),
     "bullet_x": (BULLET_SLOTS, torch.int64),
     "bullet_y": (BULLET_SLOTS, torch.int64),
-    "bullet_right": (BULLET_SLOTS, torch.bool),
+    "bullet_dx": (BULLET_SLOTS, torch.int64),
     "bullet_alive": (BULLET_SLOTS, torch.bool),
     "diver_x": (DIVER_SLOTS, torch.int64),
     "diver_y": (DIVER_SLOTS, torch.int64),
+    "diver_dx": (DIVER_SLOTS, torch.int64),
     "diver_timer": (DIVER_SLOTS, torch.int64),
-    "diver_right": (DIVER_SLOTS, torch.bool),
     "diver_alive": (DIVER_SLOTS, torch.bool),
     "enemy_x": (ENEMY_SLOTS, torch.int64),
     "enemy_y": (ENEMY_SLOTS, torch.int64),
+    "enemy_dx": (ENEMY_SLOTS, torch.int64),
     "enemy_timer": (ENEMY_SLOTS, torch.int64),
     "enemy_shot_timer": (ENEMY_SLOTS, torch.int64),
-    "enemy_right": (ENEMY_SLOTS, torch.bool),
     "enemy_is_sub": (ENEMY_SLOTS, torch.bool),
     "enemy_alive": (ENEMY_SLOTS, torch.bool),
     "enemy_bullet_left": (-1, torch.bool),
@@ -89,6 +89,7 @@ _FIELDS: dict[str, tuple[int, torch.dtype]] = {
 _START = {
     "oxygen": MAX_OXYGEN,
     "sub_x": 5,
+    "sub_dx": -1,
     "enemy_spawn_speed": INIT_SPAWN_SPEED,
     "enemy_spawn_timer": INIT_SPAWN_SPEED,
     "diver_spawn_timer": DIVER_SPAWN_SPEED,
@@ -100,30 +101,24 @@ _GROUPS = {
     group: tuple(key for key, (slots, _) in _FIELDS.items() if slots > 0 and key.startswith(f"{group}_"))
     for group in ("bullet", "diver", "enemy")
 }
-
 # The fields a restart sets: every per-copy value, the slots' alive masks, the bullet maps.
 _RESET = tuple(key for key, (slots, _) in _FIELDS.items() if slots <= 0 or key.endswith("_alive"))
 
 State = dict[str, torch.Tensor]
 
 
-def _heading(right: torch.Tensor) -> torch.Tensor:
-    """+1 for entities heading right, -1 for those heading left."""
-    return right.long() * 2 - 1
-
-
 def _on_board(x: torch.Tensor) -> torch.Tensor:
     return (x >= 0) & (x < GRID)
 
 
-def _before(mask: torch.Tensor) -> torch.Tensor:
-    """For each slot of ``mask`` [..., S], how many set slots come before it."""
-    return mask.cumsum(-1) - mask.long()
+def _ordinal(mask: torch.Tensor) -> torch.Tensor:
+    """At each set slot of ``mask`` [..., S]: 1 + the number of set slots before it."""
+    return mask.cumsum(-1)
 
 
-def _after(mask: torch.Tensor) -> torch.Tensor:
-    """For each slot of ``mask`` [..., S], how many set slots come after it."""
-    return mask.flip(-1).cumsum(-1).flip(-1) - mask.long()
+def _ordinal_from_end(mask: torch.Tensor) -> torch.Tensor:
+    """At each set slot of ``mask`` [..., S]: 1 + the number of set slots after it."""
+    return mask.flip(-1).cumsum(-1).flip(-1)
 
 
 def _same_cell(x: torch.Tensor, y: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
@@ -142,7 +137,7 @@ def _select(keep_new: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> tor
     return torch.where(keep_new.view(-1, *([1] * (new.dim() - 1))), new, old)
 
 
-def _append(s: State, group: str, put: torch.Tensor, values: dict[str, torch.Tensor | int | bool]) -> None:
+def _append(s: State, group: str, put: torch.Tensor, values: dict[str, torch.Tensor | int]) -> None:
     """Add one entity to ``group`` in the copies where ``put`` [N] holds, after the live ones.
 
     Live slots are a prefix in list order (see :meth:`Seaquest._compact`), so the new entity
@@ -159,10 +154,8 @@ def _append(s: State, group: str, put: torch.Tensor, values: dict[str, torch.Ten
 
 def _paint(index: torch.Tensor, mask: torch.Tensor, cells: int) -> torch.Tensor:
     """Boolean [N, cells] with the flat cells ``index`` [N, S] set where ``mask`` holds."""
-    spare = torch.full_like(index, cells)
-    hits = torch.zeros(index.shape[0], cells + 1, dtype=torch.int32, device=index.device)
-    hits.scatter_add_(1, torch.where(mask, index, spare), torch.ones_like(index, dtype=torch.int32))
-    return hits[:, :cells] > 0
+    canvas = torch.zeros(index.shape[0], cells + 1, dtype=torch.bool, device=index.device)
+    return canvas.scatter_(1, torch.where(mask, index, cells), True)[:, :cells]
 
 
 class Seaquest:
@@ -210,7 +203,12 @@ class Seaquest:
         self._state = state
 
     def step(self, action: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Advance every copy one step, phase by phase as the package's ``act``."""
+        """Advance every copy one step, phase by phase as the package's ``act``.
+
+        The package moves the submarines, then the enemy bullets, then the fish. Their moves do
+        not interact, so all enemies move at once; only the friendly bullets they take are
+        settled in the package's order (submarines first).
+        """
         check_tensor("action", action, (self.num_envs,), torch.int64, where="Seaquest.step")
         check_tensor("u", u, (self.num_envs, self.step_draws), where="Seaquest.step")
         s = dict(self._state)
@@ -219,9 +217,12 @@ class Seaquest:
         self._act(s, action)
         reward = self._friendly_bullets(s)
         self._divers(s)
-        reward = reward + self._enemies(s, subs=True)
+        subs = s["enemy_alive"] & s["enemy_is_sub"]  # they fire, even those removed in this step
+        exposed = self._move_enemies(s)
+        reward = reward + self._bullets_strike(s, exposed & s["enemy_is_sub"])
+        self._subs_fire(s, subs)
         self._enemy_bullets(s)
-        reward = reward + self._enemies(s, subs=False)
+        reward = reward + self._bullets_strike(s, exposed & ~s["enemy_is_sub"])
         reward = reward + self._timers_and_surface(s)
         terminal = s.pop("terminal")
         self._compact(s)
@@ -232,11 +233,12 @@ class Seaquest:
         """Spawn an enemy and a diver where their timers are up, from the step's draw columns."""
         enemy_due = s["enemy_spawn_timer"] == 0
         right, is_sub, row = uniform_below(u[:, 0], 1 / 2), uniform_below(u[:, 1], 1 / 3), 1 + uniform_int(u[:, 2], 8)
-        clash = s["enemy_alive"] & (s["enemy_y"] == row[:, None]) & (s["enemy_right"] != right[:, None])
-        values: dict[str, torch.Tensor | int | bool] = {
+        dx = right.long() * 2 - 1
+        clash = s["enemy_alive"] & (s["enemy_y"] == row[:, None]) & (s["enemy_dx"] != dx[:, None])
+        values: dict[str, torch.Tensor | int] = {
             "x": torch.where(right, 0, GRID - 1),
             "y": row,
-            "right": right,
+            "dx": dx,
             "timer": s["move_speed"],
             "shot_timer": ENEMY_SHOT_INTERVAL,
             "is_sub": is_sub,
@@ -246,20 +248,20 @@ class Seaquest:
 
         diver_due = s["diver_spawn_timer"] == 0
         right, row = uniform_below(u[:, 3], 1 / 2), 1 + uniform_int(u[:, 4], 8)
-        values = {"x": torch.where(right, 0, GRID - 1), "y": row, "right": right, "timer": DIVER_MOVE_INTERVAL}
-        _append(s, "diver", diver_due, values)
+        values = {"x": torch.where(right, 0, GRID - 1), "y": row, "dx": right.long() * 2 - 1}
+        _append(s, "diver", diver_due, {**values, "timer": DIVER_MOVE_INTERVAL})
         s["diver_spawn_timer"] = torch.where(diver_due, DIVER_SPAWN_SPEED, s["diver_spawn_timer"])
 
     def _act(self, s: State, action: torch.Tensor) -> None:
         """Fire (when the gun has cooled down) or move the submarine; actions 'n','l','u','r','d','f'."""
         fire = (action == 5) & (s["shot_timer"] == 0)
-        _append(s, "bullet", fire, {"x": s["sub_x"], "y": s["sub_y"], "right": s["sub_right"]})
+        _append(s, "bullet", fire, {"x": s["sub_x"], "y": s["sub_y"], "dx": s["sub_dx"]})
         s["shot_timer"] = torch.where(fire, SHOT_COOL_DOWN, s["shot_timer"])
         left, up, right, down = (action == 1), (action == 2), (action == 3), (action == 4)
         x, y = s["sub_x"], s["sub_y"]
         s["sub_x"] = torch.where(left, (x - 1).clamp(min=0), torch.where(right, (x + 1).clamp(max=GRID - 1), x))
         s["sub_y"] = torch.where(up, (y - 1).clamp(min=0), torch.where(down, (y + 1).clamp(max=GRID - 2), y))
-        s["sub_right"] = torch.where(left, False, torch.where(right, True, s["sub_right"]))
+        s["sub_dx"] = torch.where(left, -1, torch.where(right, 1, s["sub_dx"]))
 
     def _friendly_bullets(self, s: State) -> torch.Tensor:
         """Move the player's bullets; each strikes an enemy in its new cell.
@@ -269,14 +271,14 @@ class Seaquest:
         the k-th enemy of the cell in that search order.
         """
         live, y = s["bullet_alive"], s["bullet_y"]
-        x = torch.where(live, s["bullet_x"] + _heading(s["bullet_right"]), s["bullet_x"])
+        x = torch.where(live, s["bullet_x"] + s["bullet_dx"], s["bullet_x"])
         inside = live & _on_board(x)
-        rank = (_same_cell(x, y, inside) & self._newer_bullet).sum(2)
+        walked_before = (_same_cell(x, y, inside) & self._newer_bullet).sum(2, keepdim=True)
         here = _in_cells(s["enemy_x"], s["enemy_y"], x, y) & inside[:, :, None] & s["enemy_alive"][:, None, :]
         is_sub = s["enemy_is_sub"][:, None, :]
         fish, subs = here & ~is_sub, here & is_sub
-        place = torch.where(is_sub, fish.sum(2, keepdim=True) + _before(subs), _before(fish))
-        victim = here & (place == rank[:, :, None])
+        place = torch.where(is_sub, fish.sum(2, keepdim=True) + _ordinal(subs), _ordinal(fish))
+        victim = here & (place == walked_before + 1)
         hit = victim.any(2)
         s["bullet_x"], s["bullet_alive"] = x, inside & ~hit
         s["enemy_alive"] = s["enemy_alive"] & ~victim.any(1)
@@ -290,10 +292,10 @@ class Seaquest:
         """
         live, x, y, timer = s["diver_alive"], s["diver_x"], s["diver_y"], s["diver_timer"]
         sub_x, sub_y = s["sub_x"][:, None], s["sub_y"][:, None]
-        moved = x + _heading(s["diver_right"])
+        moved = x + s["diver_dx"]
         on_sub = (x == sub_x) & (y == sub_y)
-        reaches = live & (on_sub | ((timer == 0) & _on_board(moved) & (moved == sub_x) & (y == sub_y)))
-        boards = reaches & (s["diver_count"][:, None] + _after(reaches) < MAX_DIVERS)
+        reaches = live & (on_sub | ((timer == 0) & (moved == sub_x) & (y == sub_y)))
+        boards = reaches & (s["diver_count"][:, None] + _ordinal_from_end(reaches) <= MAX_DIVERS)
         stays = live & ~(boards & on_sub)
         moving = stays & (timer == 0)
         s["diver_timer"] = torch.where(moving, DIVER_MOVE_INTERVAL, torch.where(stays, timer - 1, timer))
@@ -301,38 +303,36 @@ class Seaquest:
         s["diver_alive"] = live & ~boards & ~(moving & ~_on_board(moved))
         s["diver_count"] = s["diver_count"] + boards.sum(1)
 
-    def _enemies(self, s: State, *, subs: bool) -> torch.Tensor:
-        """Move the enemy submarines (``subs``) or fish; they end the game in the player's cell,
-        leave the board, or die on a friendly bullet they move onto; submarines then fire."""
-        mine = s["enemy_alive"] & (s["enemy_is_sub"] == subs)
-        x, y, timer = s["enemy_x"], s["enemy_y"], s["enemy_timer"]
+    def _move_enemies(self, s: State) -> torch.Tensor:
+        """Move the fish and submarines; they end the game in the player's cell (before or after
+        moving) or leave the board. Returns the enemies that moved to a cell of the board other
+        than the player's: a friendly bullet there strikes them."""
+        alive, x, y, timer = s["enemy_alive"], s["enemy_x"], s["enemy_y"], s["enemy_timer"]
         sub_x, sub_y = s["sub_x"][:, None], s["sub_y"][:, None]
-        caught = (mine & (x == sub_x) & (y == sub_y)).any(1)
-        moving = mine & (timer == 0)
-        s["enemy_timer"] = torch.where(moving, s["move_speed"][:, None], torch.where(mine, timer - 1, timer))
-        x = torch.where(moving, x + _heading(s["enemy_right"]), x)
+        caught = (alive & (x == sub_x) & (y == sub_y)).any(1)
+        moving = alive & (timer == 0)
+        s["enemy_timer"] = torch.where(moving, s["move_speed"][:, None], torch.where(alive, timer - 1, timer))
+        x = torch.where(moving, x + s["enemy_dx"], x)
         gone = moving & ~_on_board(x)
         rams = moving & ~gone & (x == sub_x) & (y == sub_y)
         s["terminal"] = s["terminal"] | caught | rams.any(1)
-        killed, reward = self._bullets_strike(s, moving & ~gone & ~rams, x)
-        s["enemy_x"], s["enemy_alive"] = x, s["enemy_alive"] & ~gone & ~killed
-        if subs:
-            self._subs_fire(s, mine)
-        return reward
+        s["enemy_x"], s["enemy_alive"] = x, alive & ~gone
+        return moving & ~gone & ~rams
 
-    def _bullets_strike(self, s: State, exposed: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Match friendly bullets with the ``exposed`` enemies that just moved onto them.
+    def _bullets_strike(self, s: State, exposed: torch.Tensor) -> torch.Tensor:
+        """Settle the friendly bullets in the cells that the ``exposed`` enemies moved to.
 
         The package walks the enemies newest first and each takes the first bullet (list order)
         left in its cell: the k-th bullet of a cell (list order) takes the k-th newest enemy there.
         """
         live, bullet_x, bullet_y = s["bullet_alive"], s["bullet_x"], s["bullet_y"]
-        rank = (_same_cell(bullet_x, bullet_y, live) & self._newer_bullet.T).sum(2)
-        here = _in_cells(x, s["enemy_y"], bullet_x, bullet_y) & exposed[:, None, :] & live[:, :, None]
-        victim = here & (_after(here) == rank[:, :, None])
+        older_here = (_same_cell(bullet_x, bullet_y, live) & self._newer_bullet.T).sum(2, keepdim=True)
+        here = _in_cells(s["enemy_x"], s["enemy_y"], bullet_x, bullet_y) & exposed[:, None, :] & live[:, :, None]
+        victim = here & (_ordinal_from_end(here) == older_here + 1)
         hit = victim.any(2)
         s["bullet_alive"] = live & ~hit
-        return victim.any(1), hit.sum(1)
+        s["enemy_alive"] = s["enemy_alive"] & ~victim.any(1)
+        return hit.sum(1)
 
     def _subs_fire(self, s: State, subs: torch.Tensor) -> None:
         """Each submarine of this step (removed ones too) whose shot timer is up fires from its cell."""
@@ -341,14 +341,14 @@ class Seaquest:
         s["enemy_shot_timer"] = torch.where(fire, ENEMY_SHOT_INTERVAL, torch.where(subs, shot - 1, shot))
         fire = fire & _on_board(s["enemy_x"])  # a shot from off the board leaves it at once
         cell = s["enemy_y"] * GRID + s["enemy_x"]
-        for key, heading in (("enemy_bullet_right", s["enemy_right"]), ("enemy_bullet_left", ~s["enemy_right"])):
-            new = _paint(cell, fire & heading, GRID * GRID).view(-1, GRID, GRID)
+        for key, heading in (("enemy_bullet_right", 1), ("enemy_bullet_left", -1)):
+            new = _paint(cell, fire & (s["enemy_dx"] == heading), GRID * GRID).view(-1, GRID, GRID)
             s[key] = s[key] | new
 
     def _enemy_bullets(self, s: State) -> None:
         """Move the enemy bullets one cell; one in the player's cell before or after ends the game."""
         player = torch.zeros(self.num_envs, GRID * GRID, dtype=torch.bool, device=self.device)
-        player = player.scatter(1, (s["sub_y"] * GRID + s["sub_x"])[:, None], True).view(-1, GRID, GRID)
+        player = player.scatter_(1, (s["sub_y"] * GRID + s["sub_x"])[:, None], True).view(-1, GRID, GRID)
         left, right = s["enemy_bullet_left"], s["enemy_bullet_right"]
         caught = ((left | right) & player).flatten(1).any(1)
         edge = torch.zeros_like(left[:, :, :1])
@@ -361,7 +361,7 @@ class Seaquest:
     def _timers_and_surface(self, s: State) -> torch.Tensor:
         """Count the timers down, drain oxygen below the surface, and surface on row 0."""
         for key in ("enemy_spawn_timer", "diver_spawn_timer", "shot_timer"):
-            s[key] = s[key] - (s[key] > 0).long()
+            s[key] = torch.where(s[key] > 0, s[key] - 1, s[key])
         oxygen, count = s["oxygen"], s["diver_count"]
         below = s["sub_y"] > 0
         arriving = ~below & ~s["surface"]
@@ -382,16 +382,16 @@ class Seaquest:
         """Raise the difficulty at a surfacing: spawn sooner, and every second time move sooner."""
         spawn, move, index = s["enemy_spawn_speed"], s["move_speed"], s["ramp_index"]
         ramps = surfaces & ((spawn > 1) | (move > 2))
-        s["move_speed"] = move - (ramps & (move > 2) & (index % 2 == 1)).long()
-        s["enemy_spawn_speed"] = spawn - (ramps & (spawn > 1)).long()
-        s["ramp_index"] = index + ramps.long()
+        s["move_speed"] = torch.where(ramps & (move > 2) & (index % 2 == 1), move - 1, move)
+        s["enemy_spawn_speed"] = torch.where(ramps & (spawn > 1), spawn - 1, spawn)
+        s["ramp_index"] = torch.where(ramps, index + 1, index)
 
     @staticmethod
     def _compact(s: State) -> None:
         """Move the live entities of each group to the front, keeping their (list) order."""
-        for group in _GROUPS:
+        for group, keys in _GROUPS.items():
             order = torch.argsort((~s[f"{group}_alive"]).to(torch.uint8), dim=1, stable=True)
-            for key in _GROUPS[group]:
+            for key in keys:
                 s[key] = s[key].gather(1, order)
 
     def observe(self) -> torch.Tensor:
@@ -402,11 +402,11 @@ class Seaquest:
         def flat(x: torch.Tensor, y: torch.Tensor, channel: int) -> torch.Tensor:
             return channel * cells + y * GRID + x
 
-        trail_x = {g: s[f"{g}_x"] - _heading(s[f"{g}_right"]) for g in ("enemy", "diver")}
-        sub_back = s["sub_x"] - _heading(s["sub_right"])
+        everyone = torch.ones_like(s["surface"])[:, None]
+        trail_x = {g: s[f"{g}_x"] - s[f"{g}_dx"] for g in ("enemy", "diver")}
         parts = [
-            (flat(s["sub_x"], s["sub_y"], c("sub_front"))[:, None], torch.ones_like(s["surface"])[:, None]),
-            (flat(sub_back, s["sub_y"], c("sub_back"))[:, None], torch.ones_like(s["surface"])[:, None]),
+            (flat(s["sub_x"], s["sub_y"], c("sub_front"))[:, None], everyone),
+            (flat(s["sub_x"] - s["sub_dx"], s["sub_y"], c("sub_back"))[:, None], everyone),
             (flat(s["bullet_x"], s["bullet_y"], c("friendly_bullet")), s["bullet_alive"]),
             (flat(s["enemy_x"], s["enemy_y"], c("enemy_fish")), s["enemy_alive"] & ~s["enemy_is_sub"]),
             (flat(s["enemy_x"], s["enemy_y"], c("enemy_sub")), s["enemy_alive"] & s["enemy_is_sub"]),
