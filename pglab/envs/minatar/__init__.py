@@ -62,13 +62,7 @@ def game_class(name: str) -> type[Game]:
             "env", f"minatar:{name}", f"unknown MinAtar game; choose one of minatar:{', minatar:'.join(GAMES)}"
         )
     module_name, class_name = GAMES[name].split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name != module_name:
-            raise
-        raise ConfigError("env", f"minatar:{name}", "this MinAtar game is not available yet") from None
-    return getattr(module, class_name)
+    return getattr(importlib.import_module(module_name), class_name)
 
 
 def make_minatar_env(

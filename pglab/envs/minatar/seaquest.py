@@ -1,0 +1,441 @@
+"""MinAtar Seaquest as one tensor program over N copies, rule for rule the ``minatar`` package's game.
+
+The player steers a two-cell submarine (front and back, so its heading shows) over rows 0..8
+and fires bullets forward, one every 5 steps at most. Enemy fish and enemy submarines enter
+at the left or right edge of a random row 1..8 and cross it; a struck enemy is removed and
+gives +1. Enemy submarines fire a bullet every 11 steps in their own direction. Divers enter
+the same way; moving onto one takes it on board (6 at most, shown by a gauge on row 9). The
+oxygen gauge (row 9) drains by 1 each step below the surface. Coming up to row 0 with a diver
+on board restores the oxygen and lets one diver off; with all 6 on board every diver leaves,
+the remaining oxygen pays ``oxygen * 10 // 200`` and the diver count drops to -1 (the
+package's rule: after a full load the submarine may surface without divers). Each surfacing
+raises the difficulty (ramping): enemies spawn one step sooner (down to every step) and, every
+second time, move one step sooner (down to every third step). The episode ends when an enemy,
+an enemy bullet or an empty oxygen tank meets the player, or when the player surfaces with no
+diver on board. Enemies and divers mark their previous cell on the trail channel.
+
+Entities with a variable count live in fixed slots with an ``alive`` mask, kept in the order of
+the package's lists (oldest first: the package appends and removes, never reorders), because
+that order decides which enemy a bullet strikes and which diver is taken when several share a
+cell. The package walks its lists one entity at a time; here each walk is one tensor program
+that ranks the entities sharing a cell in the walk's order. The slots hold every reachable
+case: at most 2 friendly bullets (5 steps between shots, at most 9 steps in flight), at most
+2 divers (one every 30 steps, at most 59 steps on the board), at most 30 enemies (at most one
+spawn a step, an enemy leaves the board within 29 steps at the fastest speed). Enemy bullets
+never interact with each other, so two boolean maps (moving left, moving right) hold them
+exactly.
+
+Draw columns (``step_draws = 5``): an enemy spawn (the package's ``_spawn_enemy``) reads its
+direction from column 0 (``rand() < 1/2`` heads right), its kind from column 1 (``rand() < 1/3``
+is a submarine) and its row from column 2 (``randint(1, 9)``); a diver spawn (``_spawn_diver``)
+reads its direction from column 3 and its row from column 4. A step that spawns nothing leaves
+its columns unused. A (re)start draws nothing (``reset_draws = 0``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from pglab.contracts import check_tensor
+from pglab.envs.minatar.base import GRID, uniform_below, uniform_int
+from pglab.errors import CheckpointError
+
+MAX_OXYGEN = 200
+INIT_SPAWN_SPEED = 20
+DIVER_SPAWN_SPEED = 30
+INIT_MOVE_INTERVAL = 5
+SHOT_COOL_DOWN = 5
+ENEMY_SHOT_INTERVAL = 10
+DIVER_MOVE_INTERVAL = 5
+MAX_DIVERS = 6
+BULLET_SLOTS = 3  # at most 2 friendly bullets are in play (see the module docstring)
+DIVER_SLOTS = 3  # at most 2 divers are in play
+ENEMY_SLOTS = 32  # at most 30 fish and submarines together are in play
+
+# Field name -> (slots, dtype); slots 0 is one value per copy, -1 a [10, 10] map (row, column).
+_FIELDS: dict[str, tuple[int, torch.dtype]] = {
+    "oxygen": (0, torch.int64),
+    "diver_count": (0, torch.int64),
+    "sub_x": (0, torch.int64),
+    "sub_y": (0, torch.int64),
+    "sub_dx": (0, torch.int64),  # heading: -1 left, +1 right
+    "enemy_spawn_speed": (0, torch.int64),
+    "enemy_spawn_timer": (0, torch.int64),
+    "diver_spawn_timer": (0, torch.int64),
+    "move_speed": (0, torch.int64),
+    "ramp_index": (0, torch.int64),
+    "shot_timer": (0, torch.int64),
+    "surface": (0, torch.bool),
+    "bullet_x": (BULLET_SLOTS, torch.int64),
+    "bullet_y": (BULLET_SLOTS, torch.int64),
+    "bullet_dx": (BULLET_SLOTS, torch.int64),
+    "bullet_alive": (BULLET_SLOTS, torch.bool),
+    "diver_x": (DIVER_SLOTS, torch.int64),
+    "diver_y": (DIVER_SLOTS, torch.int64),
+    "diver_dx": (DIVER_SLOTS, torch.int64),
+    "diver_timer": (DIVER_SLOTS, torch.int64),
+    "diver_alive": (DIVER_SLOTS, torch.bool),
+    "enemy_x": (ENEMY_SLOTS, torch.int64),
+    "enemy_y": (ENEMY_SLOTS, torch.int64),
+    "enemy_dx": (ENEMY_SLOTS, torch.int64),
+    "enemy_timer": (ENEMY_SLOTS, torch.int64),
+    "enemy_shot_timer": (ENEMY_SLOTS, torch.int64),
+    "enemy_is_sub": (ENEMY_SLOTS, torch.bool),
+    "enemy_alive": (ENEMY_SLOTS, torch.bool),
+    "enemy_bullet_left": (-1, torch.bool),
+    "enemy_bullet_right": (-1, torch.bool),
+}
+# The start of an episode (the package's Env.reset); unnamed fields start at zero / False.
+_START = {
+    "oxygen": MAX_OXYGEN,
+    "sub_x": 5,
+    "sub_dx": -1,
+    "enemy_spawn_speed": INIT_SPAWN_SPEED,
+    "enemy_spawn_timer": INIT_SPAWN_SPEED,
+    "diver_spawn_timer": DIVER_SPAWN_SPEED,
+    "move_speed": INIT_MOVE_INTERVAL,
+    "surface": True,
+}
+# The slot fields of each entity group (bullets, divers, enemies), which move together.
+_GROUPS = {
+    group: tuple(key for key, (slots, _) in _FIELDS.items() if slots > 0 and key.startswith(f"{group}_"))
+    for group in ("bullet", "diver", "enemy")
+}
+# The fields a restart sets: every per-copy value, the slots' alive masks, the bullet maps.
+_RESET = tuple(key for key, (slots, _) in _FIELDS.items() if slots <= 0 or key.endswith("_alive"))
+
+State = dict[str, torch.Tensor]
+
+
+def _on_board(x: torch.Tensor) -> torch.Tensor:
+    return (x >= 0) & (x < GRID)
+
+
+def _ordinal(mask: torch.Tensor) -> torch.Tensor:
+    """At each set slot of ``mask`` [..., S]: 1 + the number of set slots before it."""
+    return mask.cumsum(-1)
+
+
+def _ordinal_from_end(mask: torch.Tensor) -> torch.Tensor:
+    """At each set slot of ``mask`` [..., S]: 1 + the number of set slots after it."""
+    return mask.flip(-1).cumsum(-1).flip(-1)
+
+
+def _same_cell(x: torch.Tensor, y: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
+    """[N, S, S]: slots ``i`` and ``j`` are both live and in the same cell."""
+    same = (x[:, :, None] == x[:, None, :]) & (y[:, :, None] == y[:, None, :])
+    return same & live[:, :, None] & live[:, None, :]
+
+
+def _in_cells(x: torch.Tensor, y: torch.Tensor, cell_x: torch.Tensor, cell_y: torch.Tensor) -> torch.Tensor:
+    """[N, B, S]: entity ``s`` (at ``x``, ``y`` [N, S]) is in cell ``b`` (``cell_x``, ``cell_y`` [N, B])."""
+    return (x[:, None, :] == cell_x[:, :, None]) & (y[:, None, :] == cell_y[:, :, None])
+
+
+def _select(keep_new: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    """``new`` where ``keep_new`` [N] holds, else ``old``, for a field of any rank."""
+    return torch.where(keep_new.view(-1, *([1] * (new.dim() - 1))), new, old)
+
+
+def _append(s: State, group: str, put: torch.Tensor, values: dict[str, torch.Tensor | int]) -> None:
+    """Add one entity to ``group`` in the copies where ``put`` [N] holds, after the live ones.
+
+    Live slots are a prefix in list order (see :meth:`Seaquest._compact`), so the new entity
+    lands at index ``count`` and stays last in the list, as the package's ``list += [...]``.
+    """
+    alive = s[f"{group}_alive"]
+    slot = torch.arange(alive.shape[1], device=alive.device)
+    into = put[:, None] & (slot == alive.sum(1, keepdim=True))
+    s[f"{group}_alive"] = alive | into
+    for key, value in values.items():
+        fill = value[:, None] if isinstance(value, torch.Tensor) else value
+        s[f"{group}_{key}"] = torch.where(into, fill, s[f"{group}_{key}"])
+
+
+def _paint(index: torch.Tensor, mask: torch.Tensor, cells: int) -> torch.Tensor:
+    """Boolean [N, cells] with the flat cells ``index`` [N, S] set where ``mask`` holds."""
+    canvas = torch.zeros(index.shape[0], cells + 1, dtype=torch.bool, device=index.device)
+    return canvas.scatter_(1, torch.where(mask, index, cells), True)[:, :cells]
+
+
+class Seaquest:
+    """N copies of MinAtar Seaquest (the protocol of ``pglab.envs.minatar``), all state in tensors."""
+
+    name = "seaquest"
+    channels = (
+        "sub_front",
+        "sub_back",
+        "friendly_bullet",
+        "trail",
+        "enemy_bullet",
+        "enemy_fish",
+        "enemy_sub",
+        "oxygen_guage",
+        "diver_guage",
+        "diver",
+    )
+    minimal_actions = (0, 1, 2, 3, 4, 5)
+    reset_draws = 0
+    step_draws = 5
+
+    def __init__(self, num_envs: int, *, device: torch.device, ramping: bool = True) -> None:
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.ramping = ramping
+        self._start: State = {}
+        for key, (slots, dtype) in _FIELDS.items():
+            shape = (num_envs,) + ((GRID, GRID) if slots < 0 else (slots,) if slots else ())
+            self._start[key] = torch.full(shape, _START.get(key, 0), dtype=dtype, device=self.device)
+        self._state = {key: value.clone() for key, value in self._start.items()}
+        slot = torch.arange(BULLET_SLOTS, device=self.device)
+        self._newer_bullet = slot[None, :] > slot[:, None]  # [b, c]: bullet c was fired after bullet b
+
+    def reset(self, mask: torch.Tensor, u: torch.Tensor) -> None:
+        """Start a new episode in the copies where ``mask`` [N] holds (no draws).
+
+        Entity slots are emptied; their other fields are read only while the slot is alive.
+        """
+        check_tensor("mask", mask, (self.num_envs,), torch.bool, where="Seaquest.reset")
+        check_tensor("u", u, (self.num_envs, self.reset_draws), where="Seaquest.reset")
+        state = dict(self._state)
+        for key in _RESET:
+            state[key] = _select(mask, self._start[key], state[key])
+        self._state = state
+
+    def step(self, action: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advance every copy one step, phase by phase as the package's ``act``.
+
+        The package moves the submarines, then the enemy bullets, then the fish. Their moves do
+        not interact, so all enemies move at once; only the friendly bullets they take are
+        settled in the package's order (submarines first).
+        """
+        check_tensor("action", action, (self.num_envs,), torch.int64, where="Seaquest.step")
+        check_tensor("u", u, (self.num_envs, self.step_draws), where="Seaquest.step")
+        s = dict(self._state)
+        s["terminal"] = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        self._spawn(s, u)
+        self._act(s, action)
+        reward = self._friendly_bullets(s)
+        self._divers(s)
+        subs = s["enemy_alive"] & s["enemy_is_sub"]  # they fire, even those removed in this step
+        exposed = self._move_enemies(s)
+        reward = reward + self._bullets_strike(s, exposed & s["enemy_is_sub"])
+        self._subs_fire(s, subs)
+        self._enemy_bullets(s)
+        reward = reward + self._bullets_strike(s, exposed & ~s["enemy_is_sub"])
+        reward = reward + self._timers_and_surface(s)
+        terminal = s.pop("terminal")
+        self._compact(s)
+        self._state = s
+        return reward.to(torch.float32), terminal
+
+    def _spawn(self, s: State, u: torch.Tensor) -> None:
+        """Spawn an enemy and a diver where their timers are up, from the step's draw columns."""
+        enemy_due = s["enemy_spawn_timer"] == 0
+        right, is_sub, row = uniform_below(u[:, 0], 1 / 2), uniform_below(u[:, 1], 1 / 3), 1 + uniform_int(u[:, 2], 8)
+        dx = right.long() * 2 - 1
+        clash = s["enemy_alive"] & (s["enemy_y"] == row[:, None]) & (s["enemy_dx"] != dx[:, None])
+        values: dict[str, torch.Tensor | int] = {
+            "x": torch.where(right, 0, GRID - 1),
+            "y": row,
+            "dx": dx,
+            "timer": s["move_speed"],
+            "shot_timer": ENEMY_SHOT_INTERVAL,
+            "is_sub": is_sub,
+        }
+        _append(s, "enemy", enemy_due & ~clash.any(1), values)
+        s["enemy_spawn_timer"] = torch.where(enemy_due, s["enemy_spawn_speed"], s["enemy_spawn_timer"])
+
+        diver_due = s["diver_spawn_timer"] == 0
+        right, row = uniform_below(u[:, 3], 1 / 2), 1 + uniform_int(u[:, 4], 8)
+        values = {"x": torch.where(right, 0, GRID - 1), "y": row, "dx": right.long() * 2 - 1}
+        _append(s, "diver", diver_due, {**values, "timer": DIVER_MOVE_INTERVAL})
+        s["diver_spawn_timer"] = torch.where(diver_due, DIVER_SPAWN_SPEED, s["diver_spawn_timer"])
+
+    def _act(self, s: State, action: torch.Tensor) -> None:
+        """Fire (when the gun has cooled down) or move the submarine; actions 'n','l','u','r','d','f'."""
+        fire = (action == 5) & (s["shot_timer"] == 0)
+        _append(s, "bullet", fire, {"x": s["sub_x"], "y": s["sub_y"], "dx": s["sub_dx"]})
+        s["shot_timer"] = torch.where(fire, SHOT_COOL_DOWN, s["shot_timer"])
+        left, up, right, down = (action == 1), (action == 2), (action == 3), (action == 4)
+        x, y = s["sub_x"], s["sub_y"]
+        s["sub_x"] = torch.where(left, (x - 1).clamp(min=0), torch.where(right, (x + 1).clamp(max=GRID - 1), x))
+        s["sub_y"] = torch.where(up, (y - 1).clamp(min=0), torch.where(down, (y + 1).clamp(max=GRID - 2), y))
+        s["sub_dx"] = torch.where(left, -1, torch.where(right, 1, s["sub_dx"]))
+
+    def _friendly_bullets(self, s: State) -> torch.Tensor:
+        """Move the player's bullets; each strikes an enemy in its new cell.
+
+        The package walks the bullets newest first, each taking the first fish (list order),
+        else the first submarine, left in its cell: the k-th bullet of a cell in that walk takes
+        the k-th enemy of the cell in that search order.
+        """
+        live, y = s["bullet_alive"], s["bullet_y"]
+        x = torch.where(live, s["bullet_x"] + s["bullet_dx"], s["bullet_x"])
+        inside = live & _on_board(x)
+        walked_before = (_same_cell(x, y, inside) & self._newer_bullet).sum(2, keepdim=True)
+        here = _in_cells(s["enemy_x"], s["enemy_y"], x, y) & inside[:, :, None] & s["enemy_alive"][:, None, :]
+        is_sub = s["enemy_is_sub"][:, None, :]
+        fish, subs = here & ~is_sub, here & is_sub
+        place = torch.where(is_sub, fish.sum(2, keepdim=True) + _ordinal(subs), _ordinal(fish))
+        victim = here & (place == walked_before + 1)
+        hit = victim.any(2)
+        s["bullet_x"], s["bullet_alive"] = x, inside & ~hit
+        s["enemy_alive"] = s["enemy_alive"] & ~victim.any(1)
+        return hit.sum(1)
+
+    def _divers(self, s: State) -> None:
+        """Move the divers; one in the player's cell (before or after moving) boards while there is room.
+
+        The package walks the divers newest first, so a diver boards when the divers after it
+        that reach the player, plus those on board, leave room.
+        """
+        live, x, y, timer = s["diver_alive"], s["diver_x"], s["diver_y"], s["diver_timer"]
+        sub_x, sub_y = s["sub_x"][:, None], s["sub_y"][:, None]
+        moved = x + s["diver_dx"]
+        on_sub = (x == sub_x) & (y == sub_y)
+        reaches = live & (on_sub | ((timer == 0) & (moved == sub_x) & (y == sub_y)))
+        boards = reaches & (s["diver_count"][:, None] + _ordinal_from_end(reaches) <= MAX_DIVERS)
+        stays = live & ~(boards & on_sub)
+        moving = stays & (timer == 0)
+        s["diver_timer"] = torch.where(moving, DIVER_MOVE_INTERVAL, torch.where(stays, timer - 1, timer))
+        s["diver_x"] = torch.where(moving, moved, x)
+        s["diver_alive"] = live & ~boards & ~(moving & ~_on_board(moved))
+        s["diver_count"] = s["diver_count"] + boards.sum(1)
+
+    def _move_enemies(self, s: State) -> torch.Tensor:
+        """Move the fish and submarines; they end the game in the player's cell (before or after
+        moving) or leave the board. Returns the enemies that moved to a cell of the board other
+        than the player's: a friendly bullet there strikes them."""
+        alive, x, y, timer = s["enemy_alive"], s["enemy_x"], s["enemy_y"], s["enemy_timer"]
+        sub_x, sub_y = s["sub_x"][:, None], s["sub_y"][:, None]
+        caught = (alive & (x == sub_x) & (y == sub_y)).any(1)
+        moving = alive & (timer == 0)
+        s["enemy_timer"] = torch.where(moving, s["move_speed"][:, None], torch.where(alive, timer - 1, timer))
+        x = torch.where(moving, x + s["enemy_dx"], x)
+        gone = moving & ~_on_board(x)
+        rams = moving & ~gone & (x == sub_x) & (y == sub_y)
+        s["terminal"] = s["terminal"] | caught | rams.any(1)
+        s["enemy_x"], s["enemy_alive"] = x, alive & ~gone
+        return moving & ~gone & ~rams
+
+    def _bullets_strike(self, s: State, exposed: torch.Tensor) -> torch.Tensor:
+        """Settle the friendly bullets in the cells that the ``exposed`` enemies moved to.
+
+        The package walks the enemies newest first and each takes the first bullet (list order)
+        left in its cell: the k-th bullet of a cell (list order) takes the k-th newest enemy there.
+        """
+        live, bullet_x, bullet_y = s["bullet_alive"], s["bullet_x"], s["bullet_y"]
+        older_here = (_same_cell(bullet_x, bullet_y, live) & self._newer_bullet.T).sum(2, keepdim=True)
+        here = _in_cells(s["enemy_x"], s["enemy_y"], bullet_x, bullet_y) & exposed[:, None, :] & live[:, :, None]
+        victim = here & (_ordinal_from_end(here) == older_here + 1)
+        hit = victim.any(2)
+        s["bullet_alive"] = live & ~hit
+        s["enemy_alive"] = s["enemy_alive"] & ~victim.any(1)
+        return hit.sum(1)
+
+    def _subs_fire(self, s: State, subs: torch.Tensor) -> None:
+        """Each submarine of this step (removed ones too) whose shot timer is up fires from its cell."""
+        shot = s["enemy_shot_timer"]
+        fire = subs & (shot == 0)
+        s["enemy_shot_timer"] = torch.where(fire, ENEMY_SHOT_INTERVAL, torch.where(subs, shot - 1, shot))
+        fire = fire & _on_board(s["enemy_x"])  # a shot from off the board leaves it at once
+        cell = s["enemy_y"] * GRID + s["enemy_x"]
+        for key, heading in (("enemy_bullet_right", 1), ("enemy_bullet_left", -1)):
+            new = _paint(cell, fire & (s["enemy_dx"] == heading), GRID * GRID).view(-1, GRID, GRID)
+            s[key] = s[key] | new
+
+    def _enemy_bullets(self, s: State) -> None:
+        """Move the enemy bullets one cell; one in the player's cell before or after ends the game."""
+        player = torch.zeros(self.num_envs, GRID * GRID, dtype=torch.bool, device=self.device)
+        player = player.scatter_(1, (s["sub_y"] * GRID + s["sub_x"])[:, None], True).view(-1, GRID, GRID)
+        left, right = s["enemy_bullet_left"], s["enemy_bullet_right"]
+        caught = ((left | right) & player).flatten(1).any(1)
+        edge = torch.zeros_like(left[:, :, :1])
+        left = torch.cat([left[:, :, 1:], edge], 2)
+        right = torch.cat([edge, right[:, :, :-1]], 2)
+        caught = caught | ((left | right) & player).flatten(1).any(1)
+        s["enemy_bullet_left"], s["enemy_bullet_right"] = left, right
+        s["terminal"] = s["terminal"] | caught
+
+    def _timers_and_surface(self, s: State) -> torch.Tensor:
+        """Count the timers down, drain oxygen below the surface, and surface on row 0."""
+        for key in ("enemy_spawn_timer", "diver_spawn_timer", "shot_timer"):
+            s[key] = torch.where(s[key] > 0, s[key] - 1, s[key])
+        oxygen, count = s["oxygen"], s["diver_count"]
+        below = s["sub_y"] > 0
+        arriving = ~below & ~s["surface"]
+        surfaces = arriving & (count != 0)
+        s["terminal"] = s["terminal"] | (oxygen <= 0) | (arriving & (count == 0))
+        full = surfaces & (count == MAX_DIVERS)
+        reward = torch.where(full, torch.div(oxygen * 10, MAX_OXYGEN, rounding_mode="floor"), 0)
+        count = torch.where(full, 0, count)
+        s["diver_count"] = torch.where(surfaces, count - 1, count)
+        s["oxygen"] = torch.where(below, oxygen - 1, torch.where(surfaces, MAX_OXYGEN, oxygen))
+        s["surface"] = torch.where(below, False, s["surface"] | surfaces)
+        if self.ramping:
+            self._ramp(s, surfaces)
+        return reward
+
+    @staticmethod
+    def _ramp(s: State, surfaces: torch.Tensor) -> None:
+        """Raise the difficulty at a surfacing: spawn sooner, and every second time move sooner."""
+        spawn, move, index = s["enemy_spawn_speed"], s["move_speed"], s["ramp_index"]
+        ramps = surfaces & ((spawn > 1) | (move > 2))
+        s["move_speed"] = torch.where(ramps & (move > 2) & (index % 2 == 1), move - 1, move)
+        s["enemy_spawn_speed"] = torch.where(ramps & (spawn > 1), spawn - 1, spawn)
+        s["ramp_index"] = torch.where(ramps, index + 1, index)
+
+    @staticmethod
+    def _compact(s: State) -> None:
+        """Move the live entities of each group to the front, keeping their (list) order."""
+        for group, keys in _GROUPS.items():
+            order = torch.argsort((~s[f"{group}_alive"]).to(torch.uint8), dim=1, stable=True)
+            for key in keys:
+                s[key] = s[key].gather(1, order)
+
+    def observe(self) -> torch.Tensor:
+        """Boolean [N, 10, 10, 10] frames, channel first, as the package's ``state()``."""
+        s, c = self._state, self.channels.index
+        cells = GRID * GRID
+
+        def flat(x: torch.Tensor, y: torch.Tensor, channel: int) -> torch.Tensor:
+            return channel * cells + y * GRID + x
+
+        everyone = torch.ones_like(s["surface"])[:, None]
+        trail_x = {g: s[f"{g}_x"] - s[f"{g}_dx"] for g in ("enemy", "diver")}
+        parts = [
+            (flat(s["sub_x"], s["sub_y"], c("sub_front"))[:, None], everyone),
+            (flat(s["sub_x"] - s["sub_dx"], s["sub_y"], c("sub_back"))[:, None], everyone),
+            (flat(s["bullet_x"], s["bullet_y"], c("friendly_bullet")), s["bullet_alive"]),
+            (flat(s["enemy_x"], s["enemy_y"], c("enemy_fish")), s["enemy_alive"] & ~s["enemy_is_sub"]),
+            (flat(s["enemy_x"], s["enemy_y"], c("enemy_sub")), s["enemy_alive"] & s["enemy_is_sub"]),
+            (flat(s["diver_x"], s["diver_y"], c("diver")), s["diver_alive"]),
+        ]
+        for g in ("enemy", "diver"):
+            parts.append((flat(trail_x[g], s[f"{g}_y"], c("trail")), s[f"{g}_alive"] & _on_board(trail_x[g])))
+        index = torch.cat([p[0] for p in parts], 1)
+        frames = _paint(index, torch.cat([p[1] for p in parts], 1), len(self.channels) * cells)
+        frames = frames.view(-1, len(self.channels), GRID, GRID)
+        frames[:, c("enemy_bullet")] = s["enemy_bullet_left"] | s["enemy_bullet_right"]
+        column = torch.arange(GRID, device=self.device)
+        oxygen_cells = torch.div(s["oxygen"].clamp(min=0) * GRID, MAX_OXYGEN, rounding_mode="floor")
+        frames[:, c("oxygen_guage"), GRID - 1] = column[None, :] < oxygen_cells[:, None]
+        gauge = (column[None, :] >= GRID - 1 - s["diver_count"][:, None]) & (column[None, :] < GRID - 1)
+        frames[:, c("diver_guage"), GRID - 1] = gauge
+        return frames
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Every field of every copy (copies of the tensors)."""
+        return {key: value.clone() for key, value in self._state.items()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore the fields saved by :meth:`state_dict`."""
+        odd = sorted(set(_FIELDS) ^ set(state))
+        if odd:
+            raise CheckpointError(f"Seaquest state: field {odd[0]!r} is missing or unknown")
+        loaded = {}
+        for key, current in self._state.items():
+            check_tensor(key, state[key], tuple(current.shape), current.dtype, where="Seaquest.load_state_dict")
+            loaded[key] = state[key].to(self.device).clone()
+        self._state = loaded
