@@ -68,6 +68,8 @@ class ObsSpec:
         dtype: the dtype the agent computes in (``"real"`` only; float32 if ``None``).
         high: ``"keys"``: one past the largest valid key.
         per_row: numbers per batch row when ``shape`` is ``None``.
+        booleans: ``"real"``: booleans are read as 0/1 (boolean boards such as MinAtar's,
+            flattened for a vector policy).
         name: the argument's name in messages (``obs``, ``cash``, ``locs``).
         hint: appended to every message (what the agent takes instead).
     """
@@ -77,6 +79,7 @@ class ObsSpec:
     dtype: torch.dtype | None = None
     high: int | None = None
     per_row: int | None = None
+    booleans: bool = False
     name: str = "obs"
     hint: str = ""
 
@@ -121,7 +124,7 @@ def check_observation(
     if not isinstance(obs, torch.Tensor):
         raise _fail(where, spec, f"a torch.Tensor {spec.describe()}, got {type(obs).__name__}", ObservationTypeError)
     _check_shape(obs, spec, where, dims)
-    if obs.dtype == torch.bool or obs.is_complex():
+    if (obs.dtype == torch.bool and not (spec.booleans and spec.values == "real")) or obs.is_complex():
         raise _fail(where, spec, f"{spec.describe()}, got {_got(obs)}")
     if spec.values == "real":
         return _real(obs, spec, where, device)

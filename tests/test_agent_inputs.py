@@ -330,3 +330,13 @@ def test_a_float64_swarm_acts_as_float32_and_predict_refuses_strings(pso):
         agent.predict(swarm_with(state, **{**as_numpy, "gbest": np.full(state.gbest.shape, "x")}))
     with pytest.raises(ObservationTypeError, match=r"PSOTSPAgent\.predict: obs expected a SwarmState"):
         agent.predict(as_numpy["position"])
+
+
+def test_boolean_boards_are_read_as_zeros_and_ones_only_where_the_spec_allows_them():
+    from pglab.agent import ObsSpec, check_observation
+
+    board = torch.tensor([[True, False, True]])
+    vector = ObsSpec(None, "real", torch.float32, per_row=3, booleans=True)
+    assert torch.equal(check_observation(board, vector, where="t"), torch.tensor([[1.0, 0.0, 1.0]]))
+    with pytest.raises(ObservationError, match="got bool"):
+        check_observation(board, ObsSpec(None, "real", torch.float32, per_row=3), where="t")

@@ -200,10 +200,11 @@ class PPOAgent(Agent):
     @property
     def obs_spec(self) -> ObsSpec:
         """What :meth:`act` and :meth:`value` read: uint8 pixels ``[B, C, H, W]`` for the
-        Nature CNN, else ``[B, ...]`` rows of ``obs_dim`` finite numbers (float32)."""
+        Nature CNN, else ``[B, ...]`` rows of ``obs_dim`` finite numbers or booleans (read as
+        float32)."""
         if isinstance(self.policy, NatureCNNActorCritic):
             return ObsSpec(("B", *self.policy.obs_shape), "pixels")
-        return ObsSpec(None, "real", torch.float32, per_row=self.obs_dim)
+        return ObsSpec(None, "real", torch.float32, per_row=self.obs_dim, booleans=True)
 
     def checked_obs(self, obs: Any, method: str) -> torch.Tensor:
         """``obs`` checked against :attr:`obs_spec`, cast and moved to the agent's device."""
