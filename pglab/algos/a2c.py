@@ -8,6 +8,7 @@ forgotten (design note ``streaming-a2c.md``)::
         logits, V(s) = model(obs)                                  forward
         a ~ Categorical(softmax(logits))                           sample (int32 for the env)
         obs', r, done, trunc, info = env.step(a)                   batched env step (+ autoreset)
+        (--obs-norm: model.observe(obs'); --reward-scale: r <- r / std(discounted return))
         V(s') = model(obs') under no_grad                          bootstrap
         losses = a2c_td0_losses(...)                               pglab.losses.a2c (the note's math)
         (losses["loss"] / update_every).backward()                 gradient accumulation
@@ -422,11 +423,10 @@ class A2CAgent(Agent):
         """What :meth:`act` and :meth:`value` read: pixels ``[B, K, H, W]`` 0..255, boards
         ``[B, C, H, W]``, or (stream-ac) real-valued vectors ``[B, D]``."""
         arch = self.extra["architecture"]
-        if "obs_shape" not in arch:
-            shape = ("B", int(arch["in_channels"]), int(arch["height"]), int(arch["width"]))
-            return ObsSpec(shape, "real" if arch.get("obs_kind") == "board" else "pixels")
-        shape: tuple[int | str, ...] = ("B", *(int(size) for size in arch["obs_shape"]))
-        return ObsSpec(shape, "pixels" if arch["obs_kind"] == "pixels" else "real")
+        sizes = arch["obs_shape"] if "obs_shape" in arch else (arch["in_channels"], arch["height"], arch["width"])
+        shape: tuple[int | str, ...] = ("B", *(int(size) for size in sizes))
+        # the batched A2C's architecture names no obs_kind when it reads pixels
+        return ObsSpec(shape, "pixels" if arch.get("obs_kind", "pixels") == "pixels" else "real")
 
     def _checked(self, obs: torch.Tensor, where: str) -> torch.Tensor:
         """``obs`` checked against :attr:`obs_spec` (a board may come as bool)."""
