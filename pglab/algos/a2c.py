@@ -8,6 +8,7 @@ forgotten (design note ``streaming-a2c.md``)::
         logits, V(s) = model(obs)                                  forward
         a ~ Categorical(softmax(logits))                           sample (int32 for the env)
         obs', r, done, trunc, info = env.step(a)                   batched env step (+ autoreset)
+        (--obs-norm: model.observe(obs'); --reward-scale: r <- r / std(discounted return))
         V(s') = model(obs') under no_grad                          bootstrap
         losses = a2c_td0_losses(...)                               pglab.losses.a2c (the note's math)
         (losses["loss"] / update_every).backward()                 gradient accumulation
@@ -103,6 +104,7 @@ from pglab.algos.a2c_common import (
 )
 from pglab.configs.a2c import KIND, KINDS, STREAM_AC_KIND, A2CTrainConfig
 from pglab.envs.base import EpisodeTracker, defines_success
+from pglab.envs.normalize import ObsRewardNormalizer
 from pglab.errors import CheckpointError, ConfigError
 from pglab.losses.a2c import a2c_td0_losses
 from pglab.nets.pixel_cnn import PixelActorCriticCNN
@@ -148,15 +150,38 @@ SPEC = TrainerSpec(
 
 
 def build_model(config: A2CTrainConfig, env) -> PixelActorCriticCNN:
+    """The network for ``env``'s uint8 pixel stacks or bool boards ``[C, H, W]`` (discrete actions)."""
     shape = tuple(env.observation_shape)
-    if len(shape) != 3 or env.observation_dtype != torch.uint8:
+    dtype = env.observation_dtype
+    if len(shape) != 3 or dtype not in (torch.uint8, torch.bool):
         raise ConfigError(
-            "env", config.env, f"needs uint8 pixel observations [K, H, W], got {env.observation_dtype} {list(shape)}"
+            "env",
+            config.env,
+            f"needs uint8 pixel or bool board observations [C, H, W], got {dtype} {list(shape)}",
         )
     if env.action_spec.kind != "discrete":
         raise ConfigError("env", config.env, "needs a discrete action space")
     return PixelActorCriticCNN(
-        shape[0], shape[1], shape[2], int(env.action_spec.num_actions), hidden=config.hidden or None, torso=config.torso
+        shape[0],
+        shape[1],
+        shape[2],
+        int(env.action_spec.num_actions),
+        hidden=config.hidden or None,
+        torso=config.torso,
+        obs_kind="pixels" if dtype == torch.uint8 else "board",
+        layer_norm=config.layer_norm,
+        sparsity=config.sparsity,
+        obs_norm=config.obs_norm,
+    )
+
+
+def build_reward_scaler(config: A2CTrainConfig, env) -> ObsRewardNormalizer | None:
+    """``r / sqrt(var(R) + 1e-8)`` clipped to +-10, ``R = gamma R + r`` per environment (``--reward-scale``)."""
+    if not config.reward_scale:
+        return None
+    assert config.num_envs is not None and config.gamma is not None  # set by the config
+    return ObsRewardNormalizer(
+        tuple(env.observation_shape), config.num_envs, normalize_obs=False, normalize_reward=True, gamma=config.gamma
     )
 
 
@@ -200,6 +225,9 @@ class A2CTrainer:
         self.tracker = EpisodeTracker(config.num_envs, self.device)
         self.stats = WindowStats(self.device, success=defines_success(self.env))
         self.obs = Value(self.env.reset(seed=self.env_seed).clone())
+        self.reward_scaler = build_reward_scaler(config, self.env)
+        if config.obs_norm:
+            self.model.observe(self.obs.value)
 
     def tracked(self) -> dict[str, Any]:
         """What a checkpoint holds (:meth:`pglab.run.shell.TrainingRun.track`'s arguments).
@@ -217,6 +245,7 @@ class A2CTrainer:
         }
         if self.rank > 0:
             return {**shared, "state": {"env": fresh}}
+        scaler = {"reward_scale": self.reward_scaler} if self.reward_scaler is not None else {}
         return {
             **shared,
             "rngs": {"actions": self.action_generator},
@@ -225,6 +254,7 @@ class A2CTrainer:
                 "tracker": self.tracker,
                 "window": self.stats,
                 "obs": self.obs,
+                **scaler,
                 "env": env_entry(self.env, fresh),
             },
         }
@@ -251,6 +281,11 @@ class A2CTrainer:
         actions = sample_actions(logits, self.action_generator)
         next_obs, reward, done, trunc, info = self.env.step(actions.to(torch.int32))
         next_obs = next_obs.clone()  # the env may reuse its buffer
+        if cfg.obs_norm:  # the statistics include an observation before its first forward
+            self.model.observe(next_obs)
+        scaled = reward
+        if self.reward_scaler is not None:
+            scaled = self.reward_scaler.step(next_obs, reward, done | trunc)[1]
         # bootstrap: V(s') is a constant target
         reuse = self.reuse_forward and not last_in_window
         if reuse:
@@ -265,7 +300,7 @@ class A2CTrainer:
             logits,
             actions,
             values,
-            reward,
+            scaled,
             done,
             trunc,
             v_next,
@@ -385,13 +420,13 @@ class A2CAgent(Agent):
 
     @property
     def obs_spec(self) -> ObsSpec:
-        """What :meth:`act` and :meth:`value` read: pixels ``[B, K, H, W]`` 0..255, or
-        (stream-ac) real-valued vectors ``[B, D]`` or boards ``[B, C, H, W]``."""
+        """What :meth:`act` and :meth:`value` read: pixels ``[B, K, H, W]`` 0..255, boards
+        ``[B, C, H, W]``, or (stream-ac) real-valued vectors ``[B, D]``."""
         arch = self.extra["architecture"]
-        if "obs_shape" not in arch:
-            return ObsSpec(("B", int(arch["in_channels"]), int(arch["height"]), int(arch["width"])), "pixels")
-        shape: tuple[int | str, ...] = ("B", *(int(size) for size in arch["obs_shape"]))
-        return ObsSpec(shape, "pixels" if arch["obs_kind"] == "pixels" else "real")
+        sizes = arch["obs_shape"] if "obs_shape" in arch else (arch["in_channels"], arch["height"], arch["width"])
+        shape: tuple[int | str, ...] = ("B", *(int(size) for size in sizes))
+        # the batched A2C's architecture names no obs_kind when it reads pixels
+        return ObsSpec(shape, "pixels" if arch.get("obs_kind", "pixels") == "pixels" else "real")
 
     def _checked(self, obs: torch.Tensor, where: str) -> torch.Tensor:
         """``obs`` checked against :attr:`obs_spec` (a board may come as bool)."""

@@ -40,7 +40,7 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
     "stream-ac": {"num_envs": 1, "gamma": 0.99, "lr": 1.0, "optimizer": "obgd"},
 }
 OPTIMIZERS = {"a2c": ("adam",), "stream-ac": ("obgd", "adaptive-obgd")}
-TORSOS = {"a2c": ("auto", "small", "nature"), "stream-ac": ("auto", "small", "minatar", "atari")}
+TORSOS = {"a2c": ("auto", "small", "nature", "minatar"), "stream-ac": ("auto", "small", "minatar", "atari")}
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,12 @@ class A2CTrainConfig:
     """a2c: Adam epsilon"""
     reuse_forward: bool = True
     """a2c: reuse the bootstrap forward as the next step's forward inside a window (exact)"""
+    obs_norm: bool = False
+    """a2c: normalise the network's inputs by the running mean/variance of every observation batch"""
+    reward_scale: bool = False
+    """a2c: divide rewards by the running std of the discounted return (one return per environment)"""
+    layer_norm: bool = False
+    """a2c: stream-AC's layers: sparse init (sparsity), LayerNorm + LeakyReLU after every hidden layer"""
     trace_lambda: float = 0.8
     """stream-ac: eligibility-trace decay lambda"""
     kappa_policy: float = 3.0
@@ -144,12 +150,12 @@ class A2CTrainConfig:
     kappa_value: float = 2.0
     """stream-ac: ObGD overshooting bound kappa of the critic"""
     sparsity: float = 0.9
-    """stream-ac: fraction of zeroed input weights per unit (sparse init)"""
+    """stream-ac, and a2c with --layer-norm: fraction of zeroed input weights per unit (sparse init)"""
     pixel_goal: PixelGoalConfig = field(default_factory=PixelGoalConfig)
     """PixelGoalEnv parameters (--pixel-goal.grid-size ...; ignored for gym envs)"""
     torso: Literal["auto", "small", "nature", "minatar", "atari"] = "auto"
-    """network torso. a2c: small or nature (auto: nature for images >= 64 px); stream-ac: small,
-    minatar or atari (auto: an MLP for vectors, minatar for 10x10 boards, atari for images >= 64 px)"""
+    """network torso. a2c: small, nature or minatar (auto: minatar for boards, nature for images >= 64 px);
+    stream-ac: small, minatar or atari (auto: an MLP for vectors, minatar for 10x10 boards, atari for >= 64 px)"""
     hidden: int = 0
     """width of the dense layers (0: the torso's default)"""
     save_interval: int = 500

@@ -18,7 +18,13 @@ torso       layers (then LayerNorm + LeakyReLU after each)          default ``hi
             (the reference's Atari network; 84x84 frames: 256 features)
 ``small``   conv 16 x 3x3 pad 1 -> conv 32 x 3x3 stride 2 pad 1     128
             -> linear(hidden) (PixelGoalEnv's small boards)
+``nature``  conv 32 x 8x8 stride 4 -> conv 64 x 4x4 stride 2        512 (batched A2C)
+            -> conv 64 x 3x3 stride 1 -> linear(hidden)
+            (Mnih et al. 2015; the batched A2C's Atari torso)
 ==========  ======================================================  ========================
+
+The conv layouts are shared with the batched A2C's network (:mod:`pglab.nets.pixel_cnn`),
+which finishes each layer its own way (:data:`Block`).
 
 Heads: discrete actions take ``softmax(linear(h))`` (:class:`CategoricalHead`);
 continuous actions a diagonal Gaussian with mean ``linear(h)`` and standard deviation
@@ -37,6 +43,7 @@ observation seen, ``x_hat = (x - mean) / sqrt(var + 1e-8)``, as the reference's
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -53,8 +60,9 @@ CONV_LAYERS: dict[str, tuple[tuple[int, int, int, int], ...]] = {
     "minatar": ((16, 3, 1, 0),),
     "atari": ((32, 8, 5, 0), (64, 4, 3, 0), (64, 3, 2, 0)),
     "small": ((16, 3, 1, 1), (32, 3, 2, 1)),
+    "nature": ((32, 8, 4, 0), (64, 4, 2, 0), (64, 3, 1, 0)),
 }
-DEFAULT_HIDDEN = {"minatar": 128, "atari": 256, "small": 128}
+DEFAULT_HIDDEN = {"minatar": 128, "atari": 256, "small": 128, "nature": 512}
 MLP_HIDDEN = {"discrete": 32, "gaussian": 128}
 OBS_EPS = 1e-8
 
@@ -91,14 +99,28 @@ def _normed(layer: nn.Module, shape: list[int]) -> list[nn.Module]:
     return [layer, nn.LayerNorm(shape, elementwise_affine=False), nn.LeakyReLU()]
 
 
-def build_torso(name: str, obs_shape: tuple[int, ...], hidden: int, sparsity: float) -> nn.Sequential:
-    """The torso ``name`` (module docstring) for inputs ``[N, *obs_shape]``; output ``[N, hidden]``."""
+Block = Callable[[nn.Linear | nn.Conv2d, list[int]], list[nn.Module]]
+"""``block(layer, output_shape)`` -> the modules that follow a freshly built layer of a conv torso
+(its initialisation included), e.g. ``[layer, LayerNorm, LeakyReLU]``"""
+
+
+def stream_block(sparsity: float) -> Block:
+    """The reference's layer: sparse init, then a LayerNorm without affine parameters and a LeakyReLU."""
+    return lambda layer, shape: _normed(_sparse(layer, sparsity), shape)
+
+
+def build_torso(
+    name: str, obs_shape: tuple[int, ...], hidden: int, sparsity: float, block: Block | None = None
+) -> nn.Sequential:
+    """The torso ``name`` (module docstring) for inputs ``[N, *obs_shape]``; output ``[N, hidden]``.
+    A conv torso's layers are finished by ``block`` (default: :func:`stream_block`)."""
     if name == "mlp":
         (width,) = obs_shape
         first, second = nn.Linear(width, hidden), nn.Linear(hidden, hidden)
         return nn.Sequential(
             *_normed(_sparse(first, sparsity), [hidden]), *_normed(_sparse(second, sparsity), [hidden])
         )
+    block = block or stream_block(sparsity)
     channels, height, width = obs_shape
     layers: list[nn.Module] = []
     for out, kernel, stride, padding in CONV_LAYERS[name]:
@@ -106,10 +128,10 @@ def build_torso(name: str, obs_shape: tuple[int, ...], hidden: int, sparsity: fl
         if min(height, width) < 1:
             raise ConfigError("torso", name, f"needs larger images than {list(obs_shape)}")
         conv = nn.Conv2d(channels, out, kernel, stride=stride, padding=padding)
-        layers += _normed(_sparse(conv, sparsity), [out, height, width])
+        layers += block(conv, [out, height, width])
         channels = out
     dense = nn.Linear(channels * height * width, hidden)
-    return nn.Sequential(*layers, nn.Flatten(), *_normed(_sparse(dense, sparsity), [hidden]))
+    return nn.Sequential(*layers, nn.Flatten(), *block(dense, [hidden]))
 
 
 class CategoricalHead(nn.Module):
