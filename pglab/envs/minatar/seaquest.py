@@ -19,9 +19,10 @@ the package's lists (oldest first: the package appends and removes, never reorde
 that order decides which enemy a bullet strikes and which diver is taken when several share a
 cell. The package walks its lists one entity at a time; here each walk is one tensor program
 that ranks the entities sharing a cell in the walk's order. The slots hold every reachable
-case: at most 2 friendly bullets (5 steps between shots, at most 9 steps in flight), at most
-2 divers (one every 30 steps, at most 59 steps on the board), at most 30 enemies (at most one
-spawn a step, an enemy leaves the board within 29 steps at the fastest speed). Enemy bullets
+case: at most 2 friendly bullets (shots at least 5 steps apart, a bullet leaves the board
+within 9 steps), at most 2 divers (one every 30 steps, gone within 60 steps), at most 30
+enemies (at most one spawn a step, an enemy leaves the board within 30 steps at the fastest
+speed). Enemy bullets
 never interact with each other, so two boolean maps (moving left, moving right) hold them
 exactly.
 
