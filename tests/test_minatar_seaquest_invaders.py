@@ -144,8 +144,8 @@ def seaquest_start(packages: list[Any], env: MinAtarEnv, rng: np.random.RandomSt
         game.diver_count = int(rng.choice([6, rng.randint(-1, 7)]))
         game.surface = game.sub_y == 0 and bool(rng.rand() < 0.5)
         game.e_spawn_timer, game.d_spawn_timer = rng.randint(game.e_spawn_speed + 1), rng.randint(31)
-        game.shot_timer = rng.randint(6)
         entities = _seaquest_entities(game, rng)
+        game.shot_timer = rng.randint(len(entities["bullet"]) == 2, 6)  # two bullets in flight: no shot yet
         game.e_bullets = _enemy_bullets(game, rng)
         _write_seaquest(state, i, game, entities)
     env.game.load_state_dict(state)
@@ -306,3 +306,19 @@ def test_load_state_dict_refuses_a_missing_field(game, field):
     state.pop(field)
     with pytest.raises(CheckpointError, match=f"'{field}'"):
         game(2, device=torch.device("cpu")).load_state_dict(state)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("game", [Seaquest, SpaceInvaders])
+def test_games_agree_across_devices(game):
+    """The same uniforms and actions give the same rewards, ends and frames on the GPU as on the CPU."""
+    copies = [game(64, device=torch.device(device)) for device in ("cpu", "cuda")]
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        action = torch.randint(6, (64,), generator=generator)
+        u = torch.rand(64, game.step_draws, generator=generator)
+        results = [copy.step(action.to(copy.device), u.to(copy.device)) for copy in copies]
+        assert all(torch.equal(a, b.cpu()) for a, b in zip(results[0], results[1], strict=True))
+        assert torch.equal(copies[0].observe(), copies[1].observe().cpu())
+        for copy in copies:
+            copy.reset(results[0][1].to(copy.device), torch.rand(64, game.reset_draws).to(copy.device))
