@@ -377,7 +377,8 @@ def test_a_divisions_sweep_passes_the_number_of_divisions_to_every_run(tmp_path)
     ],
 )
 def test_bad_model_flags_exit_2_naming_the_field(tmp_path, capsys, argv, field):
-    code = pglab_main(["train", "ghm", *argv, "--device", "cpu", "--log-dir", str(tmp_path / "run")])
+    tiny = ["--n-iterations", "1", "--n-trajectories", "8", "--T", "0.1", "--fd-nodes", "400", "--no-final-eval"]
+    code = pglab_main(["train", "ghm", *argv, *tiny, "--device", "cpu", "--log-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and f"{field}:" in err[0], err
     assert not (tmp_path / "run").exists()
