@@ -25,6 +25,7 @@ from pglab.agent import ObservationError
 from pglab.algos.actor_critic import optimal_hjb_residual
 from pglab.algos.ghm_sweep import build_trials
 from pglab.algos.ghm_train import GHMTrainConfig, train_ghm
+from pglab.algos.mc_pg import MonteCarloPolicyGradient
 from pglab.cli import main as pglab_main
 from pglab.configs.sweep import GHMSweepConfig
 from pglab.envs.dynamics import ContinuousTimeModel, ControlSpec, MarkovRegimes
@@ -35,6 +36,7 @@ from pglab.envs.simulator import RolloutNoise, TrajectorySimulator
 from pglab.errors import TensorContractError
 from pglab.hjb.fd import solve_hjb_1d_extrapolated
 from pglab.hjb.residual_nd import hjb_residual_nd
+from pglab.nets import GaussianPolicy, ValueNetwork
 from pglab.run.checkpoint import load_checkpoint_file
 
 QUIET = dict(echo=lambda *args, **kwargs: None)
@@ -170,6 +172,33 @@ def test_the_batched_rollout_is_the_loop_over_paths_and_steps(case):
     coordinate = -1 if isinstance(model, CorrelatedRegimes) else 0
     varied = (paths.states[:, 1:, coordinate] != paths.states[:, :-1, coordinate]).any()
     assert bool(varied) and 0 < float(masks.sum()) < masks.numel()  # switches (or kills) and absorptions happen
+
+
+def test_the_control_variate_subtracts_the_brownian_increments_across_jumps():
+    """mc's martingale terms at every alive step are gamma V'(x) . Sigma sqrt(dt) eps, the
+    Brownian increment computed from the noise itself (V' at the step's decision state),
+    also in the steps where a division was killed between grid times (its state after the
+    jump is not the Euler step's)."""
+    model = GHMDivisionsModel(DIVISIONS)
+    simulator = TrajectorySimulator(model, DT, 12 * DT, action_repeat=2, absorption="bridge")
+    torch.manual_seed(2)
+    policy, baseline = GaussianPolicy(3, 6, (8,)).double(), ValueNetwork(3, (8,)).double()
+    solver = MonteCarloPolicyGradient(policy, simulator, baseline, control_variate="martingale")
+    generator = torch.Generator().manual_seed(5)
+    initial = model.initial_states(6, generator, dtype=torch.float64)
+    noise = simulator.draw_noise(6, generator, device="cpu", dtype=torch.float64)
+    with torch.no_grad():
+        paths = simulator.rollout(policy, initial, noise=noise)
+    terms, exploration = solver.control_variate_terms(paths, policy)
+    assert paths.euler_states is not None
+    killed = (paths.euler_states != paths.states[:, 1:]).any(2) & (paths.masks > 0)
+    assert bool(killed.any())  # some alive step ends in a kill
+    decision = paths.states[:, :-1:2].repeat_interleave(2, dim=1).reshape(-1, 3).requires_grad_(True)
+    (slope,) = torch.autograd.grad(baseline(decision).sum(), decision)
+    states, controls = paths.states[:, :-1].reshape(-1, 3), paths.controls.reshape(-1, 6)
+    shock = model.shock(states, controls, math.sqrt(DT) * noise.state_noise.reshape(-1, 3))
+    expected = simulator.discount * (slope * shock).sum(1).view(6, 12) * paths.masks
+    torch.testing.assert_close(terms - exploration, expected, rtol=1e-10, atol=1e-12)
 
 
 def test_ghm_closed_form_held_steps_are_the_generic_diffusion_matrix_steps():

@@ -1001,6 +1001,7 @@ def final_evaluation(training: GHMTraining, iteration: int, echo: Callable[..., 
     ``evaluation.csv``, prints the table."""
     config, policy, model, reference = training.config, training.policy, training.model, training.reference
     assert config.absorption is not None  # set by GHMTrainConfig
+    points = len(model.evaluation_points(config.eval_cash))
     result, rows = evaluate_against_reference(
         policy,
         model,
@@ -1011,7 +1012,7 @@ def final_evaluation(training: GHMTraining, iteration: int, echo: Callable[..., 
         seed=config.seed + 2,
         tail_tolerance=config.eval_tail_tolerance,
         device=training.device,
-        progress=f"final evaluation ({config.eval_paths} paths x {len(rows_of(model, config))} initial states)",
+        progress=f"final evaluation ({config.eval_paths} paths x {points} initial states)",
         table_points=config.policy_table_points,
         absorption=config.absorption,
     )
@@ -1051,11 +1052,6 @@ def final_evaluation(training: GHMTraining, iteration: int, echo: Callable[..., 
         )
     echo(f"run directory: {training.run_dir}")
     return rows
-
-
-def rows_of(model: ContinuousTimeModel, config: GHMTrainConfig) -> list[EvaluationPoint]:
-    """The final table's initial states: the model's evaluation points of ``eval_cash``."""
-    return model.evaluation_points(config.eval_cash)
 
 
 def final_thresholds(training: GHMTraining) -> tuple[dict[str, float | None], dict[str, float | None]]:
