@@ -148,7 +148,7 @@ class A2CTrainConfig:
     threads: int = 0
     """torch CPU threads (0: torch's default)"""
     log_dir: Path | None = None
-    """run directory (default runs/a2c/<timestamp>)"""
+    """run directory (default runs/a2c-<YYYYmmdd-HHMMSS>)"""
     resume: Path | None = None
     """continue the run in this directory (total_env_steps, save_interval, device, threads may change)"""
     self_test: bool = False

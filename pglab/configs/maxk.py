@@ -90,7 +90,7 @@ class MaxKPOMOTrainConfig:
     device: str = "auto"
     """auto, cpu, cuda or cuda:N (fp32 everywhere)"""
     log_dir: Path | None = None
-    """run directory (default runs/maxk-pomo/<time>)"""
+    """run directory (default runs/maxk-pomo-<YYYYmmdd-HHMMSS>)"""
     resume: Path | None = None
     """continue the run in this directory from its latest checkpoint"""
 

@@ -203,7 +203,7 @@ class PSOTSPTrainConfig:
     """validation instances"""
     # -- run --------------------------------------------------------------------------------
     log_dir: Path | None = None
-    """run directory (default runs/pso-tsp/<timestamp>)"""
+    """run directory (default runs/pso-tsp-<YYYYmmdd-HHMMSS>)"""
     resume: Path | None = None
     """continue the run in this directory from its latest checkpoint"""
     seed: int = 0

@@ -83,7 +83,7 @@ class TrainerSpec:
     """What the shell needs to know about a trainer.
 
     Attributes:
-        system: the trainer's name (``ppo``); default run directory ``runs/<system>/<time>``.
+        system: the trainer's name (``ppo``); default run directory ``runs/<system>-<YYYYmmdd-HHMMSS>``.
         config_class: its frozen config dataclass.
         kinds: checkpoint kinds it writes and can resume.
         kind_of: the kind of a given config (default: ``kinds[0]``).
