@@ -68,7 +68,7 @@ class RecordError(Exception):
 def load_records(folder: Path = RECORDS) -> list[dict[str, Any]]:
     """Every record in ``folder``, checked, in table order (system, then file name)."""
     records = []
-    for path in sorted(folder.glob("*.json")):
+    for path in sorted(folder.glob("*.json"), key=lambda path: path.stem):
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
@@ -76,7 +76,7 @@ def load_records(folder: Path = RECORDS) -> list[dict[str, Any]]:
         check_record(record, path.name)
         records.append({**record, "name": path.stem})
     order = list(SYSTEMS)
-    return sorted(records, key=lambda record: order.index(record["system"]))
+    return sorted(records, key=lambda record: order.index(record["system"]))  # stable: by name within a system
 
 
 def check_record(record: Any, name: str) -> None:
@@ -85,7 +85,9 @@ def check_record(record: Any, name: str) -> None:
         raise RecordError(f"{name}: a record is a JSON object")
     missing = [field for field in (*DESCRIBED, *MEASURED) if field not in record]
     if missing:
-        raise RecordError(f"{name}: missing {', '.join(missing)} (run: python tools/results_tables.py record {name})")
+        raise RecordError(
+            f"{name}: missing {', '.join(missing)} (run: python tools/results_tables.py record results/{name})"
+        )
     if record["system"] not in SYSTEMS:
         raise RecordError(f"{name}: system must be one of {', '.join(SYSTEMS)} (got {record['system']!r})")
     if record["kind"] not in KINDS:
@@ -116,7 +118,7 @@ def readme_table(records: list[dict[str, Any]]) -> str:
         rows = [record for record in records if record["system"] == system and record["kind"] == "result"]
         if not rows:
             continue
-        results = "<br>".join(_cell(f"{row['title']}: {headline(row, row['name'])}") for row in rows)
+        results = "<br>".join(_cell(headline(row, row["name"])) for row in rows)
         commands = "<br>".join(_code(row["command"]) for row in rows)
         lines.append(f"| [{system}](docs/{page}) | {results} | {commands} |")
     return "\n".join(lines)
