@@ -141,7 +141,7 @@ def test_logs_tensorboard_summary_and_exit_130_after_a_stop(tmp_path, monkeypatc
 
     run_dir = tmp_path / "run"
     # SIGINT after the first iteration, as the shell sees it.
-    monkeypatch.setattr(TrainingRun, "stop_requested", property(lambda self: self._session_steps >= 1))
+    monkeypatch.setattr(TrainingRun, "stop_requested", property(lambda self: self._steps_this_process >= 1))
     flags = [
         *TINY_FLAGS,
         "--n_iterations",

@@ -38,7 +38,7 @@ from pglab.validation import check_output_path
 
 __all__ = ["CompareConfig", "compare", "comparison_plot_data", "comparison_table", "plot_comparison", "summarize_run"]
 
-TARGET_PCT = 97.0  # the design note's target: >= 97 % of V* at every initial cash
+TARGET_PCT = 97.0  # the solvers' target: >= 97 % of V* at every initial cash
 
 
 def _quick_check_min(row: dict[str, str]) -> str:
