@@ -76,7 +76,7 @@ def test_resume_refuses_a_given_lr_that_differs_even_when_it_is_the_default(tmp_
 
 
 def test_resume_applies_a_given_eval_episodes_equal_to_the_default(tmp_path):
-    # --eval-episodes 10 is the default: it used to be ignored over a stored 3.
+    # --eval-episodes 10 is the default, and given, it applies over a stored 3 all the same.
     run = tmp_path / "a"
     assert train(*TINY, "--total-steps", "64", "--eval-episodes", "3", "--log-dir", str(run)) == 0
     assert json.loads((run / "evaluation.json").read_text())["episodes"] == 3

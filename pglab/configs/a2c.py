@@ -89,7 +89,7 @@ def pixel_goal_step_bytes(config: PixelGoalConfig) -> int:
 class A2CTrainConfig:
     """Streaming A2C / TD(0) (``--algo a2c``) or stream-AC(lambda) (``--algo stream-ac``)."""
 
-    # Old spellings (flags and stored configs): --checkpoint-every-opt-steps counts
+    # Aliases (flags and stored configs): --checkpoint-every-opt-steps counts
     # optimiser steps, the unit of save_interval; the flat pixel-goal names (--grid-size)
     # map to the nested pixel_goal config (--pixel-goal.grid-size).
     DEPRECATED_NAMES: ClassVar[dict[str, str]] = {
@@ -265,4 +265,4 @@ class A2CEvaluateConfig:
             raise ConfigError("output", str(self.output), "must name a JSON file (not a directory)")
 
 
-A2CEvalConfig = A2CEvaluateConfig  # an old name of the class
+A2CEvalConfig = A2CEvaluateConfig  # an alias of the class
