@@ -91,7 +91,7 @@ SUMMARIES = {
 }
 
 SHARED_TRAIN_FLAGS = """shared flags of every trainer:
-  --log-dir DIR        run directory (default runs/<system>/<time>); never overwritten
+  --log-dir DIR        run directory (default runs/<system>-<YYYYmmdd-HHMMSS>); never overwritten
   --resume DIR         continue a run (its directory, checkpoints/ folder or a checkpoint file)
   --device auto|cpu|cuda[:N]   (default auto)
   --threads N          torch CPU threads (0: torch's default)

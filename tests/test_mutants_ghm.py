@@ -140,7 +140,7 @@ def _mc_expected(
     advantage_steps,
 ):
     """(policy params, baseline params, metrics) after one MC iteration with SGD, by loops over
-    the captured batch (the design note's formulas; nothing from pglab.algos)."""
+    the captured batch (the formulas of docs/ghm.md; nothing from pglab.algos)."""
     B, T = paths.rewards.shape
     states, actions, rewards = paths.states, paths.actions, paths.rewards
     alive_end = [not bool(paths.dones[i, -1]) for i in range(B)]

@@ -1,4 +1,4 @@
-"""``pglab train ppo`` inside the shared training shell (issue 18): resume applies what the
+"""``pglab train ppo`` inside the shared training shell: resume applies what the
 user gave, logs hold no NaN, the CLI vocabulary, ``--help`` without torch, the agent API."""
 
 import json
@@ -46,8 +46,8 @@ def stored_config(run):
 
 
 def test_resume_refuses_a_given_lr_that_differs_even_when_it_is_the_default(tmp_path, capsys):
-    # Issue 18 item 3: --lr 2.5e-4 (the default) over a stored 1e-3 used to be dropped
-    # silently ("equals the default" meant "not given") and the run went on with 1e-3.
+    # --lr 2.5e-4 (the default) over a stored 1e-3 is a flag given, not "equal to the default,
+    # so not given": the resume refuses it instead of going on with 1e-3.
     run = tmp_path / "a"
     assert (
         train(
@@ -76,7 +76,7 @@ def test_resume_refuses_a_given_lr_that_differs_even_when_it_is_the_default(tmp_
 
 
 def test_resume_applies_a_given_eval_episodes_equal_to_the_default(tmp_path):
-    # --eval-episodes 10 is the default: it used to be ignored over a stored 3.
+    # --eval-episodes 10 is the default, and given, it applies over a stored 3 all the same.
     run = tmp_path / "a"
     assert train(*TINY, "--total-steps", "64", "--eval-episodes", "3", "--log-dir", str(run)) == 0
     assert json.loads((run / "evaluation.json").read_text())["episodes"] == 3
@@ -114,8 +114,8 @@ def test_resume_applies_device_cpu_over_the_stored_device(tmp_path, capsys, stor
 
 
 def test_no_nan_cells_when_no_episode_ended_in_an_interval(tmp_path):
-    # Issue 18 item 8: with 8-step rollouts of one CartPole most iterations end no episode;
-    # their return/mean, return/std and episode/length were written as 'nan'.
+    # With 8-step rollouts of one CartPole most iterations end no episode: their
+    # return/mean, return/std and episode/length are empty cells, never 'nan'.
     config = make_config(
         PPOConfig,
         env="gym:CartPole-v1",
@@ -199,7 +199,7 @@ def test_old_checkpoint_with_rl_mode_loads_and_resumes(tmp_path):
 
 
 def test_agent_api(tmp_path):
-    # Issue 18 items 5 and 11: load_checkpoint(path, device="auto"), act(obs, deterministic=),
+    # load_checkpoint(path, device="auto"), act(obs, deterministic=),
     # predict on NumPy, value.
     run = train_ppo(
         make_config(PPOConfig, total_steps=64, eval_episodes=0, log_dir=tmp_path / "run", **TINY_FIELDS)

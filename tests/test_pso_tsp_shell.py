@@ -1,5 +1,5 @@
 """pso-tsp on the shared training shell: resume semantics, logs, exit codes,
-the CLI vocabulary (with the old spellings still accepted), the agent API and ``--help``
+the CLI vocabulary (with its aliases), the agent API and ``--help``
 without torch. Tiny instances throughout (TSP8, 4 particles, 3 PSO steps)."""
 
 import csv
@@ -125,7 +125,7 @@ def test_resume_refuses_a_given_non_resumable_flag_naming_it(tmp_path, capsys):
         == 0
     )
     capsys.readouterr()
-    # 1e-3 is the default lr: a given default used to be dropped silently (the run went on at 3e-4).
+    # 1e-3 is the default lr, and given, it differs from the run's 3e-4: the resume refuses it.
     assert cli_main(["train", "pso-tsp", "--resume", str(run_dir), "--n_iterations", "2", "--lr", "1e-3"]) == 2
     err = capsys.readouterr().err
     assert "lr" in err and "resume" in err and len(err.strip().splitlines()) == 1
@@ -141,7 +141,7 @@ def test_logs_tensorboard_summary_and_exit_130_after_a_stop(tmp_path, monkeypatc
 
     run_dir = tmp_path / "run"
     # SIGINT after the first iteration, as the shell sees it.
-    monkeypatch.setattr(TrainingRun, "stop_requested", property(lambda self: self._session_steps >= 1))
+    monkeypatch.setattr(TrainingRun, "stop_requested", property(lambda self: self._steps_this_process >= 1))
     flags = [
         *TINY_FLAGS,
         "--n_iterations",
@@ -196,7 +196,7 @@ def test_deprecated_names_still_work(tmp_path, capsys):
     old_yaml = tmp_path / "old.yaml"
     old_yaml.write_text("rl_mode: reinforce_raw\nnum_cities: 8\n")
     assert load_yaml_config(PSOTSPTrainConfig, old_yaml).algo == "reinforce_raw"
-    # a config stored with old names (rl_mode, no algo, no threads)
+    # a config stored with the alias names (rl_mode, no algo, no threads)
     stored = {**{k: v for k, v in TINY.items() if k != "algo"}, "rl_mode": "vpg_gae", "log_dir": None, "resume": None}
     assert config_from_dict(PSOTSPTrainConfig, stored).algo == "vpg_gae"
     from pglab.commands.pso_tsp import PSOTSPEvalConfig
@@ -206,8 +206,8 @@ def test_deprecated_names_still_work(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_old_run_loads_evaluates_and_resumes(tmp_path, capsys):
-    """A run stored with the old names (``rl_mode`` in config.json and checkpoints, flat, no controller)."""
+def test_a_run_stored_with_alias_names_loads_evaluates_and_resumes(tmp_path, capsys):
+    """A run stored with the alias names (``rl_mode`` in config.json and checkpoints, flat, no controller)."""
     run_dir = tmp_path / "old"
     train_pso_tsp(
         make_config(PSOTSPTrainConfig, **{**TINY, "algo": "vpg_gae"}, n_iterations=1, log_dir=run_dir), **QUIET

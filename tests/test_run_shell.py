@@ -219,7 +219,7 @@ def test_resume_from_a_named_checkpoint_file_must_be_the_latest(tmp_path):
     checkpoints = tmp_path / "run" / "checkpoints"
     numbered = sorted(p for p in checkpoints.glob("*.pt") if "latest" not in p.name)
     assert len(numbered) >= 2
-    # an older file is refused by name (it used to continue silently from the latest)
+    # an earlier checkpoint file is refused by name: a run continues from its latest
     with pytest.raises(ConfigError, match=r"resume: is step 4, not the run's latest checkpoint \(step 6"):
         train_toy(ToyConfig(resume=numbered[-2], steps=8), given=frozenset({"resume", "steps"}))
     # the latest, by its own name or as the numbered file of the same step, continues; so

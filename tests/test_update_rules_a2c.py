@@ -11,7 +11,7 @@
   critic has to carry the goal bonus back); a frozen critic or a flipped policy gradient
   stays far below the threshold (checked by hand when the test was written).
 
-Bootstrapping convention (the design note ``streaming-a2c.md``: ``not_done = ~(done | trunc)``):
+Bootstrapping convention (``not_done = ~(done | trunc)``):
 with same-step autoreset ``V(s')`` belongs to the *next* episode's first frame, so
 neither a termination nor a truncation is bootstrapped. The references below spell this
 out in ``bootstraps``; bootstrapping truncations from ``info["final_obs"]`` instead would

@@ -1,8 +1,8 @@
-"""Pinned update rules of the GHM solvers (issue 19).
+"""Pinned update rules of the GHM solvers.
 
 Each test runs ONE ``train_step`` of a solver on a tiny batch (a few paths, a few steps,
 float64), captures the batch the solver simulated, and recomputes the update inside the
-test from the formulas of the design note with slow Python loops (reward-to-go, TD(lambda),
+test from the solvers' formulas (docs/ghm.md) with slow Python loops (reward-to-go, TD(lambda),
 a hand-written Euler rollout, finite-difference HJB derivatives). The optimisers are
 replaced by plain SGD so that ``theta' = theta - lr * grad`` and the parameters after the
 step pin the gradient itself (Adam's first step only sees its sign).

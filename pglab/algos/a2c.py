@@ -1,7 +1,7 @@
 """``pglab train a2c``: streaming advantage actor-critic with TD(0) targets, no rollout buffer.
 
 Every environment step of all ``num_envs`` copies is learned from at once and then
-forgotten (design note ``streaming-a2c.md``)::
+forgotten::
 
     obs = env.reset(seed)
     repeat until env_steps >= total_env_steps:                     (env_steps counts transitions)

@@ -1,8 +1,8 @@
 """Actor-critic for a known continuous-time model: a TD(lambda) critic (optionally with
 an HJB-residual term) and a pathwise actor.
 
-The design note's "actor-critic" row: the policy update is pathwise (or REINFORCE), the
-value update mixes Monte Carlo, TD and the HJB equation. Here, per iteration:
+The policy update is pathwise (or REINFORCE); the value update mixes Monte Carlo, TD and
+the HJB equation. Here, per iteration:
 
 1. roll out the deterministic, softly clipped policy with fixed Brownian noise (the
    same differentiable rollout and Brownian-bridge survival as

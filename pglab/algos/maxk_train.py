@@ -109,7 +109,7 @@ def train_maxk_pomo(
             differ from the defaults.
         echo: where messages for the user go.
         stop_after: stop (checkpoint, exit code 130) after this many steps of this
-            session, as if SIGTERM arrived (the test hook of exact resume).
+            process, as if SIGTERM arrived (the test hook of exact resume).
 
     Returns:
         ``{"run_dir", "step", "interrupted", "exit_code", "last", "config"}``: ``last`` is

@@ -1,6 +1,6 @@
 """Monte Carlo policy gradient (REINFORCE with a learned baseline) on a known model.
 
-One iteration (``train_step``), as in the GHM design note:
+One iteration (``train_step``):
 
 1. sample initial states ``x_0 ~ Uniform``; roll out ``B`` paths with the stochastic
    policy (no gradient; all paths at once);

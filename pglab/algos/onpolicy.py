@@ -1,6 +1,6 @@
 """The on-policy update shared by every policy-gradient trainer that collects a batch.
 
-``algo`` (the PSO design note's names):
+``algo``:
 
 * ``reinforce_raw`` — one gradient step on ``-(R - mean R) * log pi``: Monte Carlo
   returns with a batch-mean baseline, no critic.

@@ -12,7 +12,8 @@
   timed on a smaller case (``--brute-n``) because C(128, 8) = 1.4e12 subsets cannot be
   enumerated; the table reports its cost per subset and the extrapolated time.
 * ``--rl4co``: one MaxKPOMO vs POMO training step on TSP (overhead of the Max@K loss);
-* ``--variance DRAWS``: empirical gradient variance of each mode on TSP20.
+* ``--variance DRAWS``: empirical gradient variance of each mode on TSP20;
+* ``--json``: the same figures as JSON.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
+import json
 import math
 import time
 from collections.abc import Callable
@@ -108,7 +110,7 @@ def _tiny_tsp_models(device: torch.device):
     return {name: model.to(device) for name, model in models.items()}
 
 
-def _rl4co_overhead(device: torch.device, repeats: int) -> list[tuple[str, float, float]]:
+def _rl4co_overhead(device: torch.device, repeats: int) -> list[dict]:
     """Median ms of one training step (decode 64 x 20 tours, loss, backward) per model,
     timed in interleaved rounds so that load drifts hit every model alike; and the median
     ms of ``calculate_loss`` alone on the same ``[64, 20]`` tensors."""
@@ -143,11 +145,11 @@ def _rl4co_overhead(device: torch.device, repeats: int) -> list[tuple[str, float
             clock=clock,
         )
         samples = sorted(step_ms[name][1:])
-        rows.append((name, samples[len(samples) // 2], loss_ms))
+        rows.append({"model": name, "step_ms": samples[len(samples) // 2], "loss_ms": loss_ms})
     return rows
 
 
-def _gradient_variance(device: torch.device, draws: int) -> list[tuple[VarianceReduction, float, float, float]]:
+def _gradient_variance(device: torch.device, draws: int) -> list[dict]:
     """Empirical variance of the Max@K gradient per mode on TSP20 (random-init policy).
 
     The same batch of 16 instances is decoded ``draws`` times (20 starts each); for each
@@ -188,7 +190,10 @@ def _gradient_variance(device: torch.device, draws: int) -> list[tuple[VarianceR
         stacked = torch.stack(samples).double()
         mean = stacked.mean(0)
         variance = float(((stacked - mean) ** 2).sum(1).mean())
-        rows.append((mode, float(mean.pow(2).sum()), variance, variance / float(target.pow(2).sum())))
+        relative = variance / float(target.pow(2).sum())
+        rows.append(
+            {"mode": mode, "mean_sq_norm": float(mean.pow(2).sum()), "variance": variance, "relative": relative}
+        )
     return rows
 
 
@@ -210,16 +215,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         metavar="DRAWS",
         help="also measure the gradient variance of each mode on TSP20 (needs rl4co)",
     )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of the tables")
     return parser.parse_args(argv)
 
 
-def _print_estimator_timings(args: argparse.Namespace, rewards: torch.Tensor, device: torch.device) -> None:
+def _estimator_timings(args: argparse.Namespace, rewards: torch.Tensor, device: torch.device) -> list[dict]:
     """Wall, CPU time and peak memory of each estimator call, and with ties in every row."""
-    print(
-        f"Max@K estimators: B={args.batch}, n={args.n}, k={args.k}, {args.dtype}, device={device}, "
-        f"threads={args.threads}"
-    )
-    print(f"{'function':<40} {'wall ms':>10} {'cpu ms':>10} {'alloc MB':>10}")
     cases: list[tuple[str, Callable[[], torch.Tensor]]] = [
         ("maxk_reward_estimate", lambda: maxk_reward_estimate(rewards, args.k))
     ]
@@ -234,14 +235,18 @@ def _print_estimator_timings(args: argparse.Namespace, rewards: torch.Tensor, de
             lambda: maxk_gradient_weights(tied, args.k, variance_reduction="subloo"),
         )
     )
-    for name, fn in cases:
-        print(
-            f"{name:<40} {_time(fn, args.repeats, device):>10.3f} {_cpu_time(fn, args.repeats, device):>10.3f} "
-            f"{_peak_memory_mb(fn, device):>10.2f}"
-        )
+    return [
+        {
+            "function": name,
+            "wall_ms": _time(fn, args.repeats, device),
+            "cpu_ms": _cpu_time(fn, args.repeats, device),
+            "alloc_mb": _peak_memory_mb(fn, device),
+        }
+        for name, fn in cases
+    ]
 
 
-def _print_brute_force(args: argparse.Namespace, rewards: torch.Tensor, device: torch.device) -> None:
+def _brute_force(args: argparse.Namespace, rewards: torch.Tensor, device: torch.device) -> dict:
     """The brute-force reference at ``--brute-n`` (checked against the vectorised
     weights), and its cost extrapolated to ``--n``."""
     brute_rewards = rewards[:, : args.brute_n]
@@ -253,38 +258,58 @@ def _print_brute_force(args: argparse.Namespace, rewards: torch.Tensor, device: 
     )
     per_subset_ns = brute_ms * 1e6 / (subsets * args.batch)
     full_subsets = math.comb(args.n, args.k)
-    extrapolated_s = per_subset_ns * full_subsets * args.batch / 1e9
+    return {
+        "n": args.brute_n,
+        "subsets_per_row": subsets,
+        "ms_per_call": brute_ms,
+        "vectorised_ms_per_call": fast_small_ms,
+        "ns_per_subset_row": per_subset_ns,
+        "extrapolated_n": args.n,
+        "extrapolated_subsets_per_row": full_subsets,
+        "extrapolated_s_per_call": per_subset_ns * full_subsets * args.batch / 1e9,
+    }
+
+
+def _print_timings(args: argparse.Namespace, device: torch.device, result: dict) -> None:
+    print(
+        f"Max@K estimators: B={args.batch}, n={args.n}, k={args.k}, {args.dtype}, device={device}, "
+        f"threads={args.threads}"
+    )
+    print(f"{'function':<40} {'wall ms':>10} {'cpu ms':>10} {'alloc MB':>10}")
+    for row in result["estimators"]:
+        print(f"{row['function']:<40} {row['wall_ms']:>10.3f} {row['cpu_ms']:>10.3f} {row['alloc_mb']:>10.2f}")
+    brute = result["brute_force"]
     print()
     print(
-        f"brute force, n={args.brute_n} ({subsets} subsets/row): {brute_ms:.2f} ms/call "
-        f"(vectorised at the same n: {fast_small_ms:.3f} ms; results agree)"
+        f"brute force, n={brute['n']} ({brute['subsets_per_row']} subsets/row): {brute['ms_per_call']:.2f} ms/call "
+        f"(vectorised at the same n: {brute['vectorised_ms_per_call']:.3f} ms; results agree)"
     )
     print(
-        f"brute force extrapolated to n={args.n} ({full_subsets:.3g} subsets/row): "
-        f"{extrapolated_s:.3g} s/call ({per_subset_ns:.2f} ns per subset-row)"
+        f"brute force extrapolated to n={brute['extrapolated_n']} ({brute['extrapolated_subsets_per_row']:.3g} "
+        f"subsets/row): {brute['extrapolated_s_per_call']:.3g} s/call "
+        f"({brute['ns_per_subset_row']:.2f} ns per subset-row)"
     )
 
 
-def _print_rl4co_overhead(device: torch.device, repeats: int) -> None:
+def _print_rl4co_overhead(rows: list[dict]) -> None:
     print()
     print("training step (TSP20, batch 64, 20 starts, embed 64, 3 layers), forward + backward,")
     print("median of interleaved rounds (CPU time on the CPU, wall time on CUDA); calculate_loss alone on [64, 20]:")
-    rows = _rl4co_overhead(device, repeats)
-    base_step, base_loss = rows[0][1], rows[0][2]
+    base_step, base_loss = rows[0]["step_ms"], rows[0]["loss_ms"]
     print(f"{'model':<24} {'step ms':>9} {'vs pomo':>9} {'loss ms':>9} {'loss - pomo loss, % of step':>28}")
-    for name, step_ms, loss_ms in rows:
+    for row in rows:
         print(
-            f"{name:<24} {step_ms:>9.1f} {100 * (step_ms / base_step - 1):>+8.1f}% {loss_ms:>9.3f} "
-            f"{100 * (loss_ms - base_loss) / base_step:>+27.2f}%"
+            f"{row['model']:<24} {row['step_ms']:>9.1f} {100 * (row['step_ms'] / base_step - 1):>+8.1f}% "
+            f"{row['loss_ms']:>9.3f} {100 * (row['loss_ms'] - base_loss) / base_step:>+27.2f}%"
         )
 
 
-def _print_gradient_variance(device: torch.device, draws: int) -> None:
+def _print_gradient_variance(rows: list[dict], draws: int) -> None:
     print()
     print(f"gradient variance, TSP20 random-init policy, 16 instances x 20 starts, k=8, {draws} draws:")
     print(f"{'mode':<12} {'|mean grad|^2':>14} {'E|g - mean|^2':>14} {'var/|target|^2':>15}")
-    for mode, signal, variance, ratio in _gradient_variance(device, draws):
-        print(f"{mode:<12} {signal:>14.4g} {variance:>14.4g} {ratio:>15.3g}")
+    for row in rows:
+        print(f"{row['mode']:<12} {row['mean_sq_norm']:>14.4g} {row['variance']:>14.4g} {row['relative']:>15.3g}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -296,10 +321,26 @@ def main(argv: list[str] | None = None) -> int:
     dtype = getattr(torch, args.dtype)
     generator = torch.Generator().manual_seed(0)
     rewards = (-4.0 + 0.3 * torch.randn(args.batch, args.n, generator=generator)).to(device=device, dtype=dtype)
-    _print_estimator_timings(args, rewards, device)
-    _print_brute_force(args, rewards, device)
+    result: dict = {
+        "batch": args.batch,
+        "n": args.n,
+        "k": args.k,
+        "dtype": args.dtype,
+        "device": str(device),
+        "threads": args.threads,
+        "estimators": _estimator_timings(args, rewards, device),
+        "brute_force": _brute_force(args, rewards, device),
+    }
     if args.rl4co:
-        _print_rl4co_overhead(device, max(5, args.repeats // 5))
+        result["training_step"] = _rl4co_overhead(device, max(5, args.repeats // 5))
     if args.variance:
-        _print_gradient_variance(device, args.variance)
+        result["gradient_variance"] = _gradient_variance(device, args.variance)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    _print_timings(args, device, result)
+    if args.rl4co:
+        _print_rl4co_overhead(result["training_step"])
+    if args.variance:
+        _print_gradient_variance(result["gradient_variance"], args.variance)
     return 0

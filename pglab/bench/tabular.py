@@ -1,6 +1,6 @@
 """``pglab bench tabular``: tabular learner speed and the WoLF-PHC vs PHC convergence experiment.
 
-Prints two tables:
+Prints two tables (``--json``: the same figures as JSON):
 
 1. updates/s of ``QTableAgent.update`` and ``WoLFPHCAgent.update`` (pre-drawn random
    transitions over ``n_states`` states, 21 actions, so only the update is timed), and
@@ -13,8 +13,11 @@ Prints two tables:
 from __future__ import annotations
 
 import dataclasses
+import json
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +38,8 @@ class TabularBenchConfig:
     """write the convergence figure here (PNG)"""
     seed: int = 0
     """seed of the transitions and the agents"""
+    json: bool = False
+    """print JSON instead of the tables"""
 
     def __post_init__(self):
         check_int("updates", self.updates, minimum=1)
@@ -113,34 +118,67 @@ def convergence(name: str, ratio: float, steps: int, seed: int) -> dict[str, np.
 
 
 def main(argv: list[str]) -> int:
-    from pglab.algos.tabular import QTableAgent, WoLFPHCAgent
     from pglab.run.config import parse_config
 
     config = parse_config(TabularBenchConfig, argv, prog="pglab bench tabular")
-    print(f"{'agent':<14} {'states':>7} {'updates/s':>12}")
-    for n_states in config.n_states:
-        for label, cls in (("q-learning", QTableAgent), ("wolf-phc", WoLFPHCAgent)):
-            rate = time_updates(cls(21, seed=config.seed), n_states, config.updates, config.seed, config.repeats)
-            print(f"{label:<14} {n_states:>7} {rate:>12,.0f}")
-    print(f"{'TrainingLoop (q, macrodata, act+game+update)':<46} {time_training_loop():>12,.0f} steps/s")
-    if config.convergence_steps == 0:
-        return 0
-    print()
-    print(
-        f"distance to the mixed Nash equilibrium (mean over each fifth of {config.convergence_steps} self-play rounds)"
-    )
-    print(f"{'game':<20} {'learner':<9} " + " ".join(f"{f'{k}/5':>7}" for k in range(1, 6)))
-    curves = {}
-    for name in CONVERGENCE:
-        for label, ratio in (("wolf-phc", 4.0), ("phc", 1.0)):
-            out = convergence(name, ratio, config.convergence_steps, config.seed)
-            curves[(name, label)] = out
-            fifths = np.array_split(out["nash_distance"], 5)
-            print(f"{name:<20} {label:<9} " + " ".join(f"{chunk.mean():7.3f}" for chunk in fifths))
-    if config.plot is not None:
+    result: dict[str, Any] = {"updates_per_s": update_rates(config), "training_loop_steps_per_s": time_training_loop()}
+    curves: dict[tuple[str, str], dict[str, np.ndarray]] = {}
+    if config.convergence_steps:
+        curves = {
+            (name, label): convergence(name, ratio, config.convergence_steps, config.seed)
+            for name in CONVERGENCE
+            for label, ratio in (("wolf-phc", 4.0), ("phc", 1.0))
+        }
+        result["convergence_steps"] = config.convergence_steps
+        result["nash_distance_by_fifth"] = [
+            {
+                "game": name,
+                "learner": label,
+                "fifths": [float(c.mean()) for c in np.array_split(curve["nash_distance"], 5)],
+            }
+            for (name, label), curve in curves.items()
+        ]
+    if config.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print_result(result)
+    if config.plot is not None and curves:
         plot_convergence(curves, config.plot)
-        print(f"plot: {config.plot}")
+        print(f"plot: {config.plot}", file=sys.stderr if config.json else sys.stdout)
     return 0
+
+
+def update_rates(config: TabularBenchConfig) -> list[dict[str, Any]]:
+    """Updates per second of each tabular agent at each table size."""
+    from pglab.algos.tabular import QTableAgent, WoLFPHCAgent
+
+    return [
+        {
+            "agent": label,
+            "states": n_states,
+            "updates_per_s": time_updates(
+                cls(21, seed=config.seed), n_states, config.updates, config.seed, config.repeats
+            ),
+        }
+        for n_states in config.n_states
+        for label, cls in (("q-learning", QTableAgent), ("wolf-phc", WoLFPHCAgent))
+    ]
+
+
+def print_result(result: dict[str, Any]) -> None:
+    print(f"{'agent':<14} {'states':>7} {'updates/s':>12}")
+    for row in result["updates_per_s"]:
+        print(f"{row['agent']:<14} {row['states']:>7} {row['updates_per_s']:>12,.0f}")
+    loop_rate = result["training_loop_steps_per_s"]
+    print(f"{'TrainingLoop (q, macrodata, act+game+update)':<46} {loop_rate:>12,.0f} steps/s")
+    if "nash_distance_by_fifth" not in result:
+        return
+    print()
+    steps = result["convergence_steps"]
+    print(f"distance to the mixed Nash equilibrium (mean over each fifth of {steps} self-play rounds)")
+    print(f"{'game':<20} {'learner':<9} " + " ".join(f"{f'{k}/5':>7}" for k in range(1, 6)))
+    for row in result["nash_distance_by_fifth"]:
+        print(f"{row['game']:<20} {row['learner']:<9} " + " ".join(f"{value:7.3f}" for value in row["fifths"]))
 
 
 def plot_convergence(curves: dict, path: Path) -> None:

@@ -98,7 +98,7 @@ def pixel_goal_step_bytes(config: PixelGoalConfig) -> int:
 class A2CTrainConfig:
     """Streaming A2C / TD(0) (``--algo a2c``) or stream-AC(lambda) (``--algo stream-ac``)."""
 
-    # Old spellings (flags and stored configs): --checkpoint-every-opt-steps counts
+    # Aliases (flags and stored configs): --checkpoint-every-opt-steps counts
     # optimiser steps, the unit of save_interval; the flat pixel-goal names (--grid-size)
     # map to the nested pixel_goal config (--pixel-goal.grid-size).
     DEPRECATED_NAMES: ClassVar[dict[str, str]] = {
@@ -169,7 +169,7 @@ class A2CTrainConfig:
     threads: int = 0
     """torch CPU threads (0: torch's default)"""
     log_dir: Path | None = None
-    """run directory (default runs/a2c/<timestamp>)"""
+    """run directory (default runs/a2c-<YYYYmmdd-HHMMSS>)"""
     resume: Path | None = None
     """continue the run in this directory (total_env_steps, save_interval, device, threads may change)"""
     self_test: bool = False
@@ -296,4 +296,4 @@ class A2CEvaluateConfig:
             raise ConfigError("output", str(self.output), "must name a JSON file (not a directory)")
 
 
-A2CEvalConfig = A2CEvaluateConfig  # an old name of the class
+A2CEvalConfig = A2CEvaluateConfig  # an alias of the class

@@ -172,7 +172,7 @@ class ForecastTrainConfig(ForecastLearnerConfig):
     output: Path | None = None
     """forecaster Q-table JSON (default RUN_DIR/forecaster.json; RARL also writes *.adversary.json)"""
     log_dir: Path | None = None
-    """run directory (default runs/forecast/<timestamp>)"""
+    """run directory (default runs/forecast-<YYYYmmdd-HHMMSS>)"""
     resume: Path | None = None
     """continue the run in this directory from its latest checkpoint (--episodes may extend it)"""
     save_interval: int = 50
@@ -283,7 +283,7 @@ class BacktestConfig(ForecastLearnerConfig):
     feedback: bool = True
     """update the forecaster online from each realised test value (IterativeFeedbackLoop)"""
     output: Path | None = None
-    """folder for windows.csv, predictions.csv, summary.json, backtest.png (default runs/backtest/<timestamp>)"""
+    """folder for windows.csv, predictions.csv, summary.json, backtest.png (default runs/backtest-<YYYYmmdd-HHMMSS>)"""
 
     def __post_init__(self):
         super().__post_init__()

@@ -45,7 +45,7 @@ def decoding_bytes(batch_size: int, num_loc: int, embed_dim: int) -> int:
 class MaxKPOMOTrainConfig:
     """Train MaxKPOMO (or plain POMO) on random uniform TSP instances with RL4CO."""
 
-    # Old spellings, still accepted on the command line, in YAML files and in stored runs.
+    # Aliases, accepted on the command line, in YAML files and in stored runs.
     DEPRECATED_NAMES: ClassVar[dict[str, str]] = {"checkpoint_every": "save_interval"}
 
     algo: Literal["maxk-pomo", "pomo"] = "maxk-pomo"
@@ -90,7 +90,7 @@ class MaxKPOMOTrainConfig:
     device: str = "auto"
     """auto, cpu, cuda or cuda:N (fp32 everywhere)"""
     log_dir: Path | None = None
-    """run directory (default runs/maxk-pomo/<time>)"""
+    """run directory (default runs/maxk-pomo-<YYYYmmdd-HHMMSS>)"""
     resume: Path | None = None
     """continue the run in this directory from its latest checkpoint"""
 
@@ -160,7 +160,7 @@ class MaxKPOMOTrainConfig:
 class MaxKEvalConfig:
     """Evaluate MaxKPOMO/POMO checkpoints on a seeded TSP test set."""
 
-    # Old spellings, still accepted on the command line and in YAML files.
+    # Aliases, accepted on the command line and in YAML files.
     DEPRECATED_NAMES: ClassVar[dict[str, str]] = {"num_instances": "episodes"}
 
     checkpoints: tuple[Path, ...] = ()

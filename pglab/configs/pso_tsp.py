@@ -117,7 +117,7 @@ class PSOTSPEnvConfig:
 class PSOTSPTrainConfig:
     """Configuration of ``pglab train pso-tsp`` (configs/tsp.yaml)."""
 
-    # Old names still accepted as flags, YAML keys and in stored checkpoint configs.
+    # Aliases, accepted as flags, YAML keys and in stored checkpoint configs.
     DEPRECATED_NAMES: ClassVar[dict[str, str]] = {
         "rl_mode": "algo",
         "ppo_clip": "clip_coef",
@@ -203,7 +203,7 @@ class PSOTSPTrainConfig:
     """validation instances"""
     # -- run --------------------------------------------------------------------------------
     log_dir: Path | None = None
-    """run directory (default runs/pso-tsp/<timestamp>)"""
+    """run directory (default runs/pso-tsp-<YYYYmmdd-HHMMSS>)"""
     resume: Path | None = None
     """continue the run in this directory from its latest checkpoint"""
     seed: int = 0
@@ -287,7 +287,7 @@ class PSOTSPEvalConfig:
     pso_iterations: int | None = None
     """PSO iterations (default: the checkpoint's, else 20)"""
     episodes: int = 64
-    """held-out instances, one PSO episode each (formerly --num-instances)"""
+    """held-out instances, one PSO episode each (alias --num-instances)"""
     seed: int = 20_261_123
     """seed of the held-out instance set (training uses other streams)"""
     swarm_seed: int = 7

@@ -113,7 +113,7 @@ class GHMSweepConfig:
     fd_line_nodes: int = 3000
     """grid intervals of those FD solutions (thresholds within ~2 x_max / nodes)"""
     log_dir: Path | None = None
-    """sweep directory (default runs/sweep-ghm/<timestamp>); never overwritten"""
+    """sweep directory (default runs/sweep-ghm-<YYYYmmdd-HHMMSS>); never overwritten"""
     resume: Path | None = None
     """continue the sweep in this directory: finished runs are read, unfinished ones resumed"""
     device: str = "auto"

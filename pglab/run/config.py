@@ -4,7 +4,7 @@ Precedence is ``dataclass defaults < --config file.yaml < command-line flags``. 
 config validates itself in ``__post_init__`` (see :mod:`pglab.validation`), so an invalid
 combination cannot be constructed from any of the three sources.
 
-Flags accept both spellings, ``--n_iterations`` (as in the design notes) and
+Flags accept both spellings, ``--n_iterations`` (the field's name) and
 ``--n-iterations`` (tyro's default).
 """
 

@@ -1,4 +1,4 @@
-"""Policy/value plots of GHM-type 1-D models (the design note's 2x2 grid).
+"""Policy/value plots of GHM-type 1-D models (a 2x2 grid).
 
 The numbers plotted come in a :class:`PolicyPlotData` (computed by
 :func:`pglab.algos.ghm_train.policy_plot_data`), so that tests can check what a figure

@@ -58,9 +58,39 @@ class RunDirLock:
             self._fd = None
 
 
-def default_run_dir(system: str) -> Path:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / system / stamp
+def default_run_dir(kind: str, *, root: str | os.PathLike = "runs", now: _dt.datetime | None = None) -> Path:
+    """The directory a command writes to when no ``--log-dir`` (``--output``) is given:
+    ``runs/<kind>-<YYYYmmdd-HHMMSS>``, one level below ``runs/`` in the working directory.
+
+    One flat level keeps a default out of any run directory given by hand (``--log-dir
+    runs/ppo`` and a later default ``runs/ppo-20260101-120000`` sit side by side). A name
+    already taken (two starts in the same second) gets ``-2``, ``-3``, ... Refuses with a
+    :class:`UsageError` when ``root`` or a folder above it is itself a run directory (the
+    working directory inside a run), since the default would land inside that run.
+    """
+    base = Path(root)
+    host = next((folder for folder in (base.absolute(), *base.absolute().parents) if is_run_dir(folder)), None)
+    if host is not None:
+        raise UsageError(
+            f"log_dir: the default {str(base / kind)}-<time> would lie inside the run directory {str(host)!r}; "
+            "give --log-dir, or start from outside that run"
+        )
+    stamp = (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    path = base / f"{kind}-{stamp}"
+    suffix = 2
+    while path.exists():
+        path = base / f"{kind}-{stamp}-{suffix}"
+        suffix += 1
+    return path
+
+
+def is_run_dir(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds a pglab run: a ``config.json`` naming a kind and a config."""
+    try:
+        payload = json.loads((Path(path) / CONFIG_NAME).read_text())
+    except (OSError, ValueError):  # absent, unreadable, not JSON, not text
+        return False
+    return isinstance(payload, dict) and isinstance(payload.get("kind"), str) and "config" in payload
 
 
 def create_run_dir(path: str | os.PathLike, *, subdirs: tuple[str, ...] = ("checkpoints", "plots")) -> Path:

@@ -83,7 +83,7 @@ class TrainerSpec:
     """What the shell needs to know about a trainer.
 
     Attributes:
-        system: the trainer's name (``ppo``); default run directory ``runs/<system>/<time>``.
+        system: the trainer's name (``ppo``); default run directory ``runs/<system>-<YYYYmmdd-HHMMSS>``.
         config_class: its frozen config dataclass.
         kinds: checkpoint kinds it writes and can resume.
         kind_of: the kind of a given config (default: ``kinds[0]``).
@@ -303,7 +303,7 @@ class TrainingRun:
         config: its config (``resume`` may be set).
         given: the fields set by the user (see :func:`resolve_resume`).
         echo: where messages for the user go (``print``-like).
-        stop_after: behave as if SIGTERM arrived after this many steps of this session
+        stop_after: behave as if SIGTERM arrived after this many steps of this process
             (the test hook for exact resume).
     """
 
@@ -348,7 +348,7 @@ class TrainingRun:
         self._saved = False
         self._installed_signals = False
         self._last_saved: int | None = self.start if self.checkpoint is not None else None
-        self._session_steps = 0
+        self._steps_this_process = 0
         self._clock = time.perf_counter()
         self.registry: StateRegistry | None = None
         self._perf_mark: tuple[float, int, float] | None = None  # (time, step, env_steps) of the last row
@@ -593,7 +593,7 @@ class TrainingRun:
     @property
     def stop_requested(self) -> bool:
         """SIGINT/SIGTERM arrived, or the ``stop_after`` test hook fired."""
-        hook = self.stop_after is not None and self._session_steps >= self.stop_after
+        hook = self.stop_after is not None and self._steps_this_process >= self.stop_after
         from pglab.run.signals import STOP
 
         return STOP.requested or hook
@@ -601,7 +601,7 @@ class TrainingRun:
     def request_stop(self) -> None:
         """Stop after the current step, as if SIGTERM had arrived (e.g. another DDP rank
         was signalled)."""
-        self.stop_after = self._session_steps
+        self.stop_after = self._steps_this_process
 
     def steps(
         self,
@@ -638,7 +638,7 @@ class TrainingRun:
                 self.counters[self.spec.step_key] = step
                 self.counters["wall_time"] = float(self.counters.get("wall_time", 0.0)) + time.perf_counter() - tick
                 self._step_start = None
-                self._session_steps += 1
+                self._steps_this_process += 1
                 self.bar.update(1)
                 last = step == total
                 stop_now = self.stop_requested
@@ -704,7 +704,7 @@ class TrainingRun:
             "run_dir": str(self.run_dir),
             "status": "interrupted" if self.interrupted else "completed",
             "counters": dict(self.counters),
-            "session_seconds": time.perf_counter() - self._clock,
+            "process_seconds": time.perf_counter() - self._clock,
             **dict(summary or {}),
         }
         return atomic_write_json(self.run_dir / "summary.json", payload)

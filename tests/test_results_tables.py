@@ -1,0 +1,98 @@
+"""The results tables of README.md and docs/benchmarks.md are generated from the records in
+results/ (tools/results_tables.py): they match the records, and follow them when one changes."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("results_tables", ROOT / "tools" / "results_tables.py")
+assert _spec is not None and _spec.loader is not None
+tables = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(tables)
+
+
+@pytest.fixture(scope="module")
+def records() -> list[dict]:
+    return tables.load_records()
+
+
+def test_every_record_says_what_ran_where_when_and_on_which_code(records):
+    assert records, "results/ holds no records"
+    for record in records:
+        assert record["command"].split()[0] in ("pglab", "python"), record["name"]
+        assert datetime.datetime.fromisoformat(record["date"]).tzinfo is not None, record["name"]
+        assert len(record["commit"].split("+")[0]) == 40, record["name"]
+        assert isinstance(record["machine"]["cores"], int) and record["machine"]["torch"], record["name"]
+        assert (ROOT / "docs" / record["docs"].split("#")[0]).is_file(), record["name"]
+
+
+def test_the_generated_tables_are_up_to_date(records):
+    for name, (text, new) in tables.regenerated(records).items():
+        assert text == new, f"{name} does not match results/: run python tools/results_tables.py"
+
+
+def test_a_changed_record_changes_the_tables(records):
+    changed = copy.deepcopy(records)
+    fd = next(record for record in changed if record["name"] == "ghm-fd-optimum")
+    fd["figures"]["rows"][0]["value"] = 9.87654
+    readme, benchmarks = tables.readme_table(changed), tables.benchmarks_section(changed)
+    assert "9.8765" in readme and "9.8765" in benchmarks
+    assert readme != tables.readme_table(records) and benchmarks != tables.benchmarks_section(records)
+    assert all(text != new for text, new in tables.regenerated(changed).values())  # both files now stale
+    fd["command"] = "pglab solve ghm --json --nodes 12000"
+    assert "--nodes 12000" in tables.readme_table(changed)
+
+
+def test_the_readme_has_one_row_per_system_with_results_and_no_speed_figures(records):
+    rows = [line for line in tables.readme_table(records).splitlines()[2:]]
+    systems = [row.split("](")[0].removeprefix("| [") for row in rows]
+    with_results = {record["system"] for record in records if record["kind"] == "result"}
+    assert systems == [system for system in tables.SYSTEMS if system in with_results]
+    for record in records:
+        if record["kind"] == "benchmark":
+            assert record["command"] not in tables.readme_table(records)
+            assert record["command"] in tables.benchmarks_section(records)
+
+
+def test_a_record_that_cannot_be_rendered_is_refused_naming_it(records):
+    broken = copy.deepcopy(next(record for record in records if record["name"] == "ghm-fd-optimum"))
+    broken["headline"] = "V* = {rows[0][no_such_figure]:.4f}"
+    with pytest.raises(tables.RecordError, match=r"^x\.json: headline refers to a figure .*no_such_figure"):
+        tables.check_record(broken, "x.json")
+    for field, value, message in (("system", "Chess", "system must be one of"), ("kind", "speed", "kind must be")):
+        with pytest.raises(tables.RecordError, match=message):
+            tables.check_record({**broken, "headline": "", field: value}, "x.json")
+    with pytest.raises(tables.RecordError, match=r"x\.json: missing date, commit, machine, wall_s, figures"):
+        tables.check_record({field: broken[field] for field in tables.DESCRIBED}, "x.json")
+    with pytest.raises(tables.RecordError, match="README.md: no generated section"):
+        tables.with_section("# pglab\n", "| table |", "README.md")
+
+
+def test_record_runs_the_command_and_stores_its_provenance(tmp_path):
+    path = tmp_path / "toy.json"
+    described = {
+        "system": "Forecasting game",
+        "title": "a toy",
+        "kind": "benchmark",
+        "command": """python -c 'import json; print(json.dumps({"rate": 2.5, "rows": [{"x": 7}]}))'""",
+        "reads": "stdout",
+        "headline": "rate {rate:.2f}, x {rows[0][x]}",
+        "docs": "forecast.md",
+    }
+    path.write_text(json.dumps(described))
+    stored = tables.record(path)
+    assert stored == json.loads(path.read_text())
+    assert stored["figures"] == {"rate": 2.5, "rows": [{"x": 7}]}
+    assert tables.headline(stored, "toy.json") == "rate 2.50, x 7"
+    assert {field: stored[field] for field in tables.DESCRIBED} == described
+    assert stored["machine"]["cores"] > 0 and len(stored["commit"].split("+")[0]) == 40
+    path.write_text(json.dumps({**described, "command": "python -c 'import sys; sys.exit(3)'"}))
+    with pytest.raises(tables.RecordError, match="exited with 3"):
+        tables.record(path)
