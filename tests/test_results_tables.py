@@ -66,7 +66,11 @@ def test_a_record_that_cannot_be_rendered_is_refused_naming_it(records):
     broken["headline"] = "V* = {rows[0][no_such_figure]:.4f}"
     with pytest.raises(tables.RecordError, match=r"^x\.json: headline refers to a figure .*no_such_figure"):
         tables.check_record(broken, "x.json")
-    for field, value, message in (("system", "Chess", "system must be one of"), ("kind", "speed", "kind must be")):
+    for field, value, message in (
+        ("system", "Chess", "system must be one of"),
+        ("kind", "speed", "kind must be"),
+        ("reads", {"flag": "--output"}, "reads must be"),
+    ):
         with pytest.raises(tables.RecordError, match=message):
             tables.check_record({**broken, "headline": "", field: value}, "x.json")
     with pytest.raises(tables.RecordError, match=r"x\.json: missing date, commit, machine, wall_s, figures"):

@@ -92,7 +92,13 @@ def check_record(record: Any, name: str) -> None:
         raise RecordError(f"{name}: system must be one of {', '.join(SYSTEMS)} (got {record['system']!r})")
     if record["kind"] not in KINDS:
         raise RecordError(f"{name}: kind must be one of {', '.join(KINDS)} (got {record['kind']!r})")
+    check_reads(record["reads"], name)
     headline(record, name)
+
+
+def check_reads(reads: Any, name: str) -> None:
+    if reads != "stdout" and not (isinstance(reads, dict) and set(reads) == {"flag", "file"}):
+        raise RecordError(f'{name}: reads must be "stdout" or {{"flag": ..., "file": ...}} (got {reads!r})')
 
 
 def headline(record: dict[str, Any], name: str) -> str:
@@ -245,6 +251,7 @@ def record(path: Path) -> dict[str, Any]:
     missing = [field for field in DESCRIBED if field not in described]
     if missing:
         raise RecordError(f"{path.name}: missing {', '.join(missing)}")
+    check_reads(described["reads"], path.name)
     load = machine()  # the load average before the command starts
     figures, wall_s = run_command(described, path.name)
     updated = {
