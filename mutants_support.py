@@ -17,7 +17,7 @@ As a pytest plugin (mutmut runs the tests with ``-p mutants_support``):
 mutmut forks every mutant's test run from a process that has already run the tests, so
 the ``functools.lru_cache`` tables of pglab.estimators.maxk (binomial coefficients,
 position bits) arrive filled with values computed by the unmutated code, and a mutant in
-the functions that fill them would never run. Clearing them at session start gives each
+the functions that fill them would never run. Clearing them when the pytest run starts gives each
 mutant the empty caches a fresh ``pytest`` process has.
 """
 

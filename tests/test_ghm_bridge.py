@@ -94,7 +94,7 @@ def test_absorption_config_and_the_resume_default():
 
     with pytest.raises(ConfigError, match="absorption"):
         GHMTrainConfig(absorption="continuous")
-    # mc defaults to bridge since issue 24 / session 29; pathwise and actor-critic stay on grid
+    # mc defaults to bridge; pathwise and actor-critic stay on grid
     assert GHMTrainConfig().absorption == "bridge" and GHMTrainConfig(absorption="grid").absorption == "grid"
     assert (
         GHMTrainConfig(algo="pathwise").absorption == "grid"

@@ -1,4 +1,4 @@
-"""``pglab train ghm --model credit-line`` (issue 24): the GHM firm with a credit line through the
+"""``pglab train ghm --model credit-line``: the GHM firm with a credit line through the
 same trainer, solvers, final evaluation, agent API, ``pglab evaluate`` and sweep as GHM.
 
 Users give and read cash; the model's state is liquidity ``x = cash + credit_limit``. Each

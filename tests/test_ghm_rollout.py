@@ -1,4 +1,4 @@
-"""The batched held-action rollout against a slow step-by-step reference (issue 20).
+"""The batched held-action rollout against a slow step-by-step reference.
 
 ``TrajectorySimulator.rollout`` advances all steps of a held action in one call
 (``GHMModel.held_control_steps``: the affine Euler recursion as one cumulative sum) and

@@ -1,4 +1,4 @@
-"""GHM on the shared training shell (issue 18): exit codes, resume guarantees, logs,
+"""GHM on the shared training shell: exit codes, resume guarantees, logs,
 progress bars, torch-free help, the agent API, memory checks and the plotted data."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _numeric_rows(path: Path, skip=("perf/",)) -> list[dict[str, str]]:
         ]
 
 
-# -- item 9: exit codes -------------------------------------------------------------------------
+# -- exit codes -------------------------------------------------------------------------
 
 
 def test_a_stopped_run_exits_130_and_resumes_to_the_same_weights(tmp_path, monkeypatch):
@@ -125,7 +125,7 @@ def test_sigterm_saves_and_exits_130(tmp_path):
     assert load_checkpoint_file(run_dir / "checkpoints")["counters"]["iteration"] >= 2
 
 
-# -- item 13: resume reads final_eval from the stored run ---------------------------------------
+# -- resume reads final_eval from the stored run ---------------------------------------
 
 
 def test_resume_of_a_no_final_eval_run_exits_0_without_evaluating(tmp_path, capsys):
@@ -148,7 +148,7 @@ def test_resume_applies_a_given_flag_equal_to_its_default_and_refuses_a_model_ch
     assert "n_trajectories" in err and len(err.strip().splitlines()) == 1
 
 
-# -- item 14: what a resume guarantees -----------------------------------------------------------
+# -- what a resume guarantees -----------------------------------------------------------
 
 
 def test_same_budget_resume_is_bit_identical_even_with_budget_dependent_schedules(tmp_path):
@@ -206,7 +206,7 @@ def test_extending_the_budget_with_a_decaying_schedule_warns_and_differs(tmp_pat
     assert any(not torch.equal(full[key], extended[key]) for key in full)
 
 
-# -- item 15: a resumed run's eval.csv keeps every column ------------------------------------------
+# -- a resumed run's eval.csv keeps every column ------------------------------------------
 
 
 def test_resumed_eval_csv_keeps_the_dividend_threshold_column(tmp_path, monkeypatch):
@@ -228,7 +228,7 @@ def test_resumed_eval_csv_keeps_the_dividend_threshold_column(tmp_path, monkeypa
     assert [r.get("policy/dividend_threshold") for r in records] == [None, None, 0.5, 0.5]
 
 
-# -- item 8: logs and progress bars --------------------------------------------------------------
+# -- logs and progress bars --------------------------------------------------------------
 
 
 def test_metrics_jsonl_and_the_metric_names(tmp_path):
@@ -367,7 +367,7 @@ def test_final_evaluation_and_pglab_evaluate_show_a_progress_bar(tmp_path, monke
     assert "pglab: warning: dt 0.1 is coarser than the run's training dt 0.05" in capsys.readouterr().err
 
 
-# -- item 7: sizes that cannot fit -------------------------------------------------------------------
+# -- sizes that cannot fit -------------------------------------------------------------------
 
 
 def test_a_rollout_that_cannot_fit_is_a_one_line_config_error_and_leaves_nothing(tmp_path, capsys):
@@ -434,7 +434,7 @@ def test_load_checkpoint_auto_gives_an_agent_with_the_common_api(tmp_path):
         plain.value(torch.tensor([[0.5]]))
 
 
-# -- item 6 and the vocabulary: --help imports no torch, shows no odd spellings --------------------------
+# -- --help imports no torch, shows no odd spellings --------------------------
 
 HELP_SCRIPT = """
 import sys
@@ -506,7 +506,7 @@ def test_compare_message_and_docs_spell_no_final_eval_with_dashes(tmp_path, caps
         assert "no-final_eval" not in text and "--no_baseline" not in text, doc
 
 
-# -- item 16: what the plots show -------------------------------------------------------------------------
+# -- what the plots show -------------------------------------------------------------------------
 
 
 class _RampPolicy:
@@ -583,7 +583,7 @@ def test_comparison_plot_data_has_a_title_a_labelled_target_and_a_sensible_axis(
     assert plot_comparison(rows, tmp_path / "cmp.png").stat().st_size > 10_000
 
 
-# -- the model as a nested config (issue 18: GHMParams is a field of GHMTrainConfig) -------------
+# -- the model as a nested config (GHMParams is a field of GHMTrainConfig) -------------
 
 
 def test_model_parameters_are_a_nested_config_with_the_documented_flat_flags_and_keys(tmp_path):
@@ -642,7 +642,7 @@ def test_resume_compares_only_the_given_model_parameters(tmp_path, capsys):
 
 
 def test_the_mc_iteration_budget_grows_as_one_over_rho_below_the_reference():
-    # time scales from the model (issue 24): 1,000 iterations at rho >= 0.1, 1000 * 0.1 / rho below
+    # time scales from the model: 1,000 iterations at rho >= 0.1, 1000 * 0.1 / rho below
     from pglab.configs.ghm import GHMParams, mc_iterations
 
     assert GHMTrainConfig().n_iterations == 1000

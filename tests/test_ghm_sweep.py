@@ -1,4 +1,4 @@
-"""``pglab sweep ghm`` (issue 24): the grid, the table against an independent FD solve, the
+"""``pglab sweep ghm``: the grid, the table against an independent FD solve, the
 runs as ordinary run directories, resume after SIGKILL, and Ray == serial."""
 
 from __future__ import annotations

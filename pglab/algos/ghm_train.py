@@ -384,7 +384,7 @@ def _check_fd_grid_1d(config: GHMTrainConfig, model: GHMModel) -> None:
         )
 
 
-# The calibrations the mc defaults were chosen and checked on (issue 24: docs/ghm.md, "The
+# The calibrations the mc defaults were chosen and checked on (docs/ghm.md, "The
 # defaults on six calibrations they were not chosen on"): each model parameter's range over
 # those nine calibrations, and the highest FD dividend barrier relative to the initial-cash
 # range. Outside them the defaults are untested, not wrong: train_ghm warns, naming the field
@@ -706,7 +706,7 @@ class GHMRunResult:
     """What :func:`train_ghm` returns.
 
     Attributes:
-        run_dir: the run directory. iterations: iterations done (all sessions).
+        run_dir: the run directory. iterations: iterations done (across resumes).
         final_rows: the final evaluation's rows (``None`` if it did not run).
         interrupted: stopped by SIGINT/SIGTERM before the budget was done.
         exit_code: 0, or :data:`pglab.errors.EXIT_INTERRUPTED` after a stop.

@@ -522,7 +522,7 @@ def train_ppo(
             differ from their defaults.
         echo: where messages for the user go (``print``-like).
         stop_after: behave as if SIGTERM arrived after this many iterations of this
-            session (checkpoint, then return): the test hook for exact resume.
+            process (checkpoint, then return): the test hook for exact resume.
         callbacks: objects with ``on_step(StepInfo)`` and/or ``on_rollout_end(RolloutInfo)``
             (see :class:`PPOCallback`); one returning ``False`` stops the run cleanly.
     """

@@ -112,7 +112,7 @@ def evaluation_bytes(paths: int, cash_levels: int) -> int:
 
 @dataclass(frozen=True)
 class GHMParams:
-    """Parameters of the GHM model (defaults from the design note)."""
+    """Parameters of the GHM model (the default calibration)."""
 
     mu: float = 0.1
     """cash-flow drift (per unit time)"""
@@ -243,7 +243,7 @@ def final_eval_dt(config: GHMTrainConfig) -> float:
 
 @dataclass(frozen=True)
 class GHMTrainConfig:
-    """Configuration of ``pglab train ghm`` (flags as in the design note).
+    """Configuration of ``pglab train ghm``.
 
     Flags take either spelling, ``--n_iterations`` or ``--n-iterations``."""
 
@@ -252,7 +252,7 @@ class GHMTrainConfig:
     # -- training ----------------------------------------------------------------------
     n_iterations: int | None = None
     """training iterations (default per solver, see SOLVER_DEFAULTS: mc 1000 x max(1, 0.1 /
-    rho), i.e. 1000 at the design note's rho = 0.1 and more for a patient owner; pathwise and
+    rho), i.e. 1000 at the default rho = 0.1 and more for a patient owner; pathwise and
     actor-critic 350)"""
     n_trajectories: int | None = None
     """simulated paths per iteration (default mc 500, pathwise and actor-critic 1000)"""
@@ -377,7 +377,7 @@ class GHMTrainConfig:
     exp(-2 c c' / (sigma^2 dt)) (the continuously monitored model that the FD reference V*
     solves; the pathwise solvers always weight by it in training). Default mc bridge
     (with 1,000 iterations it fixed the issuance point at high sigma without the loss at the
-    design note's calibration that it had at 800; docs/ghm.md), pathwise/actor-critic grid"""
+    default calibration that it had at 800; docs/ghm.md), pathwise/actor-critic grid"""
     simulator: Literal["batched", "process", "ray"] = "batched"
     """mc: where training rollouts run: one batched process, a pool of worker processes, or
     Ray tasks (bit-identical results; see docs/ghm-parallel.md for when it pays)"""
@@ -499,7 +499,7 @@ class GHMTrainConfig:
             # the control variate needs the critic's slope and per-step returns
             object.__setattr__(self, "control_variate", "none")
         if self.algo == "mc" and self.n_iterations is None:
-            # A time scale from the model (issue 24): the gain from paying a dividend sooner,
+            # A time scale from the model: the gain from paying a dividend sooner,
             # which is what moves the barrier, is proportional to rho, so at a low discount
             # rate each iteration's gradient says less and the barrier, which starts far above
             # the optimum, comes down slowly (rho 0.07: stuck 0.3 above the FD barrier after
@@ -988,7 +988,7 @@ class ValidateConfig:
     fd_step: float | None = None
     """step of --method fd (default 1.2e-4, the float64 eps^(1/4))"""
     tolerance: float = 1e-3
-    """pass mark for max |rho V - max_u H| on the interior (the design note's 1e-3)"""
+    """pass mark for max |rho V - max_u H| on the interior (1e-3)"""
     output: Path | None = None
     """folder for validation.json and validation.png (default: the run directory; --out:
     deprecated spelling)"""

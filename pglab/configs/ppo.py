@@ -32,7 +32,7 @@ from pglab.validation import (
 )
 
 RLMode = Literal["reinforce_raw", "vpg_gae", "ppo"]
-"""The estimator and loss of an on-policy update (the PSO design note's names)."""
+"""The estimator and loss of an on-policy update."""
 RL_MODES: tuple[str, ...] = typing.get_args(RLMode)
 Vectorization = Literal["auto", "vector", "sync", "async"]
 # The same modes as pglab.envs.gym_adapter.VECTORIZATION_MODES, spelled here so that this

@@ -328,7 +328,7 @@ class HJBResidualValidator:
             model's ``state_high``). The evaluation grid is ``n_points`` uniform states on
             ``[0, c_max]``; those ``>= c_min`` are the interior.
         points_per_control: resolution of the control grid for ``max_u H``.
-        tolerance: the pass mark for ``max |R_opt|`` (the design note's 1e-3).
+        tolerance: the pass mark for ``max |R_opt|`` (1e-3).
         dtype: the dtype of the states handed to value and policy functions.
     """
 
