@@ -14,7 +14,7 @@ checkpoints, SIGINT/SIGTERM and summary.json. What is left here reads top to bot
     final evaluation: the deterministic policy's value at eval_cash (>= 10,000 paths,
     simulated until the tail bound is < eval_tail_tolerance) against V*
 
-Run directory (``--log-dir``, default ``runs/ghm-<algo>/<time>``)::
+Run directory (``--log-dir``, default ``runs/ghm-<algo>-<YYYYmmdd-HHMMSS>``)::
 
     config.json  metrics.csv  metrics.jsonl  eval.csv  eval.jsonl  summary.json
     evaluation.json  evaluation.csv  fd_reference.npz  tensorboard/

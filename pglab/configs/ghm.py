@@ -431,7 +431,7 @@ class GHMTrainConfig:
     deviations (default 1)"""
     # -- logging -----------------------------------------------------------------------
     log_dir: Path | None = None
-    """run directory (default runs/ghm-<algo>/<timestamp>)"""
+    """run directory (default runs/ghm-<algo>-<YYYYmmdd-HHMMSS>)"""
     log_interval: int = 10
     """iterations between metric rows"""
     eval_interval: int = 100

@@ -234,7 +234,7 @@ class PPOConfig:
     threads: int = 1
     """torch CPU threads (small MLPs run fastest on one; 0: torch's default)"""
     log_dir: Path | None = None
-    """run directory (default runs/ppo/<timestamp>)"""
+    """run directory (default runs/ppo-<YYYYmmdd-HHMMSS>)"""
     resume: Path | None = None
     """continue the run in this directory from its latest checkpoint"""
     log_interval: int = 1
