@@ -572,7 +572,7 @@ def test_comparison_plot_data_has_a_title_a_labelled_target_and_a_sensible_axis(
     ]
     data = comparison_plot_data(rows)
     assert data["title"]
-    assert data["target"] == 97.0 and "97" in data["target_label"]
+    assert data["target"] == 98.0 and "98" in data["target_label"]
     labels = [curve["label"] for curve in data["curves"]]
     assert labels == ["mc, seed 42", "pathwise, seed 42", "mc, seed 42 #2"]
     assert [bar["label"] for bar in data["bars"]] == labels
