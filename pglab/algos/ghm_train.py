@@ -897,7 +897,8 @@ def quick_check(training: GHMTraining, iteration: int, counters: dict[str, Any])
         states = np.asarray([point.state for point in points], dtype=np.float64)
         with torch.no_grad():
             learned = training.baseline(torch.as_tensor(states, dtype=torch.float32, device=training.device))
-        record["value/max_abs_error_vs_fd"] = float(np.abs(learned.cpu().numpy() - reference.value_at(states)).max())
+        error = np.abs(learned.cpu().numpy() - reference.value_at(states))
+        record["value/max_abs_error_at_eval_points"] = float(error.max())
     # the exact value of the deterministic policy: noise-free learning curves
     exact = exact_policy_value(training.policy, model, reference, config.eval_cash)
     if exact is not None:
