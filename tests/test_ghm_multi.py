@@ -342,7 +342,7 @@ def test_the_divisions_reference_is_the_sum_of_one_division_fd_optima(divisions_
         assert "exact_pct_of_optimum" not in row  # a joint policy of two divisions has no 1-D FD value
     assert evaluation["rows"][2]["initial_state"] == [0.5, 1.0]
     text = (divisions_run.run_dir / "eval.csv").read_text().splitlines()
-    assert "value/max_abs_error_vs_fd" in text[0]
+    assert "value/max_abs_error_at_eval_points" in text[0]
 
 
 def test_the_reference_solves_each_distinct_division_once(monkeypatch):

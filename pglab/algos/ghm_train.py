@@ -72,6 +72,7 @@ from pglab.configs.ghm import (
 )
 from pglab.envs.dynamics import ContinuousTimeModel, EvaluationPoint
 from pglab.envs.ghm import GHMModel, GHMParams
+from pglab.envs.ghm import GHMModel as OneStateGHM  # isinstance checks (a test may substitute GHMModel)
 from pglab.envs.ghm_credit_line import GHMCreditLineModel
 from pglab.envs.ghm_divisions import GHMDivisionsModel
 from pglab.envs.ghm_ou import OUGHMModel
@@ -348,7 +349,7 @@ def check_fd_grid(config: GHMTrainConfig, model: ContinuousTimeModel) -> None:
     model itself, each distinct division, each regime without switching, the profitability
     frozen at the evaluated levels)."""
     for component in model.grid_check_models():
-        assert isinstance(component, GHMModel)  # every --model lists one-state GHM models
+        assert isinstance(component, OneStateGHM)  # every --model lists one-state GHM models
         _check_fd_grid_1d(config, component)
 
 
@@ -749,7 +750,7 @@ def check_start(run: TrainingRun, echo: Callable[..., None]) -> None:
     if not run.resumed:  # a resumed run was checked when it started
         model = build_model(config)
         check_fd_grid(config, model)
-        if config.algo == "mc" and isinstance(model, GHMModel) and config.model == "ghm":
+        if config.algo == "mc" and isinstance(model, OneStateGHM) and config.model == "ghm":
             for line in calibration_warnings(config, model):
                 echo(line, file=sys.stderr)
     _note_budget_change(run, echo)
@@ -889,14 +890,15 @@ def quick_check(training: GHMTraining, iteration: int, counters: dict[str, Any])
     value network's largest error at the evaluation points."""
     config, model, reference = training.config, training.model, training.reference
     record: dict[str, Any] = dict(counters)
-    if isinstance(model, GHMModel) and isinstance(reference, FDReference):
+    if isinstance(model, OneStateGHM) and isinstance(reference, FDReference):
         record.update(_one_state_check(training, iteration))
     elif training.baseline is not None:
         points = model.evaluation_points(config.eval_cash)
         states = np.asarray([point.state for point in points], dtype=np.float64)
         with torch.no_grad():
             learned = training.baseline(torch.as_tensor(states, dtype=torch.float32, device=training.device))
-        record["value/max_abs_error_vs_fd"] = float(np.abs(learned.cpu().numpy() - reference.value_at(states)).max())
+        error = np.abs(learned.cpu().numpy() - reference.value_at(states))
+        record["value/max_abs_error_at_eval_points"] = float(error.max())
     # the exact value of the deterministic policy: noise-free learning curves
     exact = exact_policy_value(training.policy, model, reference, config.eval_cash)
     if exact is not None:
@@ -930,7 +932,7 @@ def _one_state_check(training: GHMTraining, iteration: int) -> dict[str, Any]:
     from pglab.run.ghm_plots import plot_policy_value
 
     config, model, reference = training.config, training.model, training.reference
-    assert isinstance(model, GHMModel) and isinstance(reference, FDReference)  # quick_check's branch
+    assert isinstance(model, OneStateGHM) and isinstance(reference, FDReference)  # quick_check's branch
     solution = reference.solution
     data = policy_plot_data(training.policy, training.baseline, model, plot_high(model), training.device)
     fd_states = solution.grid[solution.grid <= data.states[-1]]
@@ -1058,7 +1060,7 @@ def final_thresholds(training: GHMTraining) -> tuple[dict[str, float | None], di
     """``(learned, FD)`` dividend barrier and issuance point in cash, for a one-state GHM
     model (the FD grid and the plot are in the state); two empty mappings otherwise."""
     model, reference = training.model, training.reference
-    if not (isinstance(model, GHMModel) and isinstance(reference, FDReference)):
+    if not (isinstance(model, OneStateGHM) and isinstance(reference, FDReference)):
         return {}, {}
     data = policy_plot_data(training.policy, training.baseline, model, plot_high(model), training.device)
     learned = thresholds_in_cash(
