@@ -144,12 +144,12 @@ TENSOR_CASES = [
         r"cash expected a torch.Tensor float32\[B, 1\], got list",
     ),
     ("ghm", "None", lambda o: None, ObservationTypeError, r"expected a torch.Tensor .*, got NoneType"),
-    (
+    (  # booleans are read as 0/1 (MinAtar's boards); complex numbers are not numbers it reads
         "ppo",
-        "bool",
-        lambda o: o > 0,
+        "complex",
+        lambda o: o.to(torch.complex64),
         ObservationError,
-        r"obs expected float32\[B, \.\.\. \(4 numbers per row\)\], got bool",
+        r"obs expected float32\[B, \.\.\. \(4 numbers per row\)\], got complex64",
     ),
     ("ppo", "nan", lambda o: with_value(o, (3, 2), NAN), ObservationError, r"finite values, got nan at \[3, 2\]"),
     ("ppo", "inf", lambda o: with_value(o, (0, 1), INF), ObservationError, r"finite values, got inf at \[0, 1\]"),
