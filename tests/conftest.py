@@ -5,6 +5,9 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # The pglab processes that tests start run one intra-op thread, as the tests themselves do
 # (below): two test workers share the two cores.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Ray starts its worker processes at nice 15; beside the other test process (nice 0) they
+# would run only when it waits, and a Ray test took three times as long.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -32,26 +35,27 @@ def _deterministic_torch():
 
 # `make test` runs the files on two workers (pytest-xdist, `--dist loadfile
 # --no-loadscope-reorder`): a worker takes the next file in collection order when it finishes
-# one, so the files that take longest go first and the two workers end together. CPU seconds
-# per file, measured on the whole suite, longest first; the other files follow in their order.
+# one, so the files that take longest go first and the two workers end together. Seconds per
+# file (wall), measured on the whole suite; the other files follow in their order. The two
+# files that start Ray (the sweep's and the simulator's) are four apart, so that their Ray
+# instances do not run at the same time.
 LONGEST_FIRST = (
-    "test_ghm_shell.py",  # 83
-    "test_ghm.py",  # 65
-    "test_ghm_solvers.py",  # 45
-    "test_ghm_credit_line_train.py",  # 37
-    "test_ghm_sweep.py",  # 36
-    "test_cli_fuzz.py",  # 33
-    "test_a2c_distributed.py",  # 30
-    "test_ghm_parallel.py",  # 24
-    "test_hjb_residual.py",  # 21
+    "test_ghm_sweep.py",  # 100
+    "test_ghm.py",  # 45
+    "test_cli_fuzz.py",  # 31
+    "test_signals.py",  # 31
+    "test_ghm_parallel.py",  # 77
+    "test_a2c_distributed.py",  # 25
+    "test_ghm_shell.py",  # 25
+    "test_ppo_train.py",  # 22
+    "test_ghm_solvers.py",  # 22
+    "test_run_shell.py",  # 22
     "test_a2c_shell.py",  # 20
-    "test_signals.py",  # 20
-    "test_run_shell.py",  # 19
-    "test_ppo_train.py",  # 19
-    "test_atari.py",  # 17
-    "test_agent_inputs.py",  # 13
-    "test_forecast_shell.py",  # 11
-    "test_a2c_trainer.py",  # 10
+    "test_hjb_residual.py",  # 18
+    "test_atari.py",  # 16
+    "test_ghm_credit_line_train.py",  # 12
+    "test_forecast_shell.py",  # 12
+    "test_a2c_trainer.py",  # 9
 )
 
 

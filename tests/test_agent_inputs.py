@@ -34,6 +34,7 @@ def ghm(runs):
     from pglab.configs.ghm import GHMTrainConfig
 
     fields = dict(n_trajectories=16, T=0.1, dt=0.01, eval_interval=1000, eval_quick_paths=0, final_eval=False)
+    fields |= dict(plots=False)
     train_ghm(GHMTrainConfig(n_iterations=1, log_dir=runs / "ghm", device="cpu", fd_nodes=400, **fields), **QUIET)
     return pglab.load_checkpoint(runs / "ghm", device="cpu"), torch.tensor([[0.1], [0.5], [1.7]])
 

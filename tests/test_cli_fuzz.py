@@ -92,7 +92,7 @@ WORKDIR_FILES = {
     "binary.yaml": None,  # written as bytes: not UTF-8
     "sweep-train.yaml": (
         "n_trajectories: 8\nT: 0.1\ndt: 0.05\neval_dt: 0.05\neval_interval: 1000\neval_quick_paths: 0\neval_paths: 8\n"
-        "eval_cash: [0.5]\neval_tail_tolerance: 0.5\nfd_nodes: 200\npolicy_hidden_dims: [8]\n"
+        "plots: false\neval_cash: [0.5]\neval_tail_tolerance: 0.5\nfd_nodes: 200\npolicy_hidden_dims: [8]\n"
         "baseline_hidden_dims: [8]\n"
     ),
 }

@@ -35,6 +35,7 @@ TINY = dict(
     eval_interval=1000,
     save_interval=2,
     eval_quick_paths=0,
+    plots=False,
     final_eval=False,
     fd_nodes=400,
     device="cpu",
@@ -332,8 +333,12 @@ def _state(run_dir: Path):
 
 
 def test_train_writes_the_run_directory_and_resume_is_bit_identical(tmp_path):
-    full = train_ghm(GHMTrainConfig(n_iterations=4, log_dir=tmp_path / "full", **TINY), echo=lambda *a, **k: None)
+    full = train_ghm(
+        GHMTrainConfig(n_iterations=4, log_dir=tmp_path / "full", **{**TINY, "plots": True}), echo=lambda *a, **k: None
+    )
     assert full.iterations == 4
+    # one quick check, at the last iteration: its figure (--no-plots draws none, below)
+    assert [p.name for p in (tmp_path / "full" / "plots").iterdir()] == ["policy_value_iter_000004.png"]
     for name in (
         "config.json",
         "metrics.csv",
@@ -353,6 +358,7 @@ def test_train_writes_the_run_directory_and_resume_is_bit_identical(tmp_path):
     for net in ("policy", "baseline"):
         for key, value in a["models"][net].items():
             assert torch.equal(value, b["models"][net][key]), (net, key)
+    assert not (tmp_path / "half" / "plots").exists()
     rows_full = rows_without_perf(tmp_path / "full" / "metrics.csv")
     assert len(rows_full) == 4 and "return/mean" in rows_full[0]
     assert rows_full == rows_without_perf(tmp_path / "half" / "metrics.csv")

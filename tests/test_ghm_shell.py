@@ -43,6 +43,7 @@ TINY_FLAGS = [
     "2",
     "--eval_quick_paths",
     "0",
+    "--no-plots",
     "--no-final-eval",
     "--fd_nodes",
     "400",

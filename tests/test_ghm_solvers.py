@@ -241,6 +241,7 @@ def test_compare_writes_one_table_csv_and_figure_consistent_with_the_runs(tmp_pa
         "final_eval": True,
         "eval_paths": 200,
         "eval_quick_paths": 0,
+        "plots": False,
         "eval_cash": (0.5, 1.0),
         "eval_tail_tolerance": 0.5,
         "n_iterations": 2,

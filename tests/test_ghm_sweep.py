@@ -29,6 +29,7 @@ log_interval: 1
 eval_interval: 1000
 save_interval: 2
 eval_quick_paths: 0
+plots: false
 eval_paths: 16
 eval_cash: [0.5, 1.0]
 eval_tail_tolerance: 0.5

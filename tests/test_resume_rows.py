@@ -81,20 +81,14 @@ def ghm_case(algo: str) -> Case:
         log_interval=LOG_EVERY,
         eval_interval=EVAL_EVERY,
         eval_quick_paths=0,
+        plots=False,
         final_eval=False,
         fd_nodes=200,
         lr_final_fraction=0.2,  # schedules that move every iteration
         device="cpu",
         seed=3,
     )
-    return Case(train_ghm, GHMTrainConfig, fields, "iteration", setup=no_plots)
-
-
-def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The quick checks' figures (seconds each, and no rows) are not drawn."""
-    from pglab.run import ghm_plots
-
-    monkeypatch.setattr(ghm_plots, "plot_policy_value", lambda **kwargs: None)
+    return Case(train_ghm, GHMTrainConfig, fields, "iteration")
 
 
 def a2c_case() -> Case:

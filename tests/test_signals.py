@@ -29,7 +29,7 @@ EXIT_WITHIN_S = 8.0  # inside the 10 s grace period a container runtime gives be
 TRAINERS = {
     "ghm": "ghm --n_iterations 12 --n_trajectories 32 --T 0.5 --dt 0.05 --log_interval 3 --eval_interval 1000 "
     "--save_interval 4 --eval_quick_paths 0 --fd_nodes 400 --eval_paths 16 --eval_tail_tolerance 0.5 --eval_dt 0.05 "
-    "--device cpu",
+    "--no-plots --device cpu",
     "a2c": "a2c --num-envs 4 --update-every 1 --pixel-goal.grid-size 4 --hidden 16 --total-env-steps 96 "
     "--save-interval 20 --device cpu",
     "ppo": "ppo --num-envs 2 --num-steps 32 --num-minibatches 2 --ppo-epochs 2 --hidden-dims 16 --no-tensorboard "

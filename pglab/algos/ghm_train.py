@@ -935,16 +935,17 @@ def _one_state_check(training: GHMTraining, iteration: int) -> dict[str, Any]:
     assert isinstance(model, OneStateGHM) and isinstance(reference, FDReference)  # quick_check's branch
     solution = reference.solution
     data = policy_plot_data(training.policy, training.baseline, model, plot_high(model), training.device)
-    fd_states = solution.grid[solution.grid <= data.states[-1]]
-    plot_policy_value(
-        data=data,
-        iteration=iteration,
-        output=training.run_dir / "plots" / f"policy_value_iter_{iteration:06d}.png",
-        reference_states=fd_states,
-        reference_values=solution.value[: len(fd_states)],
-        reference_controls=solution.controls[: len(fd_states)],
-        title=f"{config.kind} — {training.run_dir}",
-    )
+    if config.plots:
+        fd_states = solution.grid[solution.grid <= data.states[-1]]
+        plot_policy_value(
+            data=data,
+            iteration=iteration,
+            output=training.run_dir / "plots" / f"policy_value_iter_{iteration:06d}.png",
+            reference_states=fd_states,
+            reference_values=solution.value[: len(fd_states)],
+            reference_controls=solution.controls[: len(fd_states)],
+            title=f"{config.kind} — {training.run_dir}",
+        )
     record: dict[str, float | None] = {}
     record["policy/dividend_threshold"] = thresholds_in_cash(
         model, {"dividend_rate": _threshold(data.states, data.rates[:, 0], model.params.a_L_max)}

@@ -436,6 +436,9 @@ class GHMTrainConfig:
     """iterations between metric rows"""
     eval_interval: int = 100
     """iterations between plots and quick value checks"""
+    plots: bool = True
+    """draw the policy figure against the FD optimum at each quick check of a one-state model
+    (plots/policy_value_iter_N.png; --no-plots: the quick checks still log their numbers to eval.csv)"""
     save_interval: int = 100
     """iterations between checkpoints (the last iteration is always saved)"""
     keep_checkpoints: int = 3
@@ -754,6 +757,7 @@ RESUMABLE_FIELDS = frozenset(
         "n_iterations",
         "log_interval",
         "eval_interval",
+        "plots",
         "save_interval",
         "eval_quick_paths",
         "eval_cash",
