@@ -87,7 +87,7 @@ def test_spawn_local_tolerates_only_a_teardown_signal_after_every_rank_saved(
     # that (a signal, every result saved) is a warning; a missing result or an error exit raises.
     import torch.multiprocessing as mp
 
-    def fake_spawn(fn, args, nprocs, join):
+    def fake_start_processes(fn, args, nprocs, join, start_method):
         for rank in range(saved):
             torch.save({"rank": rank}, tmp_path / f"rank{rank}.pt")
         raise mp.ProcessExitedException(
@@ -99,7 +99,7 @@ def test_spawn_local_tolerates_only_a_teardown_signal_after_every_rank_saved(
         )
 
     (tmp_path / "rank1.pt").write_bytes(b"stale")  # left over from an earlier call: must not count
-    monkeypatch.setattr(mp, "spawn", fake_spawn)
+    monkeypatch.setattr(mp, "start_processes", fake_start_processes)
     if tolerated:
         with pytest.warns(RuntimeWarning, match="after every rank had saved"):
             spawn_local(2, {}, str(tmp_path / "init"), str(tmp_path))

@@ -219,6 +219,7 @@ def spawn_local(
     teardown aborted once on a loaded CI machine) is reported as a warning, not an
     error: the training it ran is complete and saved. Any other failure raises.
     """
+    import multiprocessing
     import warnings
 
     import torch.multiprocessing as mp
@@ -226,12 +227,18 @@ def spawn_local(
     outputs = [Path(out_dir) / f"rank{rank}.pt" for rank in range(world_size)]
     for output in outputs:
         output.unlink(missing_ok=True)
+    # forkserver forks the ranks from a server process that has imported torch and this
+    # module once (spawn imported them afresh in every rank: ~7 s of CPU each)
+    start_method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    if start_method == "forkserver":
+        multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", __name__])
     try:
-        mp.spawn(
+        mp.start_processes(
             _spawn_target,
             args=(world_size, config_dict, f"file://{init_file}", out_dir, given),
             nprocs=world_size,
             join=True,
+            start_method=start_method,
         )
     except mp.ProcessExitedException as exc:
         if exc.signal_name is None or not all(output.exists() for output in outputs):
