@@ -188,7 +188,7 @@ def test_a_sweep_killed_with_sigkill_resumes_on_ray_to_the_same_table_as_serial(
     # which must not be the test runner's
     resumed = subprocess.run(
         [sys.executable, "-m", "pglab.cli", "sweep", "ghm", "--resume", str(out), "--backend", "ray"]
-        + ["--max-parallel", "2"],
+        + ["--max-parallel", "1"],
         cwd=REPO,
         env=env,
         capture_output=True,
