@@ -9,6 +9,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # would run only when it waits, and a Ray test took three times as long.
 os.environ.setdefault("RAY_worker_niceness", "0")
 
+from pathlib import Path  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -62,3 +64,38 @@ LONGEST_FIRST = (
 def pytest_collection_modifyitems(items):
     rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
+
+
+# -- Ray ------------------------------------------------------------------------------------------
+# The tests that start Ray run together in one pytest process of their own
+# (tests/test_ghm_parallel.py::test_ray_checks_in_a_process_of_their_own): a Ray driver that
+# loses its raylet (a busy machine's health checks) exits its process, which must not be the
+# test runner's, and one Ray instance serves them all.
+RAY_CHILD = "PGLAB_TEST_RAY_CHILD"  # set in that process
+RAY_TESTS = (
+    "tests/test_ghm_parallel.py::test_ray_backend_in_a_process_of_its_own",
+    "tests/test_ghm_sweep.py::test_a_ray_sweep_gives_the_serial_table",
+)
+ray_child_only = pytest.mark.skipif(
+    os.environ.get(RAY_CHILD) != "1", reason="runs in the Ray process (test_ray_checks_in_a_process_of_their_own)"
+)
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        # Ray workers do not inherit pytest's sys.path; they need it to unpickle the
+        # models defined in the test files.
+        path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONPATH": path}},
+        )
+    yield ray
+    if started:
+        ray.shutdown()

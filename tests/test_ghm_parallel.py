@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import RAY_CHILD, RAY_TESTS, ray_child_only
 
 from pglab.envs.ghm import GHMModel
 from pglab.envs.parallel import SLICE_ALIGN, ParallelTrajectorySimulator, SimulationWorkerError
@@ -245,49 +246,27 @@ def test_hung_worker_times_out_instead_of_hanging():
 # -- Ray --------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray = pytest.importorskip("ray")
-    started = not ray.is_initialized()
-    if started:
-        # Ray workers do not inherit pytest's sys.path; they need it to unpickle the
-        # models defined in this file.
-        path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
-        ray.init(
-            address="local",
-            num_cpus=2,
-            include_dashboard=False,
-            log_to_driver=False,
-            runtime_env={"env_vars": {"PYTHONPATH": path}},
-        )
-    yield ray
-    if started:
-        ray.shutdown()
-
-
-RAY_CHILD = "PGLAB_TEST_RAY_CHILD"  # set in the process that runs the Ray test itself
-
-
 @pytest.mark.slow
 @pytest.mark.dist
 @pytest.mark.timeout(660)
-def test_ray_backend_on_local_2_cpu_instance():
-    """The Ray test below, in a pytest process of its own: a Ray driver that loses its raylet
-    (a busy machine's health checks) exits its process, which must not be the test runner."""
+def test_ray_checks_in_a_process_of_their_own():
+    """The Ray tests (conftest.RAY_TESTS: the simulator's Ray backend below and the sweep on
+    Ray) in one pytest process of their own, on one local Ray instance of 2 CPUs."""
     pytest.importorskip("ray")
+    repo = Path(__file__).resolve().parents[1]
     child = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
-        + [f"{__file__}::test_ray_backend_in_a_process_of_its_own"],
-        cwd=Path(__file__).resolve().parents[1],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", *RAY_TESTS],
+        cwd=repo,
         env={**os.environ, RAY_CHILD: "1"},
         capture_output=True,
         text=True,
         timeout=600,
     )
-    assert child.returncode == 0 and "1 passed" in child.stdout, child.stdout[-3000:] + child.stderr[-2000:]
+    passed = f"{len(RAY_TESTS)} passed"
+    assert child.returncode == 0 and passed in child.stdout, child.stdout[-3000:] + child.stderr[-2000:]
 
 
-@pytest.mark.skipif(os.environ.get(RAY_CHILD) != "1", reason="runs in a process of its own (the test above)")
+@ray_child_only
 @pytest.mark.timeout(180)
 def test_ray_backend_in_a_process_of_its_own(local_ray, tmp_path):
     model, policy = GHMModel(), _policy()

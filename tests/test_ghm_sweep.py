@@ -1,5 +1,6 @@
 """``pglab sweep ghm``: the grid, the table against an independent FD solve, the
-runs as ordinary run directories, resume after SIGKILL, and Ray == serial."""
+runs as ordinary run directories, resume after SIGKILL, and Ray == serial (the Ray sweep runs
+in the Ray process of test_ghm_parallel.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import ray_child_only
 
 from pglab.algos.ghm_sweep import TIMING_COLUMNS, build_trials, calibration_name, calibrations
 from pglab.cli import main as pglab_main
@@ -163,10 +165,8 @@ def test_a_finished_sweep_is_not_redone_and_a_resume_may_not_change_the_grid(ser
 
 @pytest.mark.slow
 @pytest.mark.dist
-def test_a_sweep_killed_with_sigkill_resumes_on_ray_to_the_same_table_as_serial(serial_sweep, tmp_path):
-    """Killed mid-sweep, resumed with --backend ray (one CPU per run): the table equals the
-    uninterrupted serial sweep's, so resume is exact and Ray is bit-identical to serial."""
-    pytest.importorskip("ray")
+def test_a_sweep_killed_with_sigkill_resumes_to_the_same_table(serial_sweep, tmp_path):
+    """Killed mid-sweep and resumed: the table equals the uninterrupted sweep's."""
     out = tmp_path / "killed"
     env = {**os.environ, "PGLAB_NO_PROGRESS": "1"}
     process = subprocess.Popen(
@@ -184,16 +184,15 @@ def test_a_sweep_killed_with_sigkill_resumes_on_ray_to_the_same_table_as_serial(
     process.wait()
     assert not (out / "sweep.csv").exists()
     assert not (out / "runs" / "sigma0.25-mc-s0" / "trial.json").exists()  # the second run still to do
-    # Ray in a process of its own: a Ray driver that loses its raylet exits its process,
-    # which must not be the test runner's
-    resumed = subprocess.run(
-        [sys.executable, "-m", "pglab.cli", "sweep", "ghm", "--resume", str(out), "--backend", "ray"]
-        + ["--max-parallel", "1"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert pglab_main(["sweep", "ghm", "--resume", str(out)]) == 0
+    assert table(out) == table(serial_sweep)
+
+
+@ray_child_only
+@pytest.mark.timeout(300)
+def test_a_ray_sweep_gives_the_serial_table(local_ray, serial_sweep, tmp_path):
+    """The sweep on Ray (one CPU per run; started in the Ray process of
+    test_ghm_parallel.py, on its instance): the serial sweep's table, bit for bit."""
+    out = tmp_path / "ray"
+    assert pglab_main(sweep_argv(tmp_path, out, "--backend", "ray", "--max-parallel", "2")) == 0
     assert table(out) == table(serial_sweep)
