@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,3 +172,16 @@ def run_dir_of(checkpoint: str | Path) -> Path | None:
         return find_run_dir(checkpoint)
     except UsageError:
         return None
+
+
+def warn_rounded_budget(field: str, asked: int, per_step: int, steps: int, step_name: str, per_step_name: str) -> None:
+    """One warning line when a budget of ``asked`` is trained as ``steps`` whole steps of
+    ``per_step`` each (``per_step_name`` says what fixes that size); nothing when it divides."""
+    if asked % per_step == 0:
+        return
+    warnings.warn(
+        f"{field} {asked} is not a whole number of {step_name} ({per_step_name} = {per_step} each): "
+        f"training {steps} {step_name}, {steps * per_step} in all",
+        UserWarning,
+        stacklevel=2,
+    )

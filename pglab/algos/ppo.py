@@ -79,6 +79,7 @@ from pglab.estimators import compute_gae, reward_to_go
 from pglab.losses.ppo_fused import blas_threads
 from pglab.nets.actor_critic import CategoricalActorCritic, GaussianActorCritic, GSDEActorCritic, build_actor_critic
 from pglab.nets.nature_cnn import NatureCNNActorCritic
+from pglab.report import warn_rounded_budget
 from pglab.run.atomic import atomic_write_json
 from pglab.run.checkpoint import load_state_dict_checked
 from pglab.run.config import config_from_dict
@@ -535,6 +536,14 @@ def train_ppo(
     hooks = _Callbacks(list(callbacks))  # rejects an object with neither hook before anything is built
     with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
         config = run.config
+        warn_rounded_budget(
+            "total_steps",
+            config.total_steps,
+            config.batch_size,
+            config.num_iterations(),
+            "iterations",
+            "num_envs x num_steps steps",
+        )
         env = make_env(config.env, config.num_envs, device=run.device, seed=config.seed, **env_options(config))
         try:
             training = build_training(run, config, env)
