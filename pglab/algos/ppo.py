@@ -540,7 +540,7 @@ def train_ppo(
             "total_steps",
             config.total_steps,
             config.batch_size,
-            config.num_iterations(),
+            config.num_iterations,
             "iterations",
             "num_envs x num_steps steps",
         )
