@@ -41,7 +41,8 @@ def train(argv: list[str]) -> int:
 
     result = train_ghm(parsed.config, given=parsed.given, echo=echo_for(as_json))
     if not result.interrupted:
-        emit(train_summary(result.run_dir, result.config.algo, result.iterations), as_json)
+        algo = (result.config or parsed.config).algo  # the resumed run's, where it was resumed
+        emit(train_summary(result.run_dir, algo, result.iterations), as_json)
     return result.exit_code
 
 
