@@ -132,11 +132,8 @@ def echo_for(as_json: bool) -> Callable[..., None]:
 
 def emit(summary: Summary, as_json: bool) -> None:
     """Print the summary on stdout: rendered, or as one JSON document."""
-    if as_json:
-        print(json.dumps(summary.as_json(), default=_jsonable))
-    else:
-        print(summary.render())
-    sys.stdout.flush()
+    text = json.dumps(summary.as_json(), default=_jsonable) if as_json else summary.render()
+    print(text, flush=True)
 
 
 def _jsonable(value: Any) -> Any:
