@@ -98,10 +98,12 @@ SHARED_TRAIN_FLAGS = """shared flags of every trainer:
   --seed N             same seed + config on the CPU: bit-identical run
   --save-interval N    steps between checkpoints (the last step and a stop are always saved)
   --keep-checkpoints N numbered checkpoints kept, the newest (default 3; 0 keeps all)
-  --config FILE.yaml   defaults < YAML < flags"""
+  --config FILE.yaml   defaults < YAML < flags
+  --json               end with one JSON document on stdout instead of the summary"""
 
 SHARED_EVAL_FLAGS = """shared flags of the evaluators:
   --device auto|cpu|cuda[:N]  --output FILE      every evaluator
+  --json                                         one JSON document on stdout instead of the summary
   --episodes N  --seed N  --threads N            every evaluator that samples episodes, instances
                                                  or paths (not forecast, which replays a series)"""
 

@@ -274,11 +274,14 @@ def test_evaluate_output_is_checked_before_the_evaluation(tmp_path, capsys):
     target = tmp_path / "new" / "eval.json"
     assert cli_main(["evaluate", str(run), "--episodes", "1", "--output", str(target)]) == 0
     assert json.loads(target.read_text())["episodes"] == 1
-    # without --output, stdout is the JSON report alone (the summary line goes to stderr)
+    # stdout ends with the summary; with --json it is the JSON report alone
     capsys.readouterr()
     assert cli_main(["evaluate", str(run), "--episodes", "2"]) == 0
     captured = capsys.readouterr()
-    assert json.loads(captured.out)["episodes"] == 2 and "2 episodes  return" in captured.err
+    assert "2 episodes" in captured.out and "result:    deterministic policy mean return" in captured.out
+    assert cli_main(["evaluate", str(run), "--episodes", "2", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["episodes"] == 2
 
 
 def test_extending_a_linear_schedule_warns_that_the_rates_rise(tmp_path, capsys):

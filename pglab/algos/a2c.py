@@ -109,6 +109,7 @@ from pglab.errors import CheckpointError, ConfigError
 from pglab.losses.a2c import a2c_td0_losses
 from pglab.nets.pixel_cnn import PixelActorCriticCNN
 from pglab.nets.stream import StreamActorCritic
+from pglab.report import warn_rounded_budget
 from pglab.run.checkpoint import load_state_dict_checked
 from pglab.run.config import config_from_dict
 from pglab.run.seeding import make_generator
@@ -354,6 +355,15 @@ class A2CTrainer:
         ``any_rank_stops(requested)`` tells whether any rank was asked to stop, so that
         every rank leaves after the same optimiser step."""
         total = self.config.total_opt_steps(self.world_size)
+        per_step = self.config.env_steps_per_opt_step * self.world_size
+        warn_rounded_budget(
+            "total_env_steps",
+            self.config.total_env_steps,
+            per_step,
+            total,
+            "optimiser steps",
+            "num_envs x update_every" + (" x ranks" if self.world_size > 1 else "") + " transitions",
+        )
         last: dict[str, float] = {}
         try:
             for opt_step in run.steps(total, desc="train a2c --algo a2c", unit="opt"):

@@ -355,6 +355,24 @@ def _slices(trials: list[Trial], name: str) -> list[dict[str, float]]:
     return slices
 
 
+THRESHOLD_NAMES = {"barrier": "dividend barrier", "issuance": "issuance point"}
+
+
+def missing_thresholds(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How many runs have no learned dividend barrier / issuance point (their policy pays no
+    dividend, or never issues, on the evaluated cash range): ``{"barrier": n, "issuance": m}``."""
+    return {key: sum(1 for row in rows if row.get(f"{key}_rl") is None) for key in THRESHOLD_NAMES}
+
+
+def missing_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per threshold some runs lack: the figures leave those runs' points out."""
+    return [
+        f"{count} of {len(rows)} runs have no learned {THRESHOLD_NAMES[key]}: not drawn in the statics figures"
+        for key, count in missing_thresholds(rows).items()
+        if count
+    ]
+
+
 def statics_figures(
     rows: list[dict[str, Any]], lines: dict[str, list[dict[str, Any]]], trials: list[Trial], sweep_dir: Path
 ) -> list[Path]:
@@ -396,9 +414,22 @@ def statics_figures(
                         axis.errorbar(
                             xs, means, yerr=spread, fmt="o", capsize=3, label=f"RL {algo} {label}".replace(" base", "")
                         )
-        for axis, title in zip(
-            axes, ("dividend barrier (half the maximal rate)", "issuance point (upper end)"), strict=False
+        missing = missing_thresholds(rows)
+        for axis, title, key in zip(
+            axes,
+            ("dividend barrier (half the maximal rate)", "issuance point (upper end)"),
+            THRESHOLD_NAMES,
+            strict=False,
         ):
+            if missing[key]:
+                axis.text(
+                    0.02,
+                    0.02,
+                    f"{missing[key]} of {len(rows)} runs have no learned {THRESHOLD_NAMES[key]} (not drawn)",
+                    transform=axis.transAxes,
+                    fontsize=7,
+                    color="tab:red",
+                )
             axis.set_xlabel(name)
             axis.set_ylabel("cash")
             axis.set_title(title)
@@ -487,8 +518,9 @@ def resolve_sweep(config: GHMSweepConfig, given: frozenset[str] | None) -> tuple
 
 def run_sweep(
     config: GHMSweepConfig, *, given: frozenset[str] | None = None, echo: Callable[..., None] = print
-) -> list[dict[str, Any]]:
-    """Run (or continue) a sweep; returns the table's rows in the sweep's order."""
+) -> tuple[list[dict[str, Any]], Path]:
+    """Run (or continue) a sweep; returns the table's rows in the sweep's order and the
+    sweep's directory."""
     config, sweep_dir, resumed = resolve_sweep(config, given)
     if not resumed:
         check_sweep_size(config)
@@ -501,7 +533,7 @@ def run_sweep(
             atomic_write_json(
                 sweep_dir / SWEEP_FILE, {"config": config_to_dict(config), "runs": [trial.name for trial in trials]}
             )
-        return _run_trials(config, trials, sweep_dir, echo)
+        return _run_trials(config, trials, sweep_dir, echo), sweep_dir
     finally:
         lock.release()
 
@@ -531,6 +563,8 @@ def _run_trials(
         f"{len(pending)} runs in {time.perf_counter() - started:.1f} s; table {sweep_dir / 'sweep.csv'}"
         + (f"; figures {', '.join(str(path) for path in figures)}" if figures else "")
     )
+    for note in missing_notes(rows) if figures else []:
+        echo(f"note: {note}")
     return rows
 
 

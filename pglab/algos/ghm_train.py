@@ -1001,7 +1001,8 @@ def train_ghm(
 def final_evaluation(training: GHMTraining, iteration: int, echo: Callable[..., None]) -> list[dict[str, Any]]:
     """The deterministic policy against ``V*`` at the evaluation points of ``eval_cash``
     (``eval_paths`` paths each, with a progress bar): writes ``evaluation.json`` /
-    ``evaluation.csv``, prints the table."""
+    ``evaluation.csv``, prints the table (the command's summary follows it: the thresholds,
+    the verdict, the run directory)."""
     config, policy, model, reference = training.config, training.policy, training.model, training.reference
     assert config.absorption is not None  # set by GHMTrainConfig
     points = len(model.evaluation_points(config.eval_cash))
@@ -1043,17 +1044,6 @@ def final_evaluation(training: GHMTraining, iteration: int, echo: Callable[..., 
             f"policy read from a {config.policy_table_points}-point table (largest difference to the network: "
             f"{result.table_error:.1e})"
         )
-
-    def cash_label(value: float | None) -> str:
-        return "none" if value is None else f"{value:.3f}"
-
-    if learned:
-        echo(
-            f"dividend threshold (cash): learned {cash_label(learned['dividend_rate'])}, "
-            f"FD {cash_label(fd_thresholds['dividend_rate'])}; issuance below: learned "
-            f"{cash_label(learned['issuance_rate'])}, FD {cash_label(fd_thresholds['issuance_rate'])}"
-        )
-    echo(f"run directory: {training.run_dir}")
     return rows
 
 

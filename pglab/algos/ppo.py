@@ -79,6 +79,7 @@ from pglab.estimators import compute_gae, reward_to_go
 from pglab.losses.ppo_fused import blas_threads
 from pglab.nets.actor_critic import CategoricalActorCritic, GaussianActorCritic, GSDEActorCritic, build_actor_critic
 from pglab.nets.nature_cnn import NatureCNNActorCritic
+from pglab.report import warn_rounded_budget
 from pglab.run.atomic import atomic_write_json
 from pglab.run.checkpoint import load_state_dict_checked
 from pglab.run.config import config_from_dict
@@ -452,6 +453,10 @@ class PPORunResult:
     """the command's exit code: 0, or :data:`pglab.errors.EXIT_INTERRUPTED` after a stop"""
     stopped_by_callback: bool = False
     """a callback returned ``False`` (the run stopped early with a checkpoint; ``interrupted`` is set too)"""
+    random_policy: dict[str, float] | None = None
+    """:func:`random_reference` on the evaluation's episodes (``None`` where there was no evaluation)"""
+    last_return: float | None = None
+    """mean return of the training episodes of the last logged iteration (``None``: none ended)"""
 
 
 @dataclass
@@ -474,6 +479,8 @@ class PPOTraining:
     """the episodes that ended since the last metric row"""
     obs: Value
     """the current observations ``[N, *obs_shape]``, as the policy sees them"""
+    last_return: float | None = None
+    """mean return of the episodes that ended in the last logged iteration (this process's)"""
 
 
 @dataclass
@@ -529,13 +536,26 @@ def train_ppo(
     hooks = _Callbacks(list(callbacks))  # rejects an object with neither hook before anything is built
     with TrainingRun(SPEC, config, given=given, echo=echo, stop_after=stop_after) as run:
         config = run.config
+        warn_rounded_budget(
+            "total_steps",
+            config.total_steps,
+            config.batch_size,
+            config.num_iterations,
+            "iterations",
+            "num_envs x num_steps steps",
+        )
         env = make_env(config.env, config.num_envs, device=run.device, seed=config.seed, **env_options(config))
         try:
             training = build_training(run, config, env)
             train_seconds = train_iterations(run, config, training, hooks)
         finally:
             env.close()
-        evaluation = final_evaluation(run, config, training.agent, echo)
+        evaluation = final_evaluation(run, config, training.agent)
+        random_policy = None
+        if evaluation is not None:
+            random_policy = random_reference(
+                training.agent, config.env, episodes=config.eval_episodes, seed=config.seed + 10_000, device=run.device
+            )
         run.finish(
             {
                 "env_steps": run.counters["env_steps"],
@@ -551,6 +571,8 @@ def train_ppo(
         interrupted=run.interrupted,
         exit_code=run.exit_code,
         stopped_by_callback=hooks.stop,
+        random_policy=random_policy,
+        last_return=training.last_return,
     )
 
 
@@ -859,15 +881,15 @@ def log_row(
     logged = run.log(iteration, row)
     training.episodes.reset()
     mean_return = logged["return/mean"]
+    if not math.isnan(mean_return):
+        training.last_return = mean_return
     run.set_postfix(
         ret="-" if math.isnan(mean_return) else f"{mean_return:.1f}",
         kl=f"{logged.get('stats/approx_kl', 0.0):.4f}",
     )
 
 
-def final_evaluation(
-    run: TrainingRun, config: PPOConfig, agent: PPOAgent, echo: Callable[..., None]
-) -> dict[str, float] | None:
+def final_evaluation(run: TrainingRun, config: PPOConfig, agent: PPOAgent) -> dict[str, float] | None:
     """The deterministic policy on ``eval_episodes`` held-out seeds, written to
     ``evaluation.json`` (``None``: no evaluation asked for, or the run was stopped)."""
     if config.eval_episodes <= 0 or run.interrupted:
@@ -877,10 +899,6 @@ def final_evaluation(
     )
     counters = {"iteration": int(run.counters["iteration"]), "env_steps": int(run.counters["env_steps"])}
     atomic_write_json(run.run_dir / "evaluation.json", {**counters, **evaluation})
-    echo(
-        f"evaluation ({config.eval_episodes} episodes, deterministic): {describe_returns(evaluation)}; "
-        f"run directory: {run.run_dir}"
-    )
     return evaluation
 
 
@@ -897,6 +915,41 @@ def describe_returns(evaluation: dict[str, float]) -> str:
 # --------------------------------------------------------------------------------------
 # Evaluation
 # --------------------------------------------------------------------------------------
+class UniformRandomAgent:
+    """Uniformly random actions in an agent's action space: the reference its returns are
+    judged against (:func:`random_reference`). Discrete actions uniformly over the actions,
+    Box actions uniformly in ``[low, high]``."""
+
+    def __init__(self, agent: PPOAgent):
+        self.config, self.action, self.obs_dim = agent.config, agent.action, agent.obs_dim
+
+    def act(self, obs: torch.Tensor, deterministic: bool = True, generator: torch.Generator | None = None):
+        count = obs.shape[0]
+        if self.action.kind == "discrete":
+            return torch.randint(self.action.size, (count,), generator=generator, device=obs.device)
+        assert self.action.low is not None and self.action.high is not None  # random_reference checks
+        low, high = (
+            torch.tensor(b, dtype=torch.float32, device=obs.device) for b in (self.action.low, self.action.high)
+        )
+        shape = (count, *self.action.shape)
+        uniform = torch.rand(shape, generator=generator, device=obs.device)
+        return low.reshape(self.action.shape) + (high - low).reshape(self.action.shape) * uniform
+
+
+def random_reference(
+    agent: PPOAgent, env_spec: str, *, episodes: int, seed: int, device: torch.device | str = "cpu"
+) -> dict[str, float] | None:
+    """:func:`evaluate_agent` of :class:`UniformRandomAgent` on the same episodes (same env
+    seed); ``None`` for a Box action space with an infinite bound (no uniform distribution)."""
+    action = agent.action
+    if action.kind == "continuous" and not all(
+        math.isfinite(b) for b in (*(action.low or [math.inf]), *(action.high or [math.inf]))
+    ):
+        return None
+    random_agent: Any = UniformRandomAgent(agent)
+    return evaluate_agent(random_agent, env_spec, episodes=episodes, seed=seed, device=device)
+
+
 def evaluate_agent(
     agent: PPOAgent,
     env_spec: str,

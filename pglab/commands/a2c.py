@@ -6,10 +6,12 @@
     pglab evaluate CHECKPOINT [--episodes 2000] [--num-envs 256] [--policy trained|random]
                     [--stochastic] [--seed 12345] [--device auto] [--output FILE]
 
-``evaluate`` prints one JSON object (mean return and length; the success rate where the
-environment defines success, :mod:`pglab.envs.base`) and writes it
-to ``--output``, or to ``RUN_DIR/evaluation_<policy>.json`` when the checkpoint lies in a
-run directory.
+``evaluate`` measures the policy (mean return and length; the success rate where the
+environment defines success, :mod:`pglab.envs.base`) and, as its reference, a uniformly
+random policy on the same episodes' starts; it writes the policy's result to ``--output``, or
+to ``RUN_DIR/evaluation_<policy>.json`` when the checkpoint lies in a run directory, and
+ends with the summary (``--json``: one JSON document, the result with ``random_policy`` and
+``summary`` added).
 
 Only the torch-free configs (:mod:`pglab.configs.a2c`) are imported before the flags are
 parsed, so ``--help`` never imports torch.
@@ -19,11 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
-import sys
 from typing import Any
 
 from pglab.configs.a2c import KIND, STREAM_AC_KIND, A2CEvaluateConfig, A2CTrainConfig
+from pglab.report import Figure, Summary, echo_for, emit, evaluate_command, split_json_flag
 from pglab.run.config import parse_flags
 from pglab.validation import check_new_run_dir, check_output_file
 
@@ -46,6 +47,7 @@ def trainer_kind(config: A2CTrainConfig) -> str:
 
 
 def train(argv: list[str]) -> int:
+    as_json, argv = split_json_flag(argv)
     parsed = parse_flags(
         A2CTrainConfig,
         argv,
@@ -58,38 +60,90 @@ def train(argv: list[str]) -> int:
         from pglab.algos.a2c import self_test
 
         return self_test()
-    module_name, function_name = TRAINERS[trainer_kind(config)].split(":")
+    kind = trainer_kind(config)
+    module_name, function_name = TRAINERS[kind].split(":")
     train_fn = getattr(importlib.import_module(module_name), function_name)
-    result = train_fn(config, given=parsed.given, echo=print)
-    print(json.dumps({k: v for k, v in result.items() if k != "last"} | {"last": result["last"]}, default=str))
+    result = train_fn(config, given=parsed.given, echo=echo_for(as_json))
+    if not result["interrupted"]:
+        emit(train_summary(result, kind), as_json)
     return int(result["exit_code"])
 
 
+def train_summary(result: dict[str, Any], kind: str) -> Summary:
+    """The training episodes of the last logged optimiser step (return, success rate where the
+    environment defines success); the random-policy reference is ``pglab evaluate``'s."""
+    last, run_dir = result["last"], result["run_dir"]
+    figures = [Figure("mean return of the last training episodes", last.get("return/mean"), ".3f")]
+    if "episode/success_rate" in last:
+        figures.append(Figure("success rate", _percent(last["episode/success_rate"]), ".1f", "%"))
+    return Summary(
+        f"pglab train a2c ({kind}): {result['opt_steps']} optimiser steps, {result['env_steps']} transitions",
+        figures,
+        notes=["reference: pglab evaluate RUN measures the trained policy beside a random policy"],
+        run_dir=run_dir,
+        next=evaluate_command(run_dir),
+        details={key: value for key, value in result.items() if key != "last"} | {"last": last},
+    )
+
+
+def _percent(rate: float | None) -> float | None:
+    return None if rate is None else 100.0 * rate
+
+
 def evaluate(argv: list[str]) -> int:
+    as_json, argv = split_json_flag(argv)
     config = parse_flags(A2CEvaluateConfig, argv, prog="pglab evaluate").config
     check_output_file("output", config.output)
 
     import torch
 
-    from pglab.algos.a2c import KINDS, agent_from_checkpoint, evaluate_policy
+    from pglab.algos.a2c import KINDS, agent_from_checkpoint
     from pglab.errors import UsageError
     from pglab.run.atomic import atomic_write_json
     from pglab.run.checkpoint import load_checkpoint_file
     from pglab.run.device import resolve_device
     from pglab.run.rundir import find_run_dir
-    from pglab.run.seeding import make_generator
 
     device = resolve_device(config.device)
     if config.threads:
         torch.set_num_threads(config.threads)
     checkpoint = load_checkpoint_file(config.checkpoint, kinds=KINDS, map_location=device)
     agent = agent_from_checkpoint(checkpoint, device=device)
+    result: dict[str, Any] = {
+        **run_policy(config, agent, config.policy, device),
+        "policy": config.policy,
+        "deterministic": not config.stochastic,
+        "checkpoint": checkpoint["path"],
+        "opt_steps": agent.counters.get("opt_steps"),
+        "env_steps": agent.counters.get("env_steps"),
+        "env": agent.config.env,
+    }
+    random = result if config.policy == "random" else run_policy(config, agent, "random", device)
+    run_dir = None
+    if config.output is not None:
+        atomic_write_json(config.output, result)
+    else:
+        with contextlib.suppress(UsageError):  # a checkpoint outside a run directory: printed only
+            run_dir = find_run_dir(checkpoint["path"])
+            atomic_write_json(run_dir / f"evaluation_{config.policy}.json", result)
+    emit(evaluate_summary(config, result, random, run_dir), as_json)
+    return 0
+
+
+def run_policy(config: A2CEvaluateConfig, agent: Any, policy: str, device: Any) -> dict[str, Any]:
+    """``evaluate_policy`` of the trained policy or of uniform random actions, on environments
+    seeded with ``config.seed`` (the same episodes' starts for both)."""
+    import torch
+
+    from pglab.algos.a2c import evaluate_policy
+    from pglab.run.seeding import make_generator
+
     env = agent.make_env(config.num_envs, seed=config.seed, device=device)
     generator = make_generator(config.seed + 1, device)
     spec = env.action_spec
 
     def act(obs: torch.Tensor) -> torch.Tensor:
-        if config.policy == "trained":
+        if policy == "trained":
             return agent.act(obs, deterministic=not config.stochastic, generator=generator)
         if spec.kind == "discrete":
             return torch.randint(
@@ -99,20 +153,26 @@ def evaluate(argv: list[str]) -> int:
         uniform = torch.rand((env.num_envs, *spec.shape), generator=generator, device=device)
         return low + (high - low) * uniform  # uniform over the action box
 
-    result: dict[str, Any] = {
-        **evaluate_policy(act, env, episodes=config.episodes, desc=f"evaluate a2c ({config.policy})"),
-        "policy": config.policy,
-        "deterministic": not config.stochastic,
-        "checkpoint": checkpoint["path"],
-        "opt_steps": agent.counters.get("opt_steps"),
-        "env_steps": agent.counters.get("env_steps"),
-        "env": agent.config.env,
-    }
-    print(json.dumps(result))
-    if config.output is not None:
-        atomic_write_json(config.output, result)
-    else:
-        with contextlib.suppress(UsageError):  # a checkpoint outside a run directory: printed only
-            atomic_write_json(find_run_dir(checkpoint["path"]) / f"evaluation_{config.policy}.json", result)
-    sys.stdout.flush()
-    return 0
+    return evaluate_policy(act, env, episodes=config.episodes, desc=f"evaluate a2c ({policy})")
+
+
+def evaluate_summary(
+    config: A2CEvaluateConfig, result: dict[str, Any], random: dict[str, Any], run_dir: Any
+) -> Summary:
+    """The policy's mean return and success rate beside a random policy's on the same
+    episodes' starts (no target: no verdict)."""
+
+    def figures(values: dict[str, Any], who: str) -> list[Figure]:
+        shown = [Figure(f"{who} mean return", values["return_mean"], ".3f")]
+        if "success_rate" in values:
+            shown.append(Figure(f"{who} success rate", _percent(values["success_rate"]), ".1f", "%"))
+        return shown
+
+    mode = "stochastic" if config.stochastic else "deterministic"
+    return Summary(
+        f"pglab evaluate {result['checkpoint']} ({result['env']}, {result['episodes']} episodes, seed {config.seed})",
+        figures(result, f"{config.policy} ({mode})" if config.policy == "trained" else "random"),
+        figures(random, "random policy"),
+        run_dir=run_dir,
+        details={**result, "random_policy": random},
+    )

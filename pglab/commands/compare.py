@@ -30,14 +30,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pglab.configs.ghm import CompareConfig
+from pglab.configs.ghm import TARGET_PCT, CompareConfig
 from pglab.errors import UsageError
 from pglab.run.config import parse_flags
 from pglab.validation import check_output_path
 
 __all__ = ["CompareConfig", "compare", "comparison_plot_data", "comparison_table", "plot_comparison", "summarize_run"]
-
-TARGET_PCT = 98.0  # the solvers' target: >= 98 % of V* at every initial cash
 
 
 def _quick_check_min(row: dict[str, str]) -> str:
@@ -177,7 +175,7 @@ def comparison_table(rows: list[dict[str, Any]], config: CompareConfig) -> tuple
 
 
 def _axis_range(values: list[float]) -> tuple[float, float]:
-    """A % of V* axis that shows all the data and the 97 % target in context: from
+    """A % of V* axis that shows all the data and the target (:data:`TARGET_PCT`) in context: from
     ``min(90, lowest - 2)`` (not below 0) to ``max(101, highest + 1)``."""
     low = min([90.0] + [v - 2.0 for v in values])
     high = max([101.0] + [v + 1.0 for v in values])
@@ -187,7 +185,7 @@ def _axis_range(values: list[float]) -> tuple[float, float]:
 def comparison_plot_data(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The numbers and labels of ``comparison.png``.
 
-    Returns a dict with ``title``; ``target`` (97) and ``target_label``; ``curves``: per
+    Returns a dict with ``title``; ``target`` (:data:`TARGET_PCT`) and ``target_label``; ``curves``: per
     run ``{"label", "wall_time", "pct"}`` (the quick checks' worst-point % of V* against
     training wall-clock, from eval.csv); ``bars``: per run ``{"label", "pct"}`` (% of V*
     at each of ``cash`` in the final evaluation); ``curve_ylim`` and ``bar_ylim``. Labels

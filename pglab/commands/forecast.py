@@ -7,7 +7,6 @@ are parsed, so ``--help`` stays fast.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pglab.configs.forecast import (
@@ -16,6 +15,7 @@ from pglab.configs.forecast import (
     ForecastModelEvaluateConfig,
     ForecastTrainConfig,
 )
+from pglab.report import Figure, Summary, echo_for, emit, evaluate_command, run_dir_of, split_json_flag
 from pglab.validation import check_new_run_dir, check_output_file, check_output_path
 
 
@@ -24,6 +24,7 @@ def train(argv: list[str]) -> int:
     """``pglab train forecast [FLAGS]``."""
     from pglab.run.config import parse_flags
 
+    as_json, argv = split_json_flag(argv)
     parsed = parse_flags(
         ForecastTrainConfig,
         argv,
@@ -34,11 +35,52 @@ def train(argv: list[str]) -> int:
     check_output_file("output", parsed.config.output)
     from pglab.algos.forecast import train_forecast
 
-    result = train_forecast(parsed.config, given=parsed.given)
+    result = train_forecast(parsed.config, given=parsed.given, echo=echo_for(as_json))
     if not result["interrupted"]:
-        brief = {k: v for k, v in result["summary"].items() if k not in ("rewards_history", "epoch_results")}
-        print(json.dumps({**brief, "outputs": result["outputs"], "run_dir": result["run_dir"]}, indent=2))
+        emit(train_summary(result, parsed.config.algo), as_json)
     return result["exit_code"]
+
+
+def train_summary(result: dict[str, Any], algo: str) -> Summary:
+    """The learner's mean reward over its last episodes; its forecasts are judged against a
+    random walk by ``pglab evaluate RUN`` (out of sample)."""
+    brief = {k: v for k, v in result["summary"].items() if k not in ("rewards_history", "epoch_results")}
+    figures = [Figure(key.replace("_", " "), value, ".4f") for key, value in brief.items() if "mean_reward" in key]
+    epochs = result["summary"].get("epoch_results") or []
+    if epochs:  # RARL: the last epoch's mean reward, and which player learned in it
+        last = epochs[-1]
+        figures.append(
+            Figure(f"mean reward of the last epoch ({last['training']} learning)", last["mean_reward"], ".4f")
+        )
+    run_dir = result["run_dir"]
+    return Summary(
+        f"pglab train forecast ({algo}): {brief.get('n_episodes', brief.get('total_epochs'))} episodes",
+        figures,
+        notes=["reference: pglab evaluate RUN compares the forecasts with a random walk's, out of sample"],
+        run_dir=run_dir,
+        next=evaluate_command(run_dir),
+        details={**brief, "outputs": result["outputs"], "run_dir": run_dir},
+    )
+
+
+def evaluate_summary(title: str, result: dict[str, Any], run_dir: Any = None) -> Summary:
+    """Forecast errors (MAE, RMSE) on the evaluated rows beside the random walk's (the
+    previous value as the forecast) on the same rows, clean and, where an adversary
+    played, attacked. No target: no verdict."""
+    figures, reference = [], []
+    for name in ("clean", "attacked", "best_response"):
+        part = result.get(name)
+        if not isinstance(part, dict) or "mae" not in part:
+            continue
+        label = "" if name == "clean" else f"{name.replace('_', ' ')} "
+        figures += [Figure(f"{label}MAE", part["mae"], ".4f"), Figure(f"{label}RMSE", part["rmse"], ".4f")]
+        reference += [
+            Figure(f"random walk {label}MAE", part["mae_random_walk"], ".4f"),
+            Figure(f"random walk {label}RMSE", part["rmse_random_walk"], ".4f"),
+        ]
+    rows = result.get("rows")
+    where = f", rows {rows[0]}..{rows[1] - 1}" if isinstance(rows, list) and len(rows) == 2 else ""
+    return Summary(f"{title} ({result['series']}{where})", figures, reference, run_dir=run_dir, details=result)
 
 
 # --- evaluate ----------------------------------------------------------------------------------
@@ -46,6 +88,7 @@ def evaluate(argv: list[str]) -> int:
     """``pglab evaluate forecast --model PATH [--adversary PATH] [FLAGS]``."""
     from pglab.run.config import parse_config
 
+    as_json, argv = split_json_flag(argv)
     config = parse_config(
         ForecastModelEvaluateConfig,
         argv,
@@ -61,7 +104,7 @@ def evaluate(argv: list[str]) -> int:
     result = evaluate_model(config)
     if config.output is not None:
         atomic_write_json(config.output, result)
-    print(json.dumps(result, indent=2))
+    emit(evaluate_summary(f"pglab evaluate forecast --model {config.model}", result), as_json)
     return 0
 
 
@@ -69,6 +112,7 @@ def evaluate_checkpoint(argv: list[str]) -> int:
     """``pglab evaluate CHECKPOINT [FLAGS]`` for checkpoints of kind ``forecast-*``."""
     from pglab.run.config import parse_config
 
+    as_json, argv = split_json_flag(argv)
     config = parse_config(
         ForecastEvaluateConfig,
         argv,
@@ -92,7 +136,7 @@ def evaluate_checkpoint(argv: list[str]) -> int:
     )
     if config.output is not None:
         atomic_write_json(config.output, result)
-    print(json.dumps(result, indent=2))
+    emit(evaluate_summary(f"pglab evaluate {config.checkpoint}", result, run_dir_of(config.checkpoint)), as_json)
     return 0
 
 

@@ -13,7 +13,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pglab.configs.ghm import GHMEvaluateConfig, GHMSolveConfig, GHMTrainConfig
+from pglab.configs.ghm import TARGET_PCT, GHMEvaluateConfig, GHMSolveConfig, GHMTrainConfig
+from pglab.report import Figure, Summary, echo_for, emit, evaluate_command, run_dir_of, split_json_flag, verdict
 from pglab.run.config import parse_flags
 from pglab.validation import check_new_run_dir, check_output_file, check_output_path
 
@@ -28,6 +29,7 @@ def train(argv: list[str]) -> int:
 
     Returns the run's exit code: 0, or 130 (:data:`pglab.errors.EXIT_INTERRUPTED`) after
     SIGINT/SIGTERM (a checkpoint was saved; continue with ``--resume``)."""
+    as_json, argv = split_json_flag(argv)
     parsed = parse_flags(
         GHMTrainConfig,
         argv,
@@ -37,8 +39,71 @@ def train(argv: list[str]) -> int:
     check_new_run_dir(parsed.config)
     from pglab.algos.ghm_train import train_ghm
 
-    result = train_ghm(parsed.config, given=parsed.given)
+    result = train_ghm(parsed.config, given=parsed.given, echo=echo_for(as_json))
+    if not result.interrupted:
+        algo = (result.config or parsed.config).algo  # the resumed run's, where it was resumed
+        emit(train_summary(result.run_dir, algo, result.iterations), as_json)
     return result.exit_code
+
+
+def train_summary(run_dir: Path, algo: str, iterations: int) -> Summary:
+    """A finished run's summary, from its ``evaluation.json`` (the final evaluation) or,
+    with ``--no-final-eval``, its ``summary.json``."""
+    title = f"pglab train ghm ({algo}): {iterations} iterations"
+    evaluation_file = run_dir / "evaluation.json"
+    if not evaluation_file.exists():  # --no-final-eval: the training return only
+        summary = json.loads((run_dir / "summary.json").read_text())
+        return Summary(
+            title,
+            [Figure("mean discounted payout of the last training batch", summary.get("return/mean"))],
+            notes=["no final evaluation (--no-final-eval): pglab evaluate RUN values the policy against V*"],
+            run_dir=run_dir,
+            next=evaluate_command(run_dir),
+            details={"run_dir": str(run_dir), "iterations": iterations, "summary.json": summary},
+        )
+    evaluation = json.loads(evaluation_file.read_text())
+    return optimum_summary(
+        title,
+        evaluation["rows"],
+        run_dir=run_dir,
+        thresholds=(evaluation.get("learned_thresholds") or {}, evaluation.get("fd_thresholds") or {}),
+        next_command=evaluate_command(run_dir),
+        details={"run_dir": str(run_dir), "iterations": iterations, "evaluation": evaluation},
+    )
+
+
+def optimum_summary(
+    title: str,
+    rows: list[dict[str, Any]],
+    *,
+    run_dir: Path | None,
+    next_command: str | None,
+    details: dict[str, Any],
+    thresholds: tuple[dict[str, Any], dict[str, Any]] | None = None,
+) -> Summary:
+    """GHM's headline: the worst % of V* over the initial states (simulated, and exact where
+    the policy was valued by FD), judged against the target of :data:`TARGET_PCT`; the
+    learned dividend barrier and issuance point beside the FD ones (no target: no verdict)."""
+    worst = min(row["pct_of_optimum"] for row in rows)
+    result = [Figure(f"worst % of V* over {len(rows)} initial states", worst, ".2f", "%")]
+    exact = [row["exact_pct_of_optimum"] for row in rows if "exact_pct_of_optimum" in row]
+    if exact:
+        result.append(Figure("exact (FD policy evaluation)", min(exact), ".2f", "%"))
+    reference = [Figure("V* (finite-difference optimum)", 100.0, ".0f", "%")]
+    learned, fd = thresholds or ({}, {})
+    if learned or fd:
+        for key, name in (("dividend_rate", "dividend barrier"), ("issuance_rate", "issuance below")):
+            result.append(Figure(f"{name} (cash)", learned.get(key), ".3f"))
+            reference.append(Figure(f"FD {name}", fd.get(key), ".3f"))
+    return Summary(
+        title,
+        result,
+        reference,
+        verdict=verdict(f">= {TARGET_PCT:g}% of V* at every initial state", worst >= TARGET_PCT, f"worst {worst:.2f}%"),
+        run_dir=run_dir,
+        next=next_command,
+        details=details,
+    )
 
 
 def evaluate(argv: list[str]) -> int:
@@ -161,7 +226,8 @@ def _evaluate_agent(
 
 
 def _write_report(config: GHMEvaluateConfig, report: dict[str, Any], table: str) -> None:
-    """``--output`` (JSON), and the report on stdout: JSON (``--json``) or the table."""
+    """``--output`` (JSON), and on stdout the table and the summary, or (``--json``) the
+    report with the summary as one JSON document."""
     from pglab.errors import ConfigError
     from pglab.run.atomic import atomic_write_json
 
@@ -170,13 +236,20 @@ def _write_report(config: GHMEvaluateConfig, report: dict[str, Any], table: str)
             atomic_write_json(config.output, report)
         except OSError as error:
             raise ConfigError("output", str(config.output), f"cannot be written: {error.strerror or error}") from error
-    if config.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(f"{report['checkpoint']} ({report['kind']}, iteration {report['iteration']})")
+    if not config.json:
         print(table)
     if config.output is not None:
         print(f"wrote {config.output}", file=sys.stderr)
+    run_dir = run_dir_of(report["checkpoint"])
+    summary = optimum_summary(
+        f"pglab evaluate {report['checkpoint']} ({report['kind']}, iteration {report['iteration']}, "
+        f"{report['policy']} policy)",
+        report["rows"],
+        run_dir=run_dir,
+        next_command=None,
+        details=report,
+    )
+    emit(summary, config.json)
 
 
 def solve(argv: list[str]) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 from pglab.configs.maxk import MaxKEvalConfig, MaxKPOMOTrainConfig
 from pglab.errors import UsageError
 from pglab.extras import require
+from pglab.report import Figure, Summary, echo_for, emit, evaluate_command, run_dir_of, split_json_flag
 from pglab.run.config import parse_flags
 from pglab.validation import check_new_run_dir, check_output_file
 
@@ -25,6 +26,7 @@ def _require_co() -> None:
 
 def train(argv: list[str]) -> int:
     """``pglab train maxk-pomo [FLAGS]``; 0, or 130 after SIGINT/SIGTERM (checkpoint saved)."""
+    as_json, argv = split_json_flag(argv)
     parsed = parse_flags(
         MaxKPOMOTrainConfig, argv, prog="pglab train maxk-pomo", description=MaxKPOMOTrainConfig.__doc__
     )
@@ -32,15 +34,51 @@ def train(argv: list[str]) -> int:
     _require_co()
     from pglab.algos.maxk_train import train_maxk_pomo
 
-    result = train_maxk_pomo(parsed.config, given=parsed.given)
-    last, config = result["last"], result["config"]
-    if "stats/tour_length" in last:
-        print(
-            f"step {result['step']}: mean tour length {last['stats/tour_length']:.4f}, "
-            f"best of {config.num_loc} {last['stats/best_of_n_tour_length']:.4f}"
-        )
-    print(f"run directory: {result['run_dir']}")
+    result = train_maxk_pomo(parsed.config, given=parsed.given, echo=echo_for(as_json))
+    if not result["interrupted"]:
+        emit(train_summary(result), as_json)
     return result["exit_code"]
+
+
+def train_summary(result: dict[str, Any]) -> Summary:
+    """The last logged batch's mean and best-of-n tour lengths; the gap to the optimal tour
+    (elkai) is ``pglab evaluate RUN``'s."""
+    last, config, run_dir = result["last"], result["config"], result["run_dir"]
+    figures = []
+    if "stats/tour_length" in last:
+        figures = [
+            Figure("mean tour length (last batch)", last["stats/tour_length"], ".4f"),
+            Figure(f"best of {config.num_loc}", last["stats/best_of_n_tour_length"], ".4f"),
+        ]
+    return Summary(
+        f"pglab train maxk-pomo: {result['step']} steps",
+        figures,
+        notes=["the gap to the optimal tour (elkai): pglab evaluate RUN"],
+        run_dir=run_dir,
+        next=evaluate_command(run_dir),
+        details={"run_dir": str(run_dir), "step": result["step"], "last": last},
+    )
+
+
+def evaluate_summary(rows: list[dict[str, Any]], run_dir: Any) -> Summary:
+    """Each model's max@k tour length (and gap to the elkai reference where computed); the
+    reference is elkai's tour. No target: no verdict."""
+    has_gap = "maxk_gap_pct" in rows[0]
+    k = rows[0]["k"]
+    result = []
+    for row in rows:
+        result.append(Figure(f"{row['label']} max@{k} tour", row["maxk_length"], ".4f"))
+        if has_gap:
+            result.append(Figure("gap to elkai", row["maxk_gap_pct"], ".2f", "%"))
+    reference = [Figure("elkai (LKH) tour", rows[0]["reference_length"], ".4f")] if has_gap else []
+    return Summary(
+        f"pglab evaluate maxk-pomo: TSP{rows[0]['num_loc']}, {rows[0]['num_instances']} instances",
+        result,
+        reference,
+        notes=[] if has_gap else ["no optimal reference computed (elkai not installed)"],
+        run_dir=run_dir,
+        details={"rows": rows},
+    )
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
@@ -78,6 +116,7 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
 
 def evaluate(argv: list[str]) -> int:
     """``pglab evaluate maxk-pomo --checkpoints RUN [RUN ...] [FLAGS]``."""
+    as_json, argv = split_json_flag(argv)
     config = parse_flags(
         MaxKEvalConfig, argv, prog="pglab evaluate maxk-pomo", description=MaxKEvalConfig.__doc__
     ).config
@@ -85,13 +124,15 @@ def evaluate(argv: list[str]) -> int:
     _require_co()
     from pglab.algos.maxk_pomo import evaluate_models
 
-    rows = evaluate_models(config)
-    print(format_rows(rows))
+    rows = evaluate_models(config, echo=echo_for(as_json))
+    echo_for(as_json)(format_rows(rows))
     if config.output is not None:
         from pglab.run.atomic import atomic_write_json
         from pglab.run.config import config_to_dict
 
         atomic_write_json(config.output, {"rows": rows, "config": config_to_dict(config)})
+    run_dir = run_dir_of(config.checkpoints[0]) if len(config.checkpoints) == 1 else None
+    emit(evaluate_summary(rows, run_dir), as_json)
     return 0
 
 

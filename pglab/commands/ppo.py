@@ -6,12 +6,14 @@ imports torch, so ``--help`` (and a flag error) answers at once.
 
 from __future__ import annotations
 
-import json
+import math
 import sys
 from dataclasses import replace
+from typing import Any
 
 from pglab.configs.ppo import PPOConfig, PPOEvaluateConfig  # noqa: F401  (PPOEvaluateConfig: re-exported)
 from pglab.errors import EXIT_OK, ConfigError, UsageError
+from pglab.report import Figure, Summary, echo_for, emit, evaluate_command, run_dir_of, split_json_flag
 from pglab.run.config import parse_flags
 from pglab.validation import check_new_run_dir, check_output_file
 
@@ -104,6 +106,7 @@ def train(argv: list[str]) -> int:
 
     Returns the run's exit code: 0, or 130 (:data:`pglab.errors.EXIT_INTERRUPTED`) when
     SIGINT/SIGTERM stopped it after saving a checkpoint."""
+    as_json, argv = split_json_flag(argv)
     config, given = train_config(argv)
     check_new_run_dir(config)
     from pglab.envs.wrappers import load_wrappers
@@ -111,8 +114,49 @@ def train(argv: list[str]) -> int:
     load_wrappers(config.env_wrappers)  # an import error is a one-line usage error, before anything is created
     from pglab.algos.ppo import train_ppo
 
-    result = train_ppo(config, given=given, echo=print)
+    result = train_ppo(config, given=given, echo=echo_for(as_json))
+    if not result.interrupted:
+        emit(train_summary(result, config), as_json)
     return result.exit_code
+
+
+def returns_figures(evaluation: dict[str, float], who: str) -> list[Figure]:
+    """Mean return (± its standard error) of an ``evaluate_agent`` result."""
+    sem = evaluation["return/sem"]
+    note = f"(± {sem:.2f} s.e., {int(evaluation['episodes'])} episodes)" if not math.isnan(sem) else ""
+    return [Figure(f"{who} mean return", evaluation["return/mean"], ".2f", note=note)]
+
+
+def train_summary(result: Any, config: PPOConfig) -> Summary:
+    """The final evaluation (deterministic) beside a random policy on the same episodes, or
+    without one (``eval_episodes 0``) the last training episodes' mean return."""
+    title = f"pglab train ppo ({config.algo}, {config.env}): {result.iterations} iterations, {result.env_steps} steps"
+    details = {
+        "run_dir": str(result.run_dir),
+        "iterations": result.iterations,
+        "env_steps": result.env_steps,
+        "evaluation": result.evaluation,
+        "random_policy": result.random_policy,
+    }
+    if result.evaluation is None:
+        return Summary(
+            title,
+            [Figure("mean return of the last training episodes", result.last_return, ".2f")],
+            notes=["no final evaluation (eval_episodes 0): pglab evaluate RUN measures the policy and a random one"],
+            run_dir=result.run_dir,
+            next=evaluate_command(result.run_dir),
+            details=details,
+        )
+    reference = [] if result.random_policy is None else returns_figures(result.random_policy, "random policy")
+    return Summary(
+        title,
+        returns_figures(result.evaluation, "deterministic policy"),
+        reference,
+        notes=[] if reference else ["no random reference: the action space is unbounded"],
+        run_dir=result.run_dir,
+        next=evaluate_command(result.run_dir),
+        details=details,
+    )
 
 
 def train_config(argv: list[str]) -> tuple[PPOConfig, frozenset[str]]:
@@ -143,13 +187,14 @@ def evaluate(argv: list[str]) -> int:
         raise UsageError(
             "usage: pglab evaluate CHECKPOINT [--episodes N] [--seed N] [--stochastic] [--output FILE.json]"
         )
+    as_json, argv = split_json_flag(argv)
     path, flags = argv[0], argv[1:]
     config = parse_flags(PPOEvaluateConfig, flags, prog=f"pglab evaluate {path}").config
     check_output_file("output", config.output)
 
     import torch
 
-    from pglab.algos.ppo import KIND, agent_from_checkpoint, describe_returns, evaluate_agent
+    from pglab.algos.ppo import KIND, agent_from_checkpoint, describe_returns, evaluate_agent, random_reference
     from pglab.run.checkpoint import load_checkpoint_file
     from pglab.run.device import resolve_device
 
@@ -170,16 +215,20 @@ def evaluate(argv: list[str]) -> int:
         "deterministic": not config.stochastic,
         **result,
     }
-    # the summary for people on stderr, so stdout is the JSON report alone (pipe it to jq)
-    print(
-        f"{env_spec}  {config.episodes} episodes  {describe_returns(result)}  length {result['length/mean']:.1f}",
-        file=sys.stderr,
-    )
+    random = random_reference(agent, env_spec, episodes=config.episodes, seed=config.seed, device=device)
     if config.output is not None:
         from pglab.run.atomic import atomic_write_json
 
         atomic_write_json(config.output, report)
-    else:
-        json.dump(report, sys.stdout)
-        print()
+    mode = "stochastic" if config.stochastic else "deterministic"
+    summary = Summary(
+        f"pglab evaluate {checkpoint['path']} ({env_spec}, {config.episodes} episodes, seed {config.seed})",
+        returns_figures(result, f"{mode} policy"),
+        [] if random is None else returns_figures(random, "random policy"),
+        notes=[f"{describe_returns(result)}, length {result['length/mean']:.1f}"]
+        + ([] if random is not None else ["no random reference: the action space is unbounded"]),
+        run_dir=run_dir_of(checkpoint["path"]),
+        details={**report, "random_policy": random},
+    )
+    emit(summary, as_json)
     return EXIT_OK

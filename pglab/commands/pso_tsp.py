@@ -35,6 +35,7 @@ from pglab.configs.pso_tsp import (  # torch-free: `--help` stays fast
     PSOTSPTrainConfig,
 )
 from pglab.errors import UsageError
+from pglab.report import Figure, Summary, echo_for, emit, evaluate_command, run_dir_of, split_json_flag
 from pglab.validation import check_new_run_dir, check_output_file
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ def train(argv: list[str]) -> int:
     """``pglab train pso-tsp [FLAGS]``; 0, or 130 after SIGINT/SIGTERM (checkpoint saved)."""
     from pglab.run.config import parse_flags
 
+    as_json, argv = split_json_flag(argv)
     parsed = parse_flags(
         PSOTSPTrainConfig,
         argv,
@@ -58,20 +60,42 @@ def train(argv: list[str]) -> int:
     check_new_run_dir(parsed.config)
     from pglab.algos.pso_tsp import train_pso_tsp
 
-    result = train_pso_tsp(parsed.config, given=parsed.given)
-    metrics = result.last_metrics
-    if metrics and "tour_length/mean" in metrics:
-        print(
-            f"iteration {result.iterations}: mean tour {metrics['tour_length/mean']:.4f}, "
-            f"best per instance {metrics['tour_length/best']:.4f}"
-        )
-    elif metrics:  # swarm_es: the controller and its base constant on the last ES batch
-        print(
-            f"iteration {result.iterations}: best per instance {metrics['tour_length/best']:.4f} "
-            f"(tuned constant: {metrics['tour_length/base']:.4f})"
-        )
-    print(f"run directory: {result.run_dir}")
+    result = train_pso_tsp(parsed.config, given=parsed.given, echo=echo_for(as_json))
+    if not result.interrupted:
+        emit(train_summary(result), as_json)
     return result.exit_code
+
+
+def train_summary(result: Any) -> Summary:
+    """The last training batch's tour lengths; the reference is what the run measured: the
+    tuned constant (swarm_es) and classic PSO on the validation instances (where validated).
+    The gap to the optimal tour is ``pglab evaluate RUN``'s."""
+    import json
+
+    metrics = result.last_metrics
+    figures = []
+    if "tour_length/mean" in metrics:
+        figures.append(Figure("mean tour length (last training batch)", metrics["tour_length/mean"], ".4f"))
+    if "tour_length/best" in metrics:
+        figures.append(Figure("best tour per instance", metrics["tour_length/best"], ".4f"))
+    reference = []
+    if "tour_length/base" in metrics:
+        reference.append(Figure("tuned constant PSO, best tour per instance", metrics["tour_length/base"], ".4f"))
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    for key, label in (("eval/improvement_pct", "classic"), ("eval/improvement_vs_tuned_pct", "tuned constant")):
+        if key in summary:
+            reference.append(
+                Figure(f"shorter than {label} PSO on the validation instances by", summary[key], "+.2f", "%")
+            )
+    return Summary(
+        f"pglab train pso-tsp: {result.iterations} iterations",
+        figures,
+        reference,
+        notes=["the gap to the optimal tour: pglab evaluate RUN"],
+        run_dir=result.run_dir,
+        next=evaluate_command(result.run_dir),
+        details={"run_dir": str(result.run_dir), "iterations": result.iterations, "last": metrics, **summary},
+    )
 
 
 def load_tuned(path: Path) -> dict:
@@ -262,20 +286,34 @@ class Methods:
         return lambda s: fixed_coefficients(tuple(s.position.shape), w, c1, c2, device=device)
 
     def warm_up(self) -> None:
-        """Untimed: the first swarm of a process pays torch's one-time costs, which would
-        otherwise be charged to whichever method runs first."""
+        """Untimed: one PSO iteration on the held-out instances with each kind of policy the
+        evaluation times (the learned one, deterministic and sampled; constant coefficients;
+        random coefficients). A policy's first swarm in a process pays one-time costs (first
+        calls, allocations at this batch size) that would otherwise be charged to whichever
+        method runs it first. The warm-up draws from generators of its own: the timed rows'
+        random numbers are those of an evaluation without it."""
         import torch
 
         from pglab.algos.pso_tsp import run_swarm
-        from pglab.envs.pso_tsp import PSOTSPEnv
+        from pglab.envs.pso_tsp import PSOTSPEnv, random_coefficients
         from pglab.run.seeding import make_generator
 
-        held_out = self.held_out
-        short = dataclasses.replace(held_out.env_config, pso_iterations=2)
-        policy = held_out.agent.act if held_out.agent is not None else self.constant(*CLASSIC)
+        held_out, device = self.held_out, self.held_out.device
+        short = dataclasses.replace(held_out.env_config, pso_iterations=1)
+        generator = make_generator(0, device)
+        policies = [
+            self.constant(*CLASSIC),
+            lambda s: random_coefficients(tuple(s.position.shape), generator, device=device),
+        ]
+        agent = held_out.agent
+        if agent is not None:
+            policies.append(lambda s: agent.act(s, deterministic=True))
+            if self.sampled:
+                policies.append(lambda s: agent.act(s, deterministic=False, generator=generator))
         with torch.no_grad():
-            env = PSOTSPEnv(short, held_out.device, make_generator(0, held_out.device), decode="greedy")
-            run_swarm(env, held_out.coords[:1], policy)
+            for policy in policies:
+                env = PSOTSPEnv(short, device, make_generator(0, device), decode="greedy")
+                run_swarm(env, held_out.coords, policy)
 
 
 def run_methods(config: PSOTSPEvalConfig, held_out: HeldOut) -> tuple[list[dict], dict[str, Any]]:
@@ -497,6 +535,7 @@ def evaluate(argv: list[str]) -> int:
     """``pglab evaluate pso-tsp [FLAGS]``."""
     from pglab.run.config import parse_config
 
+    as_json, argv = split_json_flag(argv)
     config = parse_config(
         PSOTSPEvalConfig,
         argv,
@@ -505,8 +544,49 @@ def evaluate(argv: list[str]) -> int:
         "with wall/CPU time per instance and an equal-time comparison; --tune N searches the constant PSO.",
     )
     check_output_file("output", config.output)
-    run_evaluation(config)
+    table = run_evaluation(config, echo=echo_for(as_json))
+    emit(evaluate_summary(config, table), as_json)
     return 0
+
+
+def evaluate_summary(config: PSOTSPEvalConfig, table: list[dict]) -> Summary:
+    """The learned PSO's (else classic PSO's) mean tour and gap to the optimal tour, with
+    the optimal tour and classic PSO as the references; ``--tune``: the tuned constant
+    against classic PSO. No target: no verdict."""
+    run_dir = run_dir_of(config.checkpoint) if config.checkpoint is not None else None
+    if config.tune:
+        tuned = table[0]
+        return Summary(
+            f"pglab evaluate pso-tsp --tune {config.tune}",
+            [Figure(name, tuned[name], ".4f") for name in ("w", "c1", "c2")],
+            [Figure("shorter than classic PSO by", 100 * (1 - tuned["score"]), "+.2f", "%")],
+            notes=[f"written to {config.output}; evaluate with --tuned {config.output}"],
+            details={"tuned": tuned},
+        )
+    rows = {entry["method"]: entry for entry in table}
+
+    def first(prefix: str) -> dict | None:
+        return next((entry for name, entry in rows.items() if name.startswith(prefix)), None)
+
+    headline = first("learned PSO (") or first("classic PSO (w=")
+    assert headline is not None  # every evaluation runs classic PSO
+    optimal, classic = first("optimal"), first("classic PSO (w=")
+    result = [Figure(f"{headline['method']} mean tour", headline["mean_length"], ".4f")]
+    reference = []
+    if optimal is not None:
+        result.append(Figure("gap to the optimal tour", headline["gap_pct"], ".2f", "%"))
+        reference.append(Figure(optimal["method"], optimal["mean_length"], ".4f"))
+    if classic is not None and classic is not headline:
+        result.append(Figure("shorter than classic PSO by", headline["vs_classic_pct"], "+.2f", "%"))
+        if "gap_pct" in classic:
+            reference.append(Figure("classic PSO gap to the optimal tour", classic["gap_pct"], ".2f", "%"))
+    return Summary(
+        f"pglab evaluate pso-tsp: {config.episodes} held-out instances (seed {config.seed})",
+        result,
+        reference,
+        run_dir=run_dir,
+        details={"rows": table},
+    )
 
 
 def evaluate_checkpoint(argv: list[str]) -> int:

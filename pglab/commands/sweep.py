@@ -6,13 +6,19 @@ line is parsed, so ``--help`` never imports torch.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+from pglab.configs.ghm import TARGET_PCT
 from pglab.configs.sweep import GHMSweepConfig
+from pglab.report import Figure, Summary, echo_for, emit, split_json_flag, verdict
 from pglab.run.config import parse_flags
 from pglab.validation import check_new_run_dir
 
 
 def ghm(argv: list[str]) -> int:
     """``pglab sweep ghm --sigma 0.1 0.2 0.3 [--rho 0.08 0.1] [FLAGS]``: see :mod:`pglab.algos.ghm_sweep`."""
+    as_json, argv = split_json_flag(argv)
     parsed = parse_flags(
         GHMSweepConfig,
         argv,
@@ -21,7 +27,28 @@ def ghm(argv: list[str]) -> int:
         "on a grid of calibrations.",
     )
     check_new_run_dir(parsed.config)
-    from pglab.algos.ghm_sweep import run_sweep
+    from pglab.algos.ghm_sweep import missing_notes, run_sweep
 
-    run_sweep(parsed.config, given=parsed.given)
+    rows, sweep_dir = run_sweep(parsed.config, given=parsed.given, echo=echo_for(as_json))
+    emit(sweep_summary(rows, sweep_dir, missing_notes(rows)), as_json)
     return 0
+
+
+def sweep_summary(rows: list[dict[str, Any]], sweep_dir: Path, notes: list[str]) -> Summary:
+    """How many runs reach the target of :data:`TARGET_PCT` at every initial state, and the
+    worst run; the reference is each calibration's FD optimum."""
+    worst = {row["run"]: min(value for key, value in row.items() if key.startswith("pct_")) for row in rows}
+    met = sum(1 for value in worst.values() if value >= TARGET_PCT)
+    worst_run = min(worst, key=lambda run: worst[run])
+    return Summary(
+        f"pglab sweep ghm: {len(rows)} runs",
+        [
+            Figure(f"runs at >= {TARGET_PCT:g}% of V* at every initial state", f"{met} of {len(rows)}"),
+            Figure(f"worst % of V* ({worst_run})", worst[worst_run], ".2f", "%"),
+        ],
+        [Figure("V* (each calibration's finite-difference optimum)", 100.0, ".0f", "%")],
+        verdict=verdict(f"every run >= {TARGET_PCT:g}% of V*", met == len(rows), f"{met} of {len(rows)}"),
+        notes=notes,
+        run_dir=sweep_dir,
+        details={"sweep_dir": str(sweep_dir), "rows": rows},
+    )

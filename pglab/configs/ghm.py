@@ -36,6 +36,9 @@ if TYPE_CHECKING:  # pglab.configs.ghm_multi imports GHMParams from this module
     from pglab.configs.ghm_multi import OUGHMParams, RegimeGHMParams
 
 # Checkpoint kinds of the three solvers (``GHMTrainConfig.kind``).
+TARGET_PCT = 98.0
+"""The GHM solvers' target: >= 98 % of V* (the FD optimum) at every initial cash."""
+
 GHM_KINDS = ("ghm-mc", "ghm-pathwise", "ghm-actor-critic")
 # The models of ``pglab train ghm --model`` and the flags only one of them reads (besides
 # credit-line's credit_limit and credit_spread, which keep their defaults elsewhere).

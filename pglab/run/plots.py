@@ -14,6 +14,23 @@ from pglab.run.logger import read_metrics
 # The counter to put on the x axis, in order of preference.
 STEP_COLUMNS = ("env_steps", "global_step", "iteration", "opt_steps", "episode", "step")
 
+# What a panel's y axis shows, for the metrics whose name does not say its unit.
+Y_LABELS = {
+    "return/mean": "mean episode return",
+    "episode/success_rate": "success rate (share of episodes)",
+    "episode/length": "episode length (steps)",
+    "stats/entropy": "policy entropy (nats)",
+    "perf/env_steps_per_s": "environment steps per second",
+    "perf/step_s": "seconds per step",
+    "reward/mean": "mean reward",
+}
+
+
+def y_label(key: str, smooth: int) -> str:
+    """A panel's y-axis label: what ``key`` measures, and the smoothing applied."""
+    label = Y_LABELS.get(key, key)
+    return label + (f"\n(mean of {smooth} records)" if smooth > 1 else "")
+
 
 def _read_metrics(run_dir: str | os.PathLike) -> Any:
     """The run's metrics as a DataFrame; an empty or unreadable ``metrics.csv`` is a
@@ -70,6 +87,7 @@ def plot_learning_curves(
         ax.plot(series[x_column], values, lw=1.2)
         ax.set_title(key)
         ax.set_xlabel(x_column)
+        ax.set_ylabel(y_label(key, smooth), fontsize=8)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(chosen) :]:
         ax.set_visible(False)

@@ -334,12 +334,16 @@ class TrainingRun:
         self.resumed = existing is not None
         self.kind = spec.kind(self.config)
         self.run_dir: Path = existing or Path(self.config.log_dir or default_run_dir(spec.system))
-        if self.resumed and self.checkpoint is None:  # killed before its first checkpoint, or its checkpoints removed
-            echo(f"resume: {self.run_dir} holds no checkpoint; training starts again from step 0", file=sys.stderr)
         self.counters: dict[str, Any] = {spec.step_key: 0, "wall_time": 0.0}
         if self.checkpoint is not None:
             self.counters.update(self.checkpoint["counters"])
         self.start = int(self.counters[spec.step_key])
+        if self.resumed and self.checkpoint is None:  # killed before its first checkpoint, or its checkpoints removed
+            echo(f"resume: {self.run_dir} holds no checkpoint; training starts again from step 0", file=sys.stderr)
+        elif self.resumed:  # one line whatever the progress setting (a hidden bar does not show where)
+            env_steps = self.counters.get("env_steps")
+            at = f" (env_steps {int(env_steps)})" if env_steps is not None else ""
+            echo(f"resumed {self.run_dir} at {spec.step_key} {self.start}{at}", file=sys.stderr)
         self.interrupted = False
         self.bar: Any = None  # the progress bar while steps() runs
         self._logger: MetricsLogger | None = None
