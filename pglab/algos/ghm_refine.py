@@ -274,9 +274,9 @@ def refine_thresholds(simulation: SearchSimulation, start: Thresholds, upper: fl
     """The threshold rule that maximises the simulated value (module docstring), from the
     rule ``start`` (the network's thresholds): the issuance point with the barrier at its
     start, the barrier with that issuance point (above it, up to ``upper``), then the
-    issuance point again (below the barrier). A control whose maximal rate is 0, or that
-    never acts in ``start``, keeps its threshold ``None`` only when its rate is 0; otherwise
-    the search starts at ``upper`` (the barrier) or 0 (the issuance point)."""
+    issuance point again (below the barrier). A control whose maximal rate is 0 keeps the
+    threshold ``None``; one that never acts in ``start`` is searched from ``upper`` (the
+    barrier) or 0 (the issuance point)."""
     dividend_max, issuance_max = simulation.model.control.high[:2]
     barrier = None if dividend_max <= 0 else (upper if start.barrier is None else min(start.barrier, upper))
     issuance = None if issuance_max <= 0 else (0.0 if start.issuance is None else max(start.issuance, 0.0))
