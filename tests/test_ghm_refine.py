@@ -167,8 +167,8 @@ def test_a_refined_policy_applies_the_rule_and_carries_it_in_its_state_dict():
     assert copy.thresholds == Thresholds(0.4, 0.15) and torch.equal(copy.act(cash, deterministic=True), rates)
     policy.thresholds = None
     assert torch.equal(policy.act(cash, deterministic=True), network)  # unrefined: the network itself
-    with pytest.raises(RuntimeError, match="thresholds"):
-        copy.set_extra_state({"barrier": 0.4})
+    policy.thresholds = Thresholds(barrier=None, issuance=None)  # a rule that never acts
+    assert policy.thresholds == Thresholds(None, None) and not policy.act(cash, deterministic=True).any()
 
 
 # -- the trainer ------------------------------------------------------------------------------------
@@ -195,7 +195,7 @@ def test_a_stopped_and_resumed_run_ends_with_the_same_refined_rule(tmp_path):
         load_checkpoint_file(tmp_path / name / "checkpoints" / "checkpoint_latest.pt")["models"]["policy"]
         for name in ("straight", "run")
     ]
-    assert stored[0]["_extra_state"] == stored[1]["_extra_state"] and stored[0]["_extra_state"]["refined"]
+    assert torch.equal(stored[0]["threshold_rule"], stored[1]["threshold_rule"]) and stored[0]["threshold_rule"][0] == 1
     agent = pglab.load_checkpoint(tmp_path / "run", device="cpu")
     rule = agent.policy.thresholds
     assert isinstance(agent.policy, RefinablePolicy) and rule is not None and rule.barrier is not None

@@ -95,38 +95,45 @@ class RefinablePolicy(GaussianPolicy):
     Unrefined it is the Gaussian policy itself. Refined, its mean is the threshold rule:
     the maximal rate (``action_high``) where a control acts and ``-mean_shift`` where it
     does not, so the deterministic policy (the mean clipped to the control box) is exactly
-    the rule; the standard deviation stays the network's. The thresholds travel in the
-    module's ``state_dict`` (its extra state), so checkpoints, resumes and
-    ``pglab.load_checkpoint`` carry them.
+    the rule; the standard deviation stays the network's. The rule is the buffer
+    ``threshold_rule`` = (refined 0/1, barrier or +inf, issuance point or -inf), so
+    checkpoints, resumes and ``pglab.load_checkpoint`` carry it.
     """
+
+    threshold_rule: torch.Tensor
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.thresholds: Thresholds | None = None
+        self.register_buffer("threshold_rule", torch.tensor([0.0, math.inf, -math.inf], dtype=torch.float64))
+
+    @property
+    def thresholds(self) -> Thresholds | None:
+        """The rule in force (``None``: the network's mean)."""
+        refined, barrier, issuance = self.threshold_rule.tolist()
+        if not refined:
+            return None
+        return Thresholds(None if barrier == math.inf else barrier, None if issuance == -math.inf else issuance)
+
+    @thresholds.setter
+    def thresholds(self, rule: Thresholds | None) -> None:
+        if rule is None:
+            values = [0.0, math.inf, -math.inf]
+        else:
+            barrier = math.inf if rule.barrier is None else float(rule.barrier)
+            values = [1.0, barrier, -math.inf if rule.issuance is None else float(rule.issuance)]
+        self.threshold_rule.copy_(torch.tensor(values, dtype=torch.float64))
 
     def mean_std(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mu, sigma)``, each ``[B, action_dim]``: the network's, or with the threshold
         rule as ``mu`` once refined (no network pass for the mean then)."""
-        if self.thresholds is None:
+        rule = self.thresholds
+        if rule is None:
             return super().mean_std(states)
-        return self.thresholds.rates(states, off=-self.mean_shift, on=self.action_high), self.std(states)
+        return rule.rates(states, off=-self.mean_shift, on=self.action_high), self.std(states)
 
     def network_mean_std(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The network's own ``(mu, sigma)``, refined or not."""
         return super().mean_std(states)
-
-    def get_extra_state(self) -> dict[str, Any]:
-        refined = self.thresholds is not None
-        return {
-            "refined": refined,
-            "barrier": self.thresholds.barrier if self.thresholds is not None else None,
-            "issuance": self.thresholds.issuance if self.thresholds is not None else None,
-        }
-
-    def set_extra_state(self, state: Any) -> None:
-        if not isinstance(state, dict) or not {"refined", "barrier", "issuance"} <= set(state):
-            raise RuntimeError("RefinablePolicy: the stored thresholds are not a {refined, barrier, issuance} mapping")
-        self.thresholds = Thresholds(state["barrier"], state["issuance"]) if state["refined"] else None
 
 
 @dataclass(frozen=True)
