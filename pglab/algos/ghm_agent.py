@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from pglab.agent import Agent, NoCritic, ObsSpec, check_observation
-from pglab.algos.ghm_train import build_model, build_networks
+from pglab.algos.ghm_train import SPEC, build_model, build_networks
 from pglab.configs.ghm import GHM_KINDS, GHMTrainConfig
 from pglab.envs.dynamics import ContinuousTimeModel
 from pglab.errors import CheckpointError
@@ -94,7 +94,9 @@ def agent_from_checkpoint(checkpoint: dict[str, Any], *, device: str | torch.dev
         raise CheckpointError(
             f"checkpoint {checkpoint.get('path')}: kind={checkpoint['kind']!r} is not a GHM checkpoint"
         )
-    config = config_from_dict(GHMTrainConfig, {**checkpoint["config"], "resume": None, "log_dir": None})
+    # a checkpoint of a run made before a field existed: the value it was trained with (SPEC.stored_defaults)
+    stored = {**(SPEC.stored_defaults or {}), **checkpoint["config"]}
+    config = config_from_dict(GHMTrainConfig, {**stored, "resume": None, "log_dir": None})
     model = build_model(config)
     if isinstance(device, str):
         from pglab.run.device import resolve_device

@@ -57,6 +57,13 @@ import torch
 
 from pglab.algos.actor_critic import ActorCritic
 from pglab.algos.ghm_eval import PolicyValue, simulate_policy_value
+from pglab.algos.ghm_refine import (
+    PATHS_PER_TRAJECTORY,
+    RefinablePolicy,
+    SearchSimulation,
+    Thresholds,
+    refine_thresholds,
+)
 from pglab.algos.mc_pg import MonteCarloPolicyGradient
 from pglab.algos.pathwise import PathwisePolicyGradient
 from pglab.configs.ghm import (
@@ -131,6 +138,7 @@ SPEC = TrainerSpec(
         "control_variate": "none",
         "critic_boundary": "none",
         "absorption": "grid",
+        "refine_thresholds": False,
     },
 )
 
@@ -155,8 +163,10 @@ def build_model(config: GHMTrainConfig) -> ContinuousTimeModel:
 def build_networks(
     config: GHMTrainConfig, model: ContinuousTimeModel, device: torch.device
 ) -> tuple[GaussianPolicy, ValueNetwork | None]:
-    """The policy and (unless ``no_baseline``) the value network of a config."""
-    policy = GaussianPolicy(
+    """The policy (a :class:`RefinablePolicy` with ``refine_thresholds``) and (unless
+    ``no_baseline``) the value network of a config."""
+    policy_class = RefinablePolicy if config.refine_thresholds else GaussianPolicy
+    policy = policy_class(
         model.state_dim,
         model.action_dim,
         config.policy_hidden_dims,
@@ -503,13 +513,15 @@ def evaluate_against_reference(
     policy (its mean) by default, a sample at every step if ``stochastic``. ``progress``:
     label of a progress bar over the simulated steps; ``table_points``: read the
     deterministic policy of a one-state model from a table of that many states, see
-    :func:`simulate_policy_value`. ``control_variate``: subtract the Brownian noise with
-    ``grad V*`` as its coefficient (unbiased; a several-fold smaller standard error for a
-    near-optimal policy)."""
+    :func:`simulate_policy_value` (a refined policy's threshold rule is applied directly).
+    ``control_variate``: subtract the Brownian noise with ``grad V*`` as its coefficient
+    (unbiased; a several-fold smaller standard error for a near-optimal policy)."""
     reference = as_reference(reference)
     generator = make_generator(seed, device)
     points = model.evaluation_points(cash_levels)
     states = [point.state for point in points]
+    if isinstance(policy, RefinablePolicy) and policy.thresholds is not None:
+        table_points = 0  # a threshold rule is cheap to apply and has no table error
     if stochastic:
         policy_fn, table_points = (lambda x: policy.sample(x, generator)), 0
     else:
@@ -865,6 +877,8 @@ def train_steps(run: TrainingRun, training: GHMTraining) -> dict[str, float]:
     last_values: dict[str, float] = {}
     for iteration in run.steps(config.n_iterations, desc=f"train ghm --algo {config.algo}"):
         apply_schedules(training, iteration)
+        if isinstance(training.policy, RefinablePolicy):  # a resumed run trains the network on
+            training.policy.thresholds = None
         metrics: dict[str, Any] = {
             **training.solver.train_step(),
             "stats/action_repeat": float(simulator.action_repeat),
@@ -877,9 +891,66 @@ def train_steps(run: TrainingRun, training: GHMTraining) -> dict[str, float]:
                 ret=f"{last_values['return/mean']:.3f}",
                 base=f"{last_values.get('loss/baseline', float('nan')):.4f}",
             )
+        if last and config.refine_thresholds:  # inside the last step: its checkpoint holds the rule
+            refine_policy(training)
         if iteration % config.eval_interval == 0 or last:
             quick_check(training, iteration, {"wall_time": run.elapsed, "env_steps": run.counters["env_steps"]})
     return last_values
+
+
+def refine_policy(training: GHMTraining) -> None:
+    """``--refine_thresholds``: replace the policy's deterministic rule by the threshold rule
+    with the highest simulated value (:func:`pglab.algos.ghm_refine.refine_thresholds`),
+    searched from the network's thresholds by the final table's half-max rule on
+    ``4 n_trajectories`` paths over :func:`refine_horizon`, the critic valuing the paths
+    alive at its end; its own random stream (``seed + 3``), so the training's is untouched."""
+    config, policy, model, critic = training.config, training.policy, training.model, training.baseline
+    assert isinstance(policy, RefinablePolicy) and isinstance(model, OneStateGHM)  # refine_thresholds' conditions
+    assert critic is not None and config.n_trajectories is not None and config.absorption is not None
+    policy.thresholds = None
+    start = rule_thresholds(model, *network_rates(policy, model, training.device))
+    simulation = SearchSimulation(
+        model=model,
+        critic=critic,
+        num_paths=PATHS_PER_TRAJECTORY * config.n_trajectories,
+        num_steps=int(round(refine_horizon(config) / config.dt)),
+        dt=config.dt,
+        seed=config.seed + 3,
+        bridge=config.absorption == "bridge",
+        device=training.device,
+    )
+    policy.thresholds = refine_thresholds(
+        simulation, Thresholds(start["dividend_rate"], start["issuance_rate"]), upper=plot_high(model)
+    )
+
+
+def refine_horizon(config: GHMTrainConfig) -> float:
+    """The threshold search's simulated time: twice the training horizon ``T`` (10 time
+    units by default, the discount's time scale ``1 / rho`` at the default ``rho``). The
+    critic values what lies beyond it, with weight ``exp(-2 rho T)`` (0.37 by default): an
+    error of the critic then moves the barrier found little (with the critic of iteration
+    200 of 1,000 the barrier found was 0.065 above the FD one at ``T``, 0.015 at ``2 T``)."""
+    return 2.0 * config.T
+
+
+def network_rates(policy: GaussianPolicy, model: GHMModel, device: torch.device) -> tuple[np.ndarray, np.ndarray]:
+    """``(states [P], rates [P, 2])``: the network's own deterministic rates (its mean
+    clipped to the control box, a refined policy's network included) on the policy figure's
+    states."""
+    states = torch.linspace(0.0, plot_high(model), 201, device=device).unsqueeze(1)
+    with torch.no_grad():
+        mean = (policy.network_mean_std if isinstance(policy, RefinablePolicy) else policy.mean_std)(states)[0]
+        rates = model.control.clip(mean)
+    return states[:, 0].cpu().numpy(), rates.cpu().numpy()
+
+
+def rule_thresholds(model: GHMModel, states: np.ndarray, rates: np.ndarray) -> dict[str, float | None]:
+    """The dividend barrier and issuance point (state) of rates ``[P, 2]`` on ``states [P]``
+    by the half-max rule (:func:`_threshold`, :func:`_upper_threshold`)."""
+    return {
+        "dividend_rate": _threshold(states, rates[:, 0], model.params.a_L_max),
+        "issuance_rate": _upper_threshold(states, rates[:, 1], model.params.a_E_max),
+    }
 
 
 def quick_check(training: GHMTraining, iteration: int, counters: dict[str, Any]) -> None:
@@ -1023,6 +1094,7 @@ def final_evaluation(training: GHMTraining, iteration: int, echo: Callable[..., 
     for row, exact in zip(rows, exact_policy_value(policy, model, reference, config.eval_cash) or [], strict=False):
         row.update(exact_value=exact["exact_value"], exact_pct_of_optimum=exact["exact_pct_of_optimum"])
     learned, fd_thresholds = final_thresholds(training)
+    network = network_thresholds(training)
     payload = {
         "iteration": iteration,
         "rows": rows,
@@ -1031,6 +1103,7 @@ def final_evaluation(training: GHMTraining, iteration: int, echo: Callable[..., 
         "fd_thresholds": fd_thresholds,
         "policy_table_error": result.table_error,
         "learned_thresholds": learned,
+        **({"network_thresholds": network} if network is not None else {}),
     }
     atomic_write_json(training.run_dir / "evaluation.json", payload)
     header = list(rows[0])
@@ -1044,7 +1117,26 @@ def final_evaluation(training: GHMTraining, iteration: int, echo: Callable[..., 
             f"policy read from a {config.policy_table_points}-point table (largest difference to the network: "
             f"{result.table_error:.1e})"
         )
+    if network is not None:
+        echo(
+            f"(thresholds refined by simulation from the network's dividend threshold "
+            f"{_cash_label(network['dividend_rate'])} and issuance point {_cash_label(network['issuance_rate'])}: "
+            "--refine_thresholds)"
+        )
     return rows
+
+
+def _cash_label(value: float | None) -> str:
+    return "none" if value is None else f"{value:.3f}"
+
+
+def network_thresholds(training: GHMTraining) -> dict[str, float | None] | None:
+    """The network's own dividend barrier and issuance point in cash when the policy was
+    refined (:func:`refine_policy`), else ``None``."""
+    policy, model = training.policy, training.model
+    if not (isinstance(policy, RefinablePolicy) and policy.thresholds is not None and isinstance(model, OneStateGHM)):
+        return None
+    return thresholds_in_cash(model, rule_thresholds(model, *network_rates(policy, model, training.device)))
 
 
 def final_thresholds(training: GHMTraining) -> tuple[dict[str, float | None], dict[str, float | None]]:
@@ -1054,13 +1146,7 @@ def final_thresholds(training: GHMTraining) -> tuple[dict[str, float | None], di
     if not (isinstance(model, OneStateGHM) and isinstance(reference, FDReference)):
         return {}, {}
     data = policy_plot_data(training.policy, training.baseline, model, plot_high(model), training.device)
-    learned = thresholds_in_cash(
-        model,
-        {
-            "dividend_rate": _threshold(data.states, data.rates[:, 0], model.params.a_L_max),
-            "issuance_rate": _upper_threshold(data.states, data.rates[:, 1], model.params.a_E_max),
-        },
-    )
+    learned = thresholds_in_cash(model, rule_thresholds(model, data.states, data.rates))
     return learned, thresholds_in_cash(model, reference.thresholds())
 
 

@@ -469,6 +469,12 @@ class GHMTrainConfig:
     applied value at c0 = 0.25 on high-volatility calibrations, at dt / 4 0.1-0.2 (docs/ghm.md)"""
     final_eval: bool = True
     """run the final evaluation after training (--no-final-eval: skip it)"""
+    refine_thresholds: bool | None = None
+    """after the last iteration, replace the deterministic policy by the threshold rule (a
+    dividend barrier and an issuance point) with the highest simulated value, searched from
+    the network's thresholds on common random numbers, with the critic at the horizon
+    (pglab.algos.ghm_refine; docs/ghm.md). --model ghm with a critic; default on for --algo mc,
+    off for pathwise and actor-critic"""
     # -- reference ---------------------------------------------------------------------
     fd_nodes: int = 24_000
     """grid intervals of the finite-difference reference"""
@@ -515,6 +521,10 @@ class GHMTrainConfig:
         for name, value in SOLVER_DEFAULTS[self.algo].items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
+        if self.refine_thresholds is None:  # where it applies: a one-state GHM policy and its critic
+            object.__setattr__(
+                self, "refine_thresholds", self.algo == "mc" and self.model == "ghm" and not self.no_baseline
+            )
 
     def _check_training(self) -> None:
         """The budget, learning rates, advantages and the policy-gradient options."""
@@ -555,6 +565,13 @@ class GHMTrainConfig:
         if self.no_baseline and self.algo != "mc":
             raise ConfigError(
                 "no_baseline", True, f"--algo {self.algo} needs its critic (no_baseline is for --algo mc)"
+            )
+        if self.refine_thresholds and (self.model != "ghm" or self.no_baseline):
+            where = f"--model {self.model}" if self.model != "ghm" else "--no-baseline"
+            raise ConfigError(
+                "refine_thresholds",
+                True,
+                f"needs --model ghm and the critic (got {where}); use --refine_thresholds False",
             )
 
     def _check_actor_critic(self) -> None:

@@ -115,8 +115,12 @@ class GaussianPolicy(nn.Module):
     def mean_std(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mu, sigma)``, each ``[B, action_dim]``. Unchecked: the rollout hot path."""
         mean = F.softplus(self.mean_net(states)) - self.mean_shift
-        log_std = self.std_net(states) if self.state_dependent_std else self.log_std.expand_as(mean)
-        return mean, log_std.clamp(self.log_std_min, self.log_std_max).exp()
+        return mean, self.std(states)
+
+    def std(self, states: torch.Tensor) -> torch.Tensor:
+        """``sigma(s)`` clamped to ``[min_std, max_std]``, ``[B, action_dim]``. Unchecked."""
+        log_std = self.std_net(states) if self.state_dependent_std else self.log_std.expand(states.shape[0], -1)
+        return log_std.clamp(self.log_std_min, self.log_std_max).exp()
 
     def forward(self, states: torch.Tensor) -> Normal:
         """The action distribution for ``states`` float ``[B, state_dim]``."""

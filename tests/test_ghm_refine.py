@@ -1,0 +1,217 @@
+"""GHM threshold refinement (pglab.algos.ghm_refine): the search against the FD optimum, the
+simulated value against the exact one, the policy that carries the rule, and the trainer."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from test_ghm import TINY
+
+import pglab
+from pglab.algos.ghm_refine import (
+    BARRIER_SEARCH,
+    LineSearch,
+    RefinablePolicy,
+    SearchSimulation,
+    Thresholds,
+    fitted_peak,
+    line_search,
+    refine_thresholds,
+    simulated_values,
+)
+from pglab.algos.ghm_train import GHMTrainConfig, train_ghm
+from pglab.configs.ghm import GHMParams
+from pglab.envs.ghm import GHMModel
+from pglab.errors import ConfigError
+from pglab.hjb.fd import FDSolution, evaluate_policy_1d, solve_hjb_1d
+from pglab.run.checkpoint import load_checkpoint_file
+from pglab.run.seeding import make_generator
+
+QUIET = dict(echo=lambda *a, **k: None)
+PATHS, STEPS = 256, 300  # the search's test size
+
+
+class TableCritic(torch.nn.Module):
+    """A value function given on a uniform grid, linearly interpolated (differentiable):
+    the exact V* standing in for the learned critic."""
+
+    def __init__(self, solution: FDSolution):
+        super().__init__()
+        self.values = torch.as_tensor(solution.value, dtype=torch.float32)
+        self.step = solution.step
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        position = (states[:, 0] / self.step).clamp(0.0, len(self.values) - 1.0)
+        index = position.detach().floor().clamp(max=len(self.values) - 2).long()
+        weight = position - index
+        return self.values[index] * (1 - weight) + self.values[index + 1] * weight
+
+
+# The default calibration's FD thresholds (24,000 intervals on [0, 6]; docs/ghm.md).
+FD_BARRIER, FD_ISSUANCE = 0.3415, 0.13875
+
+
+@pytest.fixture(scope="module")
+def default_optimum():
+    """The default calibration's model, its FD optimum (step 0.002) and thresholds."""
+    model = GHMModel(GHMParams())
+    solution = solve_hjb_1d(model, x_max=6.0, num_nodes=3000)
+    thresholds = solution.thresholds()
+    assert thresholds["dividend_rate"] == pytest.approx(FD_BARRIER, abs=0.01)
+    return model, solution, thresholds["dividend_rate"], thresholds["issuance_rate"]
+
+
+def _simulation(model, solution, *, paths, steps, seed=0):
+    return SearchSimulation(
+        model=model,
+        critic=TableCritic(solution),
+        num_paths=paths,
+        num_steps=steps,
+        dt=0.01,
+        seed=seed,
+        bridge=True,
+        device=torch.device("cpu"),
+    )
+
+
+# -- the search against the FD optimum ----------------------------------------------------------
+
+
+def test_the_search_from_a_barrier_of_half_finds_the_fd_thresholds(default_optimum):
+    """From the barrier 0.5 (FD 0.3415) and an issuance point 0.05 off, the search lands within
+    0.03 of the FD barrier and 0.02 of the issuance point (with V* at the horizon; 256 paths)."""
+    model, solution, _, _ = default_optimum
+    simulation = _simulation(model, solution, paths=PATHS, steps=STEPS)
+    refined = refine_thresholds(simulation, Thresholds(0.5, FD_ISSUANCE + 0.05), upper=2.0)
+    assert refined.barrier is not None and refined.issuance is not None
+    assert abs(refined.barrier - FD_BARRIER) < 0.03, refined
+    assert abs(refined.issuance - FD_ISSUANCE) < 0.02, refined
+
+
+def test_simulated_values_match_the_exact_value_of_the_rule(default_optimum):
+    """The search's estimate of a rule's value (with the rule's own exact value at the
+    horizon), averaged over its initial cash, against the FD value of the same rule: the
+    payout (dividends minus (1 + lambda) x issuance), the discount, the absorption and the
+    control variate (mean zero) all enter it. With V* at the horizon the optimal rule scores
+    above rules off in either threshold."""
+    model, solution, barrier, issuance = default_optimum
+    rules = [Thresholds(barrier, issuance), Thresholds(barrier + 0.15, issuance), Thresholds(barrier, issuance + 0.08)]
+    cash = model.initial_states(2000, make_generator(0, torch.device("cpu")))[:, 0].double().numpy()  # the paths'
+    for rule in rules:
+        exact = evaluate_policy_1d(
+            model,
+            lambda states, rule=rule: np.stack([states >= rule.barrier, states < rule.issuance], axis=1) * 1.0,
+            num_nodes=1200,
+        )
+        value = simulated_values(_simulation(model, exact, paths=2000, steps=300), [rule])[0]
+        assert value == pytest.approx(float(exact.value_at(cash).mean()), rel=0.003), rule
+    values = simulated_values(_simulation(model, solution, paths=2000, steps=300), rules)
+    assert values[0] > values[1] and values[0] > values[2]
+
+
+def test_simulated_values_share_their_noise_across_candidates(default_optimum):
+    """Common random numbers: a candidate's value does not depend on the others beside it."""
+    model, solution, barrier, issuance = default_optimum
+    simulation = _simulation(model, solution, paths=64, steps=50)
+    alone = simulated_values(simulation, [Thresholds(0.4, issuance)])
+    together = simulated_values(simulation, [Thresholds(0.3, issuance), Thresholds(0.4, issuance)])
+    assert alone[0] == pytest.approx(together[1], rel=1e-6)
+
+
+# -- the line search ------------------------------------------------------------------------------
+
+
+def test_fitted_peak_is_the_maximum_of_the_fitted_polynomial():
+    points = np.linspace(0.0, 0.3, 16)
+    assert fitted_peak(points, -((points - 0.137) ** 2), 2) == pytest.approx(0.137, abs=1e-4)
+    cubic = -((points - 0.2) ** 2) * (1 + points)  # asymmetric: maximum at 0.2
+    assert fitted_peak(points, cubic, 3) == pytest.approx(0.2, abs=1e-4)
+    assert fitted_peak(points[:1], cubic[:1], 3) == 0.0  # one point: itself
+
+
+def test_line_search_extends_its_window_to_a_peak_outside_it_and_keeps_to_its_bounds():
+    calls = []
+
+    def evaluate(points):
+        calls.append(len(points))
+        return -((np.asarray(points) - 0.83) ** 2)
+
+    search = LineSearch(step=0.02, below=0.1, above=0.1, half_width=0.1, degree=2)
+    assert line_search(evaluate, 0.5, search, 0.0, 2.0) == pytest.approx(0.83, abs=1e-4)
+    assert len(calls) > 2  # the first window [0.4, 0.6] did not hold the peak
+    assert line_search(evaluate, 0.5, search, 0.0, 0.7) == pytest.approx(0.7, abs=1e-9)  # bounded above
+    assert line_search(evaluate, 0.5, BARRIER_SEARCH, 0.9, 0.9) == pytest.approx(0.9)  # a single candidate
+
+
+# -- the policy that carries the rule --------------------------------------------------------------
+
+
+def _policy():
+    torch.manual_seed(0)
+    return RefinablePolicy(1, 2, (8,), action_high=(1.0, 1.0), mean_shift=(0.5, 0.5), log_std_init=-1.0)
+
+
+def test_a_refined_policy_applies_the_rule_and_carries_it_in_its_state_dict():
+    policy = _policy()
+    cash = torch.tensor([[0.0], [0.1], [0.2], [0.39], [0.4], [1.5]])
+    network = policy.act(cash, deterministic=True)
+    policy.thresholds = Thresholds(barrier=0.4, issuance=0.15)
+    rates = policy.act(cash, deterministic=True)
+    assert rates.tolist() == [[0.0, 1.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0]]
+    assert torch.equal(policy.network_mean_std(cash)[0], torch.nn.functional.softplus(policy.mean_net(cash)) - 0.5)
+    copy = _policy()
+    copy.load_state_dict(policy.state_dict())
+    assert copy.thresholds == Thresholds(0.4, 0.15) and torch.equal(copy.act(cash, deterministic=True), rates)
+    policy.thresholds = None
+    assert torch.equal(policy.act(cash, deterministic=True), network)  # unrefined: the network itself
+    policy.thresholds = Thresholds(barrier=None, issuance=None)  # a rule that never acts
+    assert policy.thresholds == Thresholds(None, None) and not policy.act(cash, deterministic=True).any()
+
+
+# -- the trainer ------------------------------------------------------------------------------------
+
+
+def test_refine_thresholds_defaults_to_mc_on_ghm_and_is_refused_where_it_cannot_apply():
+    assert GHMTrainConfig(algo="mc").refine_thresholds is True
+    assert GHMTrainConfig(algo="pathwise").refine_thresholds is False
+    assert GHMTrainConfig(algo="mc", model="credit-line").refine_thresholds is False
+    assert GHMTrainConfig(algo="mc", no_baseline=True).refine_thresholds is False
+    for bad in (dict(model="credit-line"), dict(no_baseline=True)):
+        with pytest.raises(ConfigError, match="refine_thresholds"):
+            GHMTrainConfig(algo="mc", refine_thresholds=True, **bad)
+
+
+def test_a_stopped_and_resumed_run_ends_with_the_same_refined_rule(tmp_path):
+    """The rule is found inside the last iteration, so its checkpoint holds it; a run stopped
+    before it and resumed finds the same one; the agent and the final table use it."""
+    final = dict(final_eval=True, eval_paths=20, eval_cash=(0.5,), eval_tail_tolerance=0.5, eval_dt=0.01)
+    train_ghm(GHMTrainConfig(n_iterations=3, log_dir=tmp_path / "straight", **{**TINY, **final}), **QUIET)
+    train_ghm(GHMTrainConfig(n_iterations=3, log_dir=tmp_path / "run", **TINY), stop_after=2, **QUIET)
+    train_ghm(GHMTrainConfig(n_iterations=3, resume=tmp_path / "run", **TINY), **QUIET)
+    stored = [
+        load_checkpoint_file(tmp_path / name / "checkpoints" / "checkpoint_latest.pt")["models"]["policy"]
+        for name in ("straight", "run")
+    ]
+    assert torch.equal(stored[0]["threshold_rule"], stored[1]["threshold_rule"]) and stored[0]["threshold_rule"][0] == 1
+    agent = pglab.load_checkpoint(tmp_path / "run", device="cpu")
+    rule = agent.policy.thresholds
+    assert isinstance(agent.policy, RefinablePolicy) and rule is not None and rule.barrier is not None
+    assert agent.act(torch.tensor([[rule.barrier + 0.01]]))[0, 0] == 1.0
+    evaluation = (tmp_path / "straight" / "evaluation.json").read_text()
+    assert '"network_thresholds"' in evaluation
+
+
+def test_a_checkpoint_without_the_field_loads_unrefined(tmp_path):
+    """A run made before refine_thresholds existed was trained without it: its checkpoint
+    loads as the plain Gaussian policy (the trainer's stored default)."""
+    train_ghm(GHMTrainConfig(n_iterations=1, log_dir=tmp_path / "run", refine_thresholds=False, **TINY), **QUIET)
+    path = tmp_path / "run" / "checkpoints" / "checkpoint_latest.pt"
+    checkpoint = load_checkpoint_file(path)
+    del checkpoint["config"]["refine_thresholds"]
+    from pglab.algos.ghm_agent import agent_from_checkpoint
+
+    agent = agent_from_checkpoint(checkpoint)
+    assert not isinstance(agent.policy, RefinablePolicy) and not math.isnan(float(agent.act(torch.ones(1, 1))[0, 0]))
