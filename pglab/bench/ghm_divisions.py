@@ -72,7 +72,9 @@ def _median_seconds(function, repeats: int, device: torch.device) -> tuple[float
     return statistics.median(wall), statistics.median(cpu)
 
 
-def time_divisions(count: int, config: GHMDivisionsBenchConfig, model_name: str = "divisions") -> dict[str, Any]:
+def time_divisions(
+    count: int, config: GHMDivisionsBenchConfig, model_name: Literal["divisions", "regimes", "ou"] = "divisions"
+) -> dict[str, Any]:
     """One row: seconds of a training rollout and of a training iteration with ``count``
     divisions (or of ``model_name``, another model, whose count is ignored)."""
     from pglab.algos.ghm_train import GHMTrainConfig, build_model, build_networks, build_simulator, build_solver
@@ -80,8 +82,10 @@ def time_divisions(count: int, config: GHMDivisionsBenchConfig, model_name: str 
     from pglab.run.seeding import make_generator
 
     device = resolve_device(config.device)
-    given = {"divisions": count} if model_name == "divisions" else {}
-    train = GHMTrainConfig(algo=config.algo, model=model_name, device=str(device), **given)
+    if model_name == "divisions":
+        train = GHMTrainConfig(algo=config.algo, model="divisions", divisions=count, device=str(device))
+    else:
+        train = GHMTrainConfig(algo=config.algo, model=model_name, device=str(device))
     torch.manual_seed(0)
     generator = make_generator(0, device)
     model = build_model(train)
