@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ from pglab.algos.actor_critic import optimal_hjb_residual
 from pglab.algos.ghm_sweep import build_trials
 from pglab.algos.ghm_train import GHMTrainConfig, train_ghm
 from pglab.algos.mc_pg import MonteCarloPolicyGradient
+from pglab.bench import ghm_multi
 from pglab.cli import main as pglab_main
 from pglab.configs.sweep import GHMSweepConfig
 from pglab.envs.dynamics import ContinuousTimeModel, ControlSpec, MarkovRegimes
@@ -433,3 +435,34 @@ def test_each_two_state_model_trains_resumes_and_reports_its_fd_reference(tmp_pa
     states = np.array([row["initial_state"] for row in full.final_rows])
     np.testing.assert_allclose([row["fd_optimum"] for row in full.final_rows], reference.value_at(states))
     assert len(full.final_rows) == (4 if model == "regimes" else 6)
+
+
+def test_the_multi_bench_reads_a_finished_run_and_refuses_an_unfinished_one(divisions_run, tmp_path, capsys):
+    folder = tmp_path / "bench"
+    run_dir = folder / "divisions-n2-s3"
+    shutil.copytree(divisions_run.run_dir, run_dir)
+    checks = [(1, 97.0), (2, 98.5), (3, 97.5), (4, 99.0)]  # the first check at 98% counts, not the last
+    (run_dir / "eval.jsonl").write_text(
+        "".join(
+            json.dumps({"iteration": i, "wall_time": 10.0 * i, "eval/pct_optimal_min": p}) + "\n" for i, p in checks
+        )
+    )
+    measured = {"command": "pglab train ghm", "wall_s": 12.0, "cpu_s": 7.5, "load_average_before": 1.0}
+    (run_dir / ghm_multi.MEASUREMENT).write_text(json.dumps({**measured, "load_average_after": 2.0}))
+    config = ghm_multi.GHMMultiBenchConfig(divisions=(2,), seeds=(3,), log_dir=folder)
+    (row,) = ghm_multi.measure(config, folder, echo=print)  # read, not trained: no pglab train runs here
+    evaluation = json.loads((run_dir / "evaluation.json").read_text())["rows"]
+    worst = min(evaluation, key=lambda entry: entry["pct_of_optimum"])
+    assert (row["worst_pct"], row["worst_label"], row["points"]) == (worst["pct_of_optimum"], worst["label"], 4)
+    assert row["reaches_target"] == (worst["pct_of_optimum"] >= 98.0)
+    assert (row["quick_check_iteration_to_target"], row["quick_check_wall_s_to_target"]) == (2, 20.0)
+    steps = [json.loads(line).get("perf/step_s") for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert row["step_s_median"] == float(np.median([step for step in steps if step is not None]))
+    assert (row["divisions"], row["seed"], row["cpu_s"], row["iterations"]) == (2, 3, 7.5, 4)
+    summary = ghm_multi.summarise([row, {**row, "seed": 4, "worst_pct": 99.5, "reaches_target": True}])
+    assert summary["worst_pct"] == row["worst_pct"] and summary["runs"] == 2 and summary["points_per_run"] == 4
+    assert summary["by_size"][0]["runs_at_target"] == 1 + row["reaches_target"]
+    (run_dir / ghm_multi.MEASUREMENT).unlink()  # a run the bench did not finish: refused, one line, exit 2
+    code = ghm_multi.main(["--divisions", "2", "--seeds", "3", "--log-dir", str(folder), "--json"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "divisions-n2-s3: holds a run the bench did not finish" in err[0], err

@@ -8,6 +8,10 @@ controls) and the trainer's defaults otherwise, one process on one intra-op thre
 * one full training iteration (``solver.train_step()``: rollout, the martingale control
   variate, advantages, the policy and baseline updates), median over ``iterations``.
 
+``--models regimes ou`` adds a row for each two-state model, timed the same way in the same
+process: its ratio to the first row (one division, which is GHM) is measured under the same
+load, so it carries over to an idle machine, where GHM's iteration time is known.
+
 The batched rollout has no Python loop over the divisions: the cost per iteration grows
 with ``N`` only through the width of its tensors (and of the networks' first layer).
 """
@@ -20,18 +24,20 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
 from pglab.run.config import parse_config
-from pglab.validation import check_device, check_int
+from pglab.validation import check_choice, check_device, check_int
 
 
 @dataclass(frozen=True)
 class GHMDivisionsBenchConfig:
     divisions: tuple[int, ...] = (1, 2, 4, 8, 16)
     """numbers of divisions timed"""
+    models: tuple[Literal["regimes", "ou"], ...] = ()
+    """two-state models timed after the divisions, one row each"""
     algo: Literal["mc", "pathwise", "actor-critic"] = "mc"
     """the solver (mc, pathwise, actor-critic), with its defaults"""
     iterations: int = 5
@@ -46,6 +52,8 @@ class GHMDivisionsBenchConfig:
     def __post_init__(self):
         for count in self.divisions:
             check_int("divisions", count, minimum=1)
+        for model in self.models:
+            check_choice("models", model, ("regimes", "ou"))
         check_int("iterations", self.iterations, minimum=1)
         check_int("threads", self.threads, minimum=1)
         check_device("device", self.device)
@@ -64,14 +72,20 @@ def _median_seconds(function, repeats: int, device: torch.device) -> tuple[float
     return statistics.median(wall), statistics.median(cpu)
 
 
-def time_divisions(count: int, config: GHMDivisionsBenchConfig) -> dict[str, float]:
-    """One row: seconds of a training rollout and of a training iteration with ``count`` divisions."""
+def time_divisions(
+    count: int, config: GHMDivisionsBenchConfig, model_name: Literal["divisions", "regimes", "ou"] = "divisions"
+) -> dict[str, Any]:
+    """One row: seconds of a training rollout and of a training iteration with ``count``
+    divisions (or of ``model_name``, another model, whose count is ignored)."""
     from pglab.algos.ghm_train import GHMTrainConfig, build_model, build_networks, build_simulator, build_solver
     from pglab.run.device import resolve_device
     from pglab.run.seeding import make_generator
 
     device = resolve_device(config.device)
-    train = GHMTrainConfig(algo=config.algo, model="divisions", divisions=count, device=str(device))
+    if model_name == "divisions":
+        train = GHMTrainConfig(algo=config.algo, model="divisions", divisions=count, device=str(device))
+    else:
+        train = GHMTrainConfig(algo=config.algo, model=model_name, device=str(device))
     torch.manual_seed(0)
     generator = make_generator(0, device)
     model = build_model(train)
@@ -89,7 +103,8 @@ def time_divisions(count: int, config: GHMDivisionsBenchConfig) -> dict[str, flo
     rollout_s, rollout_cpu_s = _median_seconds(rollout, config.iterations, device)
     iteration_s, iteration_cpu_s = _median_seconds(solver.train_step, config.iterations, device)
     return {
-        "divisions": count,
+        "model": model_name,
+        "divisions": count if model_name == "divisions" else None,
         "states": model.state_dim,
         "controls": model.action_dim,
         "paths": train.n_trajectories,
@@ -110,16 +125,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     torch.set_num_threads(config.threads)
     rows = [time_divisions(count, config) for count in config.divisions]
+    rows += [time_divisions(0, config, model) for model in config.models]
     if config.json:
         print(json.dumps({"load_average": os.getloadavg(), "rows": rows}, indent=2))
         return 0
     print(f"--algo {config.algo}, {config.threads} thread(s), load average {os.getloadavg()[0]:.2f} at the end")
     print("median of the timed calls; wall-clock and this process's CPU time (steadier on a shared machine)")
-    header = f"{'N':>3} {'controls':>8} {'rollout ms':>11} {'(CPU)':>7} {'iteration ms':>13} {'(CPU)':>7}"
+    header = f"{'N':>7} {'controls':>8} {'rollout ms':>11} {'(CPU)':>7} {'iteration ms':>13} {'(CPU)':>7}"
     print(f"{header} {'CPU x first':>11}")
     for row in rows:
         print(
-            f"{row['divisions']:>3} {row['controls']:>8} {1000 * row['rollout_s']:>11.1f} "
+            f"{row['divisions'] or row['model']:>7} {row['controls']:>8} {1000 * row['rollout_s']:>11.1f} "
             f"{1000 * row['rollout_cpu_s']:>7.1f} {1000 * row['iteration_s']:>13.1f} "
             f"{1000 * row['iteration_cpu_s']:>7.1f} {row['iteration_cpu_s'] / rows[0]['iteration_cpu_s']:>11.2f}"
         )
