@@ -1,7 +1,7 @@
 """pglab's ``--zoo`` PPO against RL-Zoo's own SB3 PPO, both trained from the same entry of
 rl_zoo3's ``hyperparams/ppo.yml``: final returns, per seed and over seeds.
 
-    python bench/ppo_zoo_returns.py                      # Swimmer-v4 and HalfCheetah-v4, seeds 11-13, 500k steps
+    python bench/ppo_zoo_returns.py                      # Swimmer-v4, InvertedDoublePendulum-v4; seeds 11-13; 500k
     python bench/ppo_zoo_returns.py --envs Swimmer-v4 --seeds 11 --steps 8192 --episodes 2
     python bench/ppo_zoo_returns.py --runs runs.jsonl --record results/ppo-zoo-returns.json
 
@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_ENVS = ("Swimmer-v4", "HalfCheetah-v4")
+DEFAULT_ENVS = ("Swimmer-v4", "InvertedDoublePendulum-v4")
 DEFAULT_SEEDS = (11, 12, 13)
 LIBRARIES = ("sb3", "pglab")
 EVAL_SEED = 10_000
@@ -132,8 +132,9 @@ def train_pglab(config: Any, seed: int, folder: Path) -> Callable[[np.ndarray], 
     return lambda obs: agent.predict(obs, deterministic=True)
 
 
-def one_run(library: str, env_id: str, seed: int, steps: int, episodes: int) -> dict[str, Any]:
-    """Train one library on one seed, evaluate its policy; the run's line of ``--runs``."""
+def one_run(library: str, env_id: str, seed: int, steps: int, episodes: int, commit: str) -> dict[str, Any]:
+    """Train one library on one seed, evaluate its policy; the run's line of ``--runs``
+    (``commit``: the code this process imported)."""
     config = zoo_settings(env_id, steps)
     torch.set_num_threads(1)
     load = os.getloadavg()[0]
@@ -157,7 +158,7 @@ def one_run(library: str, env_id: str, seed: int, steps: int, episodes: int) -> 
         "cpu_s": round(cpu, 1),
         "wall_s": round(wall, 1),
         "load_avg_1min": [round(load, 2), round(os.getloadavg()[0], 2)],
-        "commit": results_tables().commit(),
+        "commit": commit,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -250,6 +251,7 @@ def write_record(path: Path, summary: dict[str, Any], command: str, runs: list[d
         f"SB3 {{envs[{env}][sb3][mean]:.0f}} ± {{envs[{env}][sb3][sem]:.0f}}"
         for env in envs
     )
+    seeds = len(summary["seeds"])
     machine = tables.machine()
     machine["load_average_1min"] = load
     record = {
@@ -258,7 +260,7 @@ def write_record(path: Path, summary: dict[str, Any], command: str, runs: list[d
         "kind": "result",
         "command": command,
         "reads": "stdout",
-        "headline": headline + " (deterministic return, mean ± s.e. over 3 seeds, {steps:,} steps)",
+        "headline": f"{headline} (deterministic return, mean ± s.e. over {seeds} seeds, {{steps:,}} steps)",
         "docs": "ppo.md#rl-zoo-entries-against-rl-zoos-sb3",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": tables.commit(),
@@ -287,7 +289,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    load = os.getloadavg()[0]
+    load, commit = os.getloadavg()[0], results_tables().commit()
     runs = read_runs(args.runs)
     for env_id in args.envs:
         for seed in args.seeds:
@@ -295,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                 done = [r for r in runs if (r["env"], r["library"], r["seed"]) == (env_id, library, seed)]
                 if done:
                     continue
-                run = one_run(library, env_id, seed, args.steps, args.episodes)
+                run = one_run(library, env_id, seed, args.steps, args.episodes, commit)
                 runs.append(run)
                 print(
                     f"{env_id} {library:<5} seed {seed}: return {run['mean']:9.1f} ± {run['sem']:.1f}  "
