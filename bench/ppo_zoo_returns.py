@@ -246,12 +246,15 @@ def write_record(path: Path, summary: dict[str, Any], command: str, runs: list[d
     invocation started (each run's is in the figures)."""
     tables = results_tables()
     envs = list(summary["envs"])
-    headline = "; ".join(
-        f"{env}: pglab {{envs[{env}][pglab][mean]:.0f}} ± {{envs[{env}][pglab][sem]:.0f}}, "
-        f"SB3 {{envs[{env}][sb3][mean]:.0f}} ± {{envs[{env}][sb3][sem]:.0f}}"
-        for env in envs
-    )
-    seeds = len(summary["seeds"])
+
+    def returns(env: str, library: str) -> str:
+        """The headline's ``MEAN ± S.E.`` of one library (the mean alone where no s.e. exists)."""
+        field = f"envs[{env}][{library}]"
+        spread = f" ± {{{field}[sem]:.0f}}" if summary["envs"][env][library]["sem"] is not None else ""
+        return f"{{{field}[mean]:.0f}}{spread}"
+
+    headline = "; ".join(f"{env}: pglab {returns(env, 'pglab')}, SB3 {returns(env, 'sb3')}" for env in envs)
+    seeds = f"{len(summary['seeds'])} seed" + ("s" if len(summary["seeds"]) != 1 else "")
     machine = tables.machine()
     machine["load_average_1min"] = load
     record = {
@@ -260,7 +263,7 @@ def write_record(path: Path, summary: dict[str, Any], command: str, runs: list[d
         "kind": "result",
         "command": command,
         "reads": "stdout",
-        "headline": f"{headline} (deterministic return, mean ± s.e. over {seeds} seeds, {{steps:,}} steps)",
+        "headline": f"{headline} (deterministic return, mean ± s.e. over {seeds}, {{steps:,}} steps)",
         "docs": "ppo.md#rl-zoo-entries-against-rl-zoos-sb3",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": tables.commit(),
