@@ -15,6 +15,7 @@ import argparse
 import math
 import os
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -304,3 +305,65 @@ def test_the_minibatch_kl_rule_stops_before_the_step_that_would_exceed_it():
     assert max(kls[:-1]) <= 1.5 * target < kls[-1]
     assert any(k > target for k in kls[:-1])  # minibatches over target_kl, not over 1.5 x, took their steps
     assert metrics["stats/epochs"] == steps[0] // 4 + 1
+
+
+# --------------------------------------------------------------------------------------
+# The MuJoCo comparison: bench/ppo_zoo_returns.py and the ids --zoo reads
+# --------------------------------------------------------------------------------------
+def _bench_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "ppo_zoo_returns.py"
+    spec = importlib.util.spec_from_file_location("ppo_zoo_returns", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(library, seed, mean, env="Swimmer-v4"):
+    measured = {"env_steps": 1000, "mean": mean, "sem": 1.0, "cpu_s": 2.0, "load_avg_1min": [1.0, 1.0], "commit": "c"}
+    return {"env": env, "library": library, "seed": seed, **measured}
+
+
+def test_the_returns_summary_holds_pglab_to_sb3_within_one_standard_error():
+    bench = _bench_module()
+    sb3 = [_run("sb3", seed, mean) for seed, mean in ((11, 100.0), (12, 110.0), (13, 120.0))]
+    # SB3: mean 110, s.e. 10/sqrt(3); pglab's s.e. the same: one s.e. of the difference is 8.16
+    close = [_run("pglab", seed, mean - 8.0) for seed, mean in ((11, 100.0), (12, 110.0), (13, 120.0))]
+    far = [_run("pglab", seed, mean - 8.5) for seed, mean in ((11, 100.0), (12, 110.0), (13, 120.0))]
+    summary = bench.summarize(sb3 + close, ["Swimmer-v4"], [11, 12, 13])["Swimmer-v4"]
+    assert summary["sb3"]["mean"] == pytest.approx(110.0) and summary["sb3"]["sem"] == pytest.approx(10 / math.sqrt(3))
+    assert summary["difference_sem"] == pytest.approx(math.sqrt(2) * 10 / math.sqrt(3))
+    assert summary["pglab_holds"] is True and summary["pglab"]["per_seed"] == [92.0, 102.0, 112.0]
+    assert bench.summarize(sb3 + far, ["Swimmer-v4"], [11, 12, 13])["Swimmer-v4"]["pglab_holds"] is False
+    # one seed: no standard error, no verdict (JSON null, not NaN)
+    single = bench.summarize(sb3[:1] + close[:1], ["Swimmer-v4"], [11])["Swimmer-v4"]
+    assert single["sb3"]["sem"] is None and single["pglab_holds"] is None
+
+
+def test_zoo_reads_the_mujoco_entry_of_the_id_it_is_given():
+    # the file's MuJoCo entries are -v4 ids, which gymnasium still makes; a -v5 id has no
+    # entry and takes RL-Zoo's default one, as RL-Zoo's own lookup does
+    pytest.importorskip("mujoco")
+    tuned = zoo_config("HalfCheetah-v4")
+    assert tuned.env == "gym:HalfCheetah-v4" and tuned.hidden_dims == (256, 256) and tuned.update.ppo_epochs == 20
+    v5, _ = train_config(["--zoo", "HalfCheetah-v5"])
+    assert v5.env == "gym:HalfCheetah-v5" and v5.hidden_dims == (64, 64) and v5.update.ppo_epochs == 10
+    # the -v4 entry on the -v5 environment: --env over the entry
+    over, _ = train_config(["--zoo", "HalfCheetah-v4", "--env", "gym:HalfCheetah-v5"])
+    assert over.env == "gym:HalfCheetah-v5" and over.hidden_dims == (256, 256)
+
+
+def test_vector_env_copies_return_no_info_and_snapshots_hold_the_wrappers_asked_for():
+    env = make_env("gym:Pendulum-v1", 2, vectorization="sync", max_episode_steps=3)
+    env.reset(seed=0)
+    infos = [env.env.step(np.zeros((2, 1), dtype=np.float32))[4] for _ in range(3)]
+    # the copies' own keys are gone; the vector env's final observations remain
+    assert infos[0] == {} and set(infos[2]) >= {"final_obs", "_final_obs"} and "final_info" in infos[2]
+    assert infos[2]["final_info"] == {}
+    layers = [layer["type"] for layer in env.state_dict()["layers"]]
+    assert layers[0] == "SyncVectorEnv" and "WithoutInfo" not in layers
+    # each copy: TimeLimit, OrderEnforcing, PassiveEnvChecker, PendulumEnv
+    assert len(layers) == 1 + 2 * 4
+    env.close()
