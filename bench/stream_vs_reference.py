@@ -4,6 +4,7 @@
     python bench/stream_vs_reference.py --env gym:CartPole-v1 --steps 100000 --seeds 31
     python bench/stream_vs_reference.py --env gym:Hopper-v4 --steps 100000 --seeds 31
     python bench/stream_vs_reference.py --figure                 # only redraw the figure from the record
+    python bench/stream_vs_reference.py --work runs/stream-vs-ref --seeds 31 32   # keep (and reuse) the runs
     python bench/stream_vs_reference.py --reference ~/streaming-drl --env minatar:freeway --steps 20000
 
 For every seed it runs the reference script (``stream_ac_discrete_minatar.py`` for
@@ -31,9 +32,14 @@ spread. The record (``--record``, default ``results/stream-ac-vs-reference.json`
 format of ``tools/results_tables.py``) keeps one entry per environment under
 ``figures.tasks`` (a run replaces its environment's entry and keeps the others), each with
 its command, date, commit, machine and load, each run's speed (env steps per wall second
-and per CPU second), and the curves in 100 bins of the budget (mean return of the
+and per CPU second of the child, timed from after its imports; the whole process's CPU
+seconds and the load average at its start beside them), and the curves in 100 bins of the budget (mean return of the
 episodes that end in each bin, with the wall and CPU seconds at the bin's end), from
 which ``--figure`` draws ``docs/figures/stream_ac_vs_reference.png``.
+
+``--work DIR`` keeps every run's episodes there (``ENV/SIDE-SEED/SIDE.json``) and reuses a
+stored run of the same length instead of running it again, so a comparison can be
+continued or summarised again.
 
 The reference: ``--reference DIR`` (a checkout of ``mohmdelsayed/streaming-drl``), or, by
 default, ``git archive`` of the Python files of ``--reference-git`` (a clone or mirror) into a temporary folder.
@@ -48,6 +54,7 @@ import json
 import os
 import runpy
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -174,9 +181,10 @@ def child_argv(side: str, env: str, seed: int, steps: int, reference: Path, log_
     ]
 
 
-def run_child(side: str, argv: list[str], work: Path) -> dict[str, Any]:
-    """One run in a child process; its episodes, totals, and its process's CPU seconds."""
-    out = work / f"{side}.json"
+def run_child(side: str, argv: list[str], out: Path) -> dict[str, Any]:
+    """One run in a child process, stored in ``out``: the child's episodes and totals, with the
+    CPU seconds of the whole process (interpreter start and imports included) and the load
+    average at its start."""
     python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PGLAB_NO_PROGRESS": "1"}
     env["PYTHONPATH"] = python_path
@@ -190,7 +198,20 @@ def run_child(side: str, argv: list[str], work: Path) -> dict[str, Any]:
     result = json.loads(out.read_text())
     result["process_cpu_s"] = usage.ru_utime + usage.ru_stime
     result["load_average_1min"] = load
+    out.write_text(json.dumps(result))
     return result
+
+
+def one_run(side: str, env: str, seed: int, steps: int, reference: Path, work: Path) -> dict[str, Any]:
+    """The run of ``side`` on ``env`` with ``seed``: read from ``work`` where a run of ``steps``
+    steps is stored there, else run (and stored)."""
+    folder = work / env.replace(":", "-").replace("/", "-") / f"{side}-{seed}"
+    out = folder / f"{side}.json"
+    if out.exists() and json.loads(out.read_text())["steps"] == steps:
+        return {"seed": seed, **json.loads(out.read_text())}
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return {"seed": seed, **run_child(side, child_argv(side, env, seed, steps, reference, folder / "run"), out)}
 
 
 def last_mean(episodes: list[list[float]], step: float, last: int) -> float | None:
@@ -234,30 +255,30 @@ def summarise(runs: dict[str, list[dict[str, Any]]], steps: int, last: int) -> d
     return {"points": points, "within_all": all(point["within"] for point in points)}
 
 
-def speed(run: dict[str, Any]) -> dict[str, float]:
+def speed(run: dict[str, Any]) -> dict[str, Any]:
+    """A run's speed: env steps per wall second and per CPU second of the child from after
+    its imports to its end (environment and network construction included)."""
+    load, process = run.get("load_average_1min"), run.get("process_cpu_s")
     return {
         "seed": run["seed"],
         "episodes": len(run["episodes"]),
         "wall_s": round(run["wall_s"], 1),
-        "cpu_s": round(run["process_cpu_s"], 1),
+        "cpu_s": round(run["cpu_s"], 1),
+        "process_cpu_s": None if process is None else round(process, 1),
         "steps_per_wall_s": round(run["steps"] / run["wall_s"], 1),
-        "steps_per_cpu_s": round(run["steps"] / run["process_cpu_s"], 1),
-        "load_average_1min": round(run["load_average_1min"], 2),
+        "steps_per_cpu_s": round(run["steps"] / run["cpu_s"], 1),
+        "load_average_1min": None if load is None else round(load, 2),
     }
 
 
-def compare(env: str, seeds: list[int], steps: int, reference: Path, last: int) -> dict[str, Any]:
-    """Run both sides on ``env`` for every seed (reference first); the record's task entry."""
+def compare(env: str, seeds: list[int], steps: int, reference: Path, last: int, work: Path) -> dict[str, Any]:
+    """Both sides on ``env`` for every seed (reference first; runs stored in ``work``); the record's task entry."""
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
-    with tempfile.TemporaryDirectory(prefix="stream-vs-reference-") as tmp:
-        for seed in seeds:
-            for side in SIDES:
-                work = Path(tmp) / f"{side}-{seed}"
-                work.mkdir()
-                argv = child_argv(side, env, seed, steps, reference, work / "run")
-                run = {"seed": seed, **run_child(side, argv, work)}
-                runs[side].append(run)
-                print(f"{env} seed {seed} {side}: {json.dumps(speed(run))}", file=sys.stderr, flush=True)
+    for seed in seeds:
+        for side in SIDES:
+            run = one_run(side, env, seed, steps, reference, work)
+            runs[side].append(run)
+            print(f"{env} seed {seed} {side}: {json.dumps(speed(run))}", file=sys.stderr, flush=True)
     return {
         "env": env,
         "reference_script": reference_script(env)[0],
@@ -366,6 +387,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--last", type=int, default=50, help="episodes averaged at each summary point")
     parser.add_argument("--reference", default=None, help="a checkout of mohmdelsayed/streaming-drl")
     parser.add_argument("--reference-git", default=str(DEFAULT_REFERENCE_GIT), help="its git directory")
+    parser.add_argument("--work", type=Path, default=None, help="keep the runs here; stored runs are reused")
     parser.add_argument("--record", type=Path, default=DEFAULT_RECORD)
     parser.add_argument("--figure-path", type=Path, default=DEFAULT_FIGURE)
     parser.add_argument("--figure", action="store_true", help="only draw the figure from --record")
@@ -387,9 +409,13 @@ def main(argv: list[str]) -> int:
             raise SystemExit("stream_vs_reference: --steps and --last must be positive")
         load = results_tables().machine()
         start = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="streaming-drl-") as folder:
+        with (
+            tempfile.TemporaryDirectory(prefix="streaming-drl-") as folder,
+            tempfile.TemporaryDirectory(prefix="stream-vs-reference-") as scratch,
+        ):
             reference = reference_checkout(args, Path(folder))
-            task = compare(args.env, args.seeds, args.steps, reference, args.last)
+            work = args.work if args.work is not None else Path(scratch)
+            task = compare(args.env, args.seeds, args.steps, reference, args.last, work)
         command = "python bench/stream_vs_reference.py " + shlex.join(
             ["--env", args.env, "--steps", str(args.steps), "--seeds", *map(str, args.seeds), "--json"]
         )
