@@ -30,7 +30,8 @@ The summary at 10%, 50% and 100% of the budget is, per seed, the mean return of 
 spread (min, max); ``within`` says whether pglab's mean lies inside the reference's
 spread. The record (``--record``, default ``results/stream-ac-vs-reference.json``, the
 format of ``tools/results_tables.py``) keeps one entry per environment under
-``figures.tasks`` (a run replaces its environment's entry and keeps the others), each with
+``figures.tasks`` by environment and budget (``minatar:breakout@50000``; a run replaces its
+own entry and keeps the others), each with
 its command, date, commit, machine and load, each run's speed (env steps per wall second
 and per CPU second of the child, timed from after its imports; the whole process's CPU
 seconds and the load average at its start beside them), and the curves in 100 bins of the budget (mean return of the
@@ -38,8 +39,8 @@ episodes that end in each bin, with the wall and CPU seconds at the bin's end), 
 which ``--figure`` draws ``docs/figures/stream_ac_vs_reference.png``.
 
 ``--work DIR`` keeps every run's episodes there (``ENV/SIDE-SEED/SIDE.json``) and reuses a
-stored run of the same length instead of running it again, so a comparison can be
-continued or summarised again.
+stored run at least as long instead of running it again (cut at ``--steps``), so a
+comparison can be continued, extended by seeds, or summarised at a shorter budget.
 
 The reference: ``--reference DIR`` (a checkout of ``mohmdelsayed/streaming-drl``), or, by
 default, ``git archive`` of the Python files of ``--reference-git`` (a clone or mirror) into a temporary folder.
@@ -203,15 +204,19 @@ def run_child(side: str, argv: list[str], out: Path) -> dict[str, Any]:
 
 
 def one_run(side: str, env: str, seed: int, steps: int, reference: Path, work: Path) -> dict[str, Any]:
-    """The run of ``side`` on ``env`` with ``seed``: read from ``work`` where a run of ``steps``
-    steps is stored there, else run (and stored)."""
+    """The run of ``side`` on ``env`` with ``seed`` for ``steps`` steps: a run of at least
+    ``steps`` stored in ``work``, cut at ``steps`` (neither side has a schedule that depends on
+    the budget, so a run's first ``steps`` are a run of ``steps``), else a new run (stored)."""
     folder = work / env.replace(":", "-").replace("/", "-") / f"{side}-{seed}"
     out = folder / f"{side}.json"
-    if out.exists() and json.loads(out.read_text())["steps"] == steps:
-        return {"seed": seed, **json.loads(out.read_text())}
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    return {"seed": seed, **run_child(side, child_argv(side, env, seed, steps, reference, folder / "run"), out)}
+    if out.exists() and json.loads(out.read_text())["steps"] >= steps:
+        stored = json.loads(out.read_text())
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        stored = run_child(side, child_argv(side, env, seed, steps, reference, folder / "run"), out)
+    episodes = [row for row in stored["episodes"] if row[0] <= steps]
+    return {"seed": seed, **stored, "run_steps": stored["steps"], "steps": steps, "episodes": episodes}
 
 
 def last_mean(episodes: list[list[float]], step: float, last: int) -> float | None:
@@ -257,7 +262,8 @@ def summarise(runs: dict[str, list[dict[str, Any]]], steps: int, last: int) -> d
 
 def speed(run: dict[str, Any]) -> dict[str, Any]:
     """A run's speed: env steps per wall second and per CPU second of the child from after
-    its imports to its end (environment and network construction included)."""
+    its imports to its end (environment and network construction included), over the whole
+    stored run (``run_steps``); ``episodes`` counts those within the budget."""
     load, process = run.get("load_average_1min"), run.get("process_cpu_s")
     return {
         "seed": run["seed"],
@@ -265,8 +271,9 @@ def speed(run: dict[str, Any]) -> dict[str, Any]:
         "wall_s": round(run["wall_s"], 1),
         "cpu_s": round(run["cpu_s"], 1),
         "process_cpu_s": None if process is None else round(process, 1),
-        "steps_per_wall_s": round(run["steps"] / run["wall_s"], 1),
-        "steps_per_cpu_s": round(run["steps"] / run["cpu_s"], 1),
+        "run_steps": run["run_steps"],
+        "steps_per_wall_s": round(run["run_steps"] / run["wall_s"], 1),
+        "steps_per_cpu_s": round(run["run_steps"] / run["cpu_s"], 1),
         "load_average_1min": None if load is None else round(load, 2),
     }
 
@@ -303,24 +310,31 @@ def results_tables() -> Any:
     return module
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def task_headline(task: dict[str, Any]) -> str:
     inside = sum(point["within"] for point in task["points"])
     final = task["points"][-1]
     return (
         f"{task['env']}: pglab {final['pglab']['mean']:.1f}, reference {final['reference']['mean']:.1f} "
         f"[{final['reference']['min']:.1f}, {final['reference']['max']:.1f}] at {task['steps']:,} steps "
-        f"({len(task['seeds'])} seeds); within the reference's spread at {inside} of {len(task['points'])} points"
+        f"({plural(len(task['seeds']), 'seed')}); within the reference's spread at {inside} of "
+        f"{len(task['points'])} points"
     )
 
 
 def write_record(path: Path, task: dict[str, Any], command: str, wall_s: float, load: dict[str, Any]) -> None:
-    """Store ``task`` in the record at ``path`` (other environments' entries are kept)."""
+    """Store ``task`` in the record at ``path`` under ``ENV@STEPS`` (other entries are kept); the
+    headline is the Breakout entry with the most seeds."""
     tables = results_tables()
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     task = {**task, "command": command, "date": now, "commit": tables.commit(), "machine": load, "wall_s": wall_s}
     tasks = json.loads(path.read_text())["figures"]["tasks"] if path.exists() else {}
-    tasks[task["env"]] = task
-    first = tasks.get("minatar:breakout", task)
+    tasks[f"{task['env']}@{task['steps']}"] = task
+    breakout = [entry for entry in tasks.values() if entry["env"] == "minatar:breakout"]
+    first = max(breakout, key=lambda entry: (len(entry["seeds"]), entry["steps"]), default=task)
     record = {
         "system": "Streaming A2C and stream-AC",
         "title": "stream-AC(λ) side by side with the reference code",
@@ -356,7 +370,10 @@ def draw_figure(record_path: Path, figure_path: Path) -> None:
                 for axis, column in ((row[0], 0), (row[1], 3)):
                     xs = [point[column] for point in points]
                     axis.plot(xs, [point[1] for point in points], color=colours[side], alpha=0.7, lw=1, label=label)
-        row[0].set(title=f"{task['env']}: return against env steps", xlabel="env steps", ylabel="episode return")
+        runs = plural(len(task["seeds"]), "seed")
+        row[0].set(
+            title=f"{task['env']}, {runs}: return against env steps", xlabel="env steps", ylabel="episode return"
+        )
         row[1].set(title="against CPU seconds (one thread)", xlabel="CPU seconds", ylabel="episode return")
         row[0].legend()
     fig.tight_layout()
