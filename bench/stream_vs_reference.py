@@ -1,10 +1,11 @@
 """pglab's stream-AC(lambda) side by side with the reference code of Elsayed, Vasan & Mahmood (2024).
 
-    python bench/stream_vs_reference.py --env minatar:breakout --steps 300000 --seeds 31 32 33
-    python bench/stream_vs_reference.py --env gym:CartPole-v1 --steps 100000 --seeds 31
-    python bench/stream_vs_reference.py --env gym:Hopper-v4 --steps 100000 --seeds 31
-    python bench/stream_vs_reference.py --figure                 # only redraw the figure from the record
-    python bench/stream_vs_reference.py --work runs/stream-vs-ref --seeds 31 32   # keep (and reuse) the runs
+    python bench/stream_vs_reference.py                        # Breakout, 2,000 steps, seed 31: a smoke check
+    python bench/stream_vs_reference.py --env minatar:breakout --steps 300000 --seeds 31 32 33 \
+        --work runs/stream-vs-ref --record results/stream-ac-vs-reference.json
+    python bench/stream_vs_reference.py --env gym:Hopper-v4 --steps 100000 \
+        --record results/stream-ac-vs-reference.json
+    python bench/stream_vs_reference.py --figure               # only redraw the figure from the record
     python bench/stream_vs_reference.py --reference ~/streaming-drl --env minatar:freeway --steps 20000
 
 For every seed it runs the reference script (``stream_ac_discrete_minatar.py`` for
@@ -28,8 +29,8 @@ reference writes its own pickle into a temporary folder.
 The summary at 10%, 50% and 100% of the budget is, per seed, the mean return of the last
 ``--last`` episodes that ended by that step; per side, the mean over seeds and the seed
 spread (min, max); ``within`` says whether pglab's mean lies inside the reference's
-spread. The record (``--record``, default ``results/stream-ac-vs-reference.json``, the
-format of ``tools/results_tables.py``) keeps one entry per environment under
+spread. The record (``--record``, e.g. ``results/stream-ac-vs-reference.json``, the format
+of ``tools/results_tables.py``; without it nothing is written) keeps one entry per environment under
 ``figures.tasks`` by environment and budget (``minatar:breakout@50000``; a run replaces its
 own entry and keeps the others), each with
 its command, date, commit, machine and load, each run's speed (env steps per wall second
@@ -399,17 +400,41 @@ def reference_checkout(args: argparse.Namespace, folder: Path) -> Path:
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--env", default="minatar:breakout", help="pglab environment (minatar:GAME or gym:ID)")
-    parser.add_argument("--steps", type=int, default=300_000, help="env steps per run")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[31, 32, 33])
+    parser.add_argument("--steps", type=int, default=2000, help="env steps per run")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[31])
     parser.add_argument("--last", type=int, default=50, help="episodes averaged at each summary point")
     parser.add_argument("--reference", default=None, help="a checkout of mohmdelsayed/streaming-drl")
     parser.add_argument("--reference-git", default=str(DEFAULT_REFERENCE_GIT), help="its git directory")
     parser.add_argument("--work", type=Path, default=None, help="keep the runs here; stored runs are reused")
-    parser.add_argument("--record", type=Path, default=DEFAULT_RECORD)
+    parser.add_argument("--record", type=Path, default=None, help=f"store the result here (e.g. {DEFAULT_RECORD})")
     parser.add_argument("--figure-path", type=Path, default=DEFAULT_FIGURE)
     parser.add_argument("--figure", action="store_true", help="only draw the figure from --record")
-    parser.add_argument("--json", action="store_true", help="print the record's figures as JSON")
-    return parser.parse_args(argv)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.last < 1:
+        parser.error("--steps and --last must be positive")
+    return args
+
+
+def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
+    """The comparison of ``args``; stored in ``--record`` when given. Returns the figures."""
+    load = results_tables().machine()
+    start = time.perf_counter()
+    with (
+        tempfile.TemporaryDirectory(prefix="streaming-drl-") as folder,
+        tempfile.TemporaryDirectory(prefix="stream-vs-reference-") as scratch,
+    ):
+        reference = reference_checkout(args, Path(folder))
+        work = args.work if args.work is not None else Path(scratch)
+        task = compare(args.env, args.seeds, args.steps, reference, args.last, work)
+    print(task_headline(task), file=sys.stderr)
+    if args.record is None:
+        return {"headline": task_headline(task), "tasks": {f"{task['env']}@{task['steps']}": task}}
+    flags = ["--env", args.env, "--steps", str(args.steps), "--seeds", *map(str, args.seeds)]
+    command = "python bench/stream_vs_reference.py " + shlex.join([*flags, "--record", str(args.record), "--json"])
+    write_record(args.record, task, command, round(time.perf_counter() - start, 1), load)
+    draw_figure(args.record, args.figure_path)
+    return json.loads(args.record.read_text())["figures"]
 
 
 def main(argv: list[str]) -> int:
@@ -421,26 +446,12 @@ def main(argv: list[str]) -> int:
             pglab_child(rest, out)
         return 0
     args = parse(argv)
-    if not args.figure:
-        if args.steps < 1 or args.last < 1:
-            raise SystemExit("stream_vs_reference: --steps and --last must be positive")
-        load = results_tables().machine()
-        start = time.perf_counter()
-        with (
-            tempfile.TemporaryDirectory(prefix="streaming-drl-") as folder,
-            tempfile.TemporaryDirectory(prefix="stream-vs-reference-") as scratch,
-        ):
-            reference = reference_checkout(args, Path(folder))
-            work = args.work if args.work is not None else Path(scratch)
-            task = compare(args.env, args.seeds, args.steps, reference, args.last, work)
-        command = "python bench/stream_vs_reference.py " + shlex.join(
-            ["--env", args.env, "--steps", str(args.steps), "--seeds", *map(str, args.seeds), "--json"]
-        )
-        write_record(args.record, task, command, round(time.perf_counter() - start, 1), load)
-        print(task_headline(task), file=sys.stderr)
-        if args.json:
-            print(json.dumps(json.loads(args.record.read_text())["figures"]))
-    draw_figure(args.record, args.figure_path)
+    if args.figure:
+        draw_figure(args.record or DEFAULT_RECORD, args.figure_path)
+        return 0
+    figures = run_comparison(args)
+    if args.json:
+        print(json.dumps(figures))
     return 0
 
 
