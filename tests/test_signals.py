@@ -127,3 +127,30 @@ def test_a_live_run_directory_has_one_owner(tmp_path, monkeypatch, capsys):
     assert owner.returncode == 130, owner_err
     steps = [int(step) for step in _steps_logged(tmp_path / "run")]
     assert steps == sorted(set(steps)) and steps  # every row once, in order: nobody else wrote
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_a_stop_raised_where_python_ignores_exceptions_prints_nothing_and_stays_recorded(capsys):
+    """A signal whose handler runs inside a ``__del__`` or a weakref callback (the import
+    system's module locks: seen at a random moment) raises where Python only prints the
+    exception: no traceback, and the signal stays recorded for the end of the step."""
+    import gc
+
+    from pglab.run.signals import STOP
+
+    class Dying:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100_000):  # the handler runs here, between two instructions
+                pass
+
+    installed = STOP.install()
+    try:
+        Dying()
+        gc.collect()
+        assert STOP.signal == signal.SIGTERM
+        assert "Traceback" not in capsys.readouterr().err
+    finally:
+        STOP.clear()
+        if installed:
+            STOP.uninstall()

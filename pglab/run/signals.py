@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,6 +69,7 @@ class StopSignals:
         self.signal: int | None = None
         self._deferring = 0
         self._previous: dict[int, Any] = {}
+        self._previous_unraisable = sys.unraisablehook
 
     @property
     def installed(self) -> bool:
@@ -88,12 +90,25 @@ class StopSignals:
         except ValueError:  # not the main thread: signals stay with whoever has them
             self.uninstall()
             return False
+        self._previous_unraisable = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
         return True
 
     def uninstall(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        if sys.unraisablehook == self._unraisable:
+            sys.unraisablehook = self._previous_unraisable
+
+    def _unraisable(self, unraisable: Any) -> None:
+        """A :class:`Stopped` raised where Python ignores exceptions (a weakref callback of
+        the import system, a ``__del__``) is not printed as a traceback: the signal stays
+        recorded in :attr:`signal`, so the training loop stops at the end of its step and
+        a command that was past its last step finishes."""
+        if isinstance(unraisable.exc_value, Stopped):
+            return
+        self._previous_unraisable(unraisable)
 
     def clear(self) -> None:
         """Forget a handled signal (a new run in the same process starts unsignalled)."""
