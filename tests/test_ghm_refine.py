@@ -32,6 +32,7 @@ from pglab.run.seeding import make_generator
 
 QUIET = dict(echo=lambda *a, **k: None)
 PATHS, STEPS = 256, 300  # the search's test size
+SMALL = dict(TINY, n_trajectories=16, T=0.2)  # training runs: 64 paths x 40 steps in the search
 
 
 class TableCritic(torch.nn.Module):
@@ -188,9 +189,9 @@ def test_a_stopped_and_resumed_run_ends_with_the_same_refined_rule(tmp_path):
     """The rule is found inside the last iteration, so its checkpoint holds it; a run stopped
     before it and resumed finds the same one; the agent and the final table use it."""
     final = dict(final_eval=True, eval_paths=20, eval_cash=(0.5,), eval_tail_tolerance=0.5, eval_dt=0.01)
-    train_ghm(GHMTrainConfig(n_iterations=3, log_dir=tmp_path / "straight", **{**TINY, **final}), **QUIET)
-    train_ghm(GHMTrainConfig(n_iterations=3, log_dir=tmp_path / "run", **TINY), stop_after=2, **QUIET)
-    train_ghm(GHMTrainConfig(n_iterations=3, resume=tmp_path / "run", **TINY), **QUIET)
+    train_ghm(GHMTrainConfig(n_iterations=2, log_dir=tmp_path / "straight", **{**SMALL, **final}), **QUIET)
+    train_ghm(GHMTrainConfig(n_iterations=2, log_dir=tmp_path / "run", **SMALL), stop_after=1, **QUIET)
+    train_ghm(GHMTrainConfig(n_iterations=2, resume=tmp_path / "run", **SMALL), **QUIET)
     stored = [
         load_checkpoint_file(tmp_path / name / "checkpoints" / "checkpoint_latest.pt")["models"]["policy"]
         for name in ("straight", "run")
@@ -207,7 +208,7 @@ def test_a_stopped_and_resumed_run_ends_with_the_same_refined_rule(tmp_path):
 def test_a_checkpoint_without_the_field_loads_unrefined(tmp_path):
     """A run made before refine_thresholds existed was trained without it: its checkpoint
     loads as the plain Gaussian policy (the trainer's stored default)."""
-    train_ghm(GHMTrainConfig(n_iterations=1, log_dir=tmp_path / "run", refine_thresholds=False, **TINY), **QUIET)
+    train_ghm(GHMTrainConfig(n_iterations=1, log_dir=tmp_path / "run", refine_thresholds=False, **SMALL), **QUIET)
     path = tmp_path / "run" / "checkpoints" / "checkpoint_latest.pt"
     checkpoint = load_checkpoint_file(path)
     del checkpoint["config"]["refine_thresholds"]
