@@ -69,24 +69,10 @@ def zoo_settings(env_id: str, steps: int) -> Any:
 
 def episode_returns(env_id: str, act: Callable[[np.ndarray], np.ndarray], episodes: int) -> list[float]:
     """The undiscounted return of ``episodes`` episodes of ``act(obs) -> actions``, one per
-    copy of a ``SyncVectorEnv`` (seeds ``EVAL_SEED + i``)."""
-    import gymnasium as gym
+    copy of a ``SyncVectorEnv`` (seeds ``EVAL_SEED + i``): the speed bench's evaluator."""
+    from pglab.bench.ppo_vs_sb3 import episode_returns as returns_of
 
-    env = gym.make_vec(
-        env_id,
-        num_envs=episodes,
-        vectorization_mode="sync",
-        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-    )
-    obs, _ = env.reset(seed=EVAL_SEED)
-    returns = np.zeros(episodes)
-    running = np.ones(episodes, dtype=bool)
-    while running.any():
-        obs, rewards, terminated, truncated, _ = env.step(act(obs))
-        returns += np.where(running, rewards, 0.0)
-        running &= ~(terminated | truncated)
-    env.close()
-    return [float(value) for value in returns]
+    return returns_of(env_id, act, episodes, seed=EVAL_SEED)
 
 
 def train_sb3(env_id: str, steps: int, seed: int, folder: Path) -> Callable[[np.ndarray], np.ndarray]:

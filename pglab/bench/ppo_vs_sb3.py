@@ -205,8 +205,11 @@ def evaluate_sb3_atari(model: Any, env_spec: str, episodes: int, seed: int = 10_
     return float(np.nanmean(scores))
 
 
-def evaluate_policy(env_id: str, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int = 10_000) -> float:
-    """Mean undiscounted return of ``episodes`` episodes, one per vector-env copy."""
+def episode_returns(
+    env_id: str, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int = 10_000
+) -> list[float]:
+    """The undiscounted return of ``episodes`` episodes of ``act(obs) -> actions``, one per
+    copy of a ``SyncVectorEnv`` (seeds ``seed + i``)."""
     import gymnasium as gym
 
     env = gym.make_vec(
@@ -223,7 +226,12 @@ def evaluate_policy(env_id: str, act: Callable[[np.ndarray], np.ndarray], episod
         returns += np.where(running, rewards, 0.0)
         running &= ~(terminated | truncated)
     env.close()
-    return float(returns.mean())
+    return [float(value) for value in returns]
+
+
+def evaluate_policy(env_id: str, act: Callable[[np.ndarray], np.ndarray], episodes: int, seed: int = 10_000) -> float:
+    """Mean undiscounted return of ``episodes`` episodes, one per vector-env copy."""
+    return float(np.mean(episode_returns(env_id, act, episodes, seed)))
 
 
 def _run_result(final: float, steps: int, wall: float, cpu: float) -> dict[str, float]:
