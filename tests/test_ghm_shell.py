@@ -643,13 +643,16 @@ def test_resume_compares_only_the_given_model_parameters(tmp_path, capsys):
 
 
 def test_the_mc_iteration_budget_grows_as_one_over_rho_below_the_reference():
-    # time scales from the model: 1,000 iterations at rho >= 0.1, 1000 * 0.1 / rho below
+    # time scales from the model: 300 iterations at rho >= 0.1 before the threshold
+    # refinement (1,000 without it), scaled by 0.1 / rho below
     from pglab.configs.ghm import GHMParams, mc_iterations
 
-    assert GHMTrainConfig().n_iterations == 1000
-    assert GHMTrainConfig(params=GHMParams(rho=0.12)).n_iterations == 1000
-    assert GHMTrainConfig(params=GHMParams(mu=0.12, rho=0.07)).n_iterations == mc_iterations(0.07) == 1429
-    assert GHMTrainConfig(params=GHMParams(rho=0.06, sigma=0.4)).n_iterations == 1667
+    assert GHMTrainConfig().n_iterations == 300
+    assert GHMTrainConfig(refine_thresholds=False).n_iterations == 1000
+    assert GHMTrainConfig(params=GHMParams(rho=0.12)).n_iterations == 300
+    assert GHMTrainConfig(params=GHMParams(mu=0.12, rho=0.07)).n_iterations == mc_iterations(0.07) == 429
+    assert GHMTrainConfig(params=GHMParams(rho=0.06, sigma=0.4), refine_thresholds=False).n_iterations == 1667
+    assert mc_iterations(0.06, refined=False) == 1667
     # a budget given is kept; the other solvers keep theirs
     assert GHMTrainConfig(n_iterations=50, params=GHMParams(mu=0.12, rho=0.07)).n_iterations == 50
     assert GHMTrainConfig(algo="pathwise", params=GHMParams(mu=0.12, rho=0.07)).n_iterations == 350

@@ -391,14 +391,16 @@ def statics_figures(
         if not line:
             continue
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for others in _slices(trials, name):
+        algos = sorted({trial.algo for trial in trials})
+        for index, others in enumerate(_slices(trials, name)):
+            colour = f"C{index % 10}"  # a calibration's FD line and its learned points share a colour
             label = calibration_name(others)
             points = sorted((entry for entry in line if entry["others"] == others), key=lambda entry: entry["value"])
             for axis, key in zip(axes, ("barrier", "issuance"), strict=False):
                 xs = [entry["value"] for entry in points if entry[key] is not None]
                 ys = [entry[key] for entry in points if entry[key] is not None]
-                axis.plot(xs, ys, "-", label=f"FD {label}" if label != "base" else "FD")
-            for algo in sorted({trial.algo for trial in trials}):
+                axis.plot(xs, ys, "-", color=colour, label=f"FD {label}" if label != "base" else "FD")
+            for marker, algo in zip("os^Dv", algos, strict=False):
                 for axis, key in zip(axes, ("barrier", "issuance"), strict=False):
                     groups: dict[float, list[float]] = {}
                     for trial in trials:
@@ -412,7 +414,13 @@ def statics_figures(
                         means = [sum(groups[x]) / len(groups[x]) for x in xs]
                         spread = [(max(groups[x]) - min(groups[x])) / 2 for x in xs]
                         axis.errorbar(
-                            xs, means, yerr=spread, fmt="o", capsize=3, label=f"RL {algo} {label}".replace(" base", "")
+                            xs,
+                            means,
+                            yerr=spread,
+                            fmt=marker,
+                            color=colour,
+                            capsize=3,
+                            label=f"RL {algo} {label}".replace(" base", ""),
                         )
         missing = missing_thresholds(rows)
         for axis, title, key in zip(

@@ -231,12 +231,20 @@ SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 MC_REFERENCE_RHO = 0.1
-"""the discount rate at which the mc defaults' 1,000 iterations were chosen"""
+"""the discount rate at which the mc iteration budgets were chosen"""
+
+MC_REFINED_ITERATIONS = 300
+"""``--algo mc``'s iteration budget at ``MC_REFERENCE_RHO`` when the threshold refinement
+follows (the default): the refinement needs a critic and a rough start, not the network's
+own barrier (docs/ghm.md, "The iteration budget"). Without the refinement the budget is the
+solver default's 1,000, which the network's own rule needs to reach 98% of ``V*``."""
 
 
-def mc_iterations(rho: float) -> int:
-    """``--algo mc``'s default iteration budget: ``1000 * max(1, 0.1 / rho)`` (rounded)."""
-    return int(round(SOLVER_DEFAULTS["mc"]["n_iterations"] * max(1.0, MC_REFERENCE_RHO / rho)))
+def mc_iterations(rho: float, refined: bool = True) -> int:
+    """``--algo mc``'s default iteration budget: ``300 * max(1, 0.1 / rho)`` (rounded) with the
+    threshold refinement, ``1000 * max(1, 0.1 / rho)`` without it."""
+    base = MC_REFINED_ITERATIONS if refined else SOLVER_DEFAULTS["mc"]["n_iterations"]
+    return int(round(base * max(1.0, MC_REFERENCE_RHO / rho)))
 
 
 def final_eval_dt(config: GHMTrainConfig) -> float:
@@ -510,21 +518,21 @@ class GHMTrainConfig:
         if self.control_variate is None and (self.no_baseline or self.advantage != "reward_to_go"):
             # the control variate needs the critic's slope and per-step returns
             object.__setattr__(self, "control_variate", "none")
+        if self.refine_thresholds is None:  # where it applies: a one-state GHM policy and its critic
+            object.__setattr__(
+                self, "refine_thresholds", self.algo == "mc" and self.model == "ghm" and not self.no_baseline
+            )
         if self.algo == "mc" and self.n_iterations is None:
             # A time scale from the model: the gain from paying a dividend sooner,
             # which is what moves the barrier, is proportional to rho, so at a low discount
             # rate each iteration's gradient says less and the barrier, which starts far above
             # the optimum, comes down slowly (rho 0.07: stuck 0.3 above the FD barrier after
             # 1,000 iterations on one seed of two). The budget grows as 1 / rho below the
-            # calibration the defaults were chosen at; above it, it stays 1,000.
-            object.__setattr__(self, "n_iterations", mc_iterations(self.params.rho))
+            # calibration the defaults were chosen at; above it, it stays as chosen.
+            object.__setattr__(self, "n_iterations", mc_iterations(self.params.rho, bool(self.refine_thresholds)))
         for name, value in SOLVER_DEFAULTS[self.algo].items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
-        if self.refine_thresholds is None:  # where it applies: a one-state GHM policy and its critic
-            object.__setattr__(
-                self, "refine_thresholds", self.algo == "mc" and self.model == "ghm" and not self.no_baseline
-            )
 
     def _check_training(self) -> None:
         """The budget, learning rates, advantages and the policy-gradient options."""
