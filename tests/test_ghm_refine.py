@@ -3,6 +3,7 @@ simulated value against the exact one, the policy that carries the rule, and the
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -201,8 +202,30 @@ def test_a_stopped_and_resumed_run_ends_with_the_same_refined_rule(tmp_path):
     rule = agent.policy.thresholds
     assert isinstance(agent.policy, RefinablePolicy) and rule is not None and rule.barrier is not None
     assert agent.act(torch.tensor([[rule.barrier + 0.01]]))[0, 0] == 1.0
-    evaluation = (tmp_path / "straight" / "evaluation.json").read_text()
-    assert '"network_thresholds"' in evaluation
+    evaluation = json.loads((tmp_path / "straight" / "evaluation.json").read_text())
+    assert "network_thresholds" in evaluation
+
+
+def test_the_reported_thresholds_read_the_rule_at_the_fd_grid_spacing():
+    """The half-max rule reads the learned policy on the FD grid's spacing, as it reads V*'s
+    controls: a refined rule is reported to within one FD step, not rounded to the policy
+    figure's 0.01."""
+    from types import SimpleNamespace
+
+    from pglab.algos.ghm_train import build_model, final_thresholds, model_reference
+
+    config = GHMTrainConfig(fd_nodes=6000, device="cpu")  # an FD step of 0.001
+    model = build_model(config)
+    policy = _policy()
+    policy.thresholds = Thresholds(barrier=0.4037, issuance=0.1412)
+    training = SimpleNamespace(
+        model=model, reference=model_reference(config, model), policy=policy, baseline=None, device=torch.device("cpu")
+    )
+    learned, fd = final_thresholds(training)
+    step = config.fd_x_max / config.fd_nodes
+    assert 0.4037 <= learned["dividend_rate"] < 0.4037 + step + 1e-6
+    assert 0.1412 - step - 1e-6 < learned["issuance_rate"] < 0.1412
+    assert abs(fd["dividend_rate"] - 0.342) < 0.01  # the FD barrier, read by the same rule
 
 
 def test_a_checkpoint_without_the_field_loads_unrefined(tmp_path):

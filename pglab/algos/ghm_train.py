@@ -938,11 +938,13 @@ def refine_horizon(config: GHMTrainConfig) -> float:
     return REFINE_DISCOUNT_HORIZONS / config.params.rho
 
 
-def network_rates(policy: GaussianPolicy, model: GHMModel, device: torch.device) -> tuple[np.ndarray, np.ndarray]:
+def network_rates(
+    policy: GaussianPolicy, model: GHMModel, device: torch.device, points: int = 201
+) -> tuple[np.ndarray, np.ndarray]:
     """``(states [P], rates [P, 2])``: the network's own deterministic rates (its mean
-    clipped to the control box, a refined policy's network included) on the policy figure's
-    states."""
-    states = torch.linspace(0.0, plot_high(model), 201, device=device).unsqueeze(1)
+    clipped to the control box, a refined policy's network included) on ``points`` states
+    of the policy figure's range (its own 201 by default)."""
+    states = torch.linspace(0.0, plot_high(model), points, device=device).unsqueeze(1)
     with torch.no_grad():
         mean = (policy.network_mean_std if isinstance(policy, RefinablePolicy) else policy.mean_std)(states)[0]
         rates = model.control.clip(mean)
@@ -1141,7 +1143,19 @@ def network_thresholds(training: GHMTraining) -> dict[str, float | None] | None:
     policy, model = training.policy, training.model
     if not (isinstance(policy, RefinablePolicy) and policy.thresholds is not None and isinstance(model, OneStateGHM)):
         return None
-    return thresholds_in_cash(model, rule_thresholds(model, *network_rates(policy, model, training.device)))
+    points = threshold_points(model, training.reference)
+    return thresholds_in_cash(model, rule_thresholds(model, *network_rates(policy, model, training.device, points)))
+
+
+def threshold_points(model: GHMModel, reference: ValueReference) -> int:
+    """States on ``[0, plot_high]`` at which the final thresholds are read: the FD grid's
+    spacing, so that the half-max rule reads the learned policy at the resolution it reads
+    the FD optimum (the policy figure's 201 states would round a barrier up by as much as
+    0.01); 201 where the reference has no grid."""
+    if not isinstance(reference, FDReference):
+        return 201
+    grid = reference.solution.grid
+    return int(round(plot_high(model) / float(grid[1] - grid[0]))) + 1
 
 
 def final_thresholds(training: GHMTraining) -> tuple[dict[str, float | None], dict[str, float | None]]:
@@ -1150,7 +1164,8 @@ def final_thresholds(training: GHMTraining) -> tuple[dict[str, float | None], di
     model, reference = training.model, training.reference
     if not (isinstance(model, OneStateGHM) and isinstance(reference, FDReference)):
         return {}, {}
-    data = policy_plot_data(training.policy, training.baseline, model, plot_high(model), training.device)
+    points = threshold_points(model, reference)
+    data = policy_plot_data(training.policy, training.baseline, model, plot_high(model), training.device, points)
     learned = thresholds_in_cash(model, rule_thresholds(model, data.states, data.rates))
     return learned, thresholds_in_cash(model, reference.thresholds())
 
