@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pglab.cli import main as cli_main
-from pglab.configs.ghm import TARGET_PCT
+from pglab.configs.ghm import TARGET_PCT, THRESHOLD_TOLERANCE
 from pglab.report import Figure, Summary, split_json_flag
 
 GHM_FLAGS = [
@@ -138,7 +138,18 @@ def test_ghm_train_and_evaluate_end_with_the_verdict_against_v_star(ghm_run):
     assert "dividend barrier (cash)" in lines["result"] and "FD dividend barrier" in lines["reference"]
     assert lines["reference"].startswith("V* (finite-difference optimum) 100%")
     met = "met" if worst >= TARGET_PCT else "not met"
-    assert lines["verdict"] == f">= {TARGET_PCT:g}% of V* at every initial state: {met} (worst {worst:.2f}%)"
+    target, *thresholds = lines["verdict"].split("; ")
+    assert target == f">= {TARGET_PCT:g}% of V* at every initial state: {met} (worst {worst:.2f}%)"
+    learned, fd = evaluation["learned_thresholds"], evaluation["fd_thresholds"]
+    judged = [
+        key for key in ("dividend_rate", "issuance_rate") if learned.get(key) is not None and fd.get(key) is not None
+    ]
+    assert len(thresholds) == len(judged) and judged  # one verdict per threshold both have
+    for key, line in zip(judged, thresholds, strict=True):
+        within = "yes" if abs(learned[key] - fd[key]) <= THRESHOLD_TOLERANCE else "no"
+        assert line.endswith(
+            f"within {THRESHOLD_TOLERANCE:g} of FD: {within} (|learned - FD| {abs(learned[key] - fd[key]):.3f})"
+        )
     assert lines["run"] == str(ghm_run) and lines["next"] == f"pglab evaluate {ghm_run}"
     assert out.rstrip().endswith(f"next:      pglab evaluate {ghm_run}")  # the summary is the last thing
 
@@ -242,6 +253,29 @@ def test_compare_draws_the_one_target():
 
     assert compare.TARGET_PCT is TARGET_PCT == 98.0
     assert "97" not in (compare.comparison_plot_data.__doc__ or "")
+
+
+def test_ghm_thresholds_are_judged_within_the_one_tolerance():
+    from pglab.commands.ghm import threshold_verdicts
+    from pglab.commands.sweep import sweep_summary
+
+    assert THRESHOLD_TOLERANCE == 0.03
+    learned = {"dividend_rate": 0.52, "issuance_rate": 0.1}
+    fd = {"dividend_rate": 0.5, "issuance_rate": 0.14}
+    assert threshold_verdicts(learned, fd) == [
+        "dividend barrier within 0.03 of FD: yes (|learned - FD| 0.020)",
+        "issuance below within 0.03 of FD: no (|learned - FD| 0.040)",
+    ]
+    assert threshold_verdicts({"dividend_rate": 0.5, "issuance_rate": None}, fd) == [
+        "dividend barrier within 0.03 of FD: yes (|learned - FD| 0.000)"
+    ]  # no learned issuance point: nothing to judge
+    rows = [
+        {"run": "a", "pct_0.5": 99.0, "barrier_rl": 0.52, "barrier_fd": 0.5, "issuance_rl": None, "issuance_fd": 0.1},
+        {"run": "b", "pct_0.5": 97.0, "barrier_rl": 0.45, "barrier_fd": 0.5, "issuance_rl": 0.12, "issuance_fd": 0.1},
+    ]
+    result = sweep_summary(rows, Path("sweep"), []).as_json()["summary"]["result"]
+    assert result["runs with the dividend barrier within 0.03 of FD"] == "1 of 2"
+    assert result["runs with the issuance point within 0.03 of FD"] == "1 of 1"
 
 
 def test_sweep_notes_runs_without_a_learned_threshold():
