@@ -11,8 +11,10 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 from pglab.cli import main as cli_main
+from pglab.commands.a2c import REFERENCE_EPISODES
 from pglab.configs.ghm import TARGET_PCT, THRESHOLD_TOLERANCE
 from pglab.report import Figure, Summary, split_json_flag
 
@@ -170,8 +172,28 @@ def test_a2c_train_warns_of_the_rounded_budget_and_ends_with_the_summary(a2c_run
     )
     lines = summary_lines(out)
     assert lines["result"].startswith("mean return of the last training episodes")
-    assert "random policy" in lines["note"]
     assert lines["run"] == str(run_dir) and lines["next"] == f"pglab evaluate {run_dir}"
+    # the reference: evaluate's random policy on REFERENCE_EPISODES episodes of the same environment
+    episodes = str(REFERENCE_EPISODES)
+    out, _ = run(["evaluate", str(run_dir), "--policy", "random", "--episodes", episodes, "--num-envs", episodes])
+    random = json.loads((run_dir / "evaluation_random.json").read_text())
+    assert lines["reference"] == (
+        f"random policy mean return {random['return_mean']:.3f} ({REFERENCE_EPISODES} episodes); "
+        f"random policy success rate {100 * random['success_rate']:.1f}%"
+    )
+
+
+def test_a2c_train_json_and_a_board_game_without_success(runs):
+    """stream-AC on a MinAtar board: the same ending; no success rate where the game
+    defines none, in the result or the reference."""
+    flags = ["--algo", "stream-ac", "--env", "minatar:breakout", "--hidden", "8", "--total-env-steps", "4"]
+    run_dir, out, _ = trained(runs, "board", ["train", "a2c", *flags, "--device", "cpu", "--json"])
+    summary = machine(out)["summary"]
+    assert summary["title"].startswith("pglab train a2c (a2c-stream-ac)")
+    assert list(summary["reference"]) == ["random policy mean return"]
+    assert machine(out)["random_policy"]["episodes"] == REFERENCE_EPISODES
+    assert "success_rate" not in machine(out)["random_policy"]
+    assert not any("success" in label for label in summary["result"])
 
 
 def test_a2c_evaluate_judges_the_policy_against_a_random_one(a2c_run):
@@ -189,6 +211,21 @@ def test_a2c_evaluate_judges_the_policy_against_a_random_one(a2c_run):
     random = report["random_policy"]
     assert report["summary"]["reference"]["random policy success rate"] == pytest.approx(100 * random["success_rate"])
     assert f"random policy success rate {100 * random['success_rate']:.1f}%" in lines["reference"]
+
+
+def test_a2c_has_no_random_reference_in_an_unbounded_action_box(tmp_path):
+    from types import SimpleNamespace
+
+    from pglab.commands.a2c import NO_RANDOM_POLICY, run_policy, train_summary
+    from pglab.configs.a2c import A2CEvaluateConfig
+    from pglab.envs.base import ActionSpec
+
+    box = ActionSpec("continuous", shape=(1,), low=(-1.0,), high=(float("inf"),), dtype=torch.float32)
+    agent = SimpleNamespace(make_env=lambda num_envs, seed, device: SimpleNamespace(action_spec=box))
+    assert run_policy(A2CEvaluateConfig(tmp_path, episodes=2), agent, "random", "cpu") is None
+    result = {"run_dir": "r", "opt_steps": 1, "env_steps": 2, "last": {"return/mean": 0.5}}
+    summary = train_summary(result, "a2c-stream-ac", None)
+    assert summary.reference == [] and NO_RANDOM_POLICY in summary.notes
 
 
 # -- ppo -----------------------------------------------------------------------------------------
