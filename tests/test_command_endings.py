@@ -10,6 +10,7 @@ import json
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -247,20 +248,45 @@ def test_ppo_train_and_evaluate_end_against_a_random_policy(ppo_run):
 
 
 # -- forecast ------------------------------------------------------------------------------------
-def test_forecast_train_and_evaluate_end_against_the_random_walk(forecast_run):
+def test_forecast_train_and_evaluate_end_against_nash_and_ar1(forecast_run):
     run_dir, out, _ = forecast_run
     lines = summary_lines(out)
     assert lines["result"].startswith("mean reward last 50")
     assert lines["run"] == str(run_dir) and lines["next"] == f"pglab evaluate {run_dir}"
     out, _ = run(["evaluate", str(run_dir), "--json"])
     report = machine(out)
-    clean = report["clean"]
-    assert report["summary"]["result"]["MAE"] == clean["mae"]
-    assert report["summary"]["reference"]["random walk MAE"] == clean["mae_random_walk"]
+    clean, game, summary = report["clean"], report["game"], report["summary"]
+    assert summary["result"]["MAE"] == clean["mae"]
+    assert summary["reference"]["random walk MAE"] == clean["mae_random_walk"]
+    assert summary["reference"]["AR(1) MAE"] == clean["mae_ar1"]
+    assert summary["reference"]["Nash rule MAE"] == clean["mae_nash"]
+    # train and evaluate read the same rule in the same training game
+    assert game["learned_mae"] == pytest.approx(game["nash_mae"] + game["nash_gap"], abs=1e-12)
+    assert f"training game: learned rule MAE {game['learned_mae']:.4f}" in lines["result"]
+    states = f"(Nash action in {game['states_at_nash']} of {game['states']} states)"
+    assert f"gap to the Nash equilibrium {game['nash_gap']:.4f} {states}" in lines["result"]
+    assert lines["reference"] == f"Nash equilibrium MAE {game['nash_mae']:.4f}; AR(1) MAE {game['ar1_mae']:.4f}"
+    # AR(1): y_t = c + phi y_{t-1} by least squares on the training rows (the run trained on all rows)
+    from pglab.data import load_series
+
+    y = load_series("synthetic").target
+    phi, c = np.polyfit(y[:-1], y[1:], 1)
+    start, end = report["rows"]
+    assert clean["mae_ar1"] == pytest.approx(np.mean(np.abs(y[start:end] - c - phi * y[start - 1 : end - 1])))
     out, _ = run(["evaluate", str(run_dir)])
     lines = summary_lines(out)
     assert f"MAE {clean['mae']:.4f}" in lines["result"]
     assert f"random walk MAE {clean['mae_random_walk']:.4f}" in lines["reference"]
+
+
+def test_forecast_rarl_ends_against_the_equilibrium_with_the_adversary(runs):
+    flags = [*FORECAST_FLAGS, "--algo", "rarl", "--json"]
+    _, out, _ = trained(runs, "rarl", ["train", "forecast", *flags])
+    report = machine(out)
+    game, summary = report["game"], report["summary"]
+    assert summary["reference"]["Nash equilibrium with the adversary MAE"] == game["robust_nash_mae"]
+    assert game["robust_nash_mae"] > game["nash_mae"]  # the adversary's perturbations cost the forecaster
+    assert game["robust_learned_mae"] == pytest.approx(game["robust_nash_mae"] + game["robust_nash_gap"], abs=1e-12)
 
 
 # -- pso-tsp -------------------------------------------------------------------------------------
