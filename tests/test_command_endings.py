@@ -1,6 +1,7 @@
 """Every ``pglab train`` and ``pglab evaluate`` ends with the human summary (result,
 reference, verdict where a target exists, run directory); ``--json`` prints one JSON
-document with the same figures. One tiny run per system, shared by its tests."""
+document with the same figures. One tiny run per system, shared by its tests (maxk-pomo's
+endings are asserted in tests/test_maxk_cli.py, on the runs that test trains anyway)."""
 
 from __future__ import annotations
 
