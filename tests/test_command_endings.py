@@ -270,10 +270,17 @@ def test_forecast_train_and_evaluate_end_against_nash_and_ar1(forecast_run):
     # AR(1): y_t = c + phi y_{t-1} by least squares on the training rows (the run trained on all rows)
     from pglab.data import load_series
 
-    y = load_series("synthetic").target
+    y = load_series("synthetic").target  # the source's default rows and seed, as the run's
     phi, c = np.polyfit(y[:-1], y[1:], 1)
     start, end = report["rows"]
     assert clean["mae_ar1"] == pytest.approx(np.mean(np.abs(y[start:end] - c - phi * y[start - 1 : end - 1])))
+    # reading the rule leaves the tables' RNG (it breaks greedy ties) as stored: the forecasts are as before
+    from pglab.algos.forecast import agent_from_checkpoint, evaluate_forecaster
+    from pglab.run.checkpoint import load_checkpoint_file
+
+    agent = agent_from_checkpoint(load_checkpoint_file(run_dir))
+    series = load_series("synthetic")
+    assert evaluate_forecaster(series, agent.policy, agent.encoder, range(start, end))["mae"] == clean["mae"]
     out, _ = run(["evaluate", str(run_dir)])
     lines = summary_lines(out)
     assert f"MAE {clean['mae']:.4f}" in lines["result"]
