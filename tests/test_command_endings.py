@@ -297,6 +297,15 @@ def test_forecast_rarl_ends_against_the_equilibrium_with_the_adversary(runs):
     assert game["robust_learned_mae"] == pytest.approx(game["robust_nash_mae"] + game["robust_nash_gap"], abs=1e-12)
 
 
+def test_forecast_on_too_few_rows_for_ar1_ends_against_nash_alone(runs):
+    flags = ["--source", "synthetic", "--train_rows", "3", "--horizon", "1", "--episodes", "1"]
+    run_dir, out, _ = trained(runs, "short", ["train", "forecast", *flags, "--json"])
+    assert list(machine(out)["summary"]["reference"]) == ["Nash equilibrium MAE"]
+    out, _ = run(["evaluate", str(run_dir), "--json"])
+    reference = machine(out)["summary"]["reference"]
+    assert "AR(1) MAE" not in reference and "Nash rule MAE" in reference
+
+
 # -- pso-tsp -------------------------------------------------------------------------------------
 def test_pso_tsp_train_and_evaluate_end_with_the_gap_to_the_optimal_tour(pso_run):
     run_dir, out, _ = pso_run

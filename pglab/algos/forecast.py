@@ -511,10 +511,20 @@ def learned_rule(forecaster: QTableAgent, keys: tuple[int, ...]) -> dict[int, in
         forecaster.rng.bit_generator.state = saved
 
 
-def one_step_baselines(train: ForecastSeries, series: ForecastSeries, start: int, end: int) -> dict[str, np.ndarray]:
+AR_MIN_ROWS = 6
+"""The fewest training rows the AR baselines are fitted on (ARX on differences: 3
+parameters from ``rows - 2`` changes, one more than it needs)."""
+
+
+def one_step_baselines(
+    train: ForecastSeries, series: ForecastSeries, start: int, end: int
+) -> dict[str, np.ndarray] | None:
     """:func:`baseline_forecasts` fitted on ``train``, forecasting ``series.target[t]`` for
     ``t`` in ``start .. end - 1`` (rows before row 0 read as row 0: no change before the
-    first row, as in :func:`~pglab.envs.forecast_game.state_at`)."""
+    first row, as in :func:`~pglab.envs.forecast_game.state_at`); ``None`` when ``train``
+    has fewer than :data:`AR_MIN_ROWS` rows."""
+    if len(train) < AR_MIN_ROWS:
+        return None
     history = np.maximum(np.arange(start - 2, end), 0)
     return baseline_forecasts(train.target, train.exogenous, series.target[history], series.exogenous[history])
 
@@ -524,7 +534,8 @@ def game_reference(agent: ForecastAgent) -> dict[str, Any]:
     weighted as the episodes play it) against the game's Nash equilibrium
     (:mod:`pglab.envs.forecast_equilibrium`) and against AR(1) fitted on the same rows.
 
-    Returns mean absolute errors per round (``learned_mae``, ``nash_mae``, ``ar1_mae``),
+    Returns mean absolute errors per round (``learned_mae``, ``nash_mae``, ``ar1_mae``:
+    ``None`` below :data:`AR_MIN_ROWS` training rows),
     ``nash_gap`` (the learned rule's exploitability: its mean absolute error minus the
     equilibrium's), ``states`` and ``states_at_nash`` (states where the rule plays an
     equilibrium action); for RARL also ``robust_learned_mae`` (against a best-responding
@@ -536,14 +547,16 @@ def game_reference(agent: ForecastAgent) -> dict[str, Any]:
     clean = forecast_equilibrium(series, agent.encoder, game, adversary=False)
     rule = learned_rule(agent.policy, clean.games.keys)
     weights = round_weights(len(series), game.horizon)[1:-1]  # rounds t = 1 .. n - 2 forecast rows 2 .. n - 1
-    ar1 = one_step_baselines(series, series, 2, len(series))["ar1"]
-    reference = {
+    baselines = one_step_baselines(series, series, 2, len(series))
+    reference: dict[str, Any] = {
         "learned_mae": -clean.guaranteed(rule),
         "nash_mae": -clean.value,
         "nash_gap": clean.exploitability(rule),
         "states": len(clean.games.keys),
         "states_at_nash": clean.at_equilibrium(rule),
-        "ar1_mae": float(weights @ np.abs(series.target[2:] - ar1) / weights.sum()),
+        "ar1_mae": None
+        if baselines is None
+        else float(weights @ np.abs(series.target[2:] - baselines["ar1"]) / weights.sum()),
     }
     if agent.adversary is not None:
         robust = forecast_equilibrium(series, agent.encoder, game, adversary=True)
@@ -557,17 +570,19 @@ def game_reference(agent: ForecastAgent) -> dict[str, Any]:
 
 def reference_errors(agent: ForecastAgent, series: ForecastSeries, rows: range) -> dict[str, float]:
     """Out-of-sample references on ``rows``: AR(1) and AR(1) on differences fitted on the
-    training rows (MAE, RMSE), and the MAE of the training game's Nash forecast rule (its
-    expected absolute error where it mixes; delta 0 in a state the training rows never
-    showed, as the learners)."""
+    training rows (MAE, RMSE; where there are :data:`AR_MIN_ROWS`), and the MAE of the
+    training game's Nash forecast rule (its expected absolute error where it mixes; delta 0
+    in a state the training rows never showed, as the learners)."""
     from pglab.envs.forecast_equilibrium import forecast_equilibrium
 
     train = training_series(agent.config)
     actual = series.target[rows.start : rows.stop]
     baselines = one_step_baselines(train, series, rows.start, rows.stop)
     errors: dict[str, float] = {}
-    for name in ("ar1", "ar1_diff"):
-        error = actual - baselines[name]
+    for name, forecasts in (baselines or {}).items():
+        if name not in ("ar1", "ar1_diff"):
+            continue
+        error = actual - forecasts
         errors |= {f"mae_{name}": float(np.mean(np.abs(error))), f"rmse_{name}": float(np.sqrt(np.mean(error**2)))}
     nash = forecast_equilibrium(train, agent.encoder, agent.config.game, adversary=False)
     space = forecaster_space(agent.config.game)

@@ -58,7 +58,9 @@ def game_figures(game: dict[str, Any]) -> tuple[list[Figure], list[Figure]]:
         Figure("training game: learned rule MAE", game["learned_mae"], ".4f"),
         Figure("gap to the Nash equilibrium", game["nash_gap"], ".4f", note=f"(Nash action in {states} states)"),
     ]
-    reference = [Figure("Nash equilibrium MAE", game["nash_mae"], ".4f"), Figure("AR(1) MAE", game["ar1_mae"], ".4f")]
+    reference = [Figure("Nash equilibrium MAE", game["nash_mae"], ".4f")]
+    if game["ar1_mae"] is not None:  # None: too few training rows to fit it
+        reference.append(Figure("AR(1) MAE", game["ar1_mae"], ".4f"))
     if "robust_nash_mae" in game:
         result.append(
             Figure("against a best-responding adversary: learned rule MAE", game["robust_learned_mae"], ".4f")
@@ -113,13 +115,14 @@ def evaluate_summary(title: str, result: dict[str, Any], run_dir: Any = None) ->
             Figure(f"random walk {label}RMSE", part["rmse_random_walk"], ".4f"),
         ]
     clean = result.get("clean") or {}
-    if "mae_ar1" in clean:
+    if "mae_ar1" in clean:  # absent: too few training rows to fit it
         reference += [
             Figure("AR(1) MAE", clean["mae_ar1"], ".4f"),
             Figure("AR(1) RMSE", clean["rmse_ar1"], ".4f"),
             Figure("AR(1) on differences MAE", clean["mae_ar1_diff"], ".4f"),
-            Figure("Nash rule MAE", clean["mae_nash"], ".4f"),
         ]
+    if "mae_nash" in clean:
+        reference.append(Figure("Nash rule MAE", clean["mae_nash"], ".4f"))
     if "game" in result:
         game_result, game_reference = game_figures(result["game"])
         figures += game_result
