@@ -1,6 +1,7 @@
 """Every ``pglab train`` and ``pglab evaluate`` ends with the human summary (result,
 reference, verdict where a target exists, run directory); ``--json`` prints one JSON
-document with the same figures. One tiny run per system, shared by its tests."""
+document with the same figures. One tiny run per system, shared by its tests (maxk-pomo's
+endings are asserted in tests/test_maxk_cli.py, on the runs that test trains anyway)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import json
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from pglab.cli import main as cli_main
-from pglab.configs.ghm import TARGET_PCT
+from pglab.commands.a2c import REFERENCE_EPISODES
+from pglab.configs.ghm import TARGET_PCT, THRESHOLD_TOLERANCE
 from pglab.report import Figure, Summary, split_json_flag
 
 GHM_FLAGS = [
@@ -138,7 +142,18 @@ def test_ghm_train_and_evaluate_end_with_the_verdict_against_v_star(ghm_run):
     assert "dividend barrier (cash)" in lines["result"] and "FD dividend barrier" in lines["reference"]
     assert lines["reference"].startswith("V* (finite-difference optimum) 100%")
     met = "met" if worst >= TARGET_PCT else "not met"
-    assert lines["verdict"] == f">= {TARGET_PCT:g}% of V* at every initial state: {met} (worst {worst:.2f}%)"
+    target, *thresholds = lines["verdict"].split("; ")
+    assert target == f">= {TARGET_PCT:g}% of V* at every initial state: {met} (worst {worst:.2f}%)"
+    learned, fd = evaluation["learned_thresholds"], evaluation["fd_thresholds"]
+    judged = [
+        key for key in ("dividend_rate", "issuance_rate") if learned.get(key) is not None and fd.get(key) is not None
+    ]
+    assert len(thresholds) == len(judged) and judged  # one verdict per threshold both have
+    for key, line in zip(judged, thresholds, strict=True):
+        within = "yes" if abs(learned[key] - fd[key]) <= THRESHOLD_TOLERANCE else "no"
+        assert line.endswith(
+            f"within {THRESHOLD_TOLERANCE:g} of FD: {within} (|learned - FD| {abs(learned[key] - fd[key]):.3f})"
+        )
     assert lines["run"] == str(ghm_run) and lines["next"] == f"pglab evaluate {ghm_run}"
     assert out.rstrip().endswith(f"next:      pglab evaluate {ghm_run}")  # the summary is the last thing
 
@@ -159,8 +174,28 @@ def test_a2c_train_warns_of_the_rounded_budget_and_ends_with_the_summary(a2c_run
     )
     lines = summary_lines(out)
     assert lines["result"].startswith("mean return of the last training episodes")
-    assert "random policy" in lines["note"]
     assert lines["run"] == str(run_dir) and lines["next"] == f"pglab evaluate {run_dir}"
+    # the reference: evaluate's random policy on REFERENCE_EPISODES episodes of the same environment
+    episodes = str(REFERENCE_EPISODES)
+    out, _ = run(["evaluate", str(run_dir), "--policy", "random", "--episodes", episodes, "--num-envs", episodes])
+    random = json.loads((run_dir / "evaluation_random.json").read_text())
+    assert lines["reference"] == (
+        f"random policy mean return {random['return_mean']:.3f} ({REFERENCE_EPISODES} episodes); "
+        f"random policy success rate {100 * random['success_rate']:.1f}%"
+    )
+
+
+def test_a2c_train_json_and_a_board_game_without_success(runs):
+    """stream-AC on a MinAtar board: the same ending; no success rate where the game
+    defines none, in the result or the reference."""
+    flags = ["--algo", "stream-ac", "--env", "minatar:breakout", "--hidden", "8", "--total-env-steps", "4"]
+    run_dir, out, _ = trained(runs, "board", ["train", "a2c", *flags, "--device", "cpu", "--json"])
+    summary = machine(out)["summary"]
+    assert summary["title"].startswith("pglab train a2c (a2c-stream-ac)")
+    assert list(summary["reference"]) == ["random policy mean return"]
+    assert machine(out)["random_policy"]["episodes"] == REFERENCE_EPISODES
+    assert "success_rate" not in machine(out)["random_policy"]
+    assert not any("success" in label for label in summary["result"])
 
 
 def test_a2c_evaluate_judges_the_policy_against_a_random_one(a2c_run):
@@ -178,6 +213,21 @@ def test_a2c_evaluate_judges_the_policy_against_a_random_one(a2c_run):
     random = report["random_policy"]
     assert report["summary"]["reference"]["random policy success rate"] == pytest.approx(100 * random["success_rate"])
     assert f"random policy success rate {100 * random['success_rate']:.1f}%" in lines["reference"]
+
+
+def test_a2c_has_no_random_reference_in_an_unbounded_action_box(tmp_path):
+    from types import SimpleNamespace
+
+    from pglab.commands.a2c import NO_RANDOM_POLICY, run_policy, train_summary
+    from pglab.configs.a2c import A2CEvaluateConfig
+    from pglab.envs.base import ActionSpec
+
+    box = ActionSpec("continuous", shape=(1,), low=(-1.0,), high=(float("inf"),), dtype=torch.float32)
+    agent = SimpleNamespace(make_env=lambda num_envs, seed, device: SimpleNamespace(action_spec=box))
+    assert run_policy(A2CEvaluateConfig(tmp_path, episodes=2), agent, "random", "cpu") is None
+    result = {"run_dir": "r", "opt_steps": 1, "env_steps": 2, "last": {"return/mean": 0.5}}
+    summary = train_summary(result, "a2c-stream-ac", None)
+    assert summary.reference == [] and NO_RANDOM_POLICY in summary.notes
 
 
 # -- ppo -----------------------------------------------------------------------------------------
@@ -199,20 +249,61 @@ def test_ppo_train_and_evaluate_end_against_a_random_policy(ppo_run):
 
 
 # -- forecast ------------------------------------------------------------------------------------
-def test_forecast_train_and_evaluate_end_against_the_random_walk(forecast_run):
+def test_forecast_train_and_evaluate_end_against_nash_and_ar1(forecast_run):
     run_dir, out, _ = forecast_run
     lines = summary_lines(out)
     assert lines["result"].startswith("mean reward last 50")
     assert lines["run"] == str(run_dir) and lines["next"] == f"pglab evaluate {run_dir}"
     out, _ = run(["evaluate", str(run_dir), "--json"])
     report = machine(out)
-    clean = report["clean"]
-    assert report["summary"]["result"]["MAE"] == clean["mae"]
-    assert report["summary"]["reference"]["random walk MAE"] == clean["mae_random_walk"]
+    clean, game, summary = report["clean"], report["game"], report["summary"]
+    assert summary["result"]["MAE"] == clean["mae"]
+    assert summary["reference"]["random walk MAE"] == clean["mae_random_walk"]
+    assert summary["reference"]["AR(1) MAE"] == clean["mae_ar1"]
+    assert summary["reference"]["Nash rule MAE"] == clean["mae_nash"]
+    # train and evaluate read the same rule in the same training game
+    assert game["learned_mae"] == pytest.approx(game["nash_mae"] + game["nash_gap"], abs=1e-12)
+    assert f"training game: learned rule MAE {game['learned_mae']:.4f}" in lines["result"]
+    states = f"(Nash action in {game['states_at_nash']} of {game['states']} states)"
+    assert f"gap to the Nash equilibrium {game['nash_gap']:.4f} {states}" in lines["result"]
+    assert lines["reference"] == f"Nash equilibrium MAE {game['nash_mae']:.4f}; AR(1) MAE {game['ar1_mae']:.4f}"
+    # AR(1): y_t = c + phi y_{t-1} by least squares on the training rows (the run trained on all rows)
+    from pglab.data import load_series
+
+    y = load_series("synthetic").target  # the source's default rows and seed, as the run's
+    phi, c = np.polyfit(y[:-1], y[1:], 1)
+    start, end = report["rows"]
+    assert clean["mae_ar1"] == pytest.approx(np.mean(np.abs(y[start:end] - c - phi * y[start - 1 : end - 1])))
+    # reading the rule leaves the tables' RNG (it breaks greedy ties) as stored: the forecasts are as before
+    from pglab.algos.forecast import agent_from_checkpoint, evaluate_forecaster
+    from pglab.run.checkpoint import load_checkpoint_file
+
+    agent = agent_from_checkpoint(load_checkpoint_file(run_dir))
+    series = load_series("synthetic")
+    assert evaluate_forecaster(series, agent.policy, agent.encoder, range(start, end))["mae"] == clean["mae"]
     out, _ = run(["evaluate", str(run_dir)])
     lines = summary_lines(out)
     assert f"MAE {clean['mae']:.4f}" in lines["result"]
     assert f"random walk MAE {clean['mae_random_walk']:.4f}" in lines["reference"]
+
+
+def test_forecast_rarl_ends_against_the_equilibrium_with_the_adversary(runs):
+    flags = [*FORECAST_FLAGS, "--algo", "rarl", "--json"]
+    _, out, _ = trained(runs, "rarl", ["train", "forecast", *flags])
+    report = machine(out)
+    game, summary = report["game"], report["summary"]
+    assert summary["reference"]["Nash equilibrium with the adversary MAE"] == game["robust_nash_mae"]
+    assert game["robust_nash_mae"] > game["nash_mae"]  # the adversary's perturbations cost the forecaster
+    assert game["robust_learned_mae"] == pytest.approx(game["robust_nash_mae"] + game["robust_nash_gap"], abs=1e-12)
+
+
+def test_forecast_on_too_few_rows_for_ar1_ends_against_nash_alone(runs):
+    flags = ["--source", "synthetic", "--train_rows", "3", "--horizon", "1", "--episodes", "1"]
+    run_dir, out, _ = trained(runs, "short", ["train", "forecast", *flags, "--json"])
+    assert list(machine(out)["summary"]["reference"]) == ["Nash equilibrium MAE"]
+    out, _ = run(["evaluate", str(run_dir), "--json"])
+    reference = machine(out)["summary"]["reference"]
+    assert "AR(1) MAE" not in reference and "Nash rule MAE" in reference
 
 
 # -- pso-tsp -------------------------------------------------------------------------------------
@@ -242,6 +333,29 @@ def test_compare_draws_the_one_target():
 
     assert compare.TARGET_PCT is TARGET_PCT == 98.0
     assert "97" not in (compare.comparison_plot_data.__doc__ or "")
+
+
+def test_ghm_thresholds_are_judged_within_the_one_tolerance():
+    from pglab.commands.ghm import threshold_verdicts
+    from pglab.commands.sweep import sweep_summary
+
+    assert THRESHOLD_TOLERANCE == 0.03
+    learned = {"dividend_rate": 0.52, "issuance_rate": 0.1}
+    fd = {"dividend_rate": 0.5, "issuance_rate": 0.14}
+    assert threshold_verdicts(learned, fd) == [
+        "dividend barrier within 0.03 of FD: yes (|learned - FD| 0.020)",
+        "issuance below within 0.03 of FD: no (|learned - FD| 0.040)",
+    ]
+    assert threshold_verdicts({"dividend_rate": 0.5, "issuance_rate": None}, fd) == [
+        "dividend barrier within 0.03 of FD: yes (|learned - FD| 0.000)"
+    ]  # no learned issuance point: nothing to judge
+    rows = [
+        {"run": "a", "pct_0.5": 99.0, "barrier_rl": 0.52, "barrier_fd": 0.5, "issuance_rl": None, "issuance_fd": 0.1},
+        {"run": "b", "pct_0.5": 97.0, "barrier_rl": 0.45, "barrier_fd": 0.5, "issuance_rl": 0.12, "issuance_fd": 0.1},
+    ]
+    result = sweep_summary(rows, Path("sweep"), []).as_json()["summary"]["result"]
+    assert result["runs with the dividend barrier within 0.03 of FD"] == "1 of 2"
+    assert result["runs with the issuance point within 0.03 of FD"] == "1 of 1"
 
 
 def test_sweep_notes_runs_without_a_learned_threshold():

@@ -91,10 +91,19 @@ def read_rows(path):
 
 @pytest.mark.co
 @pytest.mark.slow
-def test_train_resume_is_bit_identical_and_evaluate_reports_gaps(tmp_path):
+def test_train_resume_is_bit_identical_and_evaluate_reports_gaps(tmp_path, capsys):
     pytest.importorskip("rl4co")
     full, part = tmp_path / "full", tmp_path / "part"
-    assert main(["train", "maxk-pomo", *TINY, "--n-steps", "6", "--log-dir", str(full)]) == 0
+    assert main(["train", "maxk-pomo", *TINY, "--n-steps", "6", "--log-dir", str(full), "--json"]) == 0
+    # the ending (--json: one JSON document): the last logged batch's tour lengths
+    report = json.loads(capsys.readouterr().out)
+    summary, last = report["summary"], report["last"]
+    assert summary["title"] == "pglab train maxk-pomo: 6 steps"
+    assert summary["result"] == {
+        "mean tour length (last batch)": last["stats/tour_length"],
+        "best of 6": last["stats/best_of_n_tour_length"],
+    }
+    assert summary["run_dir"] == str(full) and summary["next"] == f"pglab evaluate {full}"
     assert main(["train", "maxk-pomo", *TINY, "--n-steps", "2", "--log-dir", str(part)]) == 0
     assert main(["train", "maxk-pomo", "--resume", str(part), "--n-steps", "6"]) == 0
     a = load_checkpoint_file(full / "checkpoints" / "checkpoint_latest.pt")
@@ -110,8 +119,17 @@ def test_train_resume_is_bit_identical_and_evaluate_reports_gaps(tmp_path):
     assert main(["train", "maxk-pomo", *TINY, "--n-steps", "2", "--log-dir", str(full)]) == 2
 
     out = tmp_path / "eval.json"
+    capsys.readouterr()
     assert main(["evaluate", str(full), "--episodes", "12", "--k", "3", "--device", "cpu", "--output", str(out)]) == 0
     row = json.loads(out.read_text())["rows"][0]
+    # the ending (human form): max@k beside the elkai tour, its reference; no target, no verdict
+    ending = capsys.readouterr().out.splitlines()[-4:]
+    assert ending == [
+        "pglab evaluate maxk-pomo: TSP6, 12 instances",
+        f"result:    maxk-pomo/subloo max@3 tour {row['maxk_length']:.4f}; gap to elkai {row['maxk_gap_pct']:.2f}%",
+        f"reference: elkai (LKH) tour {row['reference_length']:.4f}",
+        f"run:       {full}",
+    ]
     assert row["label"] == "maxk-pomo/subloo" and row["step"] == 6
     # Tours of the policy are never shorter than the (optimal) reference tours.
     for key in ("greedy", "maxk", "sample_best", "sample_mean"):

@@ -499,6 +499,103 @@ def evaluate_model(config: ForecastModelEvaluateConfig) -> dict[str, Any]:
     return result
 
 
+# --- the game's references: its Nash equilibrium and AR(1) --------------------------------------
+def learned_rule(forecaster: QTableAgent, keys: tuple[int, ...]) -> dict[int, int]:
+    """The forecaster's greedy action in each of ``keys``, as every evaluation acts (an exact
+    tie broken by the table's RNG), with the RNG put back: the rule read from a checkpoint
+    is the same wherever it is read, and later draws do not move."""
+    saved = forecaster.rng.bit_generator.state
+    try:
+        return {key: forecaster.act(key, explore=False) for key in keys}
+    finally:
+        forecaster.rng.bit_generator.state = saved
+
+
+AR_MIN_ROWS = 6
+"""The fewest training rows the AR baselines are fitted on (ARX on differences: 3
+parameters from ``rows - 2`` changes, one more than it needs)."""
+
+
+def one_step_baselines(
+    train: ForecastSeries, series: ForecastSeries, start: int, end: int
+) -> dict[str, np.ndarray] | None:
+    """:func:`baseline_forecasts` fitted on ``train``, forecasting ``series.target[t]`` for
+    ``t`` in ``start .. end - 1`` (rows before row 0 read as row 0: no change before the
+    first row, as in :func:`~pglab.envs.forecast_game.state_at`); ``None`` when ``train``
+    has fewer than :data:`AR_MIN_ROWS` rows."""
+    if len(train) < AR_MIN_ROWS:
+        return None
+    history = np.maximum(np.arange(start - 2, end), 0)
+    return baseline_forecasts(train.target, train.exogenous, series.target[history], series.exogenous[history])
+
+
+def game_reference(agent: ForecastAgent) -> dict[str, Any]:
+    """The learned forecaster in the game it trained in (its training rows, each round
+    weighted as the episodes play it) against the game's Nash equilibrium
+    (:mod:`pglab.envs.forecast_equilibrium`) and against AR(1) fitted on the same rows.
+
+    Returns mean absolute errors per round (``learned_mae``, ``nash_mae``, ``ar1_mae``:
+    ``None`` below :data:`AR_MIN_ROWS` training rows),
+    ``nash_gap`` (the learned rule's exploitability: its mean absolute error minus the
+    equilibrium's), ``states`` and ``states_at_nash`` (states where the rule plays an
+    equilibrium action); for RARL also ``robust_learned_mae`` (against a best-responding
+    adversary), ``robust_nash_mae`` and ``robust_nash_gap`` (the game with the adversary).
+    """
+    from pglab.envs.forecast_equilibrium import forecast_equilibrium, round_weights
+
+    series, game = training_series(agent.config), agent.config.game
+    clean = forecast_equilibrium(series, agent.encoder, game, adversary=False)
+    rule = learned_rule(agent.policy, clean.games.keys)
+    weights = round_weights(len(series), game.horizon)[1:-1]  # rounds t = 1 .. n - 2 forecast rows 2 .. n - 1
+    baselines = one_step_baselines(series, series, 2, len(series))
+    reference: dict[str, Any] = {
+        "learned_mae": -clean.guaranteed(rule),
+        "nash_mae": -clean.value,
+        "nash_gap": clean.exploitability(rule),
+        "states": len(clean.games.keys),
+        "states_at_nash": clean.at_equilibrium(rule),
+        "ar1_mae": None
+        if baselines is None
+        else float(weights @ np.abs(series.target[2:] - baselines["ar1"]) / weights.sum()),
+    }
+    if agent.adversary is not None:
+        robust = forecast_equilibrium(series, agent.encoder, game, adversary=True)
+        reference |= {
+            "robust_learned_mae": -robust.guaranteed(rule),
+            "robust_nash_mae": -robust.value,
+            "robust_nash_gap": robust.exploitability(rule),
+        }
+    return reference
+
+
+def reference_errors(agent: ForecastAgent, series: ForecastSeries, rows: range) -> dict[str, float]:
+    """Out-of-sample references on ``rows``: AR(1) and AR(1) on differences fitted on the
+    training rows (MAE, RMSE; where there are :data:`AR_MIN_ROWS`), and the MAE of the
+    training game's Nash forecast rule (its expected absolute error where it mixes; delta 0
+    in a state the training rows never showed, as the learners)."""
+    from pglab.envs.forecast_equilibrium import forecast_equilibrium
+
+    train = training_series(agent.config)
+    actual = series.target[rows.start : rows.stop]
+    baselines = one_step_baselines(train, series, rows.start, rows.stop)
+    errors: dict[str, float] = {}
+    for name, forecasts in (baselines or {}).items():
+        if name not in ("ar1", "ar1_diff"):
+            continue
+        error = actual - forecasts
+        errors |= {f"mae_{name}": float(np.mean(np.abs(error))), f"rmse_{name}": float(np.sqrt(np.mean(error**2)))}
+    nash = forecast_equilibrium(train, agent.encoder, agent.config.game, adversary=False)
+    space = forecaster_space(agent.config.game)
+    strategy = dict(zip(nash.games.keys, nash.forecaster, strict=True))
+    zero = np.eye(space.n)[space.delta_to_action(0.0)]
+    expected = [
+        strategy.get(agent.encoder(state_at(series, t - 1)), zero)
+        @ np.abs(series.target[t] - series.target[t - 1] - space.deltas)
+        for t in rows
+    ]
+    return errors | {"mae_nash": float(np.mean(expected))}
+
+
 def evaluate_agent(
     agent: ForecastAgent,
     *,
@@ -517,7 +614,8 @@ def evaluate_agent(
             f"rows {start}..{end}: must satisfy 1 <= start_row < end_row <= {len(series)} (rows of {series.name})"
         )
     rows = range(start, end)
-    result = {
+    game = game_reference(agent)  # from the checkpoint's tables as they were stored, as pglab train reports it
+    result: dict[str, Any] = {
         "checkpoint": checkpoint,
         "series": series.name,
         "rows": [start, end],
@@ -527,6 +625,8 @@ def evaluate_agent(
         result["attacked"] = evaluate_forecaster(
             series, agent.policy, agent.encoder, rows, agent.adversary, agent.encoder
         )
+    result["clean"] |= reference_errors(agent, series, rows)
+    result["game"] = game
     return result
 
 

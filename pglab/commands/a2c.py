@@ -65,13 +65,36 @@ def train(argv: list[str]) -> int:
     train_fn = getattr(importlib.import_module(module_name), function_name)
     result = train_fn(config, given=parsed.given, echo=echo_for(as_json))
     if not result["interrupted"]:
-        emit(train_summary(result, kind), as_json)
+        random = random_reference(result["run_dir"], config.device)
+        emit(train_summary(result, kind, random), as_json)
     return int(result["exit_code"])
 
 
-def train_summary(result: dict[str, Any], kind: str) -> Summary:
+REFERENCE_EPISODES = 16
+"""Episodes of the random policy that ``pglab train a2c`` ends with, as its reference (one
+per environment; ``pglab evaluate`` measures 2000 by default)."""
+
+
+NO_RANDOM_POLICY = "no random-policy reference: the action box has an infinite bound"
+
+
+def random_reference(run_dir: str, device: str) -> dict[str, Any] | None:
+    """``pglab evaluate RUN_DIR --policy random --episodes 16 --num-envs 16``'s result (the
+    evaluation seed): the uniformly random policy on the run's environment (``None`` in an
+    unbounded action box)."""
+    from pathlib import Path
+
+    config = A2CEvaluateConfig(
+        Path(run_dir), episodes=REFERENCE_EPISODES, num_envs=REFERENCE_EPISODES, policy="random", device=device
+    )
+    agent, _, device = load_agent(config)
+    return run_policy(config, agent, "random", device)
+
+
+def train_summary(result: dict[str, Any], kind: str, random: dict[str, Any] | None) -> Summary:
     """The training episodes of the last logged optimiser step (return, success rate where the
-    environment defines success); the random-policy reference is ``pglab evaluate``'s."""
+    environment defines success) beside a uniformly random policy's on a few episodes
+    (:func:`random_reference`; no target: no verdict)."""
     last, run_dir = result["last"], result["run_dir"]
     figures = [Figure("mean return of the last training episodes", last.get("return/mean"), ".3f")]
     if "episode/success_rate" in last:
@@ -79,11 +102,27 @@ def train_summary(result: dict[str, Any], kind: str) -> Summary:
     return Summary(
         f"pglab train a2c ({kind}): {result['opt_steps']} optimiser steps, {result['env_steps']} transitions",
         figures,
-        notes=["reference: pglab evaluate RUN measures the trained policy beside a random policy"],
+        policy_figures(random, "random policy", f"({REFERENCE_EPISODES} episodes)"),
+        notes=[
+            "pglab evaluate RUN measures the trained policy and the random one on 2000 episodes",
+            *([] if random is not None else [NO_RANDOM_POLICY]),
+        ],
         run_dir=run_dir,
         next=evaluate_command(run_dir),
-        details={key: value for key, value in result.items() if key != "last"} | {"last": last},
+        details={key: value for key, value in result.items() if key != "last"}
+        | {"last": last, "random_policy": random},
     )
+
+
+def policy_figures(values: dict[str, Any] | None, who: str, note: str = "") -> list[Figure]:
+    """A policy's mean return and, where the environment defines success, its success rate
+    (nothing for ``None``: not measured)."""
+    if values is None:
+        return []
+    shown = [Figure(f"{who} mean return", values["return_mean"], ".3f", note=note)]
+    if "success_rate" in values:
+        shown.append(Figure(f"{who} success rate", _percent(values["success_rate"]), ".1f", "%"))
+    return shown
 
 
 def _percent(rate: float | None) -> float | None:
@@ -97,20 +136,18 @@ def evaluate(argv: list[str]) -> int:
 
     import torch
 
-    from pglab.algos.a2c import KINDS, agent_from_checkpoint
     from pglab.errors import UsageError
     from pglab.run.atomic import atomic_write_json
-    from pglab.run.checkpoint import load_checkpoint_file
-    from pglab.run.device import resolve_device
     from pglab.run.rundir import find_run_dir
 
-    device = resolve_device(config.device)
     if config.threads:
         torch.set_num_threads(config.threads)
-    checkpoint = load_checkpoint_file(config.checkpoint, kinds=KINDS, map_location=device)
-    agent = agent_from_checkpoint(checkpoint, device=device)
+    agent, checkpoint, device = load_agent(config)
+    measured = run_policy(config, agent, config.policy, device)
+    if measured is None:
+        raise UsageError(f"policy: random needs a bounded action box ({agent.config.env} has an infinite bound)")
     result: dict[str, Any] = {
-        **run_policy(config, agent, config.policy, device),
+        **measured,
         "policy": config.policy,
         "deterministic": not config.stochastic,
         "checkpoint": checkpoint["path"],
@@ -130,9 +167,24 @@ def evaluate(argv: list[str]) -> int:
     return 0
 
 
-def run_policy(config: A2CEvaluateConfig, agent: Any, policy: str, device: Any) -> dict[str, Any]:
+def load_agent(config: A2CEvaluateConfig) -> tuple[Any, dict[str, Any], Any]:
+    """``(agent, checkpoint, device)``: the checkpoint ``config.checkpoint`` names, on
+    ``config.device``."""
+    from pglab.algos.a2c import KINDS, agent_from_checkpoint
+    from pglab.run.checkpoint import load_checkpoint_file
+    from pglab.run.device import resolve_device
+
+    device = resolve_device(config.device)
+    checkpoint = load_checkpoint_file(config.checkpoint, kinds=KINDS, map_location=device)
+    return agent_from_checkpoint(checkpoint, device=device), checkpoint, device
+
+
+def run_policy(config: A2CEvaluateConfig, agent: Any, policy: str, device: Any) -> dict[str, Any] | None:
     """``evaluate_policy`` of the trained policy or of uniform random actions, on environments
-    seeded with ``config.seed`` (the same episodes' starts for both)."""
+    seeded with ``config.seed`` (the same episodes' starts for both); ``None`` for the random
+    policy in an action box with an infinite bound (no uniform distribution there)."""
+    import math
+
     import torch
 
     from pglab.algos.a2c import evaluate_policy
@@ -141,6 +193,10 @@ def run_policy(config: A2CEvaluateConfig, agent: Any, policy: str, device: Any) 
     env = agent.make_env(config.num_envs, seed=config.seed, device=device)
     generator = make_generator(config.seed + 1, device)
     spec = env.action_spec
+    if policy == "random" and spec.kind != "discrete":
+        bounds = [*(spec.low or [math.inf]), *(spec.high or [math.inf])]
+        if not all(map(math.isfinite, bounds)):
+            return None
 
     def act(obs: torch.Tensor) -> torch.Tensor:
         if policy == "trained":
@@ -157,22 +213,16 @@ def run_policy(config: A2CEvaluateConfig, agent: Any, policy: str, device: Any) 
 
 
 def evaluate_summary(
-    config: A2CEvaluateConfig, result: dict[str, Any], random: dict[str, Any], run_dir: Any
+    config: A2CEvaluateConfig, result: dict[str, Any], random: dict[str, Any] | None, run_dir: Any
 ) -> Summary:
     """The policy's mean return and success rate beside a random policy's on the same
     episodes' starts (no target: no verdict)."""
-
-    def figures(values: dict[str, Any], who: str) -> list[Figure]:
-        shown = [Figure(f"{who} mean return", values["return_mean"], ".3f")]
-        if "success_rate" in values:
-            shown.append(Figure(f"{who} success rate", _percent(values["success_rate"]), ".1f", "%"))
-        return shown
-
     mode = "stochastic" if config.stochastic else "deterministic"
     return Summary(
         f"pglab evaluate {result['checkpoint']} ({result['env']}, {result['episodes']} episodes, seed {config.seed})",
-        figures(result, f"{config.policy} ({mode})" if config.policy == "trained" else "random"),
-        figures(random, "random policy"),
+        policy_figures(result, f"{config.policy} ({mode})" if config.policy == "trained" else "random"),
+        policy_figures(random, "random policy"),
+        notes=[] if random is not None else [NO_RANDOM_POLICY],
         run_dir=run_dir,
         details={**result, "random_policy": random},
     )

@@ -37,13 +37,42 @@ def train(argv: list[str]) -> int:
 
     result = train_forecast(parsed.config, given=parsed.given, echo=echo_for(as_json))
     if not result["interrupted"]:
-        emit(train_summary(result, parsed.config.algo), as_json)
+        emit(train_summary(result, parsed.config.algo, trained_game_reference(result["run_dir"])), as_json)
     return result["exit_code"]
 
 
-def train_summary(result: dict[str, Any], algo: str) -> Summary:
-    """The learner's mean reward over its last episodes; its forecasts are judged against a
-    random walk by ``pglab evaluate RUN`` (out of sample)."""
+def trained_game_reference(run_dir: str) -> dict[str, Any]:
+    """:func:`~pglab.algos.forecast.game_reference` of the run's final checkpoint."""
+    from pglab.algos.forecast import KINDS, agent_from_checkpoint, game_reference
+    from pglab.run.checkpoint import load_checkpoint_file
+
+    return game_reference(agent_from_checkpoint(load_checkpoint_file(run_dir, kinds=KINDS)))
+
+
+def game_figures(game: dict[str, Any]) -> tuple[list[Figure], list[Figure]]:
+    """``(result, reference)`` figures of :func:`~pglab.algos.forecast.game_reference`:
+    the learned rule's mean absolute error in its training game beside the game's Nash
+    equilibrium and AR(1) on the same rounds (and, for RARL, with the adversary)."""
+    states = f"{game['states_at_nash']} of {game['states']}"
+    result = [
+        Figure("training game: learned rule MAE", game["learned_mae"], ".4f"),
+        Figure("gap to the Nash equilibrium", game["nash_gap"], ".4f", note=f"(Nash action in {states} states)"),
+    ]
+    reference = [Figure("Nash equilibrium MAE", game["nash_mae"], ".4f")]
+    if game["ar1_mae"] is not None:  # None: too few training rows to fit it
+        reference.append(Figure("AR(1) MAE", game["ar1_mae"], ".4f"))
+    if "robust_nash_mae" in game:
+        result.append(
+            Figure("against a best-responding adversary: learned rule MAE", game["robust_learned_mae"], ".4f")
+        )
+        reference.append(Figure("Nash equilibrium with the adversary MAE", game["robust_nash_mae"], ".4f"))
+    return result, reference
+
+
+def train_summary(result: dict[str, Any], algo: str, game: dict[str, Any]) -> Summary:
+    """The learner's mean reward over its last episodes, and its rule in the training game
+    against the game's Nash equilibrium and AR(1) (:func:`game_figures`; no target: no
+    verdict); ``pglab evaluate RUN`` judges its forecasts out of sample."""
     brief = {k: v for k, v in result["summary"].items() if k not in ("rewards_history", "epoch_results")}
     figures = [Figure(key.replace("_", " "), value, ".4f") for key, value in brief.items() if "mean_reward" in key]
     epochs = result["summary"].get("epoch_results") or []
@@ -53,20 +82,27 @@ def train_summary(result: dict[str, Any], algo: str) -> Summary:
             Figure(f"mean reward of the last epoch ({last['training']} learning)", last["mean_reward"], ".4f")
         )
     run_dir = result["run_dir"]
+    game_result, reference = game_figures(game)
     return Summary(
         f"pglab train forecast ({algo}): {brief.get('n_episodes', brief.get('total_epochs'))} episodes",
-        figures,
-        notes=["reference: pglab evaluate RUN compares the forecasts with a random walk's, out of sample"],
+        figures + game_result,
+        reference,
+        notes=[
+            "training game: the training rows, each round weighted as the episodes play it; Nash equilibrium: "
+            "the best forecast delta of each state (exact); pglab evaluate RUN judges the forecasts out of sample"
+        ],
         run_dir=run_dir,
         next=evaluate_command(run_dir),
-        details={**brief, "outputs": result["outputs"], "run_dir": run_dir},
+        details={**brief, "outputs": result["outputs"], "run_dir": run_dir, "game": game},
     )
 
 
 def evaluate_summary(title: str, result: dict[str, Any], run_dir: Any = None) -> Summary:
     """Forecast errors (MAE, RMSE) on the evaluated rows beside the random walk's (the
     previous value as the forecast) on the same rows, clean and, where an adversary
-    played, attacked. No target: no verdict."""
+    played, attacked; for a training checkpoint also beside AR(1), AR(1) on differences and
+    the training game's Nash rule (clean), and the learned rule in its training game
+    (:func:`game_figures`). No target: no verdict."""
     figures, reference = [], []
     for name in ("clean", "attacked", "best_response"):
         part = result.get(name)
@@ -78,6 +114,19 @@ def evaluate_summary(title: str, result: dict[str, Any], run_dir: Any = None) ->
             Figure(f"random walk {label}MAE", part["mae_random_walk"], ".4f"),
             Figure(f"random walk {label}RMSE", part["rmse_random_walk"], ".4f"),
         ]
+    clean = result.get("clean") or {}
+    if "mae_ar1" in clean:  # absent: too few training rows to fit it
+        reference += [
+            Figure("AR(1) MAE", clean["mae_ar1"], ".4f"),
+            Figure("AR(1) RMSE", clean["rmse_ar1"], ".4f"),
+            Figure("AR(1) on differences MAE", clean["mae_ar1_diff"], ".4f"),
+        ]
+    if "mae_nash" in clean:
+        reference.append(Figure("Nash rule MAE", clean["mae_nash"], ".4f"))
+    if "game" in result:
+        game_result, game_reference = game_figures(result["game"])
+        figures += game_result
+        reference += [Figure(f"training game: {figure.label}", figure.value, figure.fmt) for figure in game_reference]
     rows = result.get("rows")
     where = f", rows {rows[0]}..{rows[1] - 1}" if isinstance(rows, list) and len(rows) == 2 else ""
     return Summary(f"{title} ({result['series']}{where})", figures, reference, run_dir=run_dir, details=result)

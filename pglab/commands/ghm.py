@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pglab.configs.ghm import TARGET_PCT, GHMEvaluateConfig, GHMSolveConfig, GHMTrainConfig
+from pglab.configs.ghm import TARGET_PCT, THRESHOLD_TOLERANCE, GHMEvaluateConfig, GHMSolveConfig, GHMTrainConfig
 from pglab.report import Figure, Summary, echo_for, emit, evaluate_command, run_dir_of, split_json_flag, verdict
 from pglab.run.config import parse_flags
 from pglab.validation import check_new_run_dir, check_output_file, check_output_path
@@ -83,7 +83,8 @@ def optimum_summary(
 ) -> Summary:
     """GHM's headline: the worst % of V* over the initial states (simulated, and exact where
     the policy was valued by FD), judged against the target of :data:`TARGET_PCT`; the
-    learned dividend barrier and issuance point beside the FD ones (no target: no verdict)."""
+    learned dividend barrier and issuance point beside the FD ones, each judged by
+    :func:`threshold_verdicts` where both exist."""
     worst = min(row["pct_of_optimum"] for row in rows)
     result = [Figure(f"worst % of V* over {len(rows)} initial states", worst, ".2f", "%")]
     exact = [row["exact_pct_of_optimum"] for row in rows if "exact_pct_of_optimum" in row]
@@ -92,18 +93,45 @@ def optimum_summary(
     reference = [Figure("V* (finite-difference optimum)", 100.0, ".0f", "%")]
     learned, fd = thresholds or ({}, {})
     if learned or fd:
-        for key, name in (("dividend_rate", "dividend barrier"), ("issuance_rate", "issuance below")):
+        for key, name in THRESHOLDS.items():
             result.append(Figure(f"{name} (cash)", learned.get(key), ".3f"))
             reference.append(Figure(f"FD {name}", fd.get(key), ".3f"))
+    target = verdict(f">= {TARGET_PCT:g}% of V* at every initial state", worst >= TARGET_PCT, f"worst {worst:.2f}%")
     return Summary(
         title,
         result,
         reference,
-        verdict=verdict(f">= {TARGET_PCT:g}% of V* at every initial state", worst >= TARGET_PCT, f"worst {worst:.2f}%"),
+        verdict="; ".join([target, *threshold_verdicts(learned, fd)]),
         run_dir=run_dir,
         next=next_command,
         details=details,
     )
+
+
+THRESHOLDS = {"dividend_rate": "dividend barrier", "issuance_rate": "issuance below"}
+"""The thresholds a GHM evaluation reports (keys of ``learned_thresholds``/``fd_thresholds``)."""
+
+
+def threshold_within_tolerance(learned: float | None, fd: float | None) -> bool | None:
+    """Whether a learned threshold lies within :data:`THRESHOLD_TOLERANCE` (cash) of the FD
+    one; ``None`` where either does not exist (no dividend paid, no issuance)."""
+    if learned is None or fd is None:
+        return None
+    return abs(learned - fd) <= THRESHOLD_TOLERANCE
+
+
+def threshold_verdicts(learned: dict[str, Any], fd: dict[str, Any]) -> list[str]:
+    """``dividend barrier within 0.03 of FD: yes (|learned - FD| 0.012)``, one per
+    threshold that both the learned policy and the FD optimum have."""
+    verdicts = []
+    for key, name in THRESHOLDS.items():
+        within = threshold_within_tolerance(learned.get(key), fd.get(key))
+        if within is not None:
+            gap = abs(learned[key] - fd[key])
+            verdicts.append(
+                f"{name} within {THRESHOLD_TOLERANCE:g} of FD: {'yes' if within else 'no'} (|learned - FD| {gap:.3f})"
+            )
+    return verdicts
 
 
 def evaluate(argv: list[str]) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pglab.configs.ghm import TARGET_PCT
+from pglab.configs.ghm import TARGET_PCT, THRESHOLD_TOLERANCE
 from pglab.configs.sweep import GHMSweepConfig
 from pglab.report import Figure, Summary, echo_for, emit, split_json_flag, verdict
 from pglab.run.config import parse_flags
@@ -35,8 +35,10 @@ def ghm(argv: list[str]) -> int:
 
 
 def sweep_summary(rows: list[dict[str, Any]], sweep_dir: Path, notes: list[str]) -> Summary:
-    """How many runs reach the target of :data:`TARGET_PCT` at every initial state, and the
-    worst run; the reference is each calibration's FD optimum."""
+    """How many runs reach the target of :data:`TARGET_PCT` at every initial state, the
+    worst run, and how many runs' learned thresholds lie within :data:`THRESHOLD_TOLERANCE`
+    of the FD ones (of the runs where both exist); the reference is each calibration's FD
+    optimum."""
     worst = {row["run"]: min(value for key, value in row.items() if key.startswith("pct_")) for row in rows}
     met = sum(1 for value in worst.values() if value >= TARGET_PCT)
     worst_run = min(worst, key=lambda run: worst[run])
@@ -45,6 +47,7 @@ def sweep_summary(rows: list[dict[str, Any]], sweep_dir: Path, notes: list[str])
         [
             Figure(f"runs at >= {TARGET_PCT:g}% of V* at every initial state", f"{met} of {len(rows)}"),
             Figure(f"worst % of V* ({worst_run})", worst[worst_run], ".2f", "%"),
+            *threshold_counts(rows),
         ],
         [Figure("V* (each calibration's finite-difference optimum)", 100.0, ".0f", "%")],
         verdict=verdict(f"every run >= {TARGET_PCT:g}% of V*", met == len(rows), f"{met} of {len(rows)}"),
@@ -52,3 +55,19 @@ def sweep_summary(rows: list[dict[str, Any]], sweep_dir: Path, notes: list[str])
         run_dir=sweep_dir,
         details={"sweep_dir": str(sweep_dir), "rows": rows},
     )
+
+
+def threshold_counts(rows: list[dict[str, Any]]) -> list[Figure]:
+    """Per threshold, ``k of n``: the runs whose learned dividend barrier (issuance point)
+    lies within :data:`THRESHOLD_TOLERANCE` of the FD one, of the ``n`` runs where both exist."""
+    from pglab.commands.ghm import threshold_within_tolerance
+
+    figures = []
+    for key, name in (("barrier", "dividend barrier"), ("issuance", "issuance point")):
+        judged = [threshold_within_tolerance(row.get(f"{key}_rl"), row.get(f"{key}_fd")) for row in rows]
+        found = [within for within in judged if within is not None]
+        if found:
+            figures.append(
+                Figure(f"runs with the {name} within {THRESHOLD_TOLERANCE:g} of FD", f"{sum(found)} of {len(found)}")
+            )
+    return figures

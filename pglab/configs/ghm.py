@@ -38,6 +38,9 @@ if TYPE_CHECKING:  # pglab.configs.ghm_multi imports GHMParams from this module
 # Checkpoint kinds of the three solvers (``GHMTrainConfig.kind``).
 TARGET_PCT = 98.0
 """The GHM solvers' target: >= 98 % of V* (the FD optimum) at every initial cash."""
+THRESHOLD_TOLERANCE = 0.03
+"""How far (in cash) a learned dividend barrier or issuance point may lie from the FD one,
+both read by the same half-max threshold rule, to count as found."""
 
 GHM_KINDS = ("ghm-mc", "ghm-pathwise", "ghm-actor-critic")
 # The models of ``pglab train ghm --model`` and the flags only one of them reads (besides
