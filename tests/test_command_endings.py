@@ -353,9 +353,16 @@ def test_ghm_thresholds_are_judged_within_the_one_tolerance():
         {"run": "a", "pct_0.5": 99.0, "barrier_rl": 0.52, "barrier_fd": 0.5, "issuance_rl": None, "issuance_fd": 0.1},
         {"run": "b", "pct_0.5": 97.0, "barrier_rl": 0.45, "barrier_fd": 0.5, "issuance_rl": 0.12, "issuance_fd": 0.1},
     ]
-    result = sweep_summary(rows, Path("sweep"), []).as_json()["summary"]["result"]
+    report = sweep_summary(rows, Path("sweep"), []).as_json()
+    result = report["summary"]["result"]
     assert result["runs with the dividend barrier within 0.03 of FD"] == "1 of 2"
     assert result["runs with the issuance point within 0.03 of FD"] == "1 of 1"
+    totals = report["totals"]  # the same figures under fixed names, for records
+    assert (totals["runs"], totals["runs_at_target"], totals["worst_pct"]) == (2, 1, 97.0)
+    assert (totals["barrier_within_tolerance"], totals["barrier_judged"]) == (1, 2)
+    assert totals["largest_barrier_error"] == pytest.approx(0.05)
+    assert (totals["issuance_within_tolerance"], totals["issuance_judged"]) == (1, 1)
+    assert totals["largest_issuance_error"] == pytest.approx(0.02)
 
 
 def test_sweep_notes_runs_without_a_learned_threshold():

@@ -53,8 +53,24 @@ def sweep_summary(rows: list[dict[str, Any]], sweep_dir: Path, notes: list[str])
         verdict=verdict(f"every run >= {TARGET_PCT:g}% of V*", met == len(rows), f"{met} of {len(rows)}"),
         notes=notes,
         run_dir=sweep_dir,
-        details={"sweep_dir": str(sweep_dir), "rows": rows},
+        details={"sweep_dir": str(sweep_dir), "totals": sweep_totals(rows, met, worst[worst_run]), "rows": rows},
     )
+
+
+def sweep_totals(rows: list[dict[str, Any]], met: int, worst: float) -> dict[str, Any]:
+    """The sweep's figures under fixed names (``--json``'s ``totals``): runs, runs at the
+    target, the worst % of V*, and per threshold the runs within tolerance and the largest
+    ``|learned - FD|`` (``None`` where no run has both)."""
+    from pglab.commands.ghm import threshold_within_tolerance
+
+    totals: dict[str, Any] = {"runs": len(rows), "runs_at_target": met, "worst_pct": worst}
+    for key in ("barrier", "issuance"):
+        pairs = [(row.get(f"{key}_rl"), row.get(f"{key}_fd")) for row in rows]
+        found = [(learned, fd) for learned, fd in pairs if threshold_within_tolerance(learned, fd) is not None]
+        totals[f"{key}_within_tolerance"] = sum(bool(threshold_within_tolerance(*pair)) for pair in found)
+        totals[f"{key}_judged"] = len(found)
+        totals[f"largest_{key}_error"] = max((abs(learned - fd) for learned, fd in found), default=None)
+    return totals
 
 
 def threshold_counts(rows: list[dict[str, Any]]) -> list[Figure]:
