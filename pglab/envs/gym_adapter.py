@@ -6,7 +6,8 @@ exists) an implementation that steps all copies as array operations
 (:class:`SameStepCartPoleVectorEnv` for CartPole; :mod:`pglab.envs.mujoco_vector` for
 ``Swimmer-v4`` and ``InvertedDoublePendulum-v4``, equal to gymnasium's step for step),
 otherwise gymnasium's ``SyncVectorEnv``/``AsyncVectorEnv`` of single copies;
-``make_gym_env("ALE/Pong-v5", ...)`` (or ``"ale:pong"``) builds :class:`pglab.envs.atari.AtariEnv`: ALE's C++ vector env with the standard Atari
+``make_gym_env("ALE/Pong-v5", ...)`` (or ``"ale:pong"``) builds
+:class:`pglab.envs.atari.AtariEnv`: ALE's C++ vector env with the standard Atari
 preprocessing (stacked 84x84 greyscale frames ``uint8 [N, 4, 84, 84]``, episodic life,
 reward clipping, the game score in ``info``). Gymnasium envs are wrapped in
 :class:`GymVectorAdapter`, which converts NumPy to torch tensors on the chosen device.
@@ -500,6 +501,35 @@ def _time_limit(env_id: str, env_kwargs: dict[str, Any]) -> int | None:
     return None if limit is None else int(limit)
 
 
+def _make_vector_env(
+    env_id: str,
+    num_envs: int,
+    device: torch.device | str,
+    time_feature: bool,
+    wrappers: Sequence[str],
+    env_kwargs: dict[str, Any],
+) -> GymVectorAdapter:
+    """``vectorization="vector"``: the id's :class:`VectorImplementation`, wrapped."""
+    if wrappers:
+        raise ConfigError("vectorization", "vector", "wraps no copies: env_wrappers need 'sync' or 'async'")
+    if env_id not in _VECTOR_IMPLEMENTATIONS:
+        raise ConfigError(
+            "vectorization",
+            "vector",
+            f"no array-vectorised implementation of {env_id!r} "
+            f"(available: {', '.join(_VECTOR_IMPLEMENTATIONS)}); use 'sync' or 'async'",
+        )
+    implementation = _VECTOR_IMPLEMENTATIONS[env_id]
+    limit = _time_limit(env_id, env_kwargs) if time_feature else None
+    try:
+        vector_env = implementation.factory()(num_envs=num_envs, **{**implementation.defaults, **env_kwargs})
+    except TypeError as exc:  # a keyword the implementation does not take
+        if not env_kwargs:
+            raise
+        raise ConfigError("env_kwargs", env_kwargs, f"rejected by the vectorised {env_id} ({exc})") from exc
+    return GymVectorAdapter(vector_env, device=device, time_limit=limit)
+
+
 def make_gym_env(
     env_id: str,
     num_envs: int,
@@ -545,24 +575,7 @@ def make_gym_env(
         covered = env_id in _VECTOR_IMPLEMENTATIONS and set(env_kwargs) <= _VECTOR_IMPLEMENTATIONS[env_id].covers
         vectorization = "vector" if covered and not wrappers else "sync"
     if vectorization == "vector":
-        if wrappers:
-            raise ConfigError("vectorization", "vector", "wraps no copies: env_wrappers need 'sync' or 'async'")
-        if env_id not in _VECTOR_IMPLEMENTATIONS:
-            raise ConfigError(
-                "vectorization",
-                "vector",
-                f"no array-vectorised implementation of {env_id!r} "
-                f"(available: {', '.join(_VECTOR_IMPLEMENTATIONS)}); use 'sync' or 'async'",
-            )
-        implementation = _VECTOR_IMPLEMENTATIONS[env_id]
-        limit = _time_limit(env_id, env_kwargs) if time_feature else None
-        try:
-            vector_env = implementation.factory()(num_envs=num_envs, **{**implementation.defaults, **env_kwargs})
-        except TypeError as exc:  # a keyword the implementation does not take
-            if not env_kwargs:
-                raise
-            raise ConfigError("env_kwargs", env_kwargs, f"rejected by the vectorised {env_id} ({exc})") from exc
-        return GymVectorAdapter(vector_env, device=device, time_limit=limit)
+        return _make_vector_env(env_id, num_envs, device, time_feature, wrappers, env_kwargs)
     try:
         env = gym.make_vec(
             env_id,

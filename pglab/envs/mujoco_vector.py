@@ -52,7 +52,7 @@ class MujocoVectorEnv(VectorEnv):
     and :meth:`reset_noise`.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "autoreset_mode": AutoresetMode.SAME_STEP}
+    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.SAME_STEP}
     model_file: ClassVar[str]
     frame_skip: ClassVar[int]
     observation_size: int
@@ -113,8 +113,11 @@ class MujocoVectorEnv(VectorEnv):
         (a list: one seed per copy; ``None``: keep each copy's generator)."""
         if options:
             raise ValueError(f"{type(self).__name__}.reset: options are not supported (got {options!r})")
-        seeds = [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else seed
-        seeds = [None] * self.num_envs if seeds is None else list(seeds)
+        seeds: list[int | None]
+        if isinstance(seed, int):
+            seeds = [seed + i for i in range(self.num_envs)]
+        else:
+            seeds = [None] * self.num_envs if seed is None else list(seed)
         if len(seeds) != self.num_envs:
             raise ValueError(f"{type(self).__name__}.reset: {len(seeds)} seeds for {self.num_envs} copies")
         for index, copy_seed in enumerate(seeds):
@@ -143,8 +146,8 @@ class MujocoVectorEnv(VectorEnv):
         info: dict[str, Any] = {}
         if finished.any():
             info = {"final_obs": obs, "_final_obs": finished}
-            for index in np.flatnonzero(finished):
-                self._reset_copy(int(index))
+            for copy in np.flatnonzero(finished).tolist():
+                self._reset_copy(copy)
             obs = self.observe()
         return obs, reward, terminated, truncated, info
 
