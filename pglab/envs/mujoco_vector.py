@@ -215,8 +215,9 @@ class SwimmerVectorEnv(MujocoVectorEnv):
 
     def reward_and_termination(self, actions: np.ndarray, before: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         velocity = (self.state["qpos"][:, 0] - before[:, 0]) / self.dt
-        # float32 actions: a float32 cost, as gymnasium's np.sum(np.square(action)) of one copy's action
-        ctrl_cost = self.ctrl_cost_weight * np.sum(np.square(actions), axis=1)
+        # float32 actions: a float32 cost, as gymnasium's np.sum(np.square(action)) of one copy's
+        # action (np.sum's own reduction, without its Python wrapper)
+        ctrl_cost = self.ctrl_cost_weight * np.add.reduce(np.square(actions), axis=1)
         return self.forward_reward_weight * velocity - ctrl_cost, np.zeros(self.num_envs, dtype=bool)
 
     def reset_noise(self, generator: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
