@@ -246,7 +246,7 @@ class GymVectorAdapter:
         self.episode_steps = np.where(finished, 0, steps)
         obs_t = self._obs(obs, self.episode_steps)
         final_obs = obs_t
-        if finished.any() and "final_obs" in info:
+        if "final_obs" in info and finished.any():  # same-step envs add final_obs only when a copy finished
             raw = info["final_obs"]
             if isinstance(raw, np.ndarray) and raw.dtype != object:
                 final_obs = self._obs(raw, steps)  # a dense array
