@@ -252,12 +252,20 @@ class InvertedDoublePendulumVectorEnv(MujocoVectorEnv):
         np.minimum(np.maximum(self.state["qfrc_constraint"], -10), 10, out=obs[:, 8:11])
         return obs
 
+    # the penalties' weights on x^2, (y - 2)^2, v1^2, v2^2 (1.0 * a is a)
+    _WEIGHTS = np.array([[0.01], [1.0], [1e-3], [5e-3]])
+
     def reward_and_termination(self, actions: np.ndarray, before: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        x, y = self.state["site_xpos"][:, 0, 0], self.state["site_xpos"][:, 0, 2]
-        v1, v2 = self.state["qvel"][:, 1], self.state["qvel"][:, 2]
-        dist_penalty = 0.01 * np.float_power(x, 2) + np.float_power(y - 2, 2)
-        vel_penalty = 1e-3 * np.float_power(v1, 2) + 5e-3 * np.float_power(v2, 2)
-        return 10 - dist_penalty - vel_penalty, y <= 1
+        # the four squared terms as one [4, num_envs] array: one float_power and one
+        # product instead of four of each (each NumPy call costs ~1-2 us on one copy)
+        site, qvel = self.state["site_xpos"], self.state["qvel"]
+        terms = np.empty((4, len(site)))
+        terms[0] = site[:, 0, 0]
+        np.subtract(site[:, 0, 2], 2, out=terms[1])
+        terms[2:] = qvel[:, 1:3].T
+        np.multiply(np.float_power(terms, 2, out=terms), self._WEIGHTS, out=terms)
+        dist_penalty, vel_penalty = terms[0] + terms[1], terms[2] + terms[3]
+        return 10 - dist_penalty - vel_penalty, site[:, 0, 2] <= 1
 
     def reset_noise(self, generator: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         qpos = self.init_qpos + generator.uniform(low=-0.1, high=0.1, size=self.model.nq)
