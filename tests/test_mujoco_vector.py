@@ -47,6 +47,10 @@ def _both(env_id, num_envs, env_kwargs):
             90,
             1.5,
         ),
+        ("HalfCheetah-v4", {"max_episode_steps": 25}, 60, 1.5),
+        ("HalfCheetah-v4", {"ctrl_cost_weight": 0.5, "exclude_current_positions_from_observation": False}, 20, 1.5),
+        # the pole leaves [-0.2, 0.2] at random steps; a short limit truncates the rest
+        ("InvertedPendulum-v4", {"max_episode_steps": 15}, 120, 1.0),
         # terminations (the tip below y = 1) at random steps, under the registered limit
         ("InvertedDoublePendulum-v4", {}, 300, 1.5),
         # small actions and a short limit: truncations, terminations, and both at once
@@ -78,7 +82,7 @@ def test_the_native_env_equals_gymnasiums_step_for_step(env_id, env_kwargs, step
         seen["truncated"] += int(a[3].sum())
         seen["both"] += int((a[2] & a[3]).sum())
     reference.close()
-    if env_id == "Swimmer-v4":
+    if env_id in ("Swimmer-v4", "HalfCheetah-v4"):
         assert seen["terminated"] == 0 and seen["truncated"] == 3 * (steps // native.max_episode_steps)
     elif "max_episode_steps" in env_kwargs:
         assert seen["terminated"] > 0 and seen["truncated"] > 0 and seen["both"] > 0, seen

@@ -173,7 +173,7 @@ class PPOConfig:
     env_kwargs: Annotated[dict[str, Any], tyro.conf.Suppress] = field(default_factory=dict)
     vectorization: Vectorization = "auto"
     """Gymnasium vector env: vector (all copies as array ops; CartPole-v1, Swimmer-v4,
-    InvertedDoublePendulum-v4), sync (a loop over copies in one process), async (one process
+    HalfCheetah-v4, InvertedPendulum-v4, InvertedDoublePendulum-v4), sync (a loop over copies in one process), async (one process
     per copy); auto = vector where available, else sync"""
     # -- optimisation ------------------------------------------------------------------
     lr: float = 2.5e-4

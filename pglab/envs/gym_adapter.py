@@ -4,7 +4,8 @@
 ``SAME_STEP`` autoreset mode: with ``vectorization="vector"`` (or ``"auto"``, where one
 exists) an implementation that steps all copies as array operations
 (:class:`SameStepCartPoleVectorEnv` for CartPole; :mod:`pglab.envs.mujoco_vector` for
-``Swimmer-v4`` and ``InvertedDoublePendulum-v4``, equal to gymnasium's step for step),
+``Swimmer-v4``, ``HalfCheetah-v4``, ``InvertedPendulum-v4`` and
+``InvertedDoublePendulum-v4``, equal to gymnasium's step for step),
 otherwise gymnasium's ``SyncVectorEnv``/``AsyncVectorEnv`` of single copies;
 ``make_gym_env("ALE/Pong-v5", ...)`` (or ``"ale:pong"``) builds
 :class:`pglab.envs.atari.AtariEnv`: ALE's C++ vector env with the standard Atari
@@ -452,7 +453,7 @@ class VectorImplementation(NamedTuple):
     covers: frozenset[str]
 
 
-_SWIMMER_KWARGS = frozenset(
+_FORWARD_REWARD_KWARGS = frozenset(
     {
         "max_episode_steps",
         "forward_reward_weight",
@@ -464,10 +465,15 @@ _SWIMMER_KWARGS = frozenset(
 # Gymnasium ids with an array-vectorised, same-step implementation ("vector" mode).
 _VECTOR_IMPLEMENTATIONS = {
     "CartPole-v1": VectorImplementation(_same_step_cartpole, {"max_episode_steps": 500}, frozenset()),
-    "Swimmer-v4": VectorImplementation(_mujoco_task("SwimmerVectorEnv"), {"max_episode_steps": 1000}, _SWIMMER_KWARGS),
-    "InvertedDoublePendulum-v4": VectorImplementation(
-        _mujoco_task("InvertedDoublePendulumVectorEnv"), {"max_episode_steps": 1000}, frozenset({"max_episode_steps"})
-    ),
+    **{
+        env_id: VectorImplementation(_mujoco_task(name), {"max_episode_steps": 1000}, covers)
+        for env_id, name, covers in (
+            ("Swimmer-v4", "SwimmerVectorEnv", _FORWARD_REWARD_KWARGS),
+            ("HalfCheetah-v4", "HalfCheetahVectorEnv", _FORWARD_REWARD_KWARGS),
+            ("InvertedPendulum-v4", "InvertedPendulumVectorEnv", frozenset({"max_episode_steps"})),
+            ("InvertedDoublePendulum-v4", "InvertedDoublePendulumVectorEnv", frozenset({"max_episode_steps"})),
+        )
+    },
 }
 VECTORIZATION_MODES = ("auto", "vector", "sync", "async")
 
@@ -543,7 +549,8 @@ def make_gym_env(
     """Build a vectorised Gymnasium (or ALE) environment wrapped as a batched env.
 
     ``vectorization``: ``"vector"`` steps all copies as array operations (only ids in
-    ``_VECTOR_IMPLEMENTATIONS``: CartPole-v1, Swimmer-v4, InvertedDoublePendulum-v4),
+    ``_VECTOR_IMPLEMENTATIONS``: CartPole-v1 and the MuJoCo -v4 tasks of
+    :mod:`pglab.envs.mujoco_vector`),
     ``"sync"`` / ``"async"`` are gymnasium's ``SyncVectorEnv`` / ``AsyncVectorEnv`` of
     single copies, ``"auto"`` is ``"vector"`` where available for the given ``env_kwargs``
     (:class:`VectorImplementation`'s ``covers``) and ``"sync"`` otherwise. ``wrappers``: Gymnasium wrappers around each

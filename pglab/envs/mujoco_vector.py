@@ -1,14 +1,16 @@
 """Gymnasium's MuJoCo ``-v4`` tasks stepped as one batch: an accelerated path of ``gym.make_vec``.
 
-:class:`SwimmerVectorEnv` (``Swimmer-v4``) and :class:`InvertedDoublePendulumVectorEnv`
-(``InvertedDoublePendulum-v4``) are Gymnasium ``VectorEnv`` s with ``SAME_STEP`` autoreset
-that give, for the same seed and the same actions, the same observations, rewards,
-terminations and truncations as gymnasium's ``SyncVectorEnv`` of the registered ids (a
-``TimeLimit`` of ``max_episode_steps``, 1,000 by default), bit for bit. They load the same
-model XML from gymnasium's assets and keep one ``MjData`` per copy, stepped with the same
-``mj_step(model, data, nstep=frame_skip)`` call; everything around it is array code over
-the copies: observations, rewards, terminations, the time limit, and the autoreset of the
-finished copies (their pre-reset observation goes to ``info["final_obs"]``, dense, with
+:class:`SwimmerVectorEnv` (``Swimmer-v4``), :class:`HalfCheetahVectorEnv`
+(``HalfCheetah-v4``), :class:`InvertedPendulumVectorEnv` (``InvertedPendulum-v4``) and
+:class:`InvertedDoublePendulumVectorEnv` (``InvertedDoublePendulum-v4``) are Gymnasium
+``VectorEnv`` s with ``SAME_STEP`` autoreset that give, for the same seed and the same
+actions, the same observations, rewards, terminations and truncations as gymnasium's
+``SyncVectorEnv`` of the registered ids (a ``TimeLimit`` of ``max_episode_steps``, 1,000
+by default), bit for bit. They load the same model XML from gymnasium's assets and keep
+one ``MjData`` per copy, stepped with the same ``mj_step(model, data,
+nstep=frame_skip)`` call; everything around it is array code over the copies:
+observations, rewards, terminations, the time limit, and the autoreset of the finished
+copies (their pre-reset observation goes to ``info["final_obs"]``, dense, with
 ``info["_final_obs"]`` marking them).
 
 The reset noise is drawn as gymnasium draws it: one generator per copy,
@@ -185,30 +187,35 @@ class MujocoVectorEnv(VectorEnv):
             self.generators[index] = generator
 
 
-class SwimmerVectorEnv(MujocoVectorEnv):
-    """``Swimmer-v4``: reward ``forward_reward_weight * x velocity - ctrl_cost_weight *
-    |action|^2``, never terminates; observation ``qpos[2:]``, ``qvel`` (``qpos`` whole with
-    ``exclude_current_positions_from_observation=False``); reset noise ``U(-s, s)`` on
-    ``qpos`` then on ``qvel``, ``s = reset_noise_scale``."""
+class ForwardRewardVectorEnv(MujocoVectorEnv):
+    """A task rewarded for forward speed, never terminating (Swimmer, HalfCheetah): reward
+    ``forward_reward_weight * x velocity - ctrl_cost_weight * |action|^2``; observation
+    ``qpos`` without its first ``excluded_positions`` entries (the whole of it with
+    ``exclude_current_positions_from_observation=False``), then ``qvel``; reset noise
+    ``U(-s, s)`` on ``qpos``, and on ``qvel`` ``U(-s, s)`` or ``s N(0, 1)``
+    (``normal_velocity_noise``), ``s = reset_noise_scale``."""
 
-    model_file = "swimmer.xml"
-    frame_skip = 4
+    excluded_positions: ClassVar[int]
+    normal_velocity_noise: ClassVar[bool]
 
     def __init__(
         self,
-        num_envs: int = 1,
-        max_episode_steps: int = 1000,
-        forward_reward_weight: float = 1.0,
-        ctrl_cost_weight: float = 1e-4,
-        reset_noise_scale: float = 0.1,
-        exclude_current_positions_from_observation: bool = True,
+        num_envs: int,
+        max_episode_steps: int,
+        forward_reward_weight: float,
+        ctrl_cost_weight: float,
+        reset_noise_scale: float,
+        exclude_current_positions_from_observation: bool,
     ):
         self.forward_reward_weight = forward_reward_weight
         self.ctrl_cost_weight = ctrl_cost_weight
         self.reset_noise_scale = reset_noise_scale
-        self.first_position = 2 if exclude_current_positions_from_observation else 0
-        self.observation_size = 10 - self.first_position
+        self.first_position = self.excluded_positions if exclude_current_positions_from_observation else 0
         super().__init__(num_envs, max_episode_steps)
+
+    @property
+    def observation_size(self) -> int:  # type: ignore[override]  # the instance's, from its options
+        return self.model.nq - self.first_position + self.model.nv
 
     def observe(self) -> np.ndarray:
         return np.concatenate([self.state["qpos"][:, self.first_position :], self.state["qvel"]], axis=1)
@@ -223,7 +230,87 @@ class SwimmerVectorEnv(MujocoVectorEnv):
     def reset_noise(self, generator: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         low, high = -self.reset_noise_scale, self.reset_noise_scale
         qpos = self.init_qpos + generator.uniform(low=low, high=high, size=self.model.nq)
+        if self.normal_velocity_noise:
+            return qpos, self.init_qvel + self.reset_noise_scale * generator.standard_normal(self.model.nv)
         return qpos, self.init_qvel + generator.uniform(low=low, high=high, size=self.model.nv)
+
+
+class SwimmerVectorEnv(ForwardRewardVectorEnv):
+    """``Swimmer-v4`` (:class:`ForwardRewardVectorEnv`): observation ``qpos[2:]``, ``qvel``;
+    uniform reset noise on both."""
+
+    model_file = "swimmer.xml"
+    frame_skip = 4
+    excluded_positions = 2
+    normal_velocity_noise = False
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        max_episode_steps: int = 1000,
+        forward_reward_weight: float = 1.0,
+        ctrl_cost_weight: float = 1e-4,
+        reset_noise_scale: float = 0.1,
+        exclude_current_positions_from_observation: bool = True,
+    ):
+        super().__init__(
+            num_envs,
+            max_episode_steps,
+            forward_reward_weight,
+            ctrl_cost_weight,
+            reset_noise_scale,
+            exclude_current_positions_from_observation,
+        )
+
+
+class HalfCheetahVectorEnv(ForwardRewardVectorEnv):
+    """``HalfCheetah-v4`` (:class:`ForwardRewardVectorEnv`): observation ``qpos[1:]``,
+    ``qvel``; normal reset noise on ``qvel``."""
+
+    model_file = "half_cheetah.xml"
+    frame_skip = 5
+    excluded_positions = 1
+    normal_velocity_noise = True
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        max_episode_steps: int = 1000,
+        forward_reward_weight: float = 1.0,
+        ctrl_cost_weight: float = 0.1,
+        reset_noise_scale: float = 0.1,
+        exclude_current_positions_from_observation: bool = True,
+    ):
+        super().__init__(
+            num_envs,
+            max_episode_steps,
+            forward_reward_weight,
+            ctrl_cost_weight,
+            reset_noise_scale,
+            exclude_current_positions_from_observation,
+        )
+
+
+class InvertedPendulumVectorEnv(MujocoVectorEnv):
+    """``InvertedPendulum-v4``: reward 1 per step, terminated when an observation is not
+    finite or the pole's angle leaves [-0.2, 0.2]; observation ``qpos``, ``qvel``; reset
+    noise ``U(-0.01, 0.01)`` on both."""
+
+    model_file = "inverted_pendulum.xml"
+    frame_skip = 2
+    observation_size = 4
+
+    def observe(self) -> np.ndarray:
+        return np.concatenate([self.state["qpos"], self.state["qvel"]], axis=1)
+
+    def reward_and_termination(self, actions: np.ndarray, before: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        obs = self.observe()
+        terminated = ~np.isfinite(obs).all(axis=1) | (np.abs(obs[:, 1]) > 0.2)
+        return np.ones(self.num_envs), terminated
+
+    def reset_noise(self, generator: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        qpos = self.init_qpos + generator.uniform(size=self.model.nq, low=-0.01, high=0.01)
+        return qpos, self.init_qvel + generator.uniform(size=self.model.nv, low=-0.01, high=0.01)
 
 
 class InvertedDoublePendulumVectorEnv(MujocoVectorEnv):
