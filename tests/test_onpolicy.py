@@ -109,3 +109,30 @@ def test_minibatches_are_consecutive_slices_of_the_shuffled_order():
     parts = minibatch_indices(order, 4)
     assert [p.tolist() for p in parts] == [order[i : i + 3].tolist() for i in range(0, 12, 3)]
     assert [len(p) for p in minibatch_indices(order, 5)] == [3, 3, 2, 2, 2]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"fused": True}, {"foreach": False}, {"foreach": True, "weight_decay": 0.1, "maximize": True}, {"amsgrad": True}],
+)
+def test_optimizer_step_equals_adams_own_step_bit_for_bit(options):
+    """``optimizer_step``'s functional Adam on the optimiser's state: the same parameters and
+    the same ``state_dict`` as ``Adam.step`` after every step (a changed lr included)."""
+    from pglab.algos.onpolicy import optimizer_step
+
+    generator = torch.Generator().manual_seed(0)
+    start = torch.randn(300, generator=generator)
+    grads = [torch.randn(300, generator=generator) for _ in range(6)]
+    params = [nn.Parameter(start.clone()) for _ in range(2)]
+    optimizers = [torch.optim.Adam([p], lr=1e-2, eps=1e-5, **options) for p in params]
+    for t, grad in enumerate(grads):
+        for param, optimizer, step in zip(params, optimizers, (optimizer_step, torch.optim.Adam.step), strict=True):
+            optimizer.param_groups[0]["lr"] = 1e-2 / (t + 1)
+            param.grad = grad.clone()
+            step(optimizer)
+        assert torch.equal(params[0], params[1]), t
+        ours, theirs = (optimizer.state_dict() for optimizer in optimizers)
+        assert ours["param_groups"] == theirs["param_groups"]
+        for key, value in theirs["state"][0].items():
+            assert torch.equal(ours["state"][0][key], value) and ours["state"][0][key].dtype == value.dtype, (t, key)
+    assert not torch.equal(params[0], start)

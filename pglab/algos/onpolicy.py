@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import torch
 from torch import nn
+from torch.optim.adam import adam
 
 # The hyperparameters are a torch-free config (``pglab train ppo --help`` reads them
 # without torch); re-exported here, where the update that uses them lives.
@@ -46,6 +47,7 @@ __all__ = [
     "gradient_step",
     "minibatch_indices",
     "onpolicy_update",
+    "optimizer_step",
 ]
 
 Evaluate = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
@@ -110,8 +112,49 @@ def clip_and_step(params: list[torch.Tensor], optimizer: torch.optim.Optimizer, 
     ``g *= min(1, max_norm / (||g|| + 1e-6))``), take the optimiser step; returns the
     pre-clip norm (0-d, detached)."""
     grad_norm = nn.utils.clip_grad_norm_(params, max_grad_norm)
-    optimizer.step()
+    optimizer_step(optimizer)
     return grad_norm.detach()
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
+    """``optimizer.step()``. For a ``torch.optim.Adam`` over one parameter (pglab's flat
+    parameter, :class:`pglab.nets.flat.FlatParameters`) whose state the first step has made,
+    the public functional ``torch.optim.adam.adam`` on that state with the group's options:
+    the same kernel on the same tensors, so the same numbers and the same ``state_dict``,
+    without ``Optimizer.step``'s Python around it (its hooks, profiler record, grad-mode
+    switch and state bookkeeping): 50 against 130 us per step at 9k parameters, 175
+    against 265 at 142k (fused, one CPU thread). pglab registers no optimiser hooks."""
+    group = optimizer.param_groups[0]
+    params = group["params"]
+    state = optimizer.state.get(params[0]) if len(params) == 1 else None
+    simple = type(optimizer) is torch.optim.Adam and len(optimizer.param_groups) == 1 and not group["amsgrad"]
+    if not (simple and state and params[0].grad is not None):
+        optimizer.step()
+        return
+    with torch.no_grad():
+        adam(
+            params,
+            [params[0].grad],
+            [state["exp_avg"]],
+            [state["exp_avg_sq"]],
+            [],
+            [state["step"]],
+            foreach=group["foreach"],
+            capturable=group["capturable"],
+            differentiable=group["differentiable"],
+            fused=group["fused"],
+            grad_scale=None,
+            found_inf=None,
+            has_complex=torch.is_complex(params[0]),
+            decoupled_weight_decay=group["decoupled_weight_decay"],
+            amsgrad=False,
+            beta1=group["betas"][0],
+            beta2=group["betas"][1],
+            lr=group["lr"],
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=group["maximize"],
+        )
 
 
 def onpolicy_update(
@@ -304,7 +347,7 @@ def _ppo_closed_form(
 
     def take_step() -> None:
         grad_norms.append(closed_form.clip_gradient(hp.max_grad_norm))
-        optimizer.step()
+        optimizer_step(optimizer)
 
     def epoch_kl() -> torch.Tensor:
         kl = closed_form.summarize(terms[epoch_start[0] :], hp)["stats/approx_kl"]

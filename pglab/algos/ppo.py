@@ -40,13 +40,14 @@ Exact resume: the trainer registers the network, the optimiser, its generators, 
 environments, the running episodes, the episode statistics of the current metric row,
 the normalisation statistics and the current observations with the shell once
 (``run.track``), which checkpoints and restores them. Environments snapshot themselves
-(``state_dict``, :mod:`pglab.envs.base`): pglab's native envs and Gymnasium's classic
-control and toy text envs are captured; an environment that cannot capture its state
-(Box2D, MuJoCo, ``--vectorization async``, Atari) resumes from freshly reset copies, with
-a warning. So on the CPU, N iterations + ``--resume`` + N more == 2N iterations, bit for
-bit, when the environment is captured and the budget of the first run was already 2N or
-both schedules are constant (a linear schedule is a function of the total budget, so
-extending the budget changes the rest of it).
+(``state_dict``, :mod:`pglab.envs.base`): pglab's native envs, Gymnasium's classic
+control and toy text envs and the vectorised MuJoCo tasks
+(:mod:`pglab.envs.mujoco_vector`) are captured; an environment that cannot capture its
+state (Box2D, other MuJoCo envs, ``--vectorization async``, Atari) resumes from freshly
+reset copies, with a warning. So on the CPU, N iterations + ``--resume`` + N more == 2N
+iterations, bit for bit, when the environment is captured and the budget of the first
+run was already 2N or both schedules are constant (a linear schedule is a function of
+the total budget, so extending the budget changes the rest of it).
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ process (interleaved, so both see the same machine load), each on ``torch`` with
 thread and the CPU, on Gymnasium's own environment implementation. SB3 steps its
 ``DummyVecEnv`` of single environments; ``pglab`` uses its default
 ``--vectorization auto``: for CartPole-v1 gymnasium's array-vectorised CartPole (its
-``vector_entry_point``, made same-step by :mod:`pglab.envs.gym_adapter`), elsewhere a
-``SyncVectorEnv``; ``pglab-sync`` forces the ``SyncVectorEnv`` of single environments,
+``vector_entry_point``, made same-step by :mod:`pglab.envs.gym_adapter`), for the MuJoCo
+``-v4`` tasks of :mod:`pglab.envs.mujoco_vector` their batched path (equal to gymnasium's
+env step for step), elsewhere a ``SyncVectorEnv``; ``pglab-sync`` forces the ``SyncVectorEnv`` of single environments,
 the like-for-like environment loop (run only where it differs from ``pglab``). One-time
 import costs (``torch._dynamo``, which the first ``torch.optim.Adam`` pulls in, ~2 s)
 are paid before any timing. It reports:

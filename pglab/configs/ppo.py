@@ -172,8 +172,10 @@ class PPOConfig:
     # pglab.envs.atari.AtariEnv's options). A mapping: set in a --config file or by --zoo.
     env_kwargs: Annotated[dict[str, Any], tyro.conf.Suppress] = field(default_factory=dict)
     vectorization: Vectorization = "auto"
-    """Gymnasium vector env: vector (all copies as array ops; CartPole-v1), sync (a loop over
-    copies in one process), async (one process per copy); auto = vector where available, else sync"""
+    """Gymnasium vector env: vector (all copies as array ops; CartPole-v1, Swimmer-v4,
+    HalfCheetah-v4, InvertedPendulum-v4, InvertedDoublePendulum-v4), sync (a loop over
+    copies in one process), async (one process per copy); auto = vector where available,
+    else sync"""
     # -- optimisation ------------------------------------------------------------------
     lr: float = 2.5e-4
     """Adam learning rate (its value in the first iteration)"""

@@ -3,9 +3,12 @@
 ``make_gym_env("CartPole-v1", num_envs=8)`` builds a ``gymnasium`` vector env in
 ``SAME_STEP`` autoreset mode: with ``vectorization="vector"`` (or ``"auto"``, where one
 exists) an implementation that steps all copies as array operations
-(:class:`SameStepCartPoleVectorEnv` for CartPole), otherwise gymnasium's
-``SyncVectorEnv``/``AsyncVectorEnv`` of single copies; ``make_gym_env("ALE/Pong-v5", ...)`` (or ``"ale:pong"``)
-builds :class:`pglab.envs.atari.AtariEnv`: ALE's C++ vector env with the standard Atari
+(:class:`SameStepCartPoleVectorEnv` for CartPole; :mod:`pglab.envs.mujoco_vector` for
+``Swimmer-v4``, ``HalfCheetah-v4``, ``InvertedPendulum-v4`` and
+``InvertedDoublePendulum-v4``, equal to gymnasium's step for step),
+otherwise gymnasium's ``SyncVectorEnv``/``AsyncVectorEnv`` of single copies;
+``make_gym_env("ALE/Pong-v5", ...)`` (or ``"ale:pong"``) builds
+:class:`pglab.envs.atari.AtariEnv`: ALE's C++ vector env with the standard Atari
 preprocessing (stacked 84x84 greyscale frames ``uint8 [N, 4, 84, 84]``, episodic life,
 reward clipping, the game score in ``info``). Gymnasium envs are wrapped in
 :class:`GymVectorAdapter`, which converts NumPy to torch tensors on the chosen device.
@@ -24,14 +27,15 @@ plain attributes (NumPy arrays, numbers, strings, ``None``, ``np.random.Generato
 vector env and of each copy's chain of wrappers: the whole state of Gymnasium's classic
 control and toy text envs, so a run resumed from it continues bit for bit. It captures
 nothing (``None``) where the state lives elsewhere: in an ``AsyncVectorEnv``'s worker
-processes, or in a physics engine's C objects (Box2D, MuJoCo, PyBullet).
+processes, or in a physics engine's C objects (Box2D, MuJoCo, PyBullet), except for
+:mod:`pglab.envs.mujoco_vector`'s envs, which snapshot their MuJoCo state themselves.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -243,7 +247,7 @@ class GymVectorAdapter:
         self.episode_steps = np.where(finished, 0, steps)
         obs_t = self._obs(obs, self.episode_steps)
         final_obs = obs_t
-        if finished.any() and "final_obs" in info:
+        if "final_obs" in info and finished.any():  # same-step envs add final_obs only when a copy finished
             raw = info["final_obs"]
             if isinstance(raw, np.ndarray) and raw.dtype != object:
                 final_obs = self._obs(raw, steps)  # a dense array
@@ -288,7 +292,10 @@ class GymVectorAdapter:
         """The simulation state of every copy (see the module docstring), or ``None`` when it
         cannot be captured: the copies run in worker processes, or an env holds a physics
         engine's C objects. Attributes of other types (lists, dicts, other objects) are not
-        captured; no classic control or toy text env keeps its state in one."""
+        captured; no classic control or toy text env keeps its state in one. A vector env
+        with its own ``state_dict`` (:mod:`pglab.envs.mujoco_vector`) snapshots itself."""
+        if callable(getattr(self.env, "state_dict", None)):
+            return {"vector_env": self.env.state_dict(), "episode_steps": torch.from_numpy(self.episode_steps.copy())}
         holders = self._state_holders()
         if holders is None:
             return None
@@ -311,6 +318,15 @@ class GymVectorAdapter:
         environments as they are; a snapshot of other environments is a
         :class:`~pglab.errors.CheckpointError`."""
         if state is None:
+            return
+        own_snapshot = callable(getattr(self.env, "load_state_dict", None))
+        if own_snapshot != ("vector_env" in state):
+            raise CheckpointError(
+                "checkpoint: its environment snapshot does not match the environment built from the config"
+            )
+        if own_snapshot:
+            self.env.load_state_dict(state["vector_env"])
+            self.episode_steps = state["episode_steps"].numpy().copy()
             return
         holders = self._state_holders()
         if holders is None or len(holders) != len(state["layers"]):
@@ -412,8 +428,53 @@ def _without_info() -> type:
     return WithoutInfo
 
 
+def _mujoco_task(name: str) -> Callable[[], type]:
+    """The factory of :mod:`pglab.envs.mujoco_vector`'s ``name`` (imported when first built)."""
+
+    def factory() -> type:
+        try:
+            from pglab.envs import mujoco_vector
+        except ImportError as exc:
+            raise ConfigError("env", name, "needs the mujoco package (pip install 'pglab[mujoco]')") from exc
+        return getattr(mujoco_vector, name)
+
+    return factory
+
+
+class VectorImplementation(NamedTuple):
+    """A batched, same-step implementation of a Gymnasium id (``--vectorization vector``):
+    ``factory()`` returns the vector env class; ``defaults`` are its keyword arguments
+    (``max_episode_steps``: the registered time limit); ``covers`` are the ``env_kwargs``
+    it reproduces exactly, where ``auto`` still picks it (with any other keyword ``auto``
+    picks gymnasium's ``SyncVectorEnv``)."""
+
+    factory: Callable[[], type]
+    defaults: dict[str, Any]
+    covers: frozenset[str]
+
+
+_FORWARD_REWARD_KWARGS = frozenset(
+    {
+        "max_episode_steps",
+        "forward_reward_weight",
+        "ctrl_cost_weight",
+        "reset_noise_scale",
+        "exclude_current_positions_from_observation",
+    }
+)
 # Gymnasium ids with an array-vectorised, same-step implementation ("vector" mode).
-_VECTOR_IMPLEMENTATIONS = {"CartPole-v1": (_same_step_cartpole, {"max_episode_steps": 500})}
+_VECTOR_IMPLEMENTATIONS = {
+    "CartPole-v1": VectorImplementation(_same_step_cartpole, {"max_episode_steps": 500}, frozenset()),
+    **{
+        env_id: VectorImplementation(_mujoco_task(name), {"max_episode_steps": 1000}, covers)
+        for env_id, name, covers in (
+            ("Swimmer-v4", "SwimmerVectorEnv", _FORWARD_REWARD_KWARGS),
+            ("HalfCheetah-v4", "HalfCheetahVectorEnv", _FORWARD_REWARD_KWARGS),
+            ("InvertedPendulum-v4", "InvertedPendulumVectorEnv", frozenset({"max_episode_steps"})),
+            ("InvertedDoublePendulum-v4", "InvertedDoublePendulumVectorEnv", frozenset({"max_episode_steps"})),
+        )
+    },
+}
 VECTORIZATION_MODES = ("auto", "vector", "sync", "async")
 
 
@@ -441,9 +502,38 @@ def _time_limit(env_id: str, env_kwargs: dict[str, Any]) -> int | None:
     if env_kwargs.get("max_episode_steps") is not None:
         return int(env_kwargs["max_episode_steps"])
     if env_id in _VECTOR_IMPLEMENTATIONS:
-        return int(_VECTOR_IMPLEMENTATIONS[env_id][1]["max_episode_steps"])
+        return int(_VECTOR_IMPLEMENTATIONS[env_id].defaults["max_episode_steps"])
     limit = gym.spec(env_id).max_episode_steps
     return None if limit is None else int(limit)
+
+
+def _make_vector_env(
+    env_id: str,
+    num_envs: int,
+    device: torch.device | str,
+    time_feature: bool,
+    wrappers: Sequence[str],
+    env_kwargs: dict[str, Any],
+) -> GymVectorAdapter:
+    """``vectorization="vector"``: the id's :class:`VectorImplementation`, wrapped."""
+    if wrappers:
+        raise ConfigError("vectorization", "vector", "wraps no copies: env_wrappers need 'sync' or 'async'")
+    if env_id not in _VECTOR_IMPLEMENTATIONS:
+        raise ConfigError(
+            "vectorization",
+            "vector",
+            f"no array-vectorised implementation of {env_id!r} "
+            f"(available: {', '.join(_VECTOR_IMPLEMENTATIONS)}); use 'sync' or 'async'",
+        )
+    implementation = _VECTOR_IMPLEMENTATIONS[env_id]
+    limit = _time_limit(env_id, env_kwargs) if time_feature else None
+    try:
+        vector_env = implementation.factory()(num_envs=num_envs, **{**implementation.defaults, **env_kwargs})
+    except TypeError as exc:  # a keyword the implementation does not take
+        if not env_kwargs:
+            raise
+        raise ConfigError("env_kwargs", env_kwargs, f"rejected by the vectorised {env_id} ({exc})") from exc
+    return GymVectorAdapter(vector_env, device=device, time_limit=limit)
 
 
 def make_gym_env(
@@ -459,9 +549,11 @@ def make_gym_env(
     """Build a vectorised Gymnasium (or ALE) environment wrapped as a batched env.
 
     ``vectorization``: ``"vector"`` steps all copies as array operations (only ids in
-    ``_VECTOR_IMPLEMENTATIONS``: CartPole-v1), ``"sync"`` / ``"async"`` are gymnasium's
-    ``SyncVectorEnv`` / ``AsyncVectorEnv`` of single copies, ``"auto"`` is ``"vector"``
-    where available and ``"sync"`` otherwise. ``wrappers``: Gymnasium wrappers around each
+    ``_VECTOR_IMPLEMENTATIONS``: CartPole-v1 and the MuJoCo -v4 tasks of
+    :mod:`pglab.envs.mujoco_vector`),
+    ``"sync"`` / ``"async"`` are gymnasium's ``SyncVectorEnv`` / ``AsyncVectorEnv`` of
+    single copies, ``"auto"`` is ``"vector"`` where available for the given ``env_kwargs``
+    (:class:`VectorImplementation`'s ``covers``) and ``"sync"`` otherwise. ``wrappers``: Gymnasium wrappers around each
     copy by import path (:mod:`pglab.envs.wrappers`; ``sync``/``async`` only). ALE games
     always use ALE's C++ vector env (:func:`pglab.envs.atari.make_atari_env`; ``env_kwargs``
     are its options). ``time_feature``: append the time feature (module docstring) to vector
@@ -487,21 +579,10 @@ def make_gym_env(
     if vectorization not in VECTORIZATION_MODES:
         raise ConfigError("vectorization", vectorization, f"must be one of {', '.join(VECTORIZATION_MODES)}")
     if vectorization == "auto":
-        vectorization = "vector" if env_id in _VECTOR_IMPLEMENTATIONS and not env_kwargs and not wrappers else "sync"
+        covered = env_id in _VECTOR_IMPLEMENTATIONS and set(env_kwargs) <= _VECTOR_IMPLEMENTATIONS[env_id].covers
+        vectorization = "vector" if covered and not wrappers else "sync"
     if vectorization == "vector":
-        if wrappers:
-            raise ConfigError("vectorization", "vector", "wraps no copies: env_wrappers need 'sync' or 'async'")
-        if env_id not in _VECTOR_IMPLEMENTATIONS:
-            raise ConfigError(
-                "vectorization",
-                "vector",
-                f"no array-vectorised implementation of {env_id!r} "
-                f"(available: {', '.join(_VECTOR_IMPLEMENTATIONS)}); use 'sync' or 'async'",
-            )
-        factory, defaults = _VECTOR_IMPLEMENTATIONS[env_id]
-        limit = _time_limit(env_id, env_kwargs) if time_feature else None
-        vector_env = factory()(num_envs=num_envs, **{**defaults, **env_kwargs})
-        return GymVectorAdapter(vector_env, device=device, time_limit=limit)
+        return _make_vector_env(env_id, num_envs, device, time_feature, wrappers, env_kwargs)
     try:
         env = gym.make_vec(
             env_id,
