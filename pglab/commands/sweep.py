@@ -66,7 +66,7 @@ def sweep_totals(rows: list[dict[str, Any]], met: int, worst: float) -> dict[str
     totals: dict[str, Any] = {"runs": len(rows), "runs_at_target": met, "worst_pct": worst}
     for key in ("barrier", "issuance"):
         pairs = [(row.get(f"{key}_rl"), row.get(f"{key}_fd")) for row in rows]
-        found = [(learned, fd) for learned, fd in pairs if threshold_within_tolerance(learned, fd) is not None]
+        found = [(float(learned), float(fd)) for learned, fd in pairs if learned is not None and fd is not None]
         totals[f"{key}_within_tolerance"] = sum(bool(threshold_within_tolerance(*pair)) for pair in found)
         totals[f"{key}_judged"] = len(found)
         totals[f"largest_{key}_error"] = max((abs(learned - fd) for learned, fd in found), default=None)
