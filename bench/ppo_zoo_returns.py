@@ -249,7 +249,7 @@ def write_record(path: Path, summary: dict[str, Any], command: str, runs: list[d
         "kind": "result",
         "command": command,
         "reads": "stdout",
-        "headline": f"{headline} (deterministic return, mean ± s.e. over {seeds}, {{steps:,}} steps)",
+        "headline": f"{headline} (mean ± s.e., {seeds}, {{steps:,}} steps)",
         "docs": "ppo.md#rl-zoo-entries-against-rl-zoos-sb3",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": tables.commit(),
