@@ -42,6 +42,7 @@ TINY = dict(
     seed=3,
     lr_final_fraction=1.0,
     final_max_std=None,
+    refine_thresholds=False,  # the threshold search has its own tests (test_ghm_refine.py)
 )
 
 

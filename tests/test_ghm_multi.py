@@ -299,7 +299,7 @@ def test_one_division_trains_bit_for_bit_as_plain_ghm(tmp_path):
     runs = {}
     plain = {"refine_thresholds": False}
     for name, extra in (("ghm", plain), ("divisions", {"model": "divisions", "divisions": 1})):
-        result = train_ghm(GHMTrainConfig(log_dir=tmp_path / name, **{**RUN, "n_iterations": 2}, **extra), **QUIET)
+        result = train_ghm(GHMTrainConfig(log_dir=tmp_path / name, **{**RUN, "n_iterations": 2, **extra}), **QUIET)
         runs[name] = (load_checkpoint_file(result.run_dir)["models"], rows_without_perf(result.run_dir / "metrics.csv"))
         runs[name] += (result.final_rows,)
     (ghm_models, ghm_metrics, ghm_rows), (one_models, one_metrics, one_rows) = runs["ghm"], runs["divisions"]

@@ -33,7 +33,7 @@ from pglab.run.seeding import make_generator
 
 QUIET = dict(echo=lambda *a, **k: None)
 PATHS, STEPS = 256, 300  # the search's test size
-SMALL = dict(TINY, n_trajectories=16, T=0.2)  # training runs: 64 paths x 40 steps in the search
+SMALL = dict(TINY, n_trajectories=16, T=0.2, refine_thresholds=True)  # training runs: 64 paths x 40 steps in the search
 
 
 class TableCritic(torch.nn.Module):
@@ -231,7 +231,8 @@ def test_the_reported_thresholds_read_the_rule_at_the_fd_grid_spacing():
 def test_a_checkpoint_without_the_field_loads_unrefined(tmp_path):
     """A run made before refine_thresholds existed was trained without it: its checkpoint
     loads as the plain Gaussian policy (the trainer's stored default)."""
-    train_ghm(GHMTrainConfig(n_iterations=1, log_dir=tmp_path / "run", refine_thresholds=False, **SMALL), **QUIET)
+    plain = {**SMALL, "refine_thresholds": False}
+    train_ghm(GHMTrainConfig(n_iterations=1, log_dir=tmp_path / "run", **plain), **QUIET)
     path = tmp_path / "run" / "checkpoints" / "checkpoint_latest.pt"
     checkpoint = load_checkpoint_file(path)
     del checkpoint["config"]["refine_thresholds"]

@@ -926,16 +926,20 @@ def refine_policy(training: GHMTraining) -> None:
 
 REFINE_DISCOUNT_HORIZONS = 3.0
 """the threshold search's simulated time in units of ``1 / rho`` (:func:`refine_horizon`)"""
+REFINE_MAX_TRAINING_HORIZONS = 8.0
+"""and at most this many training horizons ``T``"""
 
 
 def refine_horizon(config: GHMTrainConfig) -> float:
-    """The threshold search's simulated time, ``3 / rho`` (30 time units at the default
-    ``rho``, six training horizons). The critic values what lies beyond it with weight
-    ``exp(-3) = 0.05`` at every calibration, so the critic's error moves the barrier found
-    little. Measured on the critic of a 400-iteration run at the default calibration (FD
-    barrier 0.342), the mean barrier found over seeds of the search: 0.370 at ``1 / rho``
-    (the critic's weight 0.37), 0.352 at ``2 / rho``, 0.346 at ``3 / rho``."""
-    return REFINE_DISCOUNT_HORIZONS / config.params.rho
+    """The threshold search's simulated time, ``min(3 / rho, 8 T)`` (30 time units at the
+    default ``rho`` and ``T``, six training horizons). The critic values what lies beyond it
+    with weight ``exp(-3) = 0.05`` wherever ``3 / rho <= 8 T`` (``rho >= 0.075`` at the
+    default ``T``), so the critic's error moves the barrier found little. Measured on the
+    critic of a 400-iteration run at the default calibration (FD barrier 0.342), the mean
+    barrier found over seeds of the search: 0.370 at ``1 / rho`` (the critic's weight 0.37),
+    0.352 at ``2 / rho``, 0.346 at ``3 / rho``. The bound by ``T`` keeps a run with a short
+    training horizon (a quick trial, a test) from simulating far beyond it."""
+    return min(REFINE_DISCOUNT_HORIZONS / config.params.rho, REFINE_MAX_TRAINING_HORIZONS * config.T)
 
 
 def network_rates(
