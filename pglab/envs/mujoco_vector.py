@@ -84,16 +84,16 @@ class MujocoVectorEnv(VectorEnv):
     # -- the task ----------------------------------------------------------------------
     def observe(self) -> np.ndarray:
         """The ``[num_envs, observation_size]`` float64 observations of :attr:`state`."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not override observe")
 
     def reward_and_termination(self, actions: np.ndarray, before: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The step's rewards (float64) and terminations (bool), ``[num_envs]`` each, from the
         actions, :attr:`state` after the step and ``before``, the positions before it."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not override reward_and_termination")
 
     def reset_noise(self, generator: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """One copy's reset ``qpos`` and ``qvel``, drawn from ``generator`` as gymnasium does."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not override reset_noise")
 
     # -- stepping ----------------------------------------------------------------------
     def _gather(self, index: int) -> None:
