@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -242,3 +243,19 @@ def test_throughput_bench_reports_every_implementation():
     assert absent or [row["num_envs"] for row in gymnax] == [1, 3]
     with pytest.raises(ConfigError, match="^games: "):
         MinAtarBenchConfig(games=("pong",))
+    with pytest.raises(ConfigError, match="^gymnax_path: an existing folder"):
+        MinAtarBenchConfig(gymnax_path="/nonexistent/gymnax")
+
+
+def test_throughput_bench_json_summarises_the_rates_by_game_and_size(capsys):
+    from pglab.bench.minatar_throughput import main
+
+    flags = ["--games", "freeway", "--sizes", "2", "--seconds", "0.01", "--package_envs", "2", "--package_steps", "4"]
+    flags += ["--threads", "0"]  # neither the thread count nor the core of the test process changes
+    assert main([*flags, "--implementations", "pglab", "minatar", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    rates = {(row["impl"], row["num_envs"]): row for row in document["rows"]}
+    cells = document["summary"]["freeway@2"]
+    assert set(cells) == {"pglab", "minatar"}
+    assert cells["minatar"]["per_s"] == rates[("minatar", 2)]["env_steps_per_s"]
+    assert cells["pglab"]["per_cpu_s"] == rates[("pglab", 2)]["env_steps_per_cpu_s"]

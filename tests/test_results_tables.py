@@ -45,7 +45,8 @@ def test_a_changed_record_changes_the_tables(records):
     readme, benchmarks = tables.readme_table(changed), tables.benchmarks_section(changed)
     assert "9.8765" in readme and "9.8765" in benchmarks
     assert readme != tables.readme_table(records) and benchmarks != tables.benchmarks_section(records)
-    assert all(text != new for text, new in tables.regenerated(changed).values())  # both files now stale
+    stale = {name for name, (text, new) in tables.regenerated(changed).items() if text != new}
+    assert stale == {"README.md", "docs/benchmarks.md"}  # the throughput table does not show this record
     fd["command"] = "pglab solve ghm --json --nodes 12000"
     assert "--nodes 12000" in tables.readme_table(changed)
 
@@ -100,3 +101,18 @@ def test_record_runs_the_command_and_stores_its_provenance(tmp_path):
     path.write_text(json.dumps({**described, "command": "python -c 'import sys; sys.exit(3)'"}))
     with pytest.raises(tables.RecordError, match="exited with 3"):
         tables.record(path)
+
+
+def test_the_minatar_throughput_table_shows_every_game_and_size_of_its_record(records):
+    changed = copy.deepcopy(records)
+    throughput = next(record for record in changed if record["name"] == "minatar-throughput")
+    summary = throughput["figures"]["summary"]
+    table = tables.minatar_throughput_table(changed).splitlines()
+    assert len([line for line in table if line.startswith("| ") and "---" not in line]) == 1 + len(summary)
+    summary["breakout@4096"]["pglab"]["per_s"] = 2 * summary["breakout@4096"]["gymnax"]["per_s"]
+    assert "| breakout | 4,096 |" in tables.minatar_throughput_table(changed)
+    assert " 2.00x |" in tables.minatar_throughput_table(changed)
+    stale = {name for name, (text, new) in tables.regenerated(changed).items() if text != new}
+    assert "docs/a2c.md" in stale
+    with pytest.raises(tables.RecordError, match="minatar-throughput.json"):
+        tables.minatar_throughput_table([record for record in changed if record is not throughput])

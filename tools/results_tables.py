@@ -159,7 +159,36 @@ def benchmarks_section(records: list[dict[str, Any]]) -> str:
     return "\n".join(parts).rstrip()
 
 
-GENERATED = {"README.md": readme_table, "docs/benchmarks.md": benchmarks_section}
+def minatar_throughput_table(records: list[dict[str, Any]]) -> str:
+    """docs/a2c.md: the record ``minatar-throughput``'s rates, one row per game and N."""
+    record = next((record for record in records if record["name"] == "minatar-throughput"), None)
+    if record is None:
+        raise RecordError("minatar-throughput.json: docs/a2c.md's throughput table needs this record")
+    figures, implementations = record["figures"], ("pglab", "gymnax", "minatar")
+    lines = [
+        f"`{record['command']}` on {machine_summary(record)}: env steps per second of one core"
+        f" (the process pinned to core {', '.join(map(str, figures['cores']))}); per CPU-second in brackets.",
+        "",
+        "| game | N | pglab | gymnax (JAX) | minatar package | pglab / gymnax |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for key, cells in figures["summary"].items():
+        game, size = key.split("@")
+        shown = [
+            f"{cells[name]['per_s']:,.0f} ({cells[name]['per_cpu_s']:,.0f})" if name in cells else "-"
+            for name in implementations
+        ]
+        both = {"pglab", "gymnax"} <= set(cells)
+        ratio = f"{cells['pglab']['per_s'] / cells['gymnax']['per_s']:.2f}x" if both else "-"
+        lines.append(f"| {game} | {int(size):,} | {' | '.join(shown)} | {ratio} |")
+    return "\n".join(lines)
+
+
+GENERATED = {
+    "README.md": readme_table,
+    "docs/benchmarks.md": benchmarks_section,
+    "docs/a2c.md": minatar_throughput_table,
+}
 
 
 def with_section(text: str, generated: str, name: str) -> str:

@@ -12,17 +12,29 @@ actions from the minimal action set (sticky actions 0.1, the package's default):
   ``package_steps`` environment steps and reports that rate for every ``N`` (the JSON
   line says ``"scaled": true`` where fewer than ``N`` environments ran);
 * ``gymnax``: gymnax's JAX MinAtar (``jit`` of ``vmap`` over ``N``, 16 steps per
-  ``lax.scan``), where ``import gymnax`` works; otherwise one line says it is absent.
+  ``lax.scan``), where ``import gymnax`` works; otherwise one line says it is absent. Its
+  compilation is not timed. gymnax 1.0 requires ``gymnasium < 1.4``, older than pglab's,
+  so it is installed apart and found through ``gymnax_path`` (searched after pglab's own
+  packages, so pglab's gymnasium and numpy stay)::
+
+      pip install --target ~/gymnax-libs "jax[cpu]" flax && pip install --target ~/gymnax-libs --no-deps gymnax
+      pglab bench minatar --gymnax_path ~/gymnax-libs
+
+With ``threads 1`` (the default) the process is pinned to one CPU core where the system
+allows it, so that every implementation runs on one core, XLA's thread pool included.
 
 Every measurement prints one JSON line (with the torch thread count and the load average
 before and after it: the figures are only as good as the machine is idle); a table
-follows.
+follows. With ``--json`` the command prints one JSON document instead (``config``,
+``rows``, ``summary``: the rates by ``GAME@N`` and implementation, ``load`` and
+``load_after``), the form ``tools/results_tables.py`` records.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +43,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from pglab.errors import ConfigError
+from pglab.report import split_json_flag
 from pglab.run.config import parse_config
 from pglab.validation import check_choice, check_device, check_int, check_positive
 
@@ -62,6 +76,8 @@ class MinAtarBenchConfig:
     """cpu, cuda or cuda:N (pglab's environments)"""
     implementations: tuple[str, ...] = ("pglab", "minatar", "gymnax")
     """which implementations to time"""
+    gymnax_path: str | None = None
+    """a folder holding gymnax and jax (``pip install --target``), searched after pglab's packages"""
 
     def __post_init__(self):
         from pglab.envs.minatar import GAMES
@@ -77,6 +93,8 @@ class MinAtarBenchConfig:
         check_device("device", self.device)
         for implementation in self.implementations:
             check_choice("implementations", implementation, ("pglab", "minatar", "gymnax"))
+        if self.gymnax_path is not None and not os.path.isdir(os.path.expanduser(self.gymnax_path)):
+            raise ConfigError("gymnax_path", self.gymnax_path, "an existing folder")
 
 
 def _load() -> list[float]:
@@ -156,11 +174,14 @@ def time_gymnax(config: MinAtarBenchConfig, game: str, num_envs: int) -> dict[st
         key, state, _obs = carry
         key, action_key, step_key = jax.random.split(key, 3)
         actions = jax.random.randint(action_key, (num_envs,), 0, env.num_actions)
-        obs, state, _, _, _ = batched_step(jax.random.split(step_key, num_envs), state, actions, params)
+        obs, state, *_ = batched_step(
+            jax.random.split(step_key, num_envs), state, actions, params
+        )  # gymnax 1.0: 6 outputs
         return (key, state, obs), None
 
     scan = jax.jit(lambda carry: jax.lax.scan(one, carry, None, length=GYMNAX_SCAN)[0])
     carry = [jax.block_until_ready(scan((key, state, obs)))]  # compiles
+    carry[0] = jax.block_until_ready(scan(carry[0]))  # the carry's own types can trace once more
 
     def run(count: int) -> None:
         for _ in range(count):
@@ -171,8 +192,12 @@ def time_gymnax(config: MinAtarBenchConfig, game: str, num_envs: int) -> dict[st
     return {"env_steps_timed": scans * GYMNAX_SCAN * num_envs, "seconds": wall, "cpu_seconds": cpu, "scaled": False}
 
 
-def _gymnax_available() -> str | None:
-    """``None`` where ``import gymnax`` works, else why not."""
+def _gymnax_available(config: MinAtarBenchConfig) -> str | None:
+    """``None`` where ``import gymnax`` works (from ``gymnax_path`` if given), else why not."""
+    if config.gymnax_path is not None:
+        folder = os.path.expanduser(config.gymnax_path)
+        if folder not in sys.path:
+            sys.path.append(folder)
     try:
         import gymnax  # noqa: F401 - only whether it imports
     except ImportError as error:
@@ -191,10 +216,9 @@ def _measure(config: MinAtarBenchConfig, implementation: str, game: str, num_env
 def run_bench(config: MinAtarBenchConfig, emit: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
     """Every measurement of ``config``, each given to ``emit`` as it completes."""
     from pglab.envs.minatar import game_class
-    from pglab.errors import ConfigError
 
     device = torch.device(config.device)
-    gymnax_missing = _gymnax_available() if "gymnax" in config.implementations else None
+    gymnax_missing = _gymnax_available(config) if "gymnax" in config.implementations else None
     common = {"bench": "minatar_throughput", "threads": torch.get_num_threads(), "device": str(device)}
     rows = []
     for game in config.games:
@@ -221,6 +245,16 @@ def run_bench(config: MinAtarBenchConfig, emit: Callable[[dict[str, Any]], None]
     return rows
 
 
+def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """``{"GAME@N": {implementation: {"per_s": ..., "per_cpu_s": ...}}}`` over the timed rows."""
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for row in rows:
+        if "env_steps_per_s" in row:
+            cell = {"per_s": row["env_steps_per_s"], "per_cpu_s": row["env_steps_per_cpu_s"]}
+            table.setdefault(f"{row['game']}@{row['num_envs']}", {})[row["impl"]] = cell
+    return table
+
+
 def _table(config: MinAtarBenchConfig, rows: list[dict[str, Any]]) -> str:
     """Rates per wall second (per CPU second of this process in brackets, steadier on a busy machine)."""
     timed = {(r["impl"], r["game"], r["num_envs"]): r for r in rows if "env_steps_per_s" in r}
@@ -242,10 +276,19 @@ def _table(config: MinAtarBenchConfig, rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    as_json, argv = split_json_flag(argv)
     config = parse_config(MinAtarBenchConfig, argv, prog="pglab bench minatar", description=__doc__)
     if config.threads:
         torch.set_num_threads(config.threads)
-    print(json.dumps({"bench": "minatar_throughput", "config": config.__dict__, "load": _load()}), flush=True)
+    if config.threads == 1 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core for every implementation
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    header = {"bench": "minatar_throughput", "config": config.__dict__, "cores": cores, "load": _load()}
+    if as_json:
+        rows = run_bench(config, lambda row: None)
+        print(json.dumps({**header, "rows": rows, "summary": summary(rows), "load_after": _load()}), flush=True)
+        return 0
+    print(json.dumps(header), flush=True)
     rows = run_bench(config, lambda row: print(json.dumps(row), flush=True))
     print(
         f"\nenv steps per second, and (per CPU second of this process); torch threads: {torch.get_num_threads()}, "
