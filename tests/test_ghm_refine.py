@@ -16,6 +16,7 @@ from pglab.algos.ghm_refine import (
     BARRIER_SEARCH,
     LineSearch,
     RefinablePolicy,
+    RegimeRule,
     SearchSimulation,
     Thresholds,
     fitted_peak,
@@ -180,8 +181,10 @@ def test_refine_thresholds_defaults_to_mc_on_ghm_and_is_refused_where_it_cannot_
     assert GHMTrainConfig(algo="mc").refine_thresholds is True
     assert GHMTrainConfig(algo="pathwise").refine_thresholds is False
     assert GHMTrainConfig(algo="mc", model="credit-line").refine_thresholds is False
+    assert GHMTrainConfig(algo="mc", model="regimes").refine_thresholds is True
+    assert GHMTrainConfig(algo="mc", model="ou").refine_thresholds is False
     assert GHMTrainConfig(algo="mc", no_baseline=True).refine_thresholds is False
-    for bad in (dict(model="credit-line"), dict(no_baseline=True)):
+    for bad in (dict(model="credit-line"), dict(model="divisions"), dict(no_baseline=True)):
         with pytest.raises(ConfigError, match="refine_thresholds"):
             GHMTrainConfig(algo="mc", refine_thresholds=True, **bad)
 
@@ -240,3 +243,86 @@ def test_a_checkpoint_without_the_field_loads_unrefined(tmp_path):
 
     agent = agent_from_checkpoint(checkpoint)
     assert not isinstance(agent.policy, RefinablePolicy) and not math.isnan(float(agent.act(torch.ones(1, 1))[0, 0]))
+
+
+# -- a rule per regime (--model regimes) -------------------------------------------------------------
+
+
+class RegimeTableCritic(torch.nn.Module):
+    """The coupled FD optimum as the critic of (cash, regime) states: each regime's :class:`TableCritic`."""
+
+    def __init__(self, solution):
+        super().__init__()
+        self.tables = torch.nn.ModuleList(TableCritic(regime) for regime in solution.regimes)
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        values = torch.stack([table(states) for table in self.tables], dim=1)
+        return values.gather(1, states[:, 1:].long())[:, 0]
+
+
+@pytest.fixture(scope="module")
+def regime_optimum():
+    from pglab.configs.ghm_multi import RegimeGHMParams
+    from pglab.envs.ghm_regimes import RegimeGHMModel
+    from pglab.hjb.fd_regimes import solve_regimes
+
+    params = RegimeGHMParams()
+    return RegimeGHMModel(params), solve_regimes(params, x_max=6.0, num_nodes=3000)
+
+
+def test_the_search_finds_each_regimes_fd_thresholds(regime_optimum):
+    """From each regime's FD barrier 0.15 too high and its issuance point 0.04 too high, the
+    search lands within 0.03 of every FD barrier and 0.02 of every issuance point (the coupled
+    FD optimum at the horizon; the regimes switch along the paths)."""
+    model, solution = regime_optimum
+    fd = solution.thresholds()
+    assert fd[0]["dividend_rate"] != pytest.approx(fd[1]["dividend_rate"], abs=0.05)  # the regimes differ
+    start = RegimeRule(
+        tuple(Thresholds(t["dividend_rate"] + 0.15, (t["issuance_rate"] or 0.0) + 0.04) for t in fd), coordinate=1
+    )
+    simulation = SearchSimulation(
+        model=model,
+        critic=RegimeTableCritic(solution),
+        num_paths=PATHS,
+        num_steps=STEPS,
+        dt=0.01,
+        seed=0,
+        bridge=True,
+        device=torch.device("cpu"),
+    )
+    refined = refine_thresholds(simulation, start, upper=2.0)
+    assert isinstance(refined, RegimeRule) and refined.coordinate == 1
+    for rule, optimum in zip(refined.rules, fd, strict=True):
+        assert rule.barrier is not None and abs(rule.barrier - optimum["dividend_rate"]) < 0.03, (rule, optimum)
+        assert rule.issuance is not None and abs(rule.issuance - (optimum["issuance_rate"] or 0.0)) < 0.02, rule
+
+
+def test_a_regime_rule_acts_in_each_regime_and_survives_the_state_dict():
+    rule = RegimeRule((Thresholds(0.3, 0.1), Thresholds(0.6, None)), coordinate=1)
+    policy = RefinablePolicy(2, 2, (8,), action_high=(1.0, 1.0), mean_shift=(0.1, 0.1), regimes=2)
+    policy.thresholds = rule
+    states = torch.tensor([[0.05, 0.0], [0.05, 1.0], [0.4, 0.0], [0.4, 1.0], [0.7, 1.0]])
+    expected = torch.tensor([[0.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+    assert torch.equal(policy.act(states, deterministic=True), expected)
+    copy = RefinablePolicy(2, 2, (8,), action_high=(1.0, 1.0), mean_shift=(0.1, 0.1), regimes=2)
+    copy.load_state_dict(policy.state_dict())
+    assert copy.thresholds == rule
+    with pytest.raises(ValueError, match="one rule for each of 2 regime"):
+        policy.thresholds = Thresholds(0.3, 0.1)
+
+
+def test_a_regimes_run_refines_a_rule_per_regime_after_a_resume(tmp_path):
+    """--model regimes: after a stop and a resume, the last iteration's checkpoint holds one
+    rule per regime, and the agent acts by it in each regime."""
+    config = dict(SMALL, model="regimes", n_iterations=2)
+    train_ghm(GHMTrainConfig(log_dir=tmp_path / "run", **config), stop_after=1, **QUIET)
+    train_ghm(GHMTrainConfig(resume=tmp_path / "run", **config), **QUIET)
+    stored = load_checkpoint_file(tmp_path / "run" / "checkpoints" / "checkpoint_latest.pt")["models"]["policy"]
+    assert stored["threshold_rule"].shape == (2, 3) and bool((stored["threshold_rule"][:, 0] == 1).all())
+    agent = pglab.load_checkpoint(tmp_path / "run", device="cpu")
+    rule = agent.policy.thresholds
+    assert isinstance(rule, RegimeRule)
+    for regime, own in enumerate(rule.rules):
+        assert own.barrier is not None
+        assert agent.act(torch.tensor([[own.barrier + 0.01, float(regime)]]))[0, 0] == 1.0
+        assert agent.act(torch.tensor([[own.barrier - 0.01, float(regime)]]))[0, 0] == 0.0

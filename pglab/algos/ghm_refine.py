@@ -57,10 +57,14 @@ __all__ = [
     "ISSUANCE_SEARCH",
     "LineSearch",
     "RefinablePolicy",
+    "RegimeRule",
+    "Rule",
     "Thresholds",
     "fitted_peak",
     "line_search",
+    "refine_one",
     "refine_thresholds",
+    "rule_bounds",
     "simulated_values",
 ]
 
@@ -80,48 +84,99 @@ class Thresholds:
     def rates(self, states: torch.Tensor, off: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
         """The rule's (dividend, issuance) rates ``[B, 2]`` at ``states [B, 1]``: ``on``
         where a control acts, ``off`` where it does not (each ``[2]``)."""
-        state = states[:, :1]
-        never = torch.zeros_like(state, dtype=torch.bool)
-        paying = never if self.barrier is None else state >= self.barrier
-        issuing = never if self.issuance is None else state < self.issuance
-        acting = torch.cat([paying, issuing], dim=1)
-        return torch.where(acting, on.to(states.dtype), off.to(states.dtype))
+        return _rule_rates(self, states, off, on)
+
+
+@dataclass(frozen=True)
+class RegimeRule:
+    """A threshold rule per regime, for a model whose state is (cash, Markov regime):
+    ``rules[s]`` acts on the cash (coordinate 0) wherever the regime coordinate
+    ``states[:, coordinate]`` is ``s``."""
+
+    rules: tuple[Thresholds, ...]
+    coordinate: int
+
+    def rates(self, states: torch.Tensor, off: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
+        """The rule's (dividend, issuance) rates ``[B, 2]`` at ``states [B, d]`` (as :meth:`Thresholds.rates`)."""
+        return _rule_rates(self, states, off, on)
+
+
+Rule = Thresholds | RegimeRule
+
+
+def rule_bounds(rule: Rule) -> list[tuple[float, float]]:
+    """``(barrier or +inf, issuance point or -inf)`` of each regime's rule (one for :class:`Thresholds`)."""
+    rules = rule.rules if isinstance(rule, RegimeRule) else (rule,)
+    return [
+        (math.inf if r.barrier is None else float(r.barrier), -math.inf if r.issuance is None else float(r.issuance))
+        for r in rules
+    ]
+
+
+def rule_regimes(rule: Rule, states: torch.Tensor) -> torch.Tensor:
+    """Each state's regime ``[B]`` (int64; 0 for a one-state rule)."""
+    if isinstance(rule, RegimeRule):
+        return states[:, rule.coordinate].long()
+    return torch.zeros(states.shape[0], dtype=torch.long, device=states.device)
+
+
+def _acting(cash: torch.Tensor, barrier: torch.Tensor, issuance: torch.Tensor) -> torch.Tensor:
+    """``[B, 2]`` bool: paying where ``cash >= barrier``, issuing where ``cash < issuance`` (each ``[B]``)."""
+    return torch.stack([cash >= barrier, cash < issuance], dim=1)
+
+
+def _rule_rates(rule: Rule, states: torch.Tensor, off: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
+    bounds = torch.tensor(rule_bounds(rule), dtype=states.dtype, device=states.device)  # [R, 2]
+    per_state = bounds.index_select(0, rule_regimes(rule, states))  # [B, 2]
+    acting = _acting(states[:, 0], per_state[:, 0], per_state[:, 1])
+    return torch.where(acting, on.to(states.dtype), off.to(states.dtype))
 
 
 class RefinablePolicy(GaussianPolicy):
-    """A :class:`GaussianPolicy` whose deterministic rule can be replaced by
-    :class:`Thresholds` (:func:`refine_thresholds`).
+    """A :class:`GaussianPolicy` whose deterministic rule can be replaced by a threshold
+    rule (:func:`refine_thresholds`): :class:`Thresholds`, or with ``regimes > 1`` a
+    :class:`RegimeRule` on the regime coordinate ``regime_coordinate``.
 
     Unrefined it is the Gaussian policy itself. Refined, its mean is the threshold rule:
     the maximal rate (``action_high``) where a control acts and ``-mean_shift`` where it
     does not, so the deterministic policy (the mean clipped to the control box) is exactly
     the rule; the standard deviation stays the network's. The rule is the buffer
-    ``threshold_rule`` = (refined 0/1, barrier or +inf, issuance point or -inf), so
-    checkpoints, resumes and ``pglab.load_checkpoint`` carry it.
+    ``threshold_rule`` = (refined 0/1, barrier or +inf, issuance point or -inf), one row
+    per regime (``[3]`` for one regime), so checkpoints, resumes and
+    ``pglab.load_checkpoint`` carry it.
     """
 
     threshold_rule: torch.Tensor
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, regimes: int = 1, regime_coordinate: int = 1, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.register_buffer("threshold_rule", torch.tensor([0.0, math.inf, -math.inf], dtype=torch.float64))
+        self.regime_coordinate = regime_coordinate
+        unset = torch.tensor([0.0, math.inf, -math.inf], dtype=torch.float64)
+        self.register_buffer("threshold_rule", unset if regimes == 1 else unset.repeat(regimes, 1))
 
     @property
-    def thresholds(self) -> Thresholds | None:
+    def thresholds(self) -> Rule | None:
         """The rule in force (``None``: the network's mean)."""
-        refined, barrier, issuance = self.threshold_rule.tolist()
-        if not refined:
+        rows = self.threshold_rule.view(-1, 3).tolist()
+        if not rows[0][0]:
             return None
-        return Thresholds(None if barrier == math.inf else barrier, None if issuance == -math.inf else issuance)
+        rules = tuple(
+            Thresholds(None if barrier == math.inf else barrier, None if issuance == -math.inf else issuance)
+            for _, barrier, issuance in rows
+        )
+        return rules[0] if self.threshold_rule.dim() == 1 else RegimeRule(rules, self.regime_coordinate)
 
     @thresholds.setter
-    def thresholds(self, rule: Thresholds | None) -> None:
+    def thresholds(self, rule: Rule | None) -> None:
+        count = self.threshold_rule.view(-1, 3).shape[0]
         if rule is None:
-            values = [0.0, math.inf, -math.inf]
+            rows = [[0.0, math.inf, -math.inf]] * count
         else:
-            barrier = math.inf if rule.barrier is None else float(rule.barrier)
-            values = [1.0, barrier, -math.inf if rule.issuance is None else float(rule.issuance)]
-        self.threshold_rule.copy_(torch.tensor(values, dtype=torch.float64))
+            if isinstance(rule, RegimeRule) != (self.threshold_rule.dim() == 2) or len(rule_bounds(rule)) != count:
+                raise ValueError(f"threshold rule: expected one rule for each of {count} regime(s), got {rule!r}")
+            rows = [[1.0, barrier, issuance] for barrier, issuance in rule_bounds(rule)]
+        values = torch.tensor(rows, dtype=torch.float64)
+        self.threshold_rule.copy_(values.view_as(self.threshold_rule))
 
     def mean_std(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mu, sigma)``, each ``[B, action_dim]``: the network's, or with the threshold
@@ -208,9 +263,10 @@ class SearchSimulation:
     """What every candidate of the search is simulated with (:func:`simulated_values`).
 
     Attributes:
-        model: a one-state model with (dividend, issuance) controls.
-        critic: ``V_psi``, states ``[B, 1]`` -> ``[B]`` (the horizon's value and, by its
-            slope, the control variate's coefficient).
+        model: a one-state model, or one of (cash, Markov regime), with (dividend,
+            issuance) controls.
+        critic: ``V_psi``, states ``[B, d]`` -> ``[B]`` (the horizon's value and, by its
+            slope in cash, the control variate's coefficient).
         num_paths, num_steps, dt: paths per candidate, steps of ``dt`` each.
         seed: every batch of candidates draws its initial states and noise from this seed.
         bridge: absorption between grid times with the Brownian-bridge probability (else
@@ -228,31 +284,53 @@ class SearchSimulation:
     device: torch.device
 
 
+def _regime_count(model: ContinuousTimeModel) -> int:
+    return 1 if model.regimes is None else model.regimes.count
+
+
 def _slope_table(simulation: SearchSimulation) -> tuple[torch.Tensor, float, float]:
-    """``V_psi'`` on :data:`SLOPE_TABLE_POINTS` states of ``[low, low + 2 (high - low)]``:
-    ``(table, low, step)`` for :func:`interpolate_uniform`."""
-    low, high = simulation.model.state_low[0], simulation.model.state_high[0]
+    """``V_psi'`` in cash on :data:`SLOPE_TABLE_POINTS` cash levels of ``[low, low + 2 (high -
+    low)]``, one row per regime: ``(table [R, P], low, step)`` for :func:`interpolate_uniform`."""
+    model = simulation.model
+    low, high = model.state_low[0], model.state_high[0]
     top = low + 2.0 * (high - low)
-    grid = torch.linspace(low, top, SLOPE_TABLE_POINTS, device=simulation.device).unsqueeze(1)
-    with torch.enable_grad():
-        points = grid.requires_grad_(True)
-        (slope,) = torch.autograd.grad(simulation.critic(points).sum(), points)
-    return slope[:, 0].detach(), low, (top - low) / (SLOPE_TABLE_POINTS - 1)
+    cash = torch.linspace(low, top, SLOPE_TABLE_POINTS, device=simulation.device)
+    rows = []
+    for regime in range(_regime_count(model)):
+        grid = torch.zeros(SLOPE_TABLE_POINTS, model.state_dim, device=simulation.device)
+        grid[:, 0] = cash
+        if model.regimes is not None:
+            grid[:, model.regimes.coordinate] = float(regime)
+        with torch.enable_grad():
+            points = grid.requires_grad_(True)
+            (slope,) = torch.autograd.grad(simulation.critic(points).sum(), points)
+        rows.append(slope[:, 0].detach())
+    return torch.stack(rows), low, (top - low) / (SLOPE_TABLE_POINTS - 1)
 
 
-def simulated_values(simulation: SearchSimulation, candidates: Sequence[Thresholds]) -> np.ndarray:
+def _slope_at(table: torch.Tensor, low: float, step: float, cash: torch.Tensor, regime: torch.Tensor) -> torch.Tensor:
+    """``V_psi'`` at each path's cash ``[B]`` in its regime ``[B]`` (int64) from :func:`_slope_table`."""
+    if table.shape[0] == 1:
+        return interpolate_uniform(table[0], low, step, cash)
+    by_regime = torch.stack([interpolate_uniform(row, low, step, cash) for row in table], dim=1)  # [B, R]
+    return by_regime.gather(1, regime.unsqueeze(1))[:, 0]
+
+
+def simulated_values(simulation: SearchSimulation, candidates: Sequence[Rule]) -> np.ndarray:
     """Each candidate rule's simulated value ``[K]``: the mean over ``num_paths`` paths
     (initial states as in training) of ``sum_j gamma^j w_j (r_j - gamma V_psi'(c_j) dW_j) +
     gamma^n w_n V_psi(c_n)``, with ``w_j`` the probability of being alive at step ``j`` (the
     absorption's survival probabilities, multiplied: continuous in the path) and ``dW_j`` the
-    step's diffusion increment. All candidates share the initial states and the noise."""
+    step's diffusion increment of the cash. All candidates share the initial states, the
+    noise and the regime switches (one uniform per path and step, after its noise)."""
     model, dt, device = simulation.model, simulation.dt, simulation.device
     count, paths = len(candidates), simulation.num_paths
     generator = make_generator(simulation.seed, device)
-    states = model.initial_states(paths, generator, device=device).repeat(count, 1)  # [K N, 1]
-    barrier = torch.tensor([math.inf if r.barrier is None else r.barrier for r in candidates], device=device)
-    issuance = torch.tensor([-math.inf if r.issuance is None else r.issuance for r in candidates], device=device)
-    barrier, issuance = barrier.repeat_interleave(paths), issuance.repeat_interleave(paths)  # [K N]
+    states = model.initial_states(paths, generator, device=device).repeat(count, 1)  # [K N, d]
+    bounds = torch.tensor([rule_bounds(rule) for rule in candidates], device=device)  # [K, R, 2]
+    regimes = bounds.shape[1]
+    bounds = bounds.view(count * regimes, 2)
+    first_row = torch.arange(count, device=device).repeat_interleave(paths) * regimes  # [K N]
     high = torch.tensor(model.control.high, device=device)
     slope, low, step = _slope_table(simulation)
     gamma, root_dt = math.exp(-model.discount_rate * dt), math.sqrt(dt)
@@ -261,50 +339,68 @@ def simulated_values(simulation: SearchSimulation, candidates: Sequence[Threshol
     discount = 1.0
     with torch.no_grad():
         for _ in range(simulation.num_steps):
-            noise = torch.randn(paths, 1, generator=generator, device=device).repeat(count, 1)
-            acting = torch.stack([states[:, 0] >= barrier, states[:, 0] < issuance], dim=1)
-            controls = acting.to(states.dtype) * high
+            noise = torch.randn(paths, model.noise_dim, generator=generator, device=device).repeat(count, 1)
+            regime = rule_regimes(candidates[0], states)
+            rule = bounds.index_select(0, first_row + regime)  # [K N, 2]
+            controls = _acting(states[:, 0], rule[:, 0], rule[:, 1]).to(states.dtype) * high
             next_states, reward = euler_maruyama_step(model, states, controls, noise, dt)
-            increment = model.shock(states, controls, root_dt * noise)[:, 0]  # the diffusion increment
-            coefficient = gamma * interpolate_uniform(slope, low, step, states[:, 0])
+            increment = model.shock(states, controls, root_dt * noise)[:, 0]  # the cash's diffusion increment
+            coefficient = gamma * _slope_at(slope, low, step, states[:, 0], regime)
             total += discount * alive * (reward - coefficient * increment)
             if simulation.bridge:
                 alive = alive * model.step_survival(states, next_states, controls, dt)
             else:
                 alive = alive * (~model.terminated(next_states)).to(alive.dtype)
+            if model.regimes is not None:
+                switch = torch.rand(paths, generator=generator, device=device).repeat(count)
+                next_states = model.regimes.switch(next_states, switch, dt)
             states, discount = next_states, discount * gamma
         total += discount * alive * simulation.critic(states.clamp_min(0.0))
     return total.view(count, paths).mean(dim=1).double().cpu().numpy()
 
 
-def refine_thresholds(simulation: SearchSimulation, start: Thresholds, upper: float) -> Thresholds:
+def refine_thresholds(simulation: SearchSimulation, start: Rule, upper: float) -> Rule:
     """The threshold rule that maximises the simulated value (module docstring), from the
-    rule ``start`` (the network's thresholds): the issuance point with the barrier at its
-    start, the barrier with that issuance point (above it, up to ``upper``), then the
-    issuance point again (below the barrier). A control whose maximal rate is 0 keeps the
-    threshold ``None``; one that never acts in ``start`` is searched from ``upper`` (the
-    barrier) or 0 (the issuance point)."""
+    rule ``start`` (the network's thresholds). A :class:`RegimeRule` is refined one
+    regime after the other (:func:`refine_one`), the other regimes' rules held."""
+    if isinstance(start, Thresholds):
+        return refine_one(lambda rule: rule, simulation, start, upper)
+    rules = list(start.rules)
+    for regime in range(len(rules)):
+
+        def candidate(rule: Thresholds, regime: int = regime) -> Rule:
+            return RegimeRule(tuple(rule if k == regime else rules[k] for k in range(len(rules))), start.coordinate)
+
+        rules[regime] = refine_one(candidate, simulation, rules[regime], upper)
+    return RegimeRule(tuple(rules), start.coordinate)
+
+
+def refine_one(candidate: Callable[[Thresholds], Rule], simulation: SearchSimulation, start: Thresholds, upper: float):
+    """One :class:`Thresholds` (``candidate`` makes the whole rule simulated from it): the
+    issuance point with the barrier at its start, the barrier with that issuance point
+    (above it, up to ``upper``), then the issuance point again (below the barrier). A
+    control whose maximal rate is 0 keeps the threshold ``None``; one that never acts in
+    ``start`` is searched from ``upper`` (the barrier) or 0 (the issuance point)."""
     dividend_max, issuance_max = simulation.model.control.high[:2]
     barrier = None if dividend_max <= 0 else (upper if start.barrier is None else min(start.barrier, upper))
     issuance = None if issuance_max <= 0 else (0.0 if start.issuance is None else max(start.issuance, 0.0))
+
+    def values(rules: list[Thresholds]) -> np.ndarray:
+        return simulated_values(simulation, [candidate(rule) for rule in rules])
 
     def issuance_below(ceiling: float | None) -> float | None:
         if issuance is None:
             return None
         top = (upper if ceiling is None else ceiling) - ISSUANCE_SEARCH.step
         return line_search(
-            lambda points: simulated_values(simulation, [Thresholds(barrier, point) for point in points]),
-            issuance,
-            ISSUANCE_SEARCH,
-            0.0,
-            top,
+            lambda points: values([Thresholds(barrier, point) for point in points]), issuance, ISSUANCE_SEARCH, 0.0, top
         )
 
     issuance = issuance_below(barrier)
     if barrier is not None:
         floor = (issuance or 0.0) + BARRIER_SEARCH.step
         barrier = line_search(
-            lambda points: simulated_values(simulation, [Thresholds(point, issuance) for point in points]),
+            lambda points: values([Thresholds(point, issuance) for point in points]),
             barrier,
             BARRIER_SEARCH,
             floor,

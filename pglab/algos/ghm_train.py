@@ -60,6 +60,8 @@ from pglab.algos.ghm_eval import PolicyValue, simulate_policy_value
 from pglab.algos.ghm_refine import (
     PATHS_PER_TRAJECTORY,
     RefinablePolicy,
+    RegimeRule,
+    Rule,
     SearchSimulation,
     Thresholds,
     refine_thresholds,
@@ -165,8 +167,8 @@ def build_networks(
 ) -> tuple[GaussianPolicy, ValueNetwork | None]:
     """The policy (a :class:`RefinablePolicy` with ``refine_thresholds``) and (unless
     ``no_baseline``) the value network of a config."""
-    policy_class = RefinablePolicy if config.refine_thresholds else GaussianPolicy
-    policy = policy_class(
+    refinable = {} if model.regimes is None else {"regimes": model.regimes.count, "regime_coordinate": 1}
+    policy = (RefinablePolicy if config.refine_thresholds else GaussianPolicy)(
         model.state_dim,
         model.action_dim,
         config.policy_hidden_dims,
@@ -178,6 +180,7 @@ def build_networks(
         action_high=model.control.high,
         mean_init=[max(config.initial_rate_fraction * high, 1e-3) for high in model.control.high],
         mean_shift=[config.mean_shift_fraction * high for high in model.control.high],
+        **(refinable if config.refine_thresholds else {}),
     ).to(device)
     layer = boundary_layer_width(model) if config.critic_boundary == "hard" else None
     baseline = (
@@ -610,7 +613,7 @@ def state_label(model: GHMModel) -> str:
     return f"{model.state_names[0]} = cash + {-model.params.liquidation_cash:g}"
 
 
-def plot_high(model: GHMModel) -> float:
+def plot_high(model: GHMModel | RegimeGHMModel) -> float:
     """Upper end of the policy plots' state axis: the state of ``initial_cash_high``, at least 2."""
     return max(float(model.state_from_cash(model.params.initial_cash_high)), 2.0)
 
@@ -900,15 +903,15 @@ def train_steps(run: TrainingRun, training: GHMTraining) -> dict[str, float]:
 
 def refine_policy(training: GHMTraining) -> None:
     """``--refine_thresholds``: replace the policy's deterministic rule by the threshold rule
-    with the highest simulated value (:func:`pglab.algos.ghm_refine.refine_thresholds`),
-    searched from the network's thresholds by the final table's half-max rule on
-    ``4 n_trajectories`` paths over :func:`refine_horizon`, the critic valuing the paths
-    alive at its end; its own random stream (``seed + 3``), so the training's is untouched."""
+    with the highest simulated value (:func:`pglab.algos.ghm_refine.refine_thresholds`; one
+    per regime for ``--model regimes``), searched from the network's thresholds by the final
+    table's half-max rule on ``4 n_trajectories`` paths over :func:`refine_horizon`, the
+    critic valuing the paths alive at its end; its own random stream (``seed + 3``), so the
+    training's is untouched."""
     config, policy, model, critic = training.config, training.policy, training.model, training.baseline
-    assert isinstance(policy, RefinablePolicy) and isinstance(model, OneStateGHM)  # refine_thresholds' conditions
+    assert isinstance(policy, RefinablePolicy) and isinstance(model, (OneStateGHM, RegimeGHMModel))  # the config's
     assert critic is not None and config.n_trajectories is not None and config.absorption is not None
     policy.thresholds = None
-    start = rule_thresholds(model, *network_rates(policy, model, training.device))
     simulation = SearchSimulation(
         model=model,
         critic=critic,
@@ -919,9 +922,20 @@ def refine_policy(training: GHMTraining) -> None:
         bridge=config.absorption == "bridge",
         device=training.device,
     )
-    policy.thresholds = refine_thresholds(
-        simulation, Thresholds(start["dividend_rate"], start["issuance_rate"]), upper=plot_high(model)
-    )
+    policy.thresholds = refine_thresholds(simulation, network_rule(training), upper=plot_high(model))
+
+
+def network_rule(training: GHMTraining) -> Rule:
+    """The network's own threshold rule by the half-max rule (:func:`rule_thresholds`): in
+    every regime for a model with regimes."""
+    policy, model, device = training.policy, training.model, training.device
+    assert isinstance(model, (OneStateGHM, RegimeGHMModel))  # --refine_thresholds' models
+    regimes = 1 if model.regimes is None else model.regimes.count
+    rules = []
+    for regime in range(regimes):
+        found = rule_thresholds(model, *network_rates(policy, model, device, regime=regime))
+        rules.append(Thresholds(found["dividend_rate"], found["issuance_rate"]))
+    return rules[0] if model.regimes is None else RegimeRule(tuple(rules), model.regimes.coordinate)
 
 
 REFINE_DISCOUNT_HORIZONS = 3.0
@@ -943,19 +957,29 @@ def refine_horizon(config: GHMTrainConfig) -> float:
 
 
 def network_rates(
-    policy: GaussianPolicy, model: GHMModel, device: torch.device, points: int = 201
+    policy: GaussianPolicy,
+    model: GHMModel | RegimeGHMModel,
+    device: torch.device,
+    points: int = 201,
+    *,
+    regime: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(states [P], rates [P, 2])``: the network's own deterministic rates (its mean
     clipped to the control box, a refined policy's network included) on ``points`` states
-    of the policy figure's range (its own 201 by default)."""
-    states = torch.linspace(0.0, plot_high(model), points, device=device).unsqueeze(1)
+    of the policy figure's range (its own 201 by default), in ``regime`` for a model with
+    regimes (the regime coordinate held there)."""
+    cash = torch.linspace(0.0, plot_high(model), points, device=device)
+    states = torch.zeros(points, model.state_dim, device=device)
+    states[:, 0] = cash
+    if model.regimes is not None:
+        states[:, model.regimes.coordinate] = float(regime)
     with torch.no_grad():
         mean = (policy.network_mean_std if isinstance(policy, RefinablePolicy) else policy.mean_std)(states)[0]
         rates = model.control.clip(mean)
     return states[:, 0].cpu().numpy(), rates.cpu().numpy()
 
 
-def rule_thresholds(model: GHMModel, states: np.ndarray, rates: np.ndarray) -> dict[str, float | None]:
+def rule_thresholds(model: GHMModel | RegimeGHMModel, states: np.ndarray, rates: np.ndarray) -> dict[str, float | None]:
     """The dividend barrier and issuance point (state) of rates ``[P, 2]`` on ``states [P]``
     by the half-max rule (:func:`_threshold`, :func:`_upper_threshold`)."""
     return {

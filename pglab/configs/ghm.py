@@ -233,6 +233,10 @@ SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+REFINABLE_MODELS = ("ghm", "regimes")
+"""the models whose optimum is a threshold rule in cash (in each regime), which
+``--refine_thresholds`` fits"""
+
 MC_REFERENCE_RHO = 0.1
 """the discount rate at which the mc iteration budgets were chosen"""
 
@@ -484,8 +488,8 @@ class GHMTrainConfig:
     """after the last iteration, replace the deterministic policy by the threshold rule (a
     dividend barrier and an issuance point) with the highest simulated value, searched from
     the network's thresholds on common random numbers, with the critic at the horizon
-    (pglab.algos.ghm_refine; docs/ghm.md). --model ghm with a critic; default on for --algo mc,
-    off for pathwise and actor-critic"""
+    (pglab.algos.ghm_refine; docs/ghm.md); for --model regimes one rule per regime. --model ghm
+    or regimes with a critic; default on for --algo mc, off for pathwise and actor-critic"""
     # -- reference ---------------------------------------------------------------------
     fd_nodes: int = 24_000
     """grid intervals of the finite-difference reference"""
@@ -521,10 +525,9 @@ class GHMTrainConfig:
         if self.control_variate is None and (self.no_baseline or self.advantage != "reward_to_go"):
             # the control variate needs the critic's slope and per-step returns
             object.__setattr__(self, "control_variate", "none")
-        if self.refine_thresholds is None:  # where it applies: a one-state GHM policy and its critic
-            object.__setattr__(
-                self, "refine_thresholds", self.algo == "mc" and self.model == "ghm" and not self.no_baseline
-            )
+        if self.refine_thresholds is None:  # where it applies: a GHM policy (in each regime) and its critic
+            refinable = self.algo == "mc" and self.model in REFINABLE_MODELS and not self.no_baseline
+            object.__setattr__(self, "refine_thresholds", refinable)
         if self.algo == "mc" and self.n_iterations is None:
             # A time scale from the model: the gain from paying a dividend sooner,
             # which is what moves the barrier, is proportional to rho, so at a low discount
@@ -577,12 +580,13 @@ class GHMTrainConfig:
             raise ConfigError(
                 "no_baseline", True, f"--algo {self.algo} needs its critic (no_baseline is for --algo mc)"
             )
-        if self.refine_thresholds and (self.model != "ghm" or self.no_baseline):
-            where = f"--model {self.model}" if self.model != "ghm" else "--no-baseline"
+        if self.refine_thresholds and (self.model not in REFINABLE_MODELS or self.no_baseline):
+            where = f"--model {self.model}" if self.model not in REFINABLE_MODELS else "--no-baseline"
             raise ConfigError(
                 "refine_thresholds",
                 True,
-                f"needs --model ghm and the critic (got {where}); use --refine_thresholds False",
+                f"needs --model {' or '.join(REFINABLE_MODELS)} and the critic (got {where}); "
+                "use --refine_thresholds False",
             )
 
     def _check_actor_critic(self) -> None:
