@@ -182,7 +182,7 @@ def test_refine_thresholds_defaults_to_mc_on_ghm_and_is_refused_where_it_cannot_
     assert GHMTrainConfig(algo="pathwise").refine_thresholds is False
     assert GHMTrainConfig(algo="mc", model="credit-line").refine_thresholds is False
     assert GHMTrainConfig(algo="mc", model="regimes").refine_thresholds is True
-    assert GHMTrainConfig(algo="mc", model="ou").refine_thresholds is False
+    assert GHMTrainConfig(algo="mc", model="ou").refine_thresholds is True
     assert GHMTrainConfig(algo="mc", no_baseline=True).refine_thresholds is False
     for bad in (dict(model="credit-line"), dict(model="divisions"), dict(no_baseline=True)):
         with pytest.raises(ConfigError, match="refine_thresholds"):
@@ -326,3 +326,14 @@ def test_a_regimes_run_refines_a_rule_per_regime_after_a_resume(tmp_path):
         assert own.barrier is not None
         assert agent.act(torch.tensor([[own.barrier + 0.01, float(regime)]]))[0, 0] == 1.0
         assert agent.act(torch.tensor([[own.barrier - 0.01, float(regime)]]))[0, 0] == 0.0
+
+
+def test_an_ou_run_refines_one_rule_in_cash_for_every_profitability(tmp_path):
+    """--model ou: one rule on the cash, applied whatever the profitability."""
+    train_ghm(GHMTrainConfig(log_dir=tmp_path / "run", **dict(SMALL, model="ou", n_iterations=2)), **QUIET)
+    agent = pglab.load_checkpoint(tmp_path / "run", device="cpu")
+    rule = agent.policy.thresholds
+    assert isinstance(rule, Thresholds) and rule.barrier is not None
+    for mu in (-0.1, 0.1, 0.3):
+        assert agent.act(torch.tensor([[rule.barrier + 0.01, mu]]))[0, 0] == 1.0
+        assert agent.act(torch.tensor([[rule.barrier - 0.01, mu]]))[0, 0] == 0.0

@@ -63,6 +63,7 @@ __all__ = [
     "fitted_peak",
     "line_search",
     "refine_one",
+    "cash_line",
     "refine_thresholds",
     "rule_bounds",
     "simulated_values",
@@ -263,8 +264,8 @@ class SearchSimulation:
     """What every candidate of the search is simulated with (:func:`simulated_values`).
 
     Attributes:
-        model: a one-state model, or one of (cash, Markov regime), with (dividend,
-            issuance) controls.
+        model: a GHM model with (dividend, issuance) controls acting on the cash (state
+            coordinate 0): one state, (cash, Markov regime) or (cash, profitability).
         critic: ``V_psi``, states ``[B, d]`` -> ``[B]`` (the horizon's value and, by its
             slope in cash, the control variate's coefficient).
         num_paths, num_steps, dt: paths per candidate, steps of ``dt`` each.
@@ -288,21 +289,31 @@ def _regime_count(model: ContinuousTimeModel) -> int:
     return 1 if model.regimes is None else model.regimes.count
 
 
+def cash_line(model: ContinuousTimeModel, cash: torch.Tensor, regime: int = 0) -> torch.Tensor:
+    """States ``[P, d]`` along ``cash [P]``: the other coordinates at the middle of the
+    initial states' box (the OU profitability at its mean), the regime coordinate at ``regime``."""
+    states = cash.new_empty(cash.shape[0], model.state_dim)
+    for coordinate, (low, high) in enumerate(zip(model.initial_low, model.initial_high, strict=True)):
+        states[:, coordinate] = 0.5 * (low + high)
+    states[:, 0] = cash
+    if model.regimes is not None:
+        states[:, model.regimes.coordinate] = float(regime)
+    return states
+
+
 def _slope_table(simulation: SearchSimulation) -> tuple[torch.Tensor, float, float]:
     """``V_psi'`` in cash on :data:`SLOPE_TABLE_POINTS` cash levels of ``[low, low + 2 (high -
-    low)]``, one row per regime: ``(table [R, P], low, step)`` for :func:`interpolate_uniform`."""
+    low)]`` (:func:`cash_line`: a state variable other than cash and the regime at the middle of
+    its initial range; any coefficient keeps the control variate's mean zero), one row per
+    regime: ``(table [R, P], low, step)`` for :func:`interpolate_uniform`."""
     model = simulation.model
     low, high = model.state_low[0], model.state_high[0]
     top = low + 2.0 * (high - low)
     cash = torch.linspace(low, top, SLOPE_TABLE_POINTS, device=simulation.device)
     rows = []
     for regime in range(_regime_count(model)):
-        grid = torch.zeros(SLOPE_TABLE_POINTS, model.state_dim, device=simulation.device)
-        grid[:, 0] = cash
-        if model.regimes is not None:
-            grid[:, model.regimes.coordinate] = float(regime)
         with torch.enable_grad():
-            points = grid.requires_grad_(True)
+            points = cash_line(model, cash, regime).requires_grad_(True)
             (slope,) = torch.autograd.grad(simulation.critic(points).sum(), points)
         rows.append(slope[:, 0].detach())
     return torch.stack(rows), low, (top - low) / (SLOPE_TABLE_POINTS - 1)

@@ -64,6 +64,7 @@ from pglab.algos.ghm_refine import (
     Rule,
     SearchSimulation,
     Thresholds,
+    cash_line,
     refine_thresholds,
 )
 from pglab.algos.mc_pg import MonteCarloPolicyGradient
@@ -120,6 +121,9 @@ __all__ = [
     "reference_solution",
     "train_ghm",
 ]
+
+ThresholdModel = GHMModel | RegimeGHMModel | OUGHMModel
+"""the models whose policy ``--refine_thresholds`` fits (:data:`pglab.configs.ghm.REFINABLE_MODELS`)"""
 
 SPEC = TrainerSpec(
     system="ghm",
@@ -613,7 +617,7 @@ def state_label(model: GHMModel) -> str:
     return f"{model.state_names[0]} = cash + {-model.params.liquidation_cash:g}"
 
 
-def plot_high(model: GHMModel | RegimeGHMModel) -> float:
+def plot_high(model: ThresholdModel) -> float:
     """Upper end of the policy plots' state axis: the state of ``initial_cash_high``, at least 2."""
     return max(float(model.state_from_cash(model.params.initial_cash_high)), 2.0)
 
@@ -904,12 +908,15 @@ def train_steps(run: TrainingRun, training: GHMTraining) -> dict[str, float]:
 def refine_policy(training: GHMTraining) -> None:
     """``--refine_thresholds``: replace the policy's deterministic rule by the threshold rule
     with the highest simulated value (:func:`pglab.algos.ghm_refine.refine_thresholds`; one
-    per regime for ``--model regimes``), searched from the network's thresholds by the final
+    per regime for ``--model regimes``, on cash alone for ``--model ou``), searched from the
+    network's thresholds by the final
     table's half-max rule on ``4 n_trajectories`` paths over :func:`refine_horizon`, the
     critic valuing the paths alive at its end; its own random stream (``seed + 3``), so the
     training's is untouched."""
     config, policy, model, critic = training.config, training.policy, training.model, training.baseline
-    assert isinstance(policy, RefinablePolicy) and isinstance(model, (OneStateGHM, RegimeGHMModel))  # the config's
+    assert isinstance(policy, RefinablePolicy) and isinstance(
+        model, (OneStateGHM, RegimeGHMModel, OUGHMModel)
+    )  # the config's
     assert critic is not None and config.n_trajectories is not None and config.absorption is not None
     policy.thresholds = None
     simulation = SearchSimulation(
@@ -929,7 +936,7 @@ def network_rule(training: GHMTraining) -> Rule:
     """The network's own threshold rule by the half-max rule (:func:`rule_thresholds`): in
     every regime for a model with regimes."""
     policy, model, device = training.policy, training.model, training.device
-    assert isinstance(model, (OneStateGHM, RegimeGHMModel))  # --refine_thresholds' models
+    assert isinstance(model, (OneStateGHM, RegimeGHMModel, OUGHMModel))  # --refine_thresholds' models
     regimes = 1 if model.regimes is None else model.regimes.count
     rules = []
     for regime in range(regimes):
@@ -958,7 +965,7 @@ def refine_horizon(config: GHMTrainConfig) -> float:
 
 def network_rates(
     policy: GaussianPolicy,
-    model: GHMModel | RegimeGHMModel,
+    model: ThresholdModel,
     device: torch.device,
     points: int = 201,
     *,
@@ -967,19 +974,15 @@ def network_rates(
     """``(states [P], rates [P, 2])``: the network's own deterministic rates (its mean
     clipped to the control box, a refined policy's network included) on ``points`` states
     of the policy figure's range (its own 201 by default), in ``regime`` for a model with
-    regimes (the regime coordinate held there)."""
-    cash = torch.linspace(0.0, plot_high(model), points, device=device)
-    states = torch.zeros(points, model.state_dim, device=device)
-    states[:, 0] = cash
-    if model.regimes is not None:
-        states[:, model.regimes.coordinate] = float(regime)
+    regimes, any other state variable at the middle of its initial range (:func:`cash_line`)."""
+    states = cash_line(model, torch.linspace(0.0, plot_high(model), points, device=device), regime)
     with torch.no_grad():
         mean = (policy.network_mean_std if isinstance(policy, RefinablePolicy) else policy.mean_std)(states)[0]
         rates = model.control.clip(mean)
     return states[:, 0].cpu().numpy(), rates.cpu().numpy()
 
 
-def rule_thresholds(model: GHMModel | RegimeGHMModel, states: np.ndarray, rates: np.ndarray) -> dict[str, float | None]:
+def rule_thresholds(model: ThresholdModel, states: np.ndarray, rates: np.ndarray) -> dict[str, float | None]:
     """The dividend barrier and issuance point (state) of rates ``[P, 2]`` on ``states [P]``
     by the half-max rule (:func:`_threshold`, :func:`_upper_threshold`)."""
     return {

@@ -233,9 +233,11 @@ SOLVER_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-REFINABLE_MODELS = ("ghm", "regimes")
-"""the models whose optimum is a threshold rule in cash (in each regime), which
-``--refine_thresholds`` fits"""
+REFINABLE_MODELS = ("ghm", "regimes", "ou")
+"""the models whose policy ``--refine_thresholds`` fits as a threshold rule in cash: their
+optimum is one (in each regime), or for ``ou`` thresholds that move little with the
+profitability (the FD barrier 0.307-0.397 over its mean +- 2 stationary std at the defaults),
+fitted as one rule for every profitability"""
 
 MC_REFERENCE_RHO = 0.1
 """the discount rate at which the mc iteration budgets were chosen"""
@@ -488,8 +490,9 @@ class GHMTrainConfig:
     """after the last iteration, replace the deterministic policy by the threshold rule (a
     dividend barrier and an issuance point) with the highest simulated value, searched from
     the network's thresholds on common random numbers, with the critic at the horizon
-    (pglab.algos.ghm_refine; docs/ghm.md); for --model regimes one rule per regime. --model ghm
-    or regimes with a critic; default on for --algo mc, off for pathwise and actor-critic"""
+    (pglab.algos.ghm_refine; docs/ghm.md); for --model regimes one rule per regime, for --model
+    ou one rule in cash at every profitability. --model ghm, regimes or ou with a critic;
+    default on for --algo mc, off for pathwise and actor-critic"""
     # -- reference ---------------------------------------------------------------------
     fd_nodes: int = 24_000
     """grid intervals of the finite-difference reference"""
