@@ -91,6 +91,15 @@ def choose(take_new: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torc
     return old ^ ((new ^ old) & take_new)
 
 
+def pick(take_new: torch.Tensor, new: torch.Tensor | int, old: torch.Tensor) -> torch.Tensor:
+    """``new`` where the bool ``take_new`` holds, else ``old`` (broadcast), as ``old``'s integer dtype.
+
+    As ``old + (new - old) * take_new``: on this CPU build (one thread) ``torch.where`` costs
+    ~5 ns an element whatever the dtype (~700 µs over int32 [4096, 32]), the int32 arithmetic
+    ~150 µs."""
+    return (old + (new - old) * take_new.to(old.dtype)).to(old.dtype)
+
+
 def float32_ceiling(p: float) -> float:
     """The smallest float32 ``>= p``: for a float32 ``u``, ``u < float32_ceiling(p)``
     exactly when ``u < p`` in real arithmetic (as numpy compares ``rand() < p``)."""
