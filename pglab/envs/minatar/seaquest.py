@@ -177,8 +177,9 @@ def _append(s: State, group: str, put: torch.Tensor, values: dict[str, torch.Ten
     for key, value in values.items():
         fill = value[:, None] if isinstance(value, torch.Tensor) else value
         old = s[f"{group}_{key}"]
-        if old.dtype == torch.bool:  # the tensor `value` [N], spread to the slots
-            s[f"{group}_{key}"] = choose(into, spread(value, old.shape[1]), old)  # type: ignore[arg-type]  # bool fields are tensors
+        if old.dtype == torch.bool:  # a bool field is given as a tensor [N], spread to the slots
+            assert isinstance(value, torch.Tensor)
+            s[f"{group}_{key}"] = choose(into, spread(value, old.shape[1]), old)
         else:
             s[f"{group}_{key}"] = pick(into, fill, old)
 
