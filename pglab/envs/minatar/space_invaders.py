@@ -11,16 +11,19 @@ interval goes from 12 down to 6). The episode ends when an alien or an alien's b
 the cannon, or when the block steps down while an alien is on the bottom row. Two channels
 show the block's heading (left or right) at every alien.
 
-Aliens and both kinds of bullets live in boolean [10, 10] maps (row, column), as in the package.
+Aliens and both kinds of bullets live in boolean maps, as in the package: flat ``[N, 100]``
+(cell ``row * 10 + column``) while the game runs, so that every move is a roll, a pad or a
+bitwise op over the last, contiguous dimension; ``state_dict`` holds them as ``[N, 10, 10]``.
 The game draws no random numbers (``reset_draws = step_draws = 0``).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from pglab.contracts import check_tensor
-from pglab.envs.minatar.base import GRID
+from pglab.envs.minatar.base import CELLS, GRID, choose, spread
 from pglab.errors import CheckpointError
 
 SHOT_COOL_DOWN = 5
@@ -51,23 +54,37 @@ _START = {
 }
 
 State = dict[str, torch.Tensor]
+BOTTOM = CELLS - GRID  # the first cell of the bottom row
 
 
 def _wave(device: torch.device) -> torch.Tensor:
-    """A fresh block of aliens: rows 0..3, columns 2..7."""
+    """A fresh block of aliens: rows 0..3, columns 2..7, flat [100]."""
     block = torch.zeros(GRID, GRID, dtype=torch.bool, device=device)
     block[0:4, 2:8] = True
-    return block
+    return block.view(CELLS)
 
 
-def _select(keep_new: torch.Tensor, new: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    """``new`` where ``keep_new`` [N] holds, else ``old``, for a field of any rank."""
-    return torch.where(keep_new.view(-1, *([1] * (new.dim() - 1))), new, old)
+def _fire_scores(device: torch.device) -> torch.Tensor:
+    """int32 [10, 100]: for the cannon in column ``p``, the rank of each cell in the package's
+    search for the alien that fires, highest first: the nearest column (the left one on a tie),
+    the lowest row in it. Every score is positive, and ``score % 10`` is the row and
+    ``9 - score // 10 % 10`` the column of the cell."""
+    cell = torch.arange(CELLS, device=device)
+    row, column = cell.div(GRID, rounding_mode="floor"), cell % GRID
+    distance = (column[None, :] - torch.arange(GRID, device=device)[:, None]).abs()
+    return (((GRID - distance) * GRID + (GRID - 1 - column)) * GRID + row).to(torch.int32)
 
 
-def _at(maps: torch.Tensor, row: int, column: torch.Tensor) -> torch.Tensor:
-    """``maps[n, row, column[n]]`` for each copy n."""
-    return maps[:, row].gather(1, column[:, None])[:, 0]
+def _at(maps: torch.Tensor, cell: torch.Tensor) -> torch.Tensor:
+    """``maps[n, cell[n]]`` for each copy n of the flat maps [N, 100]."""
+    return maps.gather(1, cell[:, None])[:, 0]
+
+
+def _set(maps: torch.Tensor, cell: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """``maps`` with ``cell[n]`` set in the copies where ``where`` holds (a gather and a scatter
+    of one cell a copy: no [N, 100] mask is built)."""
+    keep = maps.gather(1, cell[:, None]) | where[:, None]
+    return maps.scatter(1, cell[:, None], keep)
 
 
 class SpaceInvaders:
@@ -85,16 +102,21 @@ class SpaceInvaders:
         self.ramping = ramping
         self._start: State = {}
         for key, (is_map, dtype) in _FIELDS.items():
-            shape = (num_envs, GRID, GRID) if is_map else (num_envs,)
+            shape = (num_envs, CELLS) if is_map else (num_envs,)
             self._start[key] = torch.full(shape, _START.get(key, 0), dtype=dtype, device=self.device)
         self._start["alien_map"][:] = _wave(self.device)
         self._state = {key: value.clone() for key, value in self._start.items()}
+        self._fire_scores = _fire_scores(self.device)
 
     def reset(self, mask: torch.Tensor, u: torch.Tensor) -> None:
         """Start a new episode in the copies where ``mask`` [N] holds (no draws)."""
         check_tensor("mask", mask, (self.num_envs,), torch.bool, where="SpaceInvaders.reset")
         check_tensor("u", u, (self.num_envs, self.reset_draws), where="SpaceInvaders.reset")
-        self._state = {key: _select(mask, self._start[key], old) for key, old in self._state.items()}
+        cells = spread(mask, CELLS)
+        self._state = {
+            key: choose(cells, self._start[key], old) if _FIELDS[key][0] else torch.where(mask, self._start[key], old)
+            for key, old in self._state.items()
+        }
 
     def step(self, action: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Advance every copy one step, phase by phase as the package's ``act``."""
@@ -104,23 +126,21 @@ class SpaceInvaders:
         s["terminal"] = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self._act(s, action)
         self._move_bullets(s)
-        self._move_aliens(s)
+        count = self._move_aliens(s)
         self._aliens_fire(s)
         kills = s["alien_map"] & s["friendly_bullets"]
-        s["alien_map"], s["friendly_bullets"] = s["alien_map"] & ~kills, s["friendly_bullets"] & ~kills
-        self._timers_and_wave(s)
+        s["alien_map"], s["friendly_bullets"] = s["alien_map"] ^ kills, s["friendly_bullets"] ^ kills
+        reward = kills.view(torch.uint8).sum(1, dtype=torch.int32)  # a sum over uint8: `bool.sum` converts first
+        self._timers_and_wave(s, cleared=reward == count)  # only kills remove aliens
         terminal = s.pop("terminal")
         self._state = s
-        return kills.flatten(1).sum(1).to(torch.float32), terminal
+        return reward.to(torch.float32), terminal
 
     @staticmethod
     def _act(s: State, action: torch.Tensor) -> None:
         """Fire (when the gun has cooled down) or move the cannon; actions 'n','l','u','r','d','f'."""
         fire = (action == 5) & (s["shot_timer"] == 0)
-        column = torch.arange(GRID, device=action.device)
-        bullets = s["friendly_bullets"].clone()
-        bullets[:, GRID - 1] |= fire[:, None] & (column[None, :] == s["pos"][:, None])
-        s["friendly_bullets"] = bullets
+        s["friendly_bullets"] = _set(s["friendly_bullets"], BOTTOM + s["pos"], fire)
         s["shot_timer"] = torch.where(fire, SHOT_COOL_DOWN, s["shot_timer"])
         pos = s["pos"]
         s["pos"] = torch.where(
@@ -131,71 +151,73 @@ class SpaceInvaders:
     def _move_bullets(s: State) -> None:
         """Friendly bullets rise a row (leaving at the top), enemy bullets fall a row (leaving at the
         bottom); an enemy bullet on the cannon ends the game."""
-        rows = torch.zeros_like(s["friendly_bullets"][:, :1])
-        s["friendly_bullets"] = torch.cat([s["friendly_bullets"][:, 1:], rows], 1)
-        s["enemy_bullets"] = torch.cat([rows, s["enemy_bullets"][:, :-1]], 1)
-        s["terminal"] = s["terminal"] | _at(s["enemy_bullets"], GRID - 1, s["pos"])
+        s["friendly_bullets"] = F.pad(s["friendly_bullets"][:, GRID:], (0, GRID))
+        s["enemy_bullets"] = F.pad(s["enemy_bullets"][:, :BOTTOM], (GRID, 0))
+        s["terminal"] = s["terminal"] | _at(s["enemy_bullets"], BOTTOM + s["pos"])
 
     @staticmethod
-    def _move_aliens(s: State) -> None:
-        """Move the block when its timer is up: sideways, or down a row and turn at an edge."""
-        aliens, heading = s["alien_map"], s["alien_dir"]
-        s["terminal"] = s["terminal"] | _at(aliens, GRID - 1, s["pos"])
+    def _move_aliens(s: State) -> torch.Tensor:
+        """Move the block when its timer is up: sideways, or down a row and turn at an edge.
+        Returns the number of aliens (int32 [N]).
+
+        The block moves as rolls of the flat map: down one row is a roll by 10 cells, as the
+        package's roll of the rows (the bottom row wraps to the top); sideways is a roll by one
+        cell, which equals the package's roll within each row because the block moves sideways
+        only while the column it would wrap around is empty. A flat roll costs ~70 µs over
+        [4096, 100] on this CPU build (one thread), a roll of the last of [N, 10, 10] ~470 µs."""
+        aliens, heading, cannon = s["alien_map"], s["alien_dir"], BOTTOM + s["pos"]
+        s["terminal"] = s["terminal"] | _at(aliens, cannon)
         moving = s["alien_move_timer"] == 0
-        count = aliens.flatten(1).sum(1)
+        count = aliens.view(torch.uint8).sum(1, dtype=torch.int32)
         s["alien_move_timer"] = torch.where(moving, count.clamp(max=s["move_interval"]), s["alien_move_timer"])
-        at_edge = (aliens[:, :, 0].any(1) & (heading < 0)) | (aliens[:, :, GRID - 1].any(1) & (heading > 0))
+        grid = aliens.view(-1, GRID, GRID)
+        at_edge = (grid[:, :, 0].any(1) & (heading < 0)) | (grid[:, :, GRID - 1].any(1) & (heading > 0))
         turns = moving & at_edge
         s["alien_dir"] = torch.where(turns, -heading, heading)
-        landed = turns & aliens[:, GRID - 1].any(1)
-        down = aliens.roll(1, 1)
-        sideways = torch.where((heading < 0)[:, None, None], aliens.roll(-1, 2), aliens.roll(1, 2))
-        aliens = torch.where(turns[:, None, None], down, torch.where(moving[:, None, None], sideways, aliens))
+        landed = turns & aliens[:, BOTTOM:].any(1)
+        sideways = choose(spread(heading < 0, CELLS), aliens.roll(-1, 1), aliens.roll(1, 1))
+        moved = choose(spread(turns, CELLS), aliens.roll(GRID, 1), sideways)
+        aliens = choose(spread(moving, CELLS), moved, aliens)
         s["alien_map"] = aliens
-        s["terminal"] = s["terminal"] | landed | (moving & _at(aliens, GRID - 1, s["pos"]))
+        s["terminal"] = s["terminal"] | landed | (moving & _at(aliens, cannon))
+        return count
 
-    @staticmethod
-    def _aliens_fire(s: State) -> None:
-        """When the shot timer is up, the lowest alien of the column nearest the cannon fires."""
-        aliens = s["alien_map"]
+    def _aliens_fire(self, s: State) -> None:
+        """When the shot timer is up, the lowest alien of the column nearest the cannon fires.
+
+        The alien is the one of highest search score (:func:`_fire_scores`): one ``amax`` over the
+        last dimension, where ``any`` over the rows and ``argmax`` take ~800 µs and ~600 µs over
+        [4096, 10, 10] on this CPU build (one thread) and an int32 ``amax`` ~80 µs."""
         fires = s["alien_shot_timer"] == 0
         s["alien_shot_timer"] = torch.where(fires, ENEMY_SHOT_INTERVAL, s["alien_shot_timer"])
-        column = torch.arange(GRID, device=aliens.device)
-        # The package searches the columns by distance to the cannon, the left one first on a tie.
-        rank = (column[None, :] - s["pos"][:, None]).abs() * GRID + column[None, :]
-        occupied = aliens.any(1)
-        nearest = torch.where(occupied, rank, GRID * GRID).argmin(1)
-        in_column = aliens.gather(2, nearest[:, None, None].expand(-1, GRID, 1))[:, :, 0]
-        lowest = torch.where(in_column, column[None, :], -1).amax(1)
-        fires = fires & occupied.any(1)
-        cell = (lowest * GRID + nearest)[:, None]
-        shot = torch.zeros_like(aliens.flatten(1)).scatter(1, cell.clamp(min=0), True) & fires[:, None]
-        s["enemy_bullets"] = s["enemy_bullets"] | shot.view_as(aliens)
+        scores = s["alien_map"].to(torch.int32) * self._fire_scores.index_select(0, s["pos"])
+        best = scores.amax(1)  # 0: no alien left, none fires
+        row, column = best % GRID, GRID - 1 - best.div(GRID, rounding_mode="floor") % GRID
+        s["enemy_bullets"] = _set(s["enemy_bullets"], (row * GRID + column).long(), fires & (best > 0))
 
-    def _timers_and_wave(self, s: State) -> None:
-        """Count the timers down; a cleared wave is replaced (faster with ramping)."""
+    def _timers_and_wave(self, s: State, cleared: torch.Tensor) -> None:
+        """Count the timers down; a ``cleared`` wave is replaced (faster with ramping)."""
         s["shot_timer"] = s["shot_timer"] - (s["shot_timer"] > 0).long()
         s["alien_move_timer"] = s["alien_move_timer"] - 1
         s["alien_shot_timer"] = s["alien_shot_timer"] - 1
-        cleared = ~s["alien_map"].flatten(1).any(1)
         if self.ramping:
             faster = cleared & (s["move_interval"] > FASTEST_MOVE_INTERVAL)
             s["move_interval"] = s["move_interval"] - faster.long()
             s["ramp_index"] = s["ramp_index"] + faster.long()
-        s["alien_map"] = s["alien_map"] | (cleared[:, None, None] & _wave(self.device))
+        s["alien_map"] = s["alien_map"] | (spread(cleared, CELLS) & self._start["alien_map"])
 
     def observe(self) -> torch.Tensor:
         """Boolean [N, 6, 10, 10] frames, channel first, as the package's ``state()``."""
         s = self._state
-        aliens, left = s["alien_map"], (s["alien_dir"] < 0)[:, None, None]
-        cannon = torch.zeros_like(aliens)
-        cannon[:, GRID - 1] = torch.arange(GRID, device=self.device)[None, :] == s["pos"][:, None]
-        planes = [cannon, aliens, aliens & left, aliens & ~left, s["friendly_bullets"], s["enemy_bullets"]]
-        return torch.stack(planes, 1)
+        aliens = s["alien_map"]
+        left = aliens & spread(s["alien_dir"] < 0, CELLS)
+        cannon = torch.zeros_like(aliens).scatter_(1, (BOTTOM + s["pos"])[:, None], True)
+        planes = [cannon, aliens, left, aliens ^ left, s["friendly_bullets"], s["enemy_bullets"]]
+        return torch.cat(planes, 1).view(-1, len(self.channels), GRID, GRID)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """Every field of every copy (copies of the tensors)."""
-        return {key: value.clone() for key, value in self._state.items()}
+        """Every field of every copy (copies of the tensors); maps as [N, 10, 10]."""
+        return {key: value.view(self._shape(key)).clone() for key, value in self._state.items()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Restore the fields saved by :meth:`state_dict`."""
@@ -204,6 +226,11 @@ class SpaceInvaders:
             raise CheckpointError(f"SpaceInvaders state: field {odd[0]!r} is missing or unknown")
         loaded = {}
         for key, current in self._state.items():
-            check_tensor(key, state[key], tuple(current.shape), current.dtype, where="SpaceInvaders.load_state_dict")
-            loaded[key] = state[key].to(self.device).clone()
+            shape = self._shape(key)
+            check_tensor(key, state[key], shape, current.dtype, where="SpaceInvaders.load_state_dict")
+            loaded[key] = state[key].to(self.device).reshape(current.shape).clone()
         self._state = loaded
+
+    def _shape(self, key: str) -> tuple[int, ...]:
+        """The shape of field ``key`` in a state dict."""
+        return (self.num_envs, GRID, GRID) if _FIELDS[key][0] else (self.num_envs,)
