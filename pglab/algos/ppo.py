@@ -758,6 +758,7 @@ def collect_rollout(
     N, T = config.num_envs, config.num_steps
     agent, net, generator = training.agent, training.agent.policy, training.action_generator
     steps: dict[str, list[torch.Tensor]] = {name: [] for name in ROLLOUT_FIELDS}
+    keep_obs, *keep_outputs = (steps[name].append for name in ROLLOUT_FIELDS)
     reported: list[tuple[torch.Tensor, torch.Tensor]] = []
     obs = training.obs.value
     no_trunc_value = torch.zeros(N, device=obs.device)
@@ -771,15 +772,15 @@ def collect_rollout(
             ):
                 net.reset_noise(N, generator)  # gSDE: new exploration matrices
             actions, log_probs, values = policy_step(obs, generator)
-            steps["obs"].append(obs)
+            keep_obs(obs)
             env_actions = agent.to_env(actions)
             obs, rewards, raw_rewards, dones, truncs, info = env_step(training, env_actions)
             if (episodes := reported_episodes(info)) is not None:  # Atari: whole games, raw score
                 reported.append(episodes)
             trunc_value = truncation_value(training, obs, truncs, info, no_trunc_value)
             outputs = (actions, log_probs, values, rewards, dones, truncs, trunc_value, raw_rewards)
-            for name, value in zip(ROLLOUT_FIELDS[1:], outputs, strict=True):
-                steps[name].append(value)
+            for keep, value in zip(keep_outputs, outputs, strict=True):
+                keep(value)
             if hooks.step_hooks:
                 done = env_steps + (rollout_step + 1) * N
                 hooks.on_step(

@@ -175,12 +175,15 @@ class ActorCritic(nn.Module, abc.ABC):
         sample = self._numpy_sampler()
 
         def step(obs: torch.Tensor, generator: torch.Generator | None = None):
-            inputs = obs.detach().reshape(obs.shape[0], -1).numpy()
+            # a rollout's observations: [B, obs_dim] without gradients (one call), else flattened first
+            flat = obs if obs.dim() == 2 and not obs.requires_grad else obs.detach().reshape(obs.shape[0], -1)
+            inputs = flat.numpy()
             if inputs.dtype != np.float32:
                 inputs = inputs.astype(np.float32)
             out = numpy_forward(layers, inputs)[-1]
             actions, log_probs = sample(out[:, :head_size], generator)
-            return torch.from_numpy(actions), torch.from_numpy(log_probs), torch.from_numpy(out[:, head_size].copy())
+            # the values: a column view of the output (torch wraps the strided array)
+            return torch.from_numpy(actions), torch.from_numpy(log_probs), torch.from_numpy(out[:, head_size])
 
         return step
 
