@@ -108,3 +108,34 @@ def test_sb3_atari_evaluation_scores_whole_games_on_the_training_pipeline():
     env = sb3_atari_env("gym:ALE/Breakout-v5", 1, seed=5, evaluation=True)
     assert sb3_game_scores(env, lambda obs: next(replay))[0] == pytest.approx(total)
     env.close()
+
+
+def test_the_record_holds_the_cpu_speedups_of_the_runs(tmp_path):
+    """--record: the summary's speed-up is pglab's mean env steps per CPU-second over SB3's,
+    and the record is complete for tools/results_tables.py (its headline renders)."""
+    import json
+    from argparse import Namespace
+
+    from pglab.bench.ppo_vs_sb3 import reproduce_command, results_tables, summary, write_record
+
+    def run(seed, cpu_speed):
+        return {"seed": seed, "return": 1.0, "env_steps": 2048, "wall_s": 1.0, "steps_per_s": 9.0,
+                "steps_per_cpu_s": cpu_speed, "load_avg_1min": 1.0}  # fmt: skip
+
+    results = {
+        "Swimmer-v4": {"sb3": [run(0, 1000.0), run(1, 1200.0)], "pglab": [run(0, 3000.0), run(1, 3800.0)]},
+        "CartPole-v1": {"sb3": [run(0, 500.0), run(1, 500.0)], "pglab": []},
+    }
+    args = Namespace(configs=["zoo:Swimmer-v4", "cartpole"], first_seed=0, seeds=2, steps=2048, episodes=2,
+                     libraries=["sb3", "pglab"])  # fmt: skip
+    figures = summary(args, results, {"before": 1.0, "after": 2.0})
+    assert figures["envs"]["Swimmer-v4"]["speedup_cpu"] == pytest.approx(3400 / 1100)
+    assert figures["envs"]["Swimmer-v4"]["pglab"]["cpu_us_per_step"] == pytest.approx(1e6 / 3400)
+    assert figures["envs"]["CartPole-v1"]["speedup_cpu"] is None  # pglab did not run there
+    command = reproduce_command(args)
+    assert command.startswith("python bench/ppo_vs_sb3.py --configs zoo:Swimmer-v4 cartpole") and "--json" in command
+    path = tmp_path / "speed.json"
+    write_record(path, figures, command, 12.0, results_tables().machine())
+    record = json.loads(path.read_text())
+    assert record["kind"] == "benchmark" and record["reads"] == "stdout"
+    assert results_tables().headline(record, path.name).startswith("Swimmer-v4 3.09x SB3's env steps per CPU-second")

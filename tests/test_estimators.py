@@ -154,3 +154,19 @@ def test_estimator_contracts_name_the_argument():
         compute_gae(
             torch.zeros(2, 3, dtype=torch.int64), torch.zeros(2, 3), torch.zeros(2, 3), None, torch.zeros(2), 0.9, 0.9
         )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gae_on_the_cpu_gives_the_torch_recursions_numbers_bit_for_bit(dtype):
+    """The CPU path runs the recursion on NumPy views; tensors that need gradients take the
+    torch loop. Both give the same numbers, bit for bit (terminations and truncations included)."""
+    generator = torch.Generator().manual_seed(0)
+    rewards, values = (torch.randn(3, 200, generator=generator, dtype=dtype) for _ in range(2))
+    dones, truncs = (torch.rand(3, 200, generator=generator) < 0.05 for _ in range(2))
+    last_value = torch.randn(3, generator=generator, dtype=dtype)
+    next_values = torch.randn(3, 200, generator=generator, dtype=dtype)
+    args = (dones, truncs, last_value, 0.99, 0.95)
+    fast = compute_gae(rewards, values, *args, next_values=next_values)
+    tracked = compute_gae(rewards, values.requires_grad_(), *args, next_values=next_values)
+    assert tracked[0].requires_grad  # the torch loop ran
+    assert torch.equal(fast[0], tracked[0].detach()) and torch.equal(fast[1], tracked[1].detach())

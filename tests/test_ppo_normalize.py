@@ -234,3 +234,19 @@ def test_default_run_has_no_normalizer_and_bad_clip_is_refused(tmp_path):
     assert pglab.load_checkpoint(result.run_dir, device="cpu").normalizer is None
     with pytest.raises(ConfigError, match=r"clip_obs: .*\(got 0.0\)"):
         PPOConfig(normalize_obs=True, clip_obs=0.0)
+
+
+def test_truncations_given_apart_end_the_return_as_in_the_combined_flag():
+    """``step(obs, rewards, terminated, truncated)`` restarts the discounted return where
+    either flag is set, as ``step(obs, rewards, terminated | truncated)`` does."""
+    rng = np.random.default_rng(2)
+    apart, combined = (ObsRewardNormalizer((2,), 4, gamma=0.9) for _ in range(2))
+    for _ in range(12):
+        obs = torch.from_numpy(rng.normal(size=(4, 2)).astype(np.float32))
+        rewards = torch.from_numpy(rng.normal(size=4).astype(np.float32))
+        terminated, truncated = (torch.from_numpy(rng.random(4) < 0.3) for _ in range(2))
+        got = apart.step(obs, rewards, terminated, truncated)
+        expected = combined.step(obs, rewards, terminated | truncated)
+        assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+        assert np.array_equal(apart.returns, combined.returns)
+    assert (apart.returns == 0).any()

@@ -198,6 +198,7 @@ class PPOAgent(Agent):
             high = action.high if action.high is not None else (math.inf,) * action.size
             self._low = torch.tensor(low, dtype=torch.float32, device=device).reshape(shape)
             self._high = torch.tensor(high, dtype=torch.float32, device=device).reshape(shape)
+            self._low_array, self._high_array = self._low.cpu().numpy(), self._high.cpu().numpy()
 
     @property
     def obs_spec(self) -> ObsSpec:
@@ -238,6 +239,10 @@ class PPOAgent(Agent):
         ``[B, *shape]`` and clipped to ``[low, high]``; discrete ones pass through."""
         if self.action.kind == "discrete":
             return raw_actions
+        if raw_actions.device.type == "cpu" and not raw_actions.requires_grad:
+            # NumPy's minimum/maximum on a view: the same values (NaN included), ~1 us each against ~4 in torch
+            array = raw_actions.numpy().reshape(raw_actions.shape[0], *self._low_array.shape)
+            return torch.from_numpy(np.maximum(np.minimum(array, self._high_array), self._low_array))
         shaped = raw_actions.reshape(raw_actions.shape[0], *self._low.shape)
         return torch.maximum(torch.minimum(shaped, self._high), self._low)
 
@@ -753,6 +758,7 @@ def collect_rollout(
     N, T = config.num_envs, config.num_steps
     agent, net, generator = training.agent, training.agent.policy, training.action_generator
     steps: dict[str, list[torch.Tensor]] = {name: [] for name in ROLLOUT_FIELDS}
+    keep_obs, *keep_outputs = (steps[name].append for name in ROLLOUT_FIELDS)
     reported: list[tuple[torch.Tensor, torch.Tensor]] = []
     obs = training.obs.value
     no_trunc_value = torch.zeros(N, device=obs.device)
@@ -766,15 +772,15 @@ def collect_rollout(
             ):
                 net.reset_noise(N, generator)  # gSDE: new exploration matrices
             actions, log_probs, values = policy_step(obs, generator)
-            steps["obs"].append(obs)
+            keep_obs(obs)
             env_actions = agent.to_env(actions)
             obs, rewards, raw_rewards, dones, truncs, info = env_step(training, env_actions)
             if (episodes := reported_episodes(info)) is not None:  # Atari: whole games, raw score
                 reported.append(episodes)
             trunc_value = truncation_value(training, obs, truncs, info, no_trunc_value)
             outputs = (actions, log_probs, values, rewards, dones, truncs, trunc_value, raw_rewards)
-            for name, value in zip(ROLLOUT_FIELDS[1:], outputs, strict=True):
-                steps[name].append(value)
+            for keep, value in zip(keep_outputs, outputs, strict=True):
+                keep(value)
             if hooks.step_hooks:
                 done = env_steps + (rollout_step + 1) * N
                 hooks.on_step(
@@ -794,7 +800,7 @@ def env_step(
     obs, rewards, dones, truncs, info = training.env.step(env_actions)
     raw_rewards = rewards
     if training.normalizer is not None:
-        obs, rewards = training.normalizer.step(obs, rewards, dones | truncs)
+        obs, rewards = training.normalizer.step(obs, rewards, dones, truncs)  # an episode ends at either
     return obs, rewards, raw_rewards, dones, truncs, info
 
 
@@ -803,12 +809,19 @@ def truncation_value(
 ) -> torch.Tensor:
     """``[N]``: where a time limit cut an episode, ``V(final_obs)`` (the value of the
     pre-reset observation: its future is bootstrapped); ``zeros`` where none was cut."""
-    if not bool(truncs.any()):
+    if not any_flag(truncs):
         return zeros
     final_obs = info.get("final_obs", obs)
     if training.normalizer is not None and "final_obs" in info:
         final_obs = training.normalizer.normalize_obs(final_obs)  # this step's statistics, no update
     return training.agent.policy.value(final_obs)
+
+
+def any_flag(flags: torch.Tensor) -> bool:
+    """``bool(flags.any())``; on the CPU through NumPy (~0.5 us against ~3 for torch's ``any``)."""
+    if flags.device.type == "cpu":
+        return bool(np.count_nonzero(flags.numpy()))
+    return bool(flags.any())
 
 
 def finished_episodes(training: PPOTraining, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:

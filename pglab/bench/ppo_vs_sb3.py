@@ -5,6 +5,8 @@
     python bench/ppo_vs_sb3.py --configs acrobot --steps 200000 --output acrobot.json
     python bench/ppo_vs_sb3.py --configs atari_breakout --steps 98304 --episodes 30 --libraries sb3
     python bench/ppo_vs_sb3.py --configs zoo:HalfCheetah-v4 --steps 20480 --seeds 1
+    python bench/ppo_vs_sb3.py --configs cartpole zoo:Swimmer-v4 --steps 20480 --seeds 2 \
+        --libraries sb3 pglab --record results/ppo-speed-mujoco.json
     pglab bench ppo-vs-sb3 --configs cartpole --output results.json
 
 Each ``configs/ppo/*.yaml`` file is loaded into a :class:`~pglab.configs.ppo.PPOConfig`
@@ -43,15 +45,23 @@ are paid before any timing. It reports:
   which is less sensitive to other load on a shared machine (the speed-up column uses
   it); the 1-minute load average is recorded with every run.
 
+``--json`` prints the summary (:func:`summary`) as JSON on stdout (the table and the
+per-run lines then go to stderr); ``--record PATH`` also writes it as a results record
+(``tools/results_tables.py``'s format, kind ``benchmark``: the speed-ups depend on the
+machine), whose command reruns the comparison with ``--json``.
+
 Stable-Baselines3 is a dev/bench dependency (``pip install 'pglab[dev]'``).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib.util
 import json
 import math
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -69,7 +79,8 @@ from pglab.envs.atari import is_atari_spec
 from pglab.envs.gym_adapter import _VECTOR_IMPLEMENTATIONS
 from pglab.errors import ConfigError
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "ppo"
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG_DIR = ROOT / "configs" / "ppo"
 ACTIVATIONS = {
     "tanh": torch.nn.Tanh,
     "relu": torch.nn.ReLU,
@@ -384,8 +395,8 @@ def format_table(results: dict[str, dict[str, list[dict[str, float]]]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench/ppo_vs_sb3.py", description=__doc__.split("\n\n")[0])
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bench/ppo_vs_sb3.py", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
         "--configs",
         nargs="+",
@@ -405,20 +416,31 @@ def main(argv: list[str] | None = None) -> int:
         help="pglab: default vectorization (auto); pglab-sync: gymnasium's SyncVectorEnv",
     )
     parser.add_argument("--output", type=Path, default=None, help="write all per-run numbers to this JSON file")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout (the table: stderr)")
+    parser.add_argument("--record", type=Path, default=None, help="also write the summary as a results record")
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.episodes < 1 or (args.steps is not None and args.steps < 1):
         parser.error("--seeds, --episodes and --steps must be >= 1")
-    torch.set_num_threads(1)  # both libraries on one thread (small MLPs run fastest so anyway)
-    _warm_up(args.libraries)
-    results: dict[str, dict[str, list[dict[str, float]]]] = {}
-    settings = {}
-    load = {"before": _load_average()}
+    if args.record is not None and "sb3" not in args.libraries:
+        parser.error("--record needs sb3 in --libraries (the record holds speed-ups over it)")
+    return args
+
+
+Results = dict[str, dict[str, list[dict[str, float]]]]
+"""Per environment id and library, one row per seed (:func:`_run_result`'s, with the seed and load)."""
+
+
+def run_all(args: argparse.Namespace, settings: dict[str, Any]) -> Results:
+    """Every (config, seed, library) run of ``args``, SB3 and pglab alternately; fills
+    ``settings`` with each environment's config."""
+    from pglab.run.config import config_to_dict
+
+    results: Results = {}
+    text = sys.stderr if args.json else sys.stdout
     with tempfile.TemporaryDirectory(prefix="pglab-bench-ppo-") as tmp:
         for name in args.configs:
             config = load_config(name, args.steps)
             env_id = config.env.removeprefix("gym:")
-            from pglab.run.config import config_to_dict
-
             settings[env_id] = {
                 "file": name if name.startswith("zoo:") else str(resolve_config(name)),
                 **config_to_dict(config),
@@ -440,12 +462,113 @@ def main(argv: list[str] | None = None) -> int:
                         f"  {env_id} {lib:<10} seed {seed}: return {run['return']:8.1f}  "
                         f"{run['steps_per_s']:7.0f} steps/s  {run['steps_per_cpu_s']:7.0f} steps/cpu-s "
                         f"({run['wall_s']:.1f} s, load {_load_average():.1f})",
+                        file=text,
                         flush=True,
                     )
+    return results
+
+
+def summary(args: argparse.Namespace, results: Results, load: dict[str, float]) -> dict[str, Any]:
+    """The comparison's figures: per environment and library the mean env steps per CPU-second
+    and per wall-second over the seeds, the microseconds of CPU time per env step, the mean
+    return and the env steps of a run (the files' budgets or ``--steps``, rounded up to whole
+    rollouts); per environment ``speedup_cpu``, pglab's steps per CPU-second over SB3's
+    (``None`` where one of them did not run); the load averages before and after."""
+    envs: dict[str, Any] = {}
+    for env_id, by_lib in results.items():
+        envs[env_id] = {}
+        for lib, runs in by_lib.items():
+            if not runs:
+                continue
+            cpu_speed = statistics.mean(run["steps_per_cpu_s"] for run in runs)
+            envs[env_id][lib] = {
+                "env_steps": runs[0]["env_steps"],
+                "steps_per_cpu_s": cpu_speed,
+                "steps_per_s": statistics.mean(run["steps_per_s"] for run in runs),
+                "cpu_us_per_step": 1e6 / cpu_speed,
+                "return": statistics.mean(run["return"] for run in runs),
+                "runs": runs,
+            }
+        both = "sb3" in envs[env_id] and "pglab" in envs[env_id]
+        envs[env_id]["speedup_cpu"] = (
+            envs[env_id]["pglab"]["steps_per_cpu_s"] / envs[env_id]["sb3"]["steps_per_cpu_s"] if both else None
+        )
+    return {
+        "configs": list(args.configs),
+        "steps": args.steps,
+        "seeds": list(range(args.first_seed, args.first_seed + args.seeds)),
+        "threads": 1,
+        "envs": envs,
+        "load_average": load,
+    }
+
+
+def reproduce_command(args: argparse.Namespace) -> str:
+    """The command that measures ``args``' comparison again and prints its summary (``--json``)."""
+    flags = ["--configs", *args.configs, "--seeds", str(args.seeds), "--episodes", str(args.episodes)]
+    if args.first_seed != 0:
+        flags += ["--first-seed", str(args.first_seed)]
+    if args.steps is not None:
+        flags += ["--steps", str(args.steps)]
+    flags += ["--libraries", *args.libraries, "--json"]
+    return "python bench/ppo_vs_sb3.py " + shlex.join(flags)
+
+
+def results_tables() -> Any:
+    """``tools/results_tables.py`` (the record format, the machine, the commit)."""
+    spec = importlib.util.spec_from_file_location("results_tables", ROOT / "tools" / "results_tables.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_record(path: Path, figures: dict[str, Any], command: str, wall_s: float, machine: dict[str, Any]) -> None:
+    """``figures`` as a results record: ``machine`` as measured when the comparison started
+    (its 1-minute load average included), the headline the speed-ups per environment."""
+    tables = results_tables()
+    envs = [env for env, row in figures["envs"].items() if row["speedup_cpu"] is not None]
+    speedups = ", ".join(f"{env} {{envs[{env}][speedup_cpu]:.2f}}x" for env in envs)
+    seeds = f"{len(figures['seeds'])} seed" + ("s" if len(figures["seeds"]) != 1 else "")
+    budget = "" if figures["steps"] is None else ", {steps:,} steps"
+    record = {
+        "system": "REINFORCE, VPG and PPO",
+        "title": f"training speed against SB3 PPO (env steps per CPU-second) on {', '.join(envs)}",
+        "kind": "benchmark",
+        "command": command,
+        "reads": "stdout",
+        "headline": f"{speedups} SB3's env steps per CPU-second (1 thread{budget}, {seeds})",
+        "docs": "ppo.md",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": tables.commit(),
+        "machine": machine,
+        "wall_s": round(wall_s, 1),
+        "figures": figures,
+    }
+    tables.check_record(record, path.name)
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    machine = results_tables().machine() if args.record is not None else None
+    start = time.perf_counter()
+    torch.set_num_threads(1)  # both libraries on one thread (small MLPs run fastest so anyway)
+    _warm_up(args.libraries)
+    settings: dict[str, Any] = {}
+    load = {"before": _load_average()}
+    results = run_all(args, settings)
     load["after"] = _load_average()
-    print()
-    print(format_table(results))
-    print(f"\nload average (1 min) before/after: {load['before']:.1f} / {load['after']:.1f}")
+    text = sys.stderr if args.json else sys.stdout
+    print(file=text)
+    print(format_table(results), file=text)
+    print(f"\nload average (1 min) before/after: {load['before']:.1f} / {load['after']:.1f}", file=text)
+    figures = _nan_as_none(summary(args, results, load))
+    if args.json:
+        print(json.dumps(figures))
+    if args.record is not None:
+        assert machine is not None  # taken above, before the runs
+        write_record(args.record, figures, reproduce_command(args), time.perf_counter() - start, machine)
     if args.output is not None:
         import pglab
 
@@ -463,6 +586,15 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     return 0
+
+
+def _nan_as_none(value: Any) -> Any:
+    """``value`` with every NaN float replaced by ``None`` (JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {key: _nan_as_none(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_nan_as_none(item) for item in value]
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def _load_average() -> float:

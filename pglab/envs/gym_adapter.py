@@ -211,6 +211,14 @@ class GymVectorAdapter:
             self.observation_shape = (shape[0] + 1,)
             self.observation_dtype = torch.float32
         self.action_spec = _action_spec(env.single_action_space)
+        # the actions' contract (shape, dtypes), checked every step: built once
+        if self.action_spec.kind == "discrete":
+            self._action_contract: tuple[tuple[int, ...], tuple[torch.dtype, ...]] = (
+                (self.num_envs,),
+                (torch.int32, torch.int64),
+            )
+        else:
+            self._action_contract = ((self.num_envs, *self.action_spec.shape), (torch.float32, torch.float64))
         self.episode_steps = np.zeros(self.num_envs, dtype=np.int64)  # steps of each copy's episode
 
     def _obs(self, array: np.ndarray, steps: np.ndarray) -> torch.Tensor:
@@ -228,26 +236,18 @@ class GymVectorAdapter:
         return self._obs(obs, self.episode_steps)
 
     def step(self, actions: torch.Tensor) -> StepResult:
-        spec = self.action_spec
-        if spec.kind == "discrete":
-            check_tensor(
-                "actions", actions, (self.num_envs,), (torch.int32, torch.int64), where="GymVectorAdapter.step"
-            )
-        else:
-            check_tensor(
-                "actions",
-                actions,
-                (self.num_envs, *spec.shape),
-                (torch.float32, torch.float64),
-                where="GymVectorAdapter.step",
-            )
-        obs, reward, terminated, truncated, info = self.env.step(actions.detach().cpu().numpy())
+        check_tensor("actions", actions, *self._action_contract, where="GymVectorAdapter.step")
+        on_host = actions.device.type == "cpu" and not actions.requires_grad
+        obs, reward, terminated, truncated, info = self.env.step(
+            actions.numpy() if on_host else actions.detach().cpu().numpy()
+        )
         finished = np.logical_or(terminated, truncated)
         steps = self.episode_steps + 1
         self.episode_steps = np.where(finished, 0, steps)
         obs_t = self._obs(obs, self.episode_steps)
         final_obs = obs_t
-        if "final_obs" in info and finished.any():  # same-step envs add final_obs only when a copy finished
+        # same-step envs add final_obs only when a copy finished (count_nonzero: ndarray.any's wrapper costs more)
+        if "final_obs" in info and np.count_nonzero(finished):
             raw = info["final_obs"]
             if isinstance(raw, np.ndarray) and raw.dtype != object:
                 final_obs = self._obs(raw, steps)  # a dense array

@@ -75,6 +75,7 @@ class MujocoVectorEnv(VectorEnv):
         self.state = {name: np.zeros((self.num_envs, *views[0].shape)) for name, views in self._views.items()}
         self.steps = np.zeros(self.num_envs, dtype=np.int64)  # steps into each copy's episode
         self.generators: list[np.random.Generator | None] = [None] * self.num_envs
+        self._action_shape = (self.num_envs, self.model.nu)
         low, high = self.model.actuator_ctrlrange.copy().astype(np.float32).T
         self.single_action_space = spaces.Box(low=low, high=high, dtype=np.float32)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
@@ -130,7 +131,7 @@ class MujocoVectorEnv(VectorEnv):
 
     def step(self, actions: Any):
         actions = np.asarray(actions)
-        if actions.shape != (self.num_envs, self.model.nu):
+        if actions.shape != self._action_shape:
             raise ValueError(f"{type(self).__name__}.step: actions of shape {actions.shape}")
         if self.generators[0] is None:
             raise RuntimeError(f"{type(self).__name__}: call reset() before step()")

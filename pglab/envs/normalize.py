@@ -42,7 +42,15 @@ from pglab.contracts import check_tensor
 
 def _host(tensor: torch.Tensor) -> np.ndarray:
     """A NumPy view (CPU) or copy (other devices) of ``tensor``."""
+    if tensor.device.type == "cpu" and not tensor.requires_grad:
+        return tensor.numpy()  # a step's tensors: one call instead of three
     return tensor.detach().cpu().numpy()
+
+
+def _on(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """``array`` as a tensor on ``device`` (shared memory on the CPU)."""
+    tensor = torch.from_numpy(array)
+    return tensor if device.type == "cpu" else tensor.to(device)
 
 
 def _clip(values: np.ndarray, bound: float) -> np.ndarray:
@@ -70,7 +78,9 @@ class RunningMeanStd:
         The batch's moments are NumPy's ``mean(0)`` and ``var(0)``, computed with the same
         operations in the same order but without their per-call bookkeeping (~15 us of a
         one-copy step); one sample is its own mean with variance 0, exactly as there."""
-        values = np.asarray(_host(batch) if isinstance(batch, torch.Tensor) else batch, dtype=np.float64)
+        values = _host(batch) if isinstance(batch, torch.Tensor) else np.asarray(batch)
+        if values.dtype != np.float64:
+            values = values.astype(np.float64)
         count = int(values.shape[0])
         if count == 1:
             self.update_from_moments(values[0], np.zeros(values.shape[1:]), 1)
@@ -149,7 +159,10 @@ class ObsRewardNormalizer:
 
     # -- applying the statistics (never updates them) -----------------------------------
     def _normalize_obs(self, obs: np.ndarray) -> np.ndarray:
-        scaled = (obs.astype(np.float64) - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
+        """``obs`` (float64, or any dtype it is cast to) normalised, as float32."""
+        if obs.dtype != np.float64:
+            obs = obs.astype(np.float64)
+        scaled = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
         return _clip(scaled, self.clip_obs).astype(np.float32)
 
     def normalize_obs(self, obs: torch.Tensor) -> torch.Tensor:
@@ -158,7 +171,7 @@ class ObsRewardNormalizer:
         are not normalised."""
         if not self.normalize_obs_enabled:
             return obs if obs.is_floating_point() else obs.float()
-        return torch.from_numpy(self._normalize_obs(_host(obs))).to(obs.device)
+        return _on(self._normalize_obs(_host(obs)), obs.device)
 
     def _normalize_reward(self, rewards: np.ndarray) -> np.ndarray:
         scaled = rewards.astype(np.float64) / np.sqrt(self.ret_rms.var + self.epsilon)
@@ -168,7 +181,7 @@ class ObsRewardNormalizer:
         """``clip(r / sqrt(var_R + eps), +-clip_reward)`` in ``rewards``' dtype (unchanged if off)."""
         if not self.normalize_reward_enabled:
             return rewards
-        return torch.from_numpy(self._normalize_reward(_host(rewards))).to(rewards.device)
+        return _on(self._normalize_reward(_host(rewards)), rewards.device)
 
     # -- the environment loop ---------------------------------------------------------
     def reset(self, obs: torch.Tensor) -> torch.Tensor:
@@ -180,17 +193,20 @@ class ObsRewardNormalizer:
         return self.normalize_obs(obs)
 
     def step(
-        self, obs: torch.Tensor, rewards: torch.Tensor, episode_end: torch.Tensor
+        self, obs: torch.Tensor, rewards: torch.Tensor, episode_end: torch.Tensor, truncated: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """After ``env.step``: ``obs [N, *obs_shape]`` (the next observations, reset ones
-        where an episode ended), ``rewards [N]`` raw, ``episode_end [N]`` bool
-        (terminated or truncated). Returns ``(normalised obs float32, normalised rewards)``."""
+        where an episode ended), ``rewards [N]`` raw, ``episode_end [N]`` bool (terminated
+        or truncated; or, with ``truncated [N]`` given, terminated, the two flags then
+        ended an episode together). Returns ``(normalised obs float32, normalised rewards)``."""
         check_tensor("rewards", rewards, (self.num_envs,), None, where="ObsRewardNormalizer.step")
         if self.normalize_obs_enabled:
             obs_host = _host(obs)
+            if obs_host.dtype != np.float64:  # one cast for the update and the normalisation
+                obs_host = obs_host.astype(np.float64)
             if self.training:
                 self.obs_rms.update(obs_host)
-            obs = torch.from_numpy(self._normalize_obs(obs_host)).to(obs.device)
+            obs = _on(self._normalize_obs(obs_host), obs.device)
         elif not obs.is_floating_point():
             obs = obs.float()
         if self.normalize_reward_enabled:
@@ -198,9 +214,11 @@ class ObsRewardNormalizer:
             if self.training:
                 self.returns = self.returns * self.gamma + reward_host
                 self.ret_rms.update(self.returns)
-            rewards = torch.from_numpy(self._normalize_reward(reward_host)).to(rewards.device)
+            rewards = _on(self._normalize_reward(reward_host), rewards.device)
         # The return restarts with the next episode (SB3: returns[dones] = 0).
         self.returns[_host(episode_end)] = 0.0
+        if truncated is not None:
+            self.returns[_host(truncated)] = 0.0
         return obs, rewards
 
     # -- checkpoints --------------------------------------------------------------------

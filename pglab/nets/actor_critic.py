@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -47,6 +47,10 @@ from pglab.nets.mlp import (
     numpy_forward,
     numpy_layers,
 )
+
+NumpySampler = Callable[[np.ndarray, "torch.Generator | None"], tuple[np.ndarray, np.ndarray]]
+"""``sample(head [B, A] float32, generator) -> (actions, log_probs [B])``: a policy head's
+draw in NumPy (:meth:`ActorCritic._numpy_sampler`)."""
 
 _FLOATS = (torch.float32, torch.float64)
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -74,7 +78,7 @@ class ActorCritic(nn.Module, abc.ABC):
     actor: nn.Sequential
     critic: nn.Sequential
     samples_in_numpy: bool = False
-    """whether :meth:`_sample_numpy` exists (the rollout's NumPy step samples with it)"""
+    """whether :meth:`_numpy_sampler` exists (the rollout's NumPy step samples with it)"""
 
     def __init__(
         self,
@@ -111,8 +115,9 @@ class ActorCritic(nn.Module, abc.ABC):
     def _sample(self, head: torch.Tensor, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(actions, log_probs [B])`` drawn from the policy head's output ``[B, A]``."""
 
-    def _sample_numpy(self, head: np.ndarray, generator: torch.Generator | None) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_sample` on a NumPy head ``[B, A]`` (float32), where :attr:`samples_in_numpy`."""
+    def _numpy_sampler(self) -> NumpySampler:
+        """:meth:`_sample` on a NumPy head ``[B, A]`` (float32) with the current parameters
+        (a snapshot, as the rollout step's weights), where :attr:`samples_in_numpy`."""
         raise NotImplementedError(f"{type(self).__name__} samples in torch only")
 
     def act(
@@ -164,16 +169,21 @@ class ActorCritic(nn.Module, abc.ABC):
         instead of ~4 (on an 8-copy CartPole step the network and the sampling are a few
         dozen tiny operations: ~0.1 -> ~0.03 ms). The random numbers still come from
         ``generator`` through torch, so a seeded run draws the same stream; results agree
-        with :meth:`act` to float rounding. The head's ``_sample_numpy(head [B, A] float32,
-        generator) -> (actions, log_probs [B])`` samples."""
+        with :meth:`act` to float rounding. The head's sampler (:meth:`_numpy_sampler`,
+        made once here) turns ``head [B, A]`` float32 and ``generator`` into ``(actions,
+        log_probs [B])``."""
+        sample = self._numpy_sampler()
 
         def step(obs: torch.Tensor, generator: torch.Generator | None = None):
-            inputs = obs.detach().reshape(obs.shape[0], -1).numpy()
+            # a rollout's observations: [B, obs_dim] without gradients (one call), else flattened first
+            flat = obs if obs.dim() == 2 and not obs.requires_grad else obs.detach().reshape(obs.shape[0], -1)
+            inputs = flat.numpy()
             if inputs.dtype != np.float32:
                 inputs = inputs.astype(np.float32)
             out = numpy_forward(layers, inputs)[-1]
-            actions, log_probs = self._sample_numpy(out[:, :head_size], generator)
-            return torch.from_numpy(actions), torch.from_numpy(log_probs), torch.from_numpy(out[:, head_size].copy())
+            actions, log_probs = sample(out[:, :head_size], generator)
+            # the values: a column view of the output (torch wraps the strided array)
+            return torch.from_numpy(actions), torch.from_numpy(log_probs), torch.from_numpy(out[:, head_size])
 
         return step
 
@@ -258,13 +268,18 @@ class CategoricalActorCritic(ActorCritic):
         actions = (log_pi.exp().cumsum(-1) < uniform).sum(-1, keepdim=True).clamp_max(self.num_actions - 1)
         return actions.squeeze(-1), log_pi.gather(-1, actions).squeeze(-1)
 
-    def _sample_numpy(self, head: np.ndarray, generator: torch.Generator | None) -> tuple[np.ndarray, np.ndarray]:
+    def _numpy_sampler(self) -> NumpySampler:
         """:meth:`_sample` on a NumPy head ``[B, A]`` (float32), the same inverse-CDF draw."""
-        log_pi = numpy_log_softmax(head)
-        uniform = torch.rand((head.shape[0], 1), generator=generator, dtype=torch.float32).numpy()
-        actions = np.add.reduce(np.cumsum(np.exp(log_pi), axis=-1) < uniform, axis=-1, dtype=np.int64)
-        np.minimum(actions, self.num_actions - 1, out=actions)
-        return actions, log_pi[np.arange(head.shape[0]), actions]
+        last_action = self.num_actions - 1
+
+        def sample(head: np.ndarray, generator: torch.Generator | None) -> tuple[np.ndarray, np.ndarray]:
+            log_pi = numpy_log_softmax(head)
+            uniform = torch.rand((head.shape[0], 1), generator=generator, dtype=torch.float32).numpy()
+            actions = np.add.reduce(np.cumsum(np.exp(log_pi), axis=-1) < uniform, axis=-1, dtype=np.int64)
+            np.minimum(actions, last_action, out=actions)
+            return actions, log_pi[np.arange(head.shape[0]), actions]
+
+        return sample
 
     def evaluate_actions(
         self, obs: torch.Tensor, actions: torch.Tensor
@@ -321,14 +336,27 @@ class GaussianActorCritic(ActorCritic):
         actions = head + self.log_std.exp() * noise
         return actions, self._log_prob(actions, head)
 
-    def _sample_numpy(self, head: np.ndarray, generator: torch.Generator | None) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_sample` on a NumPy head ``[B, A]`` (float32)."""
-        noise = torch.randn(head.shape, generator=generator, dtype=torch.float32).numpy()
-        log_std = self.log_std.detach().numpy()
-        actions = head + np.exp(log_std) * noise
-        # log N(a; mu, sigma) with (a - mu) / sigma = noise up to rounding, as _log_prob computes it
-        scaled = (actions - head) * np.exp(-log_std)
-        return actions, numpy_gaussian_log_prob(scaled, log_std)
+    def _numpy_sampler(self) -> NumpySampler:
+        """:meth:`_sample` on a NumPy head ``[B, A]`` (float32). ``sigma``, ``1 / sigma`` (as
+        ``exp(-log sigma)``) and ``log sigma`` are taken once; the noise is drawn into one
+        reused tensor with ``normal_``, which is what ``torch.randn`` does (the same draws)."""
+        log_std = self.log_std.detach().numpy().copy()
+        std, inverse_std = np.exp(log_std), np.exp(-log_std)
+        noise = torch.empty(0)
+        noise_array = noise.numpy()
+
+        def sample(head: np.ndarray, generator: torch.Generator | None) -> tuple[np.ndarray, np.ndarray]:
+            nonlocal noise, noise_array
+            if noise_array.shape != head.shape:
+                noise = torch.empty(head.shape)
+                noise_array = noise.numpy()
+            noise.normal_(generator=generator)
+            actions = head + std * noise_array
+            # log N(a; mu, sigma) with (a - mu) / sigma = noise up to rounding, as _log_prob computes it
+            scaled = (actions - head) * inverse_std
+            return actions, numpy_gaussian_log_prob(scaled, log_std)
+
+        return sample
 
     def evaluate_actions(
         self, obs: torch.Tensor, actions: torch.Tensor
