@@ -53,6 +53,7 @@ only), then the regime's.
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -137,11 +138,21 @@ class MarkovRegimes:
         of ``states`` redrawn from row ``P[regime]`` by inversion with ``uniforms [B]`` (the
         first ``j`` whose cumulative probability exceeds the uniform)."""
         current = states[:, self.coordinate].long()
-        cumulative = self.transition_matrix(dt, dtype=states.dtype).to(states.device).cumsum(1)  # [K, K]
+        cumulative = _cumulative_transitions(self, dt, states.dtype, states.device)  # [K, K]
         drawn = (uniforms.unsqueeze(1) >= cumulative.index_select(0, current)).sum(1).clamp(max=self.count - 1)
         regime = drawn.to(states.dtype).unsqueeze(1)
         column = torch.arange(states.shape[1], device=states.device) == self.coordinate
         return torch.where(column, regime, states)
+
+
+@functools.lru_cache(maxsize=64)
+def _cumulative_transitions(
+    regimes: MarkovRegimes, dt: float, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """``cumsum(P, 1)`` of :meth:`MarkovRegimes.transition_matrix`, computed once per chain,
+    step, dtype and device (a matrix exponential at every step of every rollout cost more
+    than the switch itself); callers only read it."""
+    return regimes.transition_matrix(dt, dtype=dtype).to(device).cumsum(1)
 
 
 @dataclass(frozen=True)
