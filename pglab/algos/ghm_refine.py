@@ -319,9 +319,12 @@ def _slope_table(simulation: SearchSimulation) -> tuple[torch.Tensor, float, flo
     return torch.stack(rows), low, (top - low) / (SLOPE_TABLE_POINTS - 1)
 
 
-def _slope_at(table: torch.Tensor, low: float, step: float, cash: torch.Tensor, regime: torch.Tensor) -> torch.Tensor:
-    """``V_psi'`` at each path's cash ``[B]`` in its regime ``[B]`` (int64) from :func:`_slope_table`."""
-    if table.shape[0] == 1:
+def _slope_at(
+    table: torch.Tensor, low: float, step: float, cash: torch.Tensor, regime: torch.Tensor | None
+) -> torch.Tensor:
+    """``V_psi'`` at each path's cash ``[B]`` in its regime ``[B]`` (int64; ``None``: one regime)
+    from :func:`_slope_table`."""
+    if regime is None:
         return interpolate_uniform(table[0], low, step, cash)
     by_regime = torch.stack([interpolate_uniform(row, low, step, cash) for row in table], dim=1)  # [B, R]
     return by_regime.gather(1, regime.unsqueeze(1))[:, 0]
@@ -342,6 +345,7 @@ def simulated_values(simulation: SearchSimulation, candidates: Sequence[Rule]) -
     regimes = bounds.shape[1]
     bounds = bounds.view(count * regimes, 2)
     first_row = torch.arange(count, device=device).repeat_interleave(paths) * regimes  # [K N]
+    one_rule = bounds.index_select(0, first_row) if regimes == 1 else None  # [K N, 2]: no regime to follow
     high = torch.tensor(model.control.high, device=device)
     slope, low, step = _slope_table(simulation)
     gamma, root_dt = math.exp(-model.discount_rate * dt), math.sqrt(dt)
@@ -351,8 +355,11 @@ def simulated_values(simulation: SearchSimulation, candidates: Sequence[Rule]) -
     with torch.no_grad():
         for _ in range(simulation.num_steps):
             noise = torch.randn(paths, model.noise_dim, generator=generator, device=device).repeat(count, 1)
-            regime = rule_regimes(candidates[0], states)
-            rule = bounds.index_select(0, first_row + regime)  # [K N, 2]
+            regime: torch.Tensor | None = None
+            rule = one_rule
+            if rule is None:
+                regime = rule_regimes(candidates[0], states)
+                rule = bounds.index_select(0, first_row + regime)  # [K N, 2]
             controls = _acting(states[:, 0], rule[:, 0], rule[:, 1]).to(states.dtype) * high
             next_states, reward = euler_maruyama_step(model, states, controls, noise, dt)
             increment = model.shock(states, controls, root_dt * noise)[:, 0]  # the cash's diffusion increment
