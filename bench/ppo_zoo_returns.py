@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import importlib.util
 import json
 import math
 import os
@@ -49,6 +48,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from pglab.bench import results_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ENVS = ("Swimmer-v4", "InvertedDoublePendulum-v4")
@@ -152,15 +153,6 @@ def one_run(library: str, env_id: str, seed: int, steps: int, episodes: int, com
 def _sem(values: list[float]) -> float:
     """The standard error of the mean (sample std / sqrt(n)); NaN for one value."""
     return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
-
-
-def results_tables() -> Any:
-    """``tools/results_tables.py`` (the record format, the machine, the commit)."""
-    spec = importlib.util.spec_from_file_location("results_tables", ROOT / "tools" / "results_tables.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def summarize(runs: list[dict[str, Any]], envs: list[str], seeds: list[int]) -> dict[str, Any]:

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import os
 import runpy
@@ -64,6 +63,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from pglab.bench import results_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RECORD = ROOT / "results" / "stream-ac-vs-reference.json"
@@ -300,15 +301,6 @@ def compare(env: str, seeds: list[int], steps: int, reference: Path, last: int, 
 
 
 # -- the record and the figure ---------------------------------------------------------------------------
-
-
-def results_tables() -> Any:
-    """``tools/results_tables.py`` (machine and commit of a record)."""
-    spec = importlib.util.spec_from_file_location("results_tables", ROOT / "tools" / "results_tables.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def plural(count: int, noun: str) -> str:

@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import math
 import os
@@ -74,6 +73,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pglab.bench import results_tables
 from pglab.configs.ppo import vf_coef_from_value_coef
 from pglab.envs.atari import is_atari_spec
 from pglab.envs.gym_adapter import _VECTOR_IMPLEMENTATIONS
@@ -512,15 +512,6 @@ def reproduce_command(args: argparse.Namespace) -> str:
         flags += ["--steps", str(args.steps)]
     flags += ["--libraries", *args.libraries, "--json"]
     return "python bench/ppo_vs_sb3.py " + shlex.join(flags)
-
-
-def results_tables() -> Any:
-    """``tools/results_tables.py`` (the record format, the machine, the commit)."""
-    spec = importlib.util.spec_from_file_location("results_tables", ROOT / "tools" / "results_tables.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def write_record(path: Path, figures: dict[str, Any], command: str, wall_s: float, machine: dict[str, Any]) -> None:
