@@ -50,6 +50,7 @@ LONGEST_FIRST = (
     "test_a2c_distributed.py",  # 25
     "test_ghm_shell.py",  # 25
     "test_ppo_train.py",  # 22
+    "test_ghm_refine.py",  # 22
     "test_ghm_solvers.py",  # 22
     "test_run_shell.py",  # 22
     "test_a2c_shell.py",  # 20
