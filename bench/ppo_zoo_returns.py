@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pglab.bench import results_tables
+from pglab.bench import nan_as_none, results_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ENVS = ("Swimmer-v4", "InvertedDoublePendulum-v4")
@@ -186,16 +186,7 @@ def summarize(runs: list[dict[str, Any]], envs: list[str], seeds: list[int]) -> 
             "difference_sem": difference_sem,
             "pglab_holds": None if math.isnan(difference_sem) else bool(pglab["mean"] >= sb3["mean"] - difference_sem),
         }
-    return _nan_as_none(out)
-
-
-def _nan_as_none(value: Any) -> Any:
-    """``value`` with every NaN float replaced by ``None`` (JSON has no NaN)."""
-    if isinstance(value, dict):
-        return {key: _nan_as_none(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_nan_as_none(item) for item in value]
-    return None if isinstance(value, float) and math.isnan(value) else value
+    return nan_as_none(out)
 
 
 def read_runs(path: Path | None) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,3 +19,12 @@ def results_tables() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def nan_as_none(value: Any) -> Any:
+    """``value`` with every NaN float replaced by ``None`` (JSON has no NaN), through dicts and lists."""
+    if isinstance(value, dict):
+        return {key: nan_as_none(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [nan_as_none(item) for item in value]
+    return None if isinstance(value, float) and math.isnan(value) else value

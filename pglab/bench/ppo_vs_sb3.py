@@ -73,7 +73,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pglab.bench import results_tables
+from pglab.bench import nan_as_none, results_tables
 from pglab.configs.ppo import vf_coef_from_value_coef
 from pglab.envs.atari import is_atari_spec
 from pglab.envs.gym_adapter import _VECTOR_IMPLEMENTATIONS
@@ -554,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     print(file=text)
     print(format_table(results), file=text)
     print(f"\nload average (1 min) before/after: {load['before']:.1f} / {load['after']:.1f}", file=text)
-    figures = _nan_as_none(summary(args, results, load))
+    figures = nan_as_none(summary(args, results, load))
     if args.json:
         print(json.dumps(figures))
     if args.record is not None:
@@ -577,15 +577,6 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     return 0
-
-
-def _nan_as_none(value: Any) -> Any:
-    """``value`` with every NaN float replaced by ``None`` (JSON has no NaN)."""
-    if isinstance(value, dict):
-        return {key: _nan_as_none(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_nan_as_none(item) for item in value]
-    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def _load_average() -> float:
