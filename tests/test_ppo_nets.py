@@ -189,10 +189,11 @@ def test_mlp_forward_is_bit_identical_to_calling_the_module(activation):
         assert torch.equal(grad_fast, grad_module)
 
 
-def test_rollout_actor_samples_like_act_and_snapshots_the_weights():
+@pytest.mark.parametrize("hidden", [(16, 8), (80, 8)])  # side by side; one network after the other (> 128 wide)
+def test_rollout_actor_samples_like_act_and_snapshots_the_weights(hidden):
     torch.manual_seed(0)
     obs = torch.randn(64, 5)
-    for net in (CategoricalActorCritic(5, 3, (16, 8)), GaussianActorCritic(5, 2, (16, 8), log_std_init=-0.5)):
+    for net in (CategoricalActorCritic(5, 3, hidden), GaussianActorCritic(5, 2, hidden, log_std_init=-0.5)):
         with torch.no_grad():
             for param in net.parameters():
                 param.add_(0.3 * torch.randn_like(param))  # away from the near-uniform init
