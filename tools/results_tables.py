@@ -184,10 +184,43 @@ def minatar_throughput_table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def ghm_cost_table(records: list[dict[str, Any]]) -> str:
+    """docs/ghm-models.md: the record ``ghm-multi-timing``'s CPU seconds per mc iteration,
+    one row per model, against one division (GHM)."""
+    record = next((record for record in records if record["name"] == "ghm-multi-timing"), None)
+    if record is None:
+        raise RecordError("ghm-multi-timing.json: docs/ghm-models.md's cost table needs this record")
+    rows = record["figures"]["rows"]
+    single = next(row for row in rows if row["model"] == "divisions" and row["divisions"] == 1)
+    by_count = {row["divisions"]: row for row in rows if row["model"] == "divisions"}
+    lines = [
+        f"`{record['command']}` on {machine_summary(record)}: mc defaults, {single['paths']} paths x"
+        f" {single['steps']} steps, one thread, the median of the timed iterations, all rows in one process"
+        f" (load average {max(record['figures']['load_average']):.1f} at most during the runs).",
+        "",
+        "| model | states | controls | rollout, CPU s | iteration, CPU s | iteration / N = 1 |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        name = row["model"] if row["model"] != "divisions" else f"divisions N = {row['divisions']}"
+        name = {"divisions N = 1": "divisions N = 1 (GHM)", "ou": "OU"}.get(name, name)
+        ratio = row["iteration_cpu_s"] / single["iteration_cpu_s"]
+        lines.append(
+            f"| {name} | {row['states']} | {row['controls']} | {row['rollout_cpu_s']:.3f} |"
+            f" {row['iteration_cpu_s']:.3f} | {ratio:.2f} |"
+        )
+    if 2 in by_count and len(by_count) > 2:
+        widest = max(by_count)
+        growth = by_count[widest]["iteration_cpu_s"] / by_count[2]["iteration_cpu_s"]
+        lines += ["", f"From 2 to {widest} divisions an iteration costs x {growth:.1f}."]
+    return "\n".join(lines)
+
+
 GENERATED = {
     "README.md": readme_table,
     "docs/benchmarks.md": benchmarks_section,
     "docs/a2c.md": minatar_throughput_table,
+    "docs/ghm-models.md": ghm_cost_table,
 }
 
 
