@@ -46,6 +46,27 @@ def test_running_stats_start_from_sb3s_prior():
     assert stats.var.item() == pytest.approx((eps + n * var_b + eps * n * mean_b**2 / (n + eps)) / (n + eps), rel=1e-14)
 
 
+def test_scalar_statistics_in_floats_equal_numpys_bit_for_bit():
+    """The returns' statistics (shape ()) are merged in Python floats for batches of up to
+    7: the same bits as NumPy's reductions on 0-d arrays, batch after batch, at every batch
+    size (8 and more go through NumPy itself)."""
+    rng = np.random.default_rng(3)
+    for size in range(1, 10):
+        stats = RunningMeanStd(())
+        mean, var, count = np.zeros(()), np.ones(()), 1e-4  # the NumPy transcription, 0-d arrays
+        for _ in range(60):
+            batch = rng.standard_normal(size) * 10.0 ** rng.uniform(-3, 3, size)
+            stats.update(batch)
+            batch_mean = np.add.reduce(batch, axis=0, keepdims=True) / size
+            centred = batch - batch_mean
+            delta, total = batch_mean[0] - mean, count + size
+            mean = mean + delta * size / total
+            m2 = var * count + np.add.reduce(centred * centred, axis=0) / size * size
+            var = (m2 + np.square(delta) * (count * size / total)) / total
+            count = total
+            assert (float(stats.mean), float(stats.var), stats.count) == (float(mean), float(var), count), size
+
+
 class NumpyVecNormalize:
     """SB3's VecNormalize.step_wait / reset, transcribed with NumPy (the reference). One
     deliberate difference, shared with pglab: a batch's moments are taken in float64 (SB3
