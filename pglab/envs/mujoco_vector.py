@@ -198,18 +198,20 @@ class ForwardRewardVectorEnv(MujocoVectorEnv):
 
     excluded_positions: ClassVar[int]
     normal_velocity_noise: ClassVar[bool]
+    default_ctrl_cost_weight: ClassVar[float]
+    """the task's ``ctrl_cost_weight`` in gymnasium (the other options' defaults are shared)"""
 
     def __init__(
         self,
-        num_envs: int,
-        max_episode_steps: int,
-        forward_reward_weight: float,
-        ctrl_cost_weight: float,
-        reset_noise_scale: float,
-        exclude_current_positions_from_observation: bool,
+        num_envs: int = 1,
+        max_episode_steps: int = 1000,
+        forward_reward_weight: float = 1.0,
+        ctrl_cost_weight: float | None = None,
+        reset_noise_scale: float = 0.1,
+        exclude_current_positions_from_observation: bool = True,
     ):
         self.forward_reward_weight = forward_reward_weight
-        self.ctrl_cost_weight = ctrl_cost_weight
+        self.ctrl_cost_weight = self.default_ctrl_cost_weight if ctrl_cost_weight is None else ctrl_cost_weight
         self.reset_noise_scale = reset_noise_scale
         self.first_position = self.excluded_positions if exclude_current_positions_from_observation else 0
         super().__init__(num_envs, max_episode_steps)
@@ -244,24 +246,7 @@ class SwimmerVectorEnv(ForwardRewardVectorEnv):
     frame_skip = 4
     excluded_positions = 2
     normal_velocity_noise = False
-
-    def __init__(
-        self,
-        num_envs: int = 1,
-        max_episode_steps: int = 1000,
-        forward_reward_weight: float = 1.0,
-        ctrl_cost_weight: float = 1e-4,
-        reset_noise_scale: float = 0.1,
-        exclude_current_positions_from_observation: bool = True,
-    ):
-        super().__init__(
-            num_envs,
-            max_episode_steps,
-            forward_reward_weight,
-            ctrl_cost_weight,
-            reset_noise_scale,
-            exclude_current_positions_from_observation,
-        )
+    default_ctrl_cost_weight = 1e-4
 
 
 class HalfCheetahVectorEnv(ForwardRewardVectorEnv):
@@ -272,24 +257,7 @@ class HalfCheetahVectorEnv(ForwardRewardVectorEnv):
     frame_skip = 5
     excluded_positions = 1
     normal_velocity_noise = True
-
-    def __init__(
-        self,
-        num_envs: int = 1,
-        max_episode_steps: int = 1000,
-        forward_reward_weight: float = 1.0,
-        ctrl_cost_weight: float = 0.1,
-        reset_noise_scale: float = 0.1,
-        exclude_current_positions_from_observation: bool = True,
-    ):
-        super().__init__(
-            num_envs,
-            max_episode_steps,
-            forward_reward_weight,
-            ctrl_cost_weight,
-            reset_noise_scale,
-            exclude_current_positions_from_observation,
-        )
+    default_ctrl_cost_weight = 0.1
 
 
 class InvertedPendulumVectorEnv(MujocoVectorEnv):
