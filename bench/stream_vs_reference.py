@@ -12,7 +12,8 @@ For every seed it runs the reference script (``stream_ac_discrete_minatar.py`` f
 ``minatar:GAME`` on ``MinAtar/Game-v1``; ``stream_ac_discrete.py`` or
 ``stream_ac_continuous.py`` for ``gym:ID``, by the action space) with its defaults and
 ``--seed``/``--total_steps``, then ``pglab train a2c --algo stream-ac --env ENV`` with
-``--seed``, ``--total-env-steps`` and ``--threads 1`` only, one after the other (so both
+``--seed``, ``--total-env-steps`` and ``--threads 1`` only (and the reference script's own
+time limit, ``--max-episode-steps 10000`` for ``stream_ac_discrete.py``), one after the other (so both
 see the same machine load), each in a process of its own with one torch thread
 (``OMP_NUM_THREADS=1``, ``torch.set_num_threads(1)``).
 
@@ -173,14 +174,21 @@ def reference_script(env: str) -> tuple[str, str]:
     raise SystemExit(f"stream_vs_reference: --env: expected minatar:GAME or gym:ID (got {env!r})")
 
 
+REFERENCE_TIME_LIMITS = {"stream_ac_discrete.py": 10_000}
+"""the episodes' step limit a reference script sets itself (``gym.make(env_name,
+max_episode_steps=10_000)``); pglab's side is given the same (``--max-episode-steps``)"""
+
+
 def child_argv(side: str, env: str, seed: int, steps: int, reference: Path, log_dir: Path) -> list[str]:
     """The argument list of one side's child (after ``--child SIDE OUT``)."""
+    script, env_id = reference_script(env)
     if side == "reference":
-        script, env_id = reference_script(env)
         return [str(reference / script), "--env_name", env_id, "--seed", str(seed), "--total_steps", str(steps)]
+    limit = REFERENCE_TIME_LIMITS.get(script)
     return [
         *("train", "a2c", "--algo", "stream-ac", "--env", env),
         *("--seed", str(seed), "--total-env-steps", str(steps), "--threads", "1", "--log-dir", str(log_dir)),
+        *(("--max-episode-steps", str(limit)) if limit is not None else ()),
     ]
 
 

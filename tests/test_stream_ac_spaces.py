@@ -16,6 +16,7 @@ from pglab.algos.obgd import ADAPTIVE_BETA2, ADAPTIVE_EPS, AdaptiveObGD
 from pglab.algos.stream_ac import StreamACLearner, train_stream_ac
 from pglab.cli import main as cli_main
 from pglab.configs.a2c import A2CTrainConfig
+from pglab.errors import ConfigError
 from pglab.nets.stream import GaussianHead
 from pglab.run.checkpoint import load_checkpoint_file
 from pglab.run.seeding import seed_everything
@@ -220,3 +221,23 @@ def test_cartpole_has_no_success_rate(tmp_path):
     assert cli_main(["evaluate", str(run), "--episodes", "2", "--num-envs", "2", "--output", str(out)]) == 0
     evaluation = json.loads(out.read_text())
     assert evaluation["episodes"] == 2 and "success_rate" not in evaluation and "success_stderr" not in evaluation
+
+
+def test_max_episode_steps_sets_the_time_limit_and_the_time_feature():
+    """--max-episode-steps is the Gymnasium episodes' limit (the reference's classic-control
+    script runs CartPole with 10,000): with 5, balancing actions are cut at step 5, and the
+    time feature (the last input) is -0.5 at the reset and the first step, then climbs by
+    1/5 a step, as the reference's AddTimeInfo does."""
+    from pglab.algos.a2c_common import build_env
+
+    config = A2CTrainConfig(algo="stream-ac", env="gym:CartPole-v1", max_episode_steps=5)
+    env = build_env(config, torch.device("cpu"), seed=0)
+    obs = env.reset(seed=0)
+    times = [float(obs[0, -1])]
+    for step in range(5):
+        obs, _, terminated, truncated, _ = env.step(torch.tensor([step % 2], dtype=torch.int64))
+        times.append(float(obs[0, -1]))
+    assert not bool(terminated[0]) and bool(truncated[0])
+    assert times[:5] == pytest.approx([-0.5, -0.5, -0.3, -0.1, 0.1]) and times[5] == pytest.approx(-0.5)  # reset
+    with pytest.raises(ConfigError, match="max_episode_steps"):
+        dataclasses.replace(config, env="minatar:breakout")

@@ -119,6 +119,8 @@ class A2CTrainConfig:
     """environments stepped together (per rank); default 256 for a2c, 1 for stream-ac (its only value)"""
     total_env_steps: int = 500_000
     """training budget in transitions, summed over environments (and ranks)"""
+    max_episode_steps: int | None = None
+    """gym:ID only: the episodes' step limit (default: the registered one, e.g. 500 for CartPole-v1)"""
     update_every: int = 2
     """a2c: env-steps of gradient accumulation per optimiser step (loss scaled by 1/update_every)"""
     optimizer: Literal["adam", "obgd", "adaptive-obgd"] | None = None
@@ -186,6 +188,10 @@ class A2CTrainConfig:
         assert self.num_envs is not None and self.lr is not None and self.gamma is not None  # set above
         check_int("num_envs", self.num_envs, minimum=1)
         check_int("total_env_steps", self.total_env_steps, minimum=1)
+        if self.max_episode_steps is not None:
+            check_int("max_episode_steps", self.max_episode_steps, minimum=1)
+            if not self.env.startswith("gym:"):
+                raise ConfigError("max_episode_steps", self.max_episode_steps, "applies to gym:ID environments only")
         check_int("update_every", self.update_every, minimum=1)
         check_choice("optimizer", self.optimizer, OPTIMIZERS[self.algo])
         check_positive("lr", self.lr)
@@ -236,9 +242,12 @@ class A2CTrainConfig:
         )
 
     def env_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of the environment factory (pixel-goal: its config fields)."""
+        """Keyword arguments of the environment factory (pixel-goal: its config fields; a
+        Gymnasium id: its time limit when given)."""
         if self.env == PIXEL_GOAL_ENV:
             return {name: getattr(self.pixel_goal, name) for name in PIXEL_GOAL_FIELDS}
+        if self.max_episode_steps is not None:
+            return {"max_episode_steps": self.max_episode_steps}
         return {}
 
     @property
