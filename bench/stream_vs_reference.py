@@ -43,6 +43,8 @@ which ``--figure`` draws ``docs/figures/stream_ac_vs_reference.png``.
 ``--work DIR`` keeps every run's episodes there (``ENV/SIDE-SEED/SIDE.json``) and reuses a
 stored run at least as long instead of running it again (cut at ``--steps``), so a
 comparison can be continued, extended by seeds, or summarised at a shorter budget.
+``--side reference|pglab`` runs one side only into ``--work``, so two processes can run the
+two sides at once; the run without ``--side`` then reuses both.
 
 The reference: ``--reference DIR`` (a checkout of ``mohmdelsayed/streaming-drl``), or, by
 default, ``git archive`` of the Python files of ``--reference-git`` (a clone or mirror) into a temporary folder.
@@ -410,10 +412,28 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--figure-path", type=Path, default=DEFAULT_FIGURE)
     parser.add_argument("--figure", action="store_true", help="only draw the figure from --record")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--side",
+        choices=SIDES,
+        default=None,
+        help="run this side only, into --work (two processes can run the two sides at once; a later run "
+        "without --side reuses both)",
+    )
     args = parser.parse_args(argv)
     if args.steps < 1 or args.last < 1:
         parser.error("--steps and --last must be positive")
+    if args.side is not None and (args.work is None or args.record is not None):
+        parser.error("--side needs --work (where the run is kept) and takes no --record")
     return args
+
+
+def run_side(args: argparse.Namespace) -> None:
+    """``--side``: that side's runs alone, stored in ``--work``."""
+    with tempfile.TemporaryDirectory(prefix="streaming-drl-") as folder:
+        reference = reference_checkout(args, Path(folder))
+        for seed in args.seeds:
+            run = one_run(args.side, args.env, seed, args.steps, reference, args.work)
+            print(f"{args.env} seed {seed} {args.side}: {json.dumps(speed(run))}", file=sys.stderr, flush=True)
 
 
 def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
@@ -448,6 +468,9 @@ def main(argv: list[str]) -> int:
     args = parse(argv)
     if args.figure:
         draw_figure(args.record or DEFAULT_RECORD, args.figure_path)
+        return 0
+    if args.side is not None:
+        run_side(args)
         return 0
     figures = run_comparison(args)
     if args.json:
