@@ -116,3 +116,24 @@ def test_the_minatar_throughput_table_shows_every_game_and_size_of_its_record(re
     assert "docs/a2c.md" in stale
     with pytest.raises(tables.RecordError, match="minatar-throughput.json"):
         tables.minatar_throughput_table([record for record in changed if record is not throughput])
+
+
+def test_the_stream_comparison_table_has_a_row_per_task_and_point(records):
+    changed = copy.deepcopy(records)
+    comparison = next(record for record in changed if record["name"] == "stream-ac-vs-reference")
+    tasks = comparison["figures"]["tasks"]
+    rows = [line for line in tables.stream_comparison_table(changed).splitlines() if line.startswith("| `")]
+    assert len(rows) == sum(len(task["points"]) for task in tasks.values())
+    task = next(iter(tasks.values()))
+    task["points"][0]["pglab"]["mean"] = 123.456
+    assert "| 123.46 |" in tables.stream_comparison_table(changed)
+    stale = {name for name, (text, new) in tables.regenerated(changed).items() if text != new}
+    assert stale == {"docs/a2c.md"}
+
+
+def test_a_file_with_two_tables_fills_its_sections_in_order():
+    text = f"a\n{tables.BEGIN}\nold\n{tables.END}\nb\n{tables.BEGIN}\n{tables.END}\nc\n"
+    filled = tables.with_section(text, ["one", "two"], "x.md")
+    assert filled == f"a\n{tables.BEGIN}\none\n{tables.END}\nb\n{tables.BEGIN}\ntwo\n{tables.END}\nc\n"
+    with pytest.raises(tables.RecordError, match="x.md: no generated section .* for table 3"):
+        tables.with_section(text, ["one", "two", "three"], "x.md")

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -216,28 +217,71 @@ def ghm_cost_table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-GENERATED = {
-    "README.md": readme_table,
-    "docs/benchmarks.md": benchmarks_section,
-    "docs/a2c.md": minatar_throughput_table,
-    "docs/ghm-models.md": ghm_cost_table,
+def stream_comparison_table(records: list[dict[str, Any]]) -> str:
+    """docs/a2c.md: the record ``stream-ac-vs-reference``'s tasks, one row per task and
+    summary point (each seed's mean return of its last episodes by that step)."""
+    record = next((record for record in records if record["name"] == "stream-ac-vs-reference"), None)
+    if record is None:
+        raise RecordError("stream-ac-vs-reference.json: docs/a2c.md's comparison table needs this record")
+    lines = [
+        "| task | seeds | env steps | reference, per seed | reference mean [min, max] | pglab, per seed | pglab mean"
+        " | within the reference's spread |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for task in record["figures"]["tasks"].values():
+        seeds = ", ".join(map(str, task["seeds"]))
+        for point in task["points"]:
+            ref, ours = point["reference"], point["pglab"]
+            within = ("yes" if point["within"] else "no") if len(task["seeds"]) > 1 else "- (one seed)"
+            lines.append(
+                f"| `{task['env']}` | {seeds} | {point['env_step']:,} ({point['fraction']:.0%}) |"
+                f" {', '.join(f'{v:.2f}' for v in ref['per_seed'])} | {ref['mean']:.2f} [{ref['min']:.2f},"
+                f" {ref['max']:.2f}] | {', '.join(f'{v:.2f}' for v in ours['per_seed'])} | {ours['mean']:.2f} |"
+                f" {within} |"
+            )
+
+    def rates(runs: list[dict[str, Any]]) -> str:
+        return ", ".join(f"{run['steps_per_cpu_s']:.0f}" for run in runs)
+
+    speeds = [
+        f"`{task['env']}` reference {rates(task['speed']['reference'])}, pglab {rates(task['speed']['pglab'])}"
+        for task in record["figures"]["tasks"].values()
+    ]
+    lines += ["", "Env steps per CPU second of each run's process (one thread, per seed): " + "; ".join(speeds) + "."]
+    return "\n".join(lines)
+
+
+GENERATED: dict[str, tuple[Callable[[list[dict[str, Any]]], str], ...]] = {
+    # one renderer per generated section of the file, in the file's order
+    "README.md": (readme_table,),
+    "docs/benchmarks.md": (benchmarks_section,),
+    "docs/a2c.md": (stream_comparison_table, minatar_throughput_table),
+    "docs/ghm-models.md": (ghm_cost_table,),
 }
 
 
-def with_section(text: str, generated: str, name: str) -> str:
-    """``text`` with what lies between BEGIN and END replaced by ``generated``."""
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise RecordError(f"{name}: no generated section (the lines {BEGIN!r} and {END!r})")
-    return f"{text[: start + len(BEGIN)]}\n{generated}\n{text[end:]}"
+def with_section(text: str, generated: str | Sequence[str], name: str) -> str:
+    """``text`` with what lies between the k-th BEGIN and END replaced by the k-th of
+    ``generated`` (one string: the first section)."""
+    parts = [generated] if isinstance(generated, str) else list(generated)
+    out, rest = [], text
+    for part in parts:
+        start, end = rest.find(BEGIN), rest.find(END)
+        if start < 0 or end < start:
+            raise RecordError(
+                f"{name}: no generated section (the lines {BEGIN!r} and {END!r}) for table {len(out) + 1}"
+            )
+        out.append(f"{rest[: start + len(BEGIN)]}\n{part}\n{END}")
+        rest = rest[end + len(END) :]
+    return "".join(out) + rest
 
 
 def regenerated(records: list[dict[str, Any]], root: Path = ROOT) -> dict[str, tuple[str, str]]:
     """``{file: (current text, text with the tables generated from records)}``."""
     out = {}
-    for name, render in GENERATED.items():
+    for name, renders in GENERATED.items():
         text = (root / name).read_text(encoding="utf-8")
-        out[name] = (text, with_section(text, render(records), name))
+        out[name] = (text, with_section(text, [render(records) for render in renders], name))
     return out
 
 
