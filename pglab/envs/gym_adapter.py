@@ -86,6 +86,13 @@ def _to_tensor(array: Any, dtype: torch.dtype, device: torch.device) -> torch.Te
     return tensor.to(device=device, dtype=dtype)
 
 
+def _as_array(values: Any, dtype: type) -> np.ndarray:
+    """``values`` as a NumPy array of ``dtype`` (no copy when it already is one)."""
+    if type(values) is np.ndarray and values.dtype == dtype:
+        return values
+    return np.asarray(values).astype(dtype)
+
+
 # -- checkpoints ---------------------------------------------------------------------------
 # Attributes that are configuration, rendering or links between layers, not simulation state.
 _NOT_STATE = frozenset(
@@ -223,12 +230,18 @@ class GymVectorAdapter:
 
     def _obs(self, array: np.ndarray, steps: np.ndarray) -> torch.Tensor:
         """A batch of observations as a tensor; ``steps``: each row's steps into its episode."""
+        return _to_tensor(self._obs_array(array, steps), self.observation_dtype, self.device)
+
+    def _obs_array(self, array: Any, steps: np.ndarray) -> np.ndarray:
+        """:meth:`_obs` as a NumPy array (the tensor's values, dtype and layout)."""
         if self.time_feature:
             assert self.time_limit is not None  # time_feature needs it
             time = -0.5 + np.maximum(steps - 1, 0) / self.time_limit
             array = np.concatenate([np.asarray(array, dtype=np.float32), time[:, None].astype(np.float32)], axis=1)
-        tensor = _to_tensor(array, self.observation_dtype, self.device)
-        return tensor.permute(0, 3, 1, 2).contiguous() if self.channel_first else tensor
+        target = _NUMPY_DTYPES.get(self.observation_dtype)
+        if target is not None and (type(array) is not np.ndarray or array.dtype != target):
+            array = np.asarray(array).astype(target)
+        return np.ascontiguousarray(array.transpose(0, 3, 1, 2)) if self.channel_first else array
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         obs, _ = self.env.reset(seed=seed)
@@ -238,33 +251,44 @@ class GymVectorAdapter:
     def step(self, actions: torch.Tensor) -> StepResult:
         check_tensor("actions", actions, *self._action_contract, where="GymVectorAdapter.step")
         on_host = actions.device.type == "cpu" and not actions.requires_grad
-        obs, reward, terminated, truncated, info = self.env.step(
+        obs, reward, terminated, truncated, final_obs = self.step_arrays(
             actions.numpy() if on_host else actions.detach().cpu().numpy()
         )
-        finished = np.logical_or(terminated, truncated)
-        steps = self.episode_steps + 1
-        self.episode_steps = np.where(finished, 0, steps)
-        obs_t = self._obs(obs, self.episode_steps)
-        final_obs = obs_t
-        # same-step envs add final_obs only when a copy finished (count_nonzero: ndarray.any's wrapper costs more)
-        if "final_obs" in info and np.count_nonzero(finished):
-            raw = info["final_obs"]
-            if isinstance(raw, np.ndarray) and raw.dtype != object:
-                final_obs = self._obs(raw, steps)  # a dense array
-            else:
-                mask = info.get("_final_obs", finished)
-                final_obs = obs_t.clone()
-                index = np.flatnonzero(mask)
-                final_obs[torch.as_tensor(index, device=self.device)] = self._obs(
-                    np.stack([raw[i] for i in index]), steps[index]
-                )
-        out_info = {"final_obs": final_obs}
+        obs_t = _to_tensor(obs, self.observation_dtype, self.device)
+        final_t = obs_t if final_obs is obs else _to_tensor(final_obs, self.observation_dtype, self.device)
         return (
             obs_t,
             _to_tensor(reward, torch.float32, self.device),
             _to_tensor(terminated, torch.bool, self.device),
             _to_tensor(truncated, torch.bool, self.device),
-            out_info,
+            {"final_obs": final_t},
+        )
+
+    def step_arrays(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`step` on NumPy arrays, for a rollout loop that stays in NumPy (unchecked):
+        ``(obs, rewards float32, terminated, truncated, final_obs)``, the arrays of the
+        tensors :meth:`step` returns (``final_obs is obs`` when no copy finished)."""
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        finished = np.logical_or(terminated, truncated)
+        steps = self.episode_steps + 1
+        self.episode_steps = np.where(finished, 0, steps)
+        obs = self._obs_array(obs, self.episode_steps)
+        final_obs = obs
+        # same-step envs add final_obs only when a copy finished (count_nonzero: ndarray.any's wrapper costs more)
+        if "final_obs" in info and np.count_nonzero(finished):
+            raw = info["final_obs"]
+            if isinstance(raw, np.ndarray) and raw.dtype != object:
+                final_obs = self._obs_array(raw, steps)  # a dense array
+            else:
+                index = np.flatnonzero(info.get("_final_obs", finished))
+                final_obs = obs.copy()
+                final_obs[index] = self._obs_array(np.stack([raw[i] for i in index]), steps[index])
+        return (
+            obs,
+            _as_array(reward, np.float32),
+            _as_array(terminated, np.bool_),
+            _as_array(truncated, np.bool_),
+            final_obs,
         )
 
     def close(self) -> None:

@@ -224,27 +224,50 @@ class ObsRewardNormalizer:
         ended an episode together). Returns ``(normalised obs float32, normalised rewards)``."""
         check_tensor("rewards", rewards, (self.num_envs,), None, where="ObsRewardNormalizer.step")
         if self.normalize_obs_enabled:
-            obs_host = _host(obs)
-            if obs_host.dtype != np.float64:  # one cast for the update and the normalisation
-                obs_host = obs_host.astype(np.float64)
-            if self.training:
-                self.obs_rms.update(obs_host)
-            obs = _on(self._normalize_obs(obs_host), obs.device)
+            obs = _on(self._observe_step(_host(obs)), obs.device)
         elif not obs.is_floating_point():
             obs = obs.float()
         if self.normalize_reward_enabled:
-            reward_host = _host(rewards)
-            if self.training:
-                self.returns = self.returns * self.gamma + reward_host
-                self.ret_rms.update(self.returns)
-            rewards = _on(self._normalize_reward(reward_host), rewards.device)
-        # The return restarts with the next episode (SB3: returns[dones] = 0); count_nonzero
-        # first, as most steps end no episode (~0.5 us against ~1.5 for the masked write)
-        for ended in (episode_end,) if truncated is None else (episode_end, truncated):
-            flags = _host(ended)
+            rewards = _on(self._reward_step(_host(rewards)), rewards.device)
+        self._restart_returns(_host(episode_end), None if truncated is None else _host(truncated))
+        return obs, rewards
+
+    def step_arrays(
+        self, obs: np.ndarray, rewards: np.ndarray, episode_end: np.ndarray, truncated: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`step` on NumPy arrays, for a rollout loop that stays in NumPy: the same
+        steps on the same values (observations come back float32 when normalised, as given
+        otherwise)."""
+        if self.normalize_obs_enabled:
+            obs = self._observe_step(obs)
+        if self.normalize_reward_enabled:
+            rewards = self._reward_step(rewards)
+        self._restart_returns(episode_end, truncated)
+        return obs, rewards
+
+    def _observe_step(self, obs: np.ndarray) -> np.ndarray:
+        """Update the observation statistics (while training), then normalise ``obs``."""
+        if obs.dtype != np.float64:  # one cast for the update and the normalisation
+            obs = obs.astype(np.float64)
+        if self.training:
+            self.obs_rms.update(obs)
+        return self._normalize_obs(obs)
+
+    def _reward_step(self, rewards: np.ndarray) -> np.ndarray:
+        """Add ``rewards`` to the discounted returns and update their statistics (while
+        training), then scale ``rewards``."""
+        if self.training:
+            self.returns = self.returns * self.gamma + rewards
+            self.ret_rms.update(self.returns)
+        return self._normalize_reward(rewards)
+
+    def _restart_returns(self, episode_end: np.ndarray, truncated: np.ndarray | None) -> None:
+        """The return restarts with the next episode (SB3: ``returns[dones] = 0``);
+        count_nonzero first, as most steps end no episode (~0.5 us against ~1.5 for the
+        masked write)."""
+        for flags in (episode_end,) if truncated is None else (episode_end, truncated):
             if np.count_nonzero(flags):
                 self.returns[flags] = 0.0
-        return obs, rewards
 
     # -- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -155,8 +155,8 @@ class ActorCritic(nn.Module, abc.ABC):
             for weight, _, activation in joint
         ):
             if max(weight.shape[0] for weight, _, _ in joint[:-1]) > SIDE_BY_SIDE_MAX_WIDTH:
-                return self._numpy_step(_apart(self.actor, self.critic), head_size)
-            return self._numpy_step(_together(joint, head_size), head_size)
+                return self._numpy_step(_apart(self.actor, self.critic))
+            return self._numpy_step(_together(joint, head_size))
         modules = _as_sequential(joint)
 
         def step(obs: torch.Tensor, generator: torch.Generator | None = None):
@@ -166,7 +166,7 @@ class ActorCritic(nn.Module, abc.ABC):
 
         return step
 
-    def _numpy_step(self, forward: NumpyForward, head_size: int):
+    def _numpy_step(self, forward: NumpyForward) -> NumpyRolloutStep:
         """The rollout step in NumPy on the CPU (:func:`~pglab.nets.mlp.numpy_forward`):
         the same computation as the torch one, with ~1 us of overhead per operation
         instead of ~4 (on an 8-copy CartPole step the network and the sampling are a few
@@ -177,19 +177,34 @@ class ActorCritic(nn.Module, abc.ABC):
         :meth:`act` to float rounding. The head's sampler (:meth:`_numpy_sampler`, made
         once here) turns ``head [B, A]`` float32 and ``generator`` into ``(actions,
         log_probs [B])``."""
-        sample = self._numpy_sampler()
+        return NumpyRolloutStep(forward, self._numpy_sampler())
 
-        def step(obs: torch.Tensor, generator: torch.Generator | None = None):
-            # a rollout's observations: [B, obs_dim] without gradients (one call), else flattened first
-            flat = obs if obs.dim() == 2 and not obs.requires_grad else obs.detach().reshape(obs.shape[0], -1)
-            inputs = flat.numpy()
-            if inputs.dtype != np.float32:
-                inputs = inputs.astype(np.float32)
-            head, values = forward(inputs)
-            actions, log_probs = sample(head, generator)
-            return torch.from_numpy(actions), torch.from_numpy(log_probs), torch.from_numpy(values)
 
-        return step
+class NumpyRolloutStep:
+    """The rollout step of :meth:`ActorCritic._numpy_step`: called on a tensor of
+    observations it returns tensors, and :meth:`arrays` is the same step on NumPy arrays
+    (for a rollout loop that stays in NumPy)."""
+
+    def __init__(self, forward: NumpyForward, sample: NumpySampler):
+        self.forward, self.sample = forward, sample
+
+    def arrays(
+        self, obs: np.ndarray, generator: torch.Generator | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(actions, log_probs [B], values [B])`` for ``obs [B, ...]`` (flattened, cast to float32)."""
+        inputs = obs if obs.ndim == 2 else obs.reshape(obs.shape[0], -1)
+        if inputs.dtype != np.float32:
+            inputs = inputs.astype(np.float32)
+        head, values = self.forward(inputs)
+        actions, log_probs = self.sample(head, generator)
+        return actions, log_probs, values
+
+    def __call__(self, obs: torch.Tensor, generator: torch.Generator | None = None):
+        # a rollout's observations: one call without gradients, else detached first
+        actions, log_probs, values = self.arrays(
+            obs.numpy() if not obs.requires_grad else obs.detach().numpy(), generator
+        )
+        return torch.from_numpy(actions), torch.from_numpy(log_probs), torch.from_numpy(values)
 
 
 def numpy_log_softmax(logits: np.ndarray) -> np.ndarray:
