@@ -313,6 +313,25 @@ def test_one_division_trains_bit_for_bit_as_plain_ghm(tmp_path):
             assert ghm_row[key] == one_row[key], key
 
 
+@pytest.mark.parametrize(
+    ("fields", "critic"),
+    [
+        ({"model": "divisions", "divisions": 2}, (8, 3e-3)),
+        ({"model": "divisions", "divisions": 16}, (8, 3e-3)),
+        ({"model": "divisions", "divisions": 1}, (1, 1e-3)),  # one division is GHM, bit for bit
+        ({"model": "ghm"}, (1, 1e-3)),
+        ({"model": "regimes"}, (1, 1e-3)),
+        ({"model": "divisions", "divisions": 4, "algo": "pathwise"}, (4, 1e-3)),
+        ({"model": "divisions", "divisions": 4, "baseline_steps": 2, "lr_baseline": 1e-4}, (2, 1e-4)),
+    ],
+)
+def test_mc_on_several_divisions_trains_its_critic_harder(tmp_path, fields, critic):
+    """--algo mc on N >= 2 divisions: 8 critic steps per iteration at 3e-3 by default; every
+    other model, one division, the other solvers and flags given keep theirs."""
+    config = GHMTrainConfig(log_dir=tmp_path / "run", **fields)
+    assert (config.baseline_steps, config.lr_baseline) == critic
+
+
 @pytest.fixture(scope="module")
 def divisions_run(tmp_path_factory):
     """N = 2 divisions, four iterations in one go."""

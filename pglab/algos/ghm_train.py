@@ -253,6 +253,7 @@ def build_solver(
     """The solver behind ``--algo`` (each provides ``train_step``, ``optimizers``)."""
     assert config.n_trajectories is not None and config.lr_policy is not None  # set by GHMTrainConfig
     assert config.baseline_steps is not None and config.score_samples is not None
+    assert config.lr_baseline is not None
     if config.algo == "mc":
         assert config.control_variate is not None  # set by GHMTrainConfig
         return MonteCarloPolicyGradient(
@@ -864,6 +865,7 @@ def apply_schedules(training: GHMTraining, iteration: int) -> None:
     decay = 1.0 - (1.0 - config.lr_final_fraction) * progress
     for name, optimizer in solver.optimizers().items():
         initial_lr = config.lr_policy if name == "policy" else config.lr_baseline
+        assert initial_lr is not None  # set by GHMTrainConfig
         for group in optimizer.param_groups:
             group["lr"] = initial_lr * decay
     if config.final_max_std is not None:
