@@ -36,7 +36,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from pglab.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PglabError, describe_os_error
-from pglab.run.signals import STOP, STOP_SIGNALS, signal_name, stop_in
+from pglab.run.signals import STOP, STOP_SIGNALS, Stopped, signal_name, stop_in
 
 Handler = str  # "module:function", imported lazily so `pglab --help` stays fast
 
@@ -218,6 +218,8 @@ def dispatch(argv: Sequence[str]) -> int:
         return EXIT_OK
     command, rest = args[0], args[1:]
     help_asked = bool(rest) and rest[0] in ("-h", "--help")
+    if not any(arg in ("-h", "--help") for arg in rest):
+        import_torch()  # every command but --help needs it
     tables = {
         "train": lambda: _system_table("train"),
         "solve": lambda: SOLVERS,
@@ -246,6 +248,16 @@ def dispatch(argv: Sequence[str]) -> int:
         return _load(SINGLE[command])(rest)
     commands = ["train", "evaluate", "solve", "sweep", *SINGLE, "bench"]
     raise PglabUsage(f"command: unknown command {command!r}; choose one of {', '.join(commands)}")
+
+
+def import_torch() -> None:
+    """``import torch`` with SIGINT/SIGTERM deferred, then the stop raised if one came.
+    torch's import runs Python inside its C++ extension; a stop raised there cannot
+    unwind through it and aborts the process (exit -6) instead of ending it with 130."""
+    with STOP.deferred():
+        import torch  # noqa: F401
+    if STOP.requested:
+        raise Stopped(STOP.signal)
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from pglab.cli import main
+from pglab.cli import import_torch, main
 from pglab.run.checkpoint import load_checkpoint_file
+from pglab.run.signals import STOP, Stopped
 
 EXIT_WITHIN_S = 8.0  # inside the 10 s grace period a container runtime gives before SIGKILL, even beside other tests
 
@@ -154,3 +155,32 @@ def test_a_stop_raised_where_python_ignores_exceptions_prints_nothing_and_stays_
         STOP.clear()
         if installed:
             STOP.uninstall()
+
+
+def test_a_stop_during_the_torch_import_is_raised_once_the_import_is_done(monkeypatch):
+    """SIGTERM arriving while torch is imported (Python code inside torch's C++ extension,
+    which a raised stop would abort) is held until the import returns, then raised."""
+    import builtins
+
+    real_import, finished = builtins.__import__, []
+
+    def importing(name, *args, **kwargs):
+        if name == "torch":
+            os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode: mid-import
+            module = real_import(name, *args, **kwargs)
+            finished.append(name)
+            return module
+        return real_import(name, *args, **kwargs)
+
+    installed = STOP.install()
+    STOP.clear()
+    monkeypatch.setattr(builtins, "__import__", importing)
+    try:
+        with pytest.raises(Stopped):
+            import_torch()
+    finally:
+        monkeypatch.undo()
+        STOP.clear()
+        if installed:
+            STOP.uninstall()
+    assert finished == ["torch"]
