@@ -22,6 +22,7 @@ from torch.nn import functional as F
 from pglab.algos.stream_ac import StreamACLearner
 from pglab.configs.a2c import A2CTrainConfig
 from pglab.nets.stream import sparse_init_
+from pglab.run.config import parse_flags
 from pglab.run.seeding import seed_everything
 
 CPU = torch.device("cpu")
@@ -139,10 +140,10 @@ def raw(obs: torch.Tensor) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def lockstep():
-    """Both agents through TRANSITIONS transitions; the weights compared after each."""
-    config = A2CTrainConfig(
-        algo="stream-ac", env="gym:CartPole-v1", max_episode_steps=LIMIT, device="cpu", seed=3, threads=1
-    )
+    """Both agents through TRANSITIONS transitions; the weights compared after each. The
+    learner's config comes from ``pglab train a2c``'s flags."""
+    flags = ["--algo", "stream-ac", "--env", "gym:CartPole-v1", "--max-episode-steps", str(LIMIT)]
+    config = parse_flags(A2CTrainConfig, [*flags, "--seed", "3", "--device", "cpu"], prog="pglab train a2c").config
     seed_everything(config.seed)
     learner = StreamACLearner(config, CPU, {"opt_steps": 0})
     reference, env = reference_agent(learner.model), ReferenceEnv(LIMIT, (4,))
