@@ -1,5 +1,6 @@
-"""The results tables of README.md and docs/benchmarks.md are generated from the records in
-results/ (tools/results_tables.py): they match the records, and follow them when one changes."""
+"""The results tables of README.md, docs/benchmarks.md and the systems' pages are generated
+from the records in results/ (tools/results_tables.py): they match the records, and follow
+them when one changes."""
 
 from __future__ import annotations
 
@@ -137,3 +138,18 @@ def test_a_file_with_two_tables_fills_its_sections_in_order():
     assert filled == f"a\n{tables.BEGIN}\none\n{tables.END}\nb\n{tables.BEGIN}\ntwo\n{tables.END}\nc\n"
     with pytest.raises(tables.RecordError, match="x.md: no generated section .* for table 3"):
         tables.with_section(text, ["one", "two", "three"], "x.md")
+
+
+def test_the_zoo_returns_table_follows_its_record(records):
+    changed = copy.deepcopy(records)
+    zoo = next(record for record in changed if record["name"] == "ppo-zoo-returns")
+    swimmer = zoo["figures"]["envs"]["Swimmer-v4"]
+    swimmer["pglab"]["mean"], swimmer["difference"], swimmer["pglab_holds"] = 123.4, -195.9, False
+    table = tables.zoo_returns_table(changed)
+    assert "| Swimmer-v4 | pglab |" in table and "**123.4 ± " in table
+    assert "Swimmer-v4 -195.9 (does not hold;" in table
+    assert "InvertedDoublePendulum-v4 +582.4 (holds;" in table
+    stale = {name for name, (text, new) in tables.regenerated(changed).items() if text != new}
+    assert stale == {"README.md", "docs/benchmarks.md", "docs/ppo.md"}  # the headline shows the mean too
+    with pytest.raises(tables.RecordError, match="ppo-zoo-returns.json: docs/ppo.md's zoo returns table"):
+        tables.zoo_returns_table([record for record in records if record["name"] != "ppo-zoo-returns"])

@@ -1,4 +1,4 @@
-"""The results tables of README.md and docs/benchmarks.md, generated from the records in results/.
+"""The results tables of README.md, docs/benchmarks.md and the systems' pages, generated from the records in results/.
 
 A record, ``results/NAME.json``, is one measurement: what was run (``command``), when
 (``date``), where (``machine``), on which code (``commit``) and what came out (``figures``:
@@ -160,11 +160,17 @@ def benchmarks_section(records: list[dict[str, Any]]) -> str:
     return "\n".join(parts).rstrip()
 
 
+def named_record(records: list[dict[str, Any]], name: str, needed_by: str) -> dict[str, Any]:
+    """The record ``results/NAME.json`` that ``needed_by`` is generated from."""
+    record = next((record for record in records if record["name"] == name), None)
+    if record is None:
+        raise RecordError(f"{name}.json: {needed_by} needs this record")
+    return record
+
+
 def minatar_throughput_table(records: list[dict[str, Any]]) -> str:
     """docs/a2c.md: the record ``minatar-throughput``'s rates, one row per game and N."""
-    record = next((record for record in records if record["name"] == "minatar-throughput"), None)
-    if record is None:
-        raise RecordError("minatar-throughput.json: docs/a2c.md's throughput table needs this record")
+    record = named_record(records, "minatar-throughput", "docs/a2c.md's throughput table")
     figures, implementations = record["figures"], ("pglab", "gymnax", "minatar")
     lines = [
         f"`{record['command']}` on {machine_summary(record)}: env steps per second of one core"
@@ -188,9 +194,7 @@ def minatar_throughput_table(records: list[dict[str, Any]]) -> str:
 def ghm_cost_table(records: list[dict[str, Any]]) -> str:
     """docs/ghm-models.md: the record ``ghm-multi-timing``'s CPU seconds per mc iteration,
     one row per model, against one division (GHM)."""
-    record = next((record for record in records if record["name"] == "ghm-multi-timing"), None)
-    if record is None:
-        raise RecordError("ghm-multi-timing.json: docs/ghm-models.md's cost table needs this record")
+    record = named_record(records, "ghm-multi-timing", "docs/ghm-models.md's cost table")
     rows = record["figures"]["rows"]
     single = next(row for row in rows if row["model"] == "divisions" and row["divisions"] == 1)
     by_count = {row["divisions"]: row for row in rows if row["model"] == "divisions"}
@@ -220,9 +224,7 @@ def ghm_cost_table(records: list[dict[str, Any]]) -> str:
 def stream_comparison_table(records: list[dict[str, Any]]) -> str:
     """docs/a2c.md: the record ``stream-ac-vs-reference``'s tasks, one row per task and
     summary point (each seed's mean return of its last episodes by that step)."""
-    record = next((record for record in records if record["name"] == "stream-ac-vs-reference"), None)
-    if record is None:
-        raise RecordError("stream-ac-vs-reference.json: docs/a2c.md's comparison table needs this record")
+    record = named_record(records, "stream-ac-vs-reference", "docs/a2c.md's comparison table")
     lines = [
         "| task | seeds | env steps | reference, per seed | reference mean [min, max] | pglab, per seed | pglab mean"
         " | within the reference's spread |",
@@ -251,12 +253,58 @@ def stream_comparison_table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def zoo_returns_table(records: list[dict[str, Any]]) -> str:
+    """docs/ppo.md: the record ``ppo-zoo-returns``'s final returns, one row per environment and
+    library, and whether pglab holds (its mean at least SB3's minus one standard error of the
+    difference)."""
+    record = named_record(records, "ppo-zoo-returns", "docs/ppo.md's zoo returns table")
+    figures = record["figures"]
+    seeds = figures["seeds"]
+    loads = [
+        load
+        for sides in figures["envs"].values()
+        for library in ("sb3", "pglab")
+        for pair in sides[library]["load_avg_1min"]
+        for load in pair
+    ]
+    lines = [
+        f"**Measured** (the record `results/ppo-zoo-returns.json`; {figures['steps']:,} steps,"
+        f" {figures['episodes']} evaluation episodes per policy; per seed the mean and the standard error over"
+        f" the episodes; the runs' 1-minute load {min(loads):.1f}-{max(loads):.1f}):",
+        "",
+        "| environment (zoo entry) | library | " + " | ".join(f"seed {seed}" for seed in seeds)
+        + " | mean ± s.e. over seeds | env steps per CPU-second |",
+        "| --- | --- | " + "--- | " * len(seeds) + "--- | --- |",
+    ]
+    verdicts, speed = [], []
+    for env, sides in figures["envs"].items():
+        for library, side in (("SB3", sides["sb3"]), ("pglab", sides["pglab"])):
+            pairs = zip(side["per_seed"], side["per_seed_sem"], strict=True)
+            cells = " | ".join(f"{value:.1f} ± {error:.1f}" for value, error in pairs)
+            lines.append(
+                f"| {env} | {library} | {cells} | **{side['mean']:.1f} ± {side['sem']:.1f}** |"
+                f" {side['steps_per_cpu_s']:,.0f} |"
+            )
+        holds = "holds" if sides["pglab_holds"] else "does not hold"
+        error = sides["difference_sem"]
+        verdicts.append(f"{env} {sides['difference']:+.1f} ({holds}; standard error of the difference {error:.1f})")
+        ratio = sides["pglab"]["steps_per_cpu_s"] / sides["sb3"]["steps_per_cpu_s"]
+        speed.append(f"{ratio:.2f}x on {env}")
+    lines += [
+        "",
+        "pglab's mean minus SB3's: " + ", ".join(verdicts) + ". Over the whole runs (evaluation included)"
+        " pglab ran " + " and ".join(speed) + " SB3's env steps per CPU-second.",
+    ]
+    return "\n".join(lines)
+
+
 GENERATED: dict[str, tuple[Callable[[list[dict[str, Any]]], str], ...]] = {
     # one renderer per generated section of the file, in the file's order
     "README.md": (readme_table,),
     "docs/benchmarks.md": (benchmarks_section,),
     "docs/a2c.md": (stream_comparison_table, minatar_throughput_table),
     "docs/ghm-models.md": (ghm_cost_table,),
+    "docs/ppo.md": (zoo_returns_table,),
 }
 
 
