@@ -272,7 +272,8 @@ def zoo_returns_table(records: list[dict[str, Any]]) -> str:
         f" {figures['episodes']} evaluation episodes per policy; per seed the mean and the standard error over"
         f" the episodes; the runs' 1-minute load {min(loads):.1f}-{max(loads):.1f}):",
         "",
-        "| environment (zoo entry) | library | " + " | ".join(f"seed {seed}" for seed in seeds)
+        "| environment (zoo entry) | library | "
+        + " | ".join(f"seed {seed}" for seed in seeds)
         + " | mean ± s.e. over seeds | env steps per CPU-second |",
         "| --- | --- | " + "--- | " * len(seeds) + "--- | --- |",
     ]
