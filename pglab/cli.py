@@ -260,12 +260,21 @@ def import_torch() -> None:
         raise Stopped(STOP.signal)
 
 
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """Warnings as ``pglab: warning: ...`` lines, not Python's file:line + source excerpt
-    (which reads like a crash to a command-line user). Terminal colour codes in the message
-    (Gymnasium colours its own warnings) are dropped: the line may go to a log file."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(message))
-    print(f"pglab: warning: {text}", file=sys.stderr if file is None else file)
+def _one_line_warnings() -> Callable[..., None]:
+    """A ``warnings.showwarning`` for one command: warnings as ``pglab: warning: ...`` lines,
+    not Python's file:line + source excerpt (which reads like a crash to a command-line
+    user), each text once (a library may warn the same from several places, e.g. Gymnasium
+    for every environment it makes). Terminal colour codes in the message (Gymnasium colours
+    its own warnings) are dropped: the line may go to a log file."""
+    shown: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(message))
+        if text not in shown:
+            shown.add(text)
+            print(f"pglab: warning: {text}", file=sys.stderr if file is None else file)
+
+    return show
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -274,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     installed = STOP.install()  # SIGINT/SIGTERM: exit 130 from here on (pglab.run.signals)
     STOP.clear()
-    previous_showwarning, warnings.showwarning = warnings.showwarning, _one_line_warning
+    previous_showwarning, warnings.showwarning = warnings.showwarning, _one_line_warnings()
     try:
         code = _run(argv)
     finally:

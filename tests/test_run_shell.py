@@ -531,7 +531,7 @@ def test_a_field_missing_from_an_old_stored_config_takes_the_specs_stored_defaul
     assert shell_module.resolve_resume(SPEC, ToyConfig(resume=tmp_path / "old"), frozenset({"resume"}))[0].width == 3
 
 
-def test_warnings_reach_the_command_line_user_as_one_line(monkeypatch, capsys):
+def test_warnings_reach_the_command_line_user_as_one_line_each_once(monkeypatch, capsys):
     # Python's default shows file:line and a source excerpt, which reads like a crash
     import warnings
 
@@ -540,6 +540,7 @@ def test_warnings_reach_the_command_line_user_as_one_line(monkeypatch, capsys):
     def warns(argv):
         warnings.warn("the environment could not be checkpointed", UserWarning, stacklevel=1)
         warnings.warn("\x1b[33mWARN: Taxi-v3 is out of date\x1b[0m", UserWarning, stacklevel=1)  # Gymnasium's colours
+        warnings.warn("WARN: Taxi-v3 is out of date", UserWarning, stacklevel=1)  # the same text again: not repeated
         return 0
 
     monkeypatch.setattr(cli, "dispatch", warns)
