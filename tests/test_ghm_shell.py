@@ -642,9 +642,9 @@ def test_resume_compares_only_the_given_model_parameters(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("pglab: error: mu: differs")
 
 
-def test_the_mc_iteration_budget_grows_as_one_over_rho_below_the_reference():
+def test_the_mc_iteration_budget_grows_as_one_over_rho_below_the_reference_and_with_divisions():
     # time scales from the model: 300 iterations at rho >= 0.1 before the threshold
-    # refinement (1,000 without it), scaled by 0.1 / rho below
+    # refinement (1,000 without it), scaled by 0.1 / rho below, and by N on N divisions
     from pglab.configs.ghm import GHMParams, mc_iterations
 
     assert GHMTrainConfig().n_iterations == 300
@@ -653,7 +653,13 @@ def test_the_mc_iteration_budget_grows_as_one_over_rho_below_the_reference():
     assert GHMTrainConfig(params=GHMParams(mu=0.12, rho=0.07)).n_iterations == mc_iterations(0.07) == 429
     assert GHMTrainConfig(params=GHMParams(rho=0.06, sigma=0.4), refine_thresholds=False).n_iterations == 1667
     assert mc_iterations(0.06, refined=False) == 1667
+    # N divisions: N times one division's budget (one division is GHM's)
+    assert GHMTrainConfig(model="divisions", divisions=1).n_iterations == 1000
+    assert GHMTrainConfig(model="divisions", divisions=2).n_iterations == 2000
+    assert GHMTrainConfig(model="divisions", divisions=8, params=GHMParams(rho=0.08)).n_iterations == 8 * 1250
+    assert GHMTrainConfig(model="ou").n_iterations == GHMTrainConfig(model="regimes").n_iterations == 300
     # a budget given is kept; the other solvers keep theirs
+    assert GHMTrainConfig(model="divisions", divisions=4, n_iterations=70).n_iterations == 70
     assert GHMTrainConfig(n_iterations=50, params=GHMParams(mu=0.12, rho=0.07)).n_iterations == 50
     assert GHMTrainConfig(algo="pathwise", params=GHMParams(mu=0.12, rho=0.07)).n_iterations == 350
 
