@@ -266,10 +266,10 @@ def mc_iterations(rho: float, refined: bool = True, parts: int = 1) -> int:
     independently controlled ``parts`` (a firm of N divisions: N).
 
     The firm's return is one number, so each division's controls are scored against the
-    noise of all N divisions' futures: with the exact value as critic the noise of one
-    control's gradient grows about as sqrt(N) (docs/ghm-models.md), and N times the samples
-    bring it back to one division's. Measured at N = 2 (seed 1): the worst of the 8
-    evaluation states reached 97.50% of V* after 1,000 iterations and 98.40% after 2,000."""
+    noise of all N divisions' futures, and the signal-to-noise ratio of each control's
+    gradient falls with N (docs/ghm-models.md, "Why N divisions learn slowly with mc"): the
+    budget grows in proportion. Measured at N = 2 (seed 1): the worst of the 8 evaluation
+    states reached 97.50% of V* after 1,000 iterations and 98.40% after 2,000."""
     base = MC_REFINED_ITERATIONS if refined else SOLVER_DEFAULTS["mc"]["n_iterations"]
     return int(round(base * max(1.0, MC_REFERENCE_RHO / rho))) * parts
 
