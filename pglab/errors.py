@@ -41,8 +41,9 @@ class ConfigError(UsageError, ValueError):
 
     def __init__(self, field: str, value: Any, expected: str):
         self.field, self.value, self.expected = field, value, expected
-        # The one error line of every pglab command: "FIELD: what is wrong (got VALUE)".
-        super().__init__(f"{field}: {expected} (got {value!r})")
+        # The one error line of every pglab command: "FIELD: what is wrong (got VALUE)"
+        # (a cause quoted from a library may span lines: they are joined)
+        super().__init__(f"{field}: {' '.join(str(expected).split())} (got {value!r})")
 
 
 class CheckpointError(UsageError):

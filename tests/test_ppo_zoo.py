@@ -263,6 +263,34 @@ def test_a_zoo_file_entry_needs_zoo_and_sb3_defaults(tmp_path):
         train_config(["--zoo", "NoSuchEnv-v0"])
 
 
+@pytest.mark.parametrize(("typed", "meant"), [("CartPol-v1", "CartPole-v1"), ("hopper-v4", "Hopper-v4")])
+def test_a_mistyped_zoo_id_is_refused_with_the_closest_id(typed, meant):
+    with pytest.raises(ConfigError, match=rf"^zoo: is not a registered .*; did you mean {meant}\? \(got '{typed}'\)$"):
+        train_config(["--zoo", typed])
+    with pytest.raises(ConfigError) as refused:
+        train_config(["--zoo", "Qwxz-v0"])
+    assert "did you mean" not in str(refused.value)
+
+
+def test_a_malformed_zoo_file_is_one_line_naming_the_file_and_the_place(tmp_path, capsys):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("CartPole-v1:\n  n_envs: 8\n  policy: a: b\n")
+    assert main(["train", "ppo", "--zoo", "CartPole-v1", "--zoo-file", str(bad), "--log-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unicode string" not in err
+    assert err.startswith("pglab: error: zoo_file: is not YAML that pglab reads safely (") and "line 3, column" in err
+    assert str(bad) in err and not (tmp_path / "r").exists()
+
+
+def test_a_registered_id_this_gymnasium_cannot_make_is_refused_in_one_line(tmp_path, capsys):
+    # RL-Zoo's -v2 MuJoCo entries: gymnasium registers the ids but has moved their code out
+    code = main(["train", "ppo", "--zoo", "InvertedPendulum-v2", "--log-dir", str(tmp_path / "r")])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("pglab: error:")]
+    assert code == 2 and len(errors) == 1
+    assert errors[0].startswith("pglab: error: env: cannot be made here (") and "gymnasium-robotics" in errors[0]
+    assert not (tmp_path / "r").exists()
+
+
 def test_sb3_defaults_are_one_set():
     config = make_config(PPOConfig, **SB3_DEFAULTS)
     assert (config.lr, config.num_steps, config.update.minibatch_size, config.update.ppo_epochs) == (3e-4, 2048, 64, 10)

@@ -175,10 +175,13 @@ def train_config(argv: list[str]) -> tuple[PPOConfig, frozenset[str]]:
 
 
 DESCRIPTION = """PPO / VPG+GAE / REINFORCE on a Gymnasium (gym:ID) or pglab (pglab:NAME) environment.
-Settings start from --defaults cleanrl (the defaults below, CleanRL's) or --defaults sb3
-(Stable-Baselines3's PPO defaults); --zoo ENV_ID starts from RL-Zoo's PPO entry for ENV_ID
-(rl_zoo3's hyperparams/ppo.yml, or --zoo-file PATH) over SB3's defaults. --config FILE.yaml
-and flags override them."""
+
+Where the settings start, then what overrides them (later wins):
+  --defaults {cleanrl,sb3}  CleanRL's defaults (the defaults below) or Stable-Baselines3's PPO defaults
+  --zoo ENV_ID              RL-Zoo's PPO entry for ENV_ID (rl_zoo3's hyperparams/ppo.yml), over --defaults sb3
+  --zoo-file PATH           the RL-Zoo hyperparameter file to read the --zoo entry from
+  --config FILE.yaml        settings from a YAML file
+  the flags below"""
 
 
 def evaluate(argv: list[str]) -> int:

@@ -17,10 +17,11 @@ it); nothing here builds an environment or imports torch.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib.util
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,10 +87,24 @@ def _parsed(source: str, text: str) -> dict[str, dict[str, Any]]:
     try:
         table = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
-        raise ConfigError("zoo_file", source, f"is not YAML that pglab reads safely ({exc})") from exc
+        raise ConfigError("zoo_file", source, f"is not YAML that pglab reads safely ({yaml_problem(exc)})") from exc
     if not isinstance(table, dict) or not all(isinstance(entry, dict) for entry in table.values()):
         raise ConfigError("zoo_file", source, "must map environment ids to mappings of hyperparameters")
     return table
+
+
+def yaml_problem(exc: Exception) -> str:
+    """A YAML error in one line: what is wrong and where (line and column, from 1)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+    return problem if mark is None else f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean X?"`` for the closest of ``known`` to ``name`` (case aside), or ``""``."""
+    by_folded = {candidate.lower(): candidate for candidate in known}
+    close = difflib.get_close_matches(name.lower(), list(by_folded), n=1, cutoff=0.8)
+    return f"; did you mean {by_folded[close[0]]}?" if close else ""
 
 
 def gym_spec(env_id: str) -> Any:
@@ -126,9 +141,13 @@ def zoo_entry(env_id: str, table: dict[str, dict[str, Any]]) -> tuple[str, dict[
 
 def zoo_fields(env_id: str, zoo_file: str | Path | None = None) -> ZooTranslation:
     """The entry RL-Zoo uses for ``env_id`` (:func:`zoo_entry`), translated."""
+    table = read_zoo_file(zoo_file)
     if gym_spec(env_id) is None:
-        raise ConfigError("zoo", env_id, "is not a registered Gymnasium environment id")
-    name, entry = zoo_entry(env_id, read_zoo_file(zoo_file))
+        import gymnasium as gym
+
+        hint = did_you_mean(env_id, [*table, *gym.registry])
+        raise ConfigError("zoo", env_id, f"is not a registered Gymnasium environment id{hint}")
+    name, entry = zoo_entry(env_id, table)
     return translate_entry(env_id, entry, name)
 
 

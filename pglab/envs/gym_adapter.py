@@ -616,8 +616,10 @@ def make_gym_env(
             wrappers=[*load_wrappers(wrappers), _without_info()],
             **env_kwargs,
         )
-    except gym.error.Error as exc:
+    except (gym.error.NameNotFound, gym.error.NamespaceNotFound, gym.error.VersionNotFound) as exc:
         raise ConfigError("env", env_id, f"not a registered Gymnasium environment ({exc})") from exc
+    except (gym.error.Error, ImportError) as exc:  # registered, but not makeable here (a missing or moved package)
+        raise ConfigError("env", env_id, f"cannot be made here ({exc})") from exc
     except TypeError as exc:  # an unknown keyword of the environment or of a wrapper
         if not (env_kwargs or wrappers):
             raise
