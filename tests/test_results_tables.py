@@ -153,3 +153,17 @@ def test_the_zoo_returns_table_follows_its_record(records):
     assert stale == {"README.md", "docs/benchmarks.md", "docs/ppo.md"}  # the headline shows the mean too
     with pytest.raises(tables.RecordError, match="ppo-zoo-returns.json: docs/ppo.md's zoo returns table"):
         tables.zoo_returns_table([record for record in records if record["name"] != "ppo-zoo-returns"])
+
+
+def test_the_divisions_table_has_every_run_of_every_divisions_record(records):
+    changed = copy.deepcopy(records)
+    chosen = [record for record in changed if record["name"].startswith("ghm-multi-divisions")]
+    runs = [run for record in chosen for run in record["figures"]["runs"]]
+    runs[0]["worst_pct"], runs[0]["reaches_target"] = 12.345, False
+    table = tables.divisions_table(changed)
+    assert len([line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]) == len(runs)
+    assert " 12.35 (" in table and all(f"`{record['command']}`" in table for record in chosen)
+    sizes = [int(line.split("|")[1]) for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert sizes == sorted(sizes)
+    with pytest.raises(tables.RecordError, match="divisions table needs"):
+        tables.divisions_table([record for record in records if not record["name"].startswith("ghm-multi-div")])

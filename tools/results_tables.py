@@ -253,6 +253,34 @@ def stream_comparison_table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def divisions_table(records: list[dict[str, Any]]) -> str:
+    """docs/ghm-models.md: every run of the ``ghm-multi-divisions*`` records, one row per run
+    (N, seed, iterations, the worst evaluation state, CPU seconds), N after N."""
+    chosen = sorted(
+        (record for record in records if record["name"].startswith("ghm-multi-divisions")),
+        key=lambda record: record["name"],
+    )
+    if not chosen:
+        raise RecordError("ghm-multi-divisions.json: docs/ghm-models.md's divisions table needs this record")
+    runs = sorted(
+        ((run, record["name"]) for record in chosen for run in record["figures"]["runs"]),
+        key=lambda pair: (pair[0]["divisions"], pair[0]["iterations"], pair[0]["seed"]),
+    )
+    lines = [
+        "| N | seed | iterations | worst % of V* (state) | >= 98% | CPU s | load | record |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for run, name in runs:
+        load = "-".join(f"{value:.1f}" for value in run["load_average"])
+        lines.append(
+            f"| {run['divisions']} | {run['seed']} | {run['iterations']:,} |"
+            f" {run['worst_pct']:.2f} ({run['worst_label']})"
+            f" | {'yes' if run['reaches_target'] else 'no'} | {run['cpu_s']:,.0f} | {load} | `results/{name}.json` |"
+        )
+    commands = "; ".join(f"`{record['command']}`" for record in chosen)
+    return "\n".join([*lines, "", f"Reproduce: {commands}."])
+
+
 def zoo_returns_table(records: list[dict[str, Any]]) -> str:
     """docs/ppo.md: the record ``ppo-zoo-returns``'s final returns, one row per environment and
     library, and whether pglab holds (its mean at least SB3's minus one standard error of the
@@ -304,7 +332,7 @@ GENERATED: dict[str, tuple[Callable[[list[dict[str, Any]]], str], ...]] = {
     "README.md": (readme_table,),
     "docs/benchmarks.md": (benchmarks_section,),
     "docs/a2c.md": (stream_comparison_table, minatar_throughput_table),
-    "docs/ghm-models.md": (ghm_cost_table,),
+    "docs/ghm-models.md": (ghm_cost_table, divisions_table),
     "docs/ppo.md": (zoo_returns_table,),
 }
 
