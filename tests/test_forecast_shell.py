@@ -96,13 +96,14 @@ def test_resume_refuses_changed_game_fields_and_names_them(tmp_path, capsys):
 @pytest.mark.slow
 def test_resume_budget_below_the_checkpoint_is_refused_and_a_larger_one_continues(tmp_path, capsys):
     run = tmp_path / "run"
-    assert train_cli(run, "--episodes", "4") == 0
+    assert train_cli(run, "--episodes", "4", "--algo", "wolf") == 0
     capsys.readouterr()
     assert cli_main(["train", "forecast", "--resume", str(run), "--episodes", "2"]) == 2
     err = capsys.readouterr().err
     assert "episodes: the resumed run has already done episode 4; this budget ends at episode 2 (got 2)" in err
     assert cli_main(["train", "forecast", "--resume", str(run), "--episodes", "6"]) == 0
     assert latest_episode(run) == 6
+    assert "pglab train forecast (wolf): 6 episodes" in capsys.readouterr().out  # the run's algo, not the default
     assert pd.read_csv(run / "metrics.csv")["episode"].tolist() == [1, 2, 3, 4, 5, 6]
 
 

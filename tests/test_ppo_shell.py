@@ -303,3 +303,14 @@ def test_extending_a_linear_schedule_warns_that_the_rates_rise(tmp_path, capsys)
     )
     assert train("--resume", str(constant), "--total-steps", "512", "--eval-episodes", "0") == 0
     assert "schedule now spans" not in capsys.readouterr().err
+
+
+def test_the_summary_of_a_resumed_run_names_its_own_environment(tmp_path, capsys):
+    # --resume RUN alone: the run's env and algo, not the command line's defaults
+    run = tmp_path / "p"
+    flags = [*TINY, "--env", "gym:Pendulum-v1", "--algo", "vpg_gae", "--eval-episodes", "1", "--log-dir", str(run)]
+    assert train(*flags, "--total-steps", "128") == 0
+    capsys.readouterr()
+    assert train("--resume", str(run), "--total-steps", "256") == 0
+    out = capsys.readouterr().out
+    assert "pglab train ppo (vpg_gae, gym:Pendulum-v1): 4 iterations, 256 steps" in out

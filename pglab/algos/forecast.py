@@ -170,8 +170,9 @@ def train_forecast(
     rounds, then update the learner(s) from the logged transitions.
 
     Returns:
-        ``{"run_dir", "summary", "outputs", "interrupted", "exit_code"}``; ``outputs``
-        lists the Q-table JSON files written (none after a stop).
+        ``{"run_dir", "summary", "outputs", "interrupted", "exit_code", "config"}``;
+        ``outputs`` lists the Q-table JSON files written (none after a stop); ``config`` is
+        the run's own (a resumed run's, with what the resume applied).
     """
     from pglab.run.state import Value
 
@@ -208,6 +209,7 @@ def train_forecast(
         "outputs": written,
         "interrupted": run.interrupted,
         "exit_code": run.exit_code,
+        "config": config,
     }
 
 

@@ -470,6 +470,8 @@ class PPORunResult:
     interrupted: bool
     exit_code: int
     """the command's exit code: 0, or :data:`pglab.errors.EXIT_INTERRUPTED` after a stop"""
+    config: PPOConfig
+    """the run's configuration (a resumed run's own, with what the resume applied)"""
     stopped_by_callback: bool = False
     """a callback returned ``False`` (the run stopped early with a checkpoint; ``interrupted`` is set too)"""
     random_policy: dict[str, float] | None = None
@@ -589,6 +591,7 @@ def train_ppo(
         evaluation=evaluation,
         interrupted=run.interrupted,
         exit_code=run.exit_code,
+        config=config,
         stopped_by_callback=hooks.stop,
         random_policy=random_policy,
         last_return=training.last_return,

@@ -37,7 +37,7 @@ def train(argv: list[str]) -> int:
 
     result = train_forecast(parsed.config, given=parsed.given, echo=echo_for(as_json))
     if not result["interrupted"]:
-        emit(train_summary(result, parsed.config.algo, trained_game_reference(result["run_dir"])), as_json)
+        emit(train_summary(result, result["config"].algo, trained_game_reference(result["run_dir"])), as_json)
     return result["exit_code"]
 
 

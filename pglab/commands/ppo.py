@@ -116,7 +116,7 @@ def train(argv: list[str]) -> int:
 
     result = train_ppo(config, given=given, echo=echo_for(as_json))
     if not result.interrupted:
-        emit(train_summary(result, config), as_json)
+        emit(train_summary(result), as_json)
     return result.exit_code
 
 
@@ -127,9 +127,11 @@ def returns_figures(evaluation: dict[str, float], who: str) -> list[Figure]:
     return [Figure(f"{who} mean return", evaluation["return/mean"], ".2f", note=note)]
 
 
-def train_summary(result: Any, config: PPOConfig) -> Summary:
+def train_summary(result: Any) -> Summary:
     """The final evaluation (deterministic) beside a random policy on the same episodes, or
-    without one (``eval_episodes 0``) the last training episodes' mean return."""
+    without one (``eval_episodes 0``) the last training episodes' mean return; the title names
+    the run's own algorithm and environment (a resume's too)."""
+    config = result.config
     title = f"pglab train ppo ({config.algo}, {config.env}): {result.iterations} iterations, {result.env_steps} steps"
     details = {
         "run_dir": str(result.run_dir),
