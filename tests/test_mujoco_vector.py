@@ -194,3 +194,13 @@ def test_a_seeded_run_equals_the_sync_run_and_resumes_bit_for_bit(tmp_path):
             assert torch.equal(tensor, checkpoint["models"]["agent"][key]), key
         assert torch.equal(runs[0]["extra"]["obs"], checkpoint["extra"]["obs"])
         assert rows[columns].equals(metrics[0][columns])
+
+
+@pytest.mark.parametrize("vectorization", ["vector", "sync"])
+def test_mujocos_own_warnings_become_python_warnings_and_write_no_log_file(tmp_path, monkeypatch, vectorization):
+    # HalfCheetah's model file uses a deprecated compiler attribute: MuJoCo warns while it loads
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(UserWarning, match="^MuJoCo: compiler attribute 'settotalmass' is deprecated"):
+        env = make_gym_env("HalfCheetah-v4", 1, vectorization=vectorization)
+    env.close()
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()

@@ -34,6 +34,7 @@ processes, or in a physics engine's C objects (Box2D, MuJoCo, PyBullet), except 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -560,6 +561,24 @@ def _make_vector_env(
     return GymVectorAdapter(vector_env, device=device, time_limit=limit)
 
 
+def _mujoco_warning(message: str) -> None:
+    warnings.warn(f"MuJoCo: {message}", UserWarning, stacklevel=2)
+
+
+def route_mujoco_warnings(env_id: str) -> None:
+    """Before a MuJoCo task is made: MuJoCo's own warnings (a deprecated attribute in a
+    model file, say) become Python ``UserWarning``s instead of lines printed by the C
+    library and appended to ``MUJOCO_LOG.TXT`` in the working directory. The handler is
+    MuJoCo's, process-wide (``mujoco.set_mju_user_warning``)."""
+    import gymnasium as gym
+
+    spec = gym.registry.get(env_id)
+    if spec is not None and "mujoco" in str(spec.entry_point):
+        import mujoco
+
+        mujoco.set_mju_user_warning(_mujoco_warning)
+
+
 def make_gym_env(
     env_id: str,
     num_envs: int,
@@ -588,6 +607,7 @@ def make_gym_env(
     """
     import gymnasium as gym
 
+    route_mujoco_warnings(env_id)
     game = _ale_game(env_id)
     if game is not None:
         if wrappers:
