@@ -395,3 +395,12 @@ def test_vector_env_copies_return_no_info_and_snapshots_hold_the_wrappers_asked_
     # each copy: TimeLimit, OrderEnforcing, PassiveEnvChecker, PendulumEnv
     assert len(layers) == 1 + 2 * 4
     env.close()
+
+
+@pytest.mark.parametrize("start", [["--zoo", "CartPole-v1"], ["--defaults", "sb3"], ["--zoo-file", "x.yml"]])
+def test_resume_refuses_the_flags_that_choose_where_a_new_run_starts(tmp_path, capsys, start):
+    # the entry's n_timesteps would count as given and stretch the stored run's budget
+    code = main(["train", "ppo", "--resume", str(tmp_path / "run"), *start])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"pglab: error: {start[0][2:].replace('-', '_')}: chooses where a new run starts; --resume")

@@ -165,6 +165,15 @@ def train_config(argv: list[str]) -> tuple[PPOConfig, frozenset[str]]:
     """The config ``pglab train ppo ARGV`` runs and the fields given (by flags, ``--config``
     or ``--zoo``): ``--defaults``' set < ``--zoo`` entry < ``--config`` file < flags."""
     start, rest = split_start_flags(argv)
+    resumed = any(arg == "--resume" or arg.startswith("--resume=") for arg in rest)
+    if start and resumed:  # a zoo entry's fields would count as given and change the stored run
+        flag = next(iter(start))
+        raise ConfigError(
+            flag,
+            start[flag],
+            "chooses where a new run starts; --resume continues with the run's stored settings"
+            " (give only the flags to change)",
+        )
     base, zoo_given = start_config(start)  # before --help too: the help shows the defaults the run starts from
     parsed = parse_flags(
         PPOConfig,
