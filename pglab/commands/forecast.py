@@ -37,7 +37,7 @@ def train(argv: list[str]) -> int:
 
     result = train_forecast(parsed.config, given=parsed.given, echo=echo_for(as_json))
     if not result["interrupted"]:
-        emit(train_summary(result, result["config"].algo, trained_game_reference(result["run_dir"])), as_json)
+        emit(train_summary(result, trained_game_reference(result["run_dir"])), as_json)
     return result["exit_code"]
 
 
@@ -69,7 +69,7 @@ def game_figures(game: dict[str, Any]) -> tuple[list[Figure], list[Figure]]:
     return result, reference
 
 
-def train_summary(result: dict[str, Any], algo: str, game: dict[str, Any]) -> Summary:
+def train_summary(result: dict[str, Any], game: dict[str, Any]) -> Summary:
     """The learner's mean reward over its last episodes, and its rule in the training game
     against the game's Nash equilibrium and AR(1) (:func:`game_figures`; no target: no
     verdict); ``pglab evaluate RUN`` judges its forecasts out of sample."""
@@ -83,6 +83,7 @@ def train_summary(result: dict[str, Any], algo: str, game: dict[str, Any]) -> Su
         )
     run_dir = result["run_dir"]
     game_result, reference = game_figures(game)
+    algo = result["config"].algo  # the run's own (a resumed run's)
     return Summary(
         f"pglab train forecast ({algo}): {brief.get('n_episodes', brief.get('total_epochs'))} episodes",
         figures + game_result,

@@ -96,7 +96,7 @@ def _parsed(source: str, text: str) -> dict[str, dict[str, Any]]:
 def yaml_problem(exc: Exception) -> str:
     """A YAML error in one line: what is wrong and where (line and column, from 1)."""
     mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+    problem = getattr(exc, "problem", None) or str(exc)  # (ConfigError joins its lines)
     return problem if mark is None else f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
 
 
