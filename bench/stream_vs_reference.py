@@ -43,6 +43,10 @@ which ``--figure`` draws ``docs/figures/stream_ac_vs_reference.png``.
 ``--work DIR`` keeps every run's episodes there (``ENV/SIDE-SEED/SIDE.json``) and reuses a
 stored run at least as long instead of running it again (cut at ``--steps``), so a
 comparison can be continued, extended by seeds, or summarised at a shorter budget.
+``--extend`` keeps the seeds of ``--record``'s entry for the same environment and budget that
+the run does not run again, with their recorded figures (per-seed values, speeds and curves),
+and stores the entry of all of them, so seeds can be added on a machine without the earlier
+runs' ``--work``; the entry's command then names every seed.
 ``--side reference|pglab`` runs one side only into ``--work``, so two processes can run the
 two sides at once; the run without ``--side`` then reuses both.
 
@@ -251,21 +255,25 @@ def binned(episodes: list[list[float]], steps: int) -> list[list[float | None]]:
     return rows
 
 
-def summarise(runs: dict[str, list[dict[str, Any]]], steps: int, last: int) -> dict[str, Any]:
-    """The summary at each of :data:`FRACTIONS` of the budget (module docstring)."""
+def side_stats(per_seed: list[float | None]) -> dict[str, Any]:
+    """The per-seed values of one side at one summary point, with their mean and spread."""
+    values = [value for value in per_seed if value is not None]
+    return {
+        "per_seed": per_seed,
+        "mean": statistics.fmean(values) if values else None,
+        "min": min(values) if values else None,
+        "max": max(values) if values else None,
+    }
+
+
+def summarise(rows: list[dict[str, Any]], steps: int) -> dict[str, Any]:
+    """The summary at each of :data:`FRACTIONS` of the budget (module docstring) over the
+    per-seed ``rows`` (:func:`seed_row`)."""
     points = []
-    for fraction in FRACTIONS:
-        step = fraction * steps
-        point: dict[str, Any] = {"fraction": fraction, "env_step": round(step)}
+    for index, fraction in enumerate(FRACTIONS):
+        point: dict[str, Any] = {"fraction": fraction, "env_step": round(fraction * steps)}
         for side in SIDES:
-            per_seed = [last_mean(run["episodes"], step, last) for run in runs[side]]
-            values = [value for value in per_seed if value is not None]
-            point[side] = {
-                "per_seed": per_seed,
-                "mean": statistics.fmean(values) if values else None,
-                "min": min(values) if values else None,
-                "max": max(values) if values else None,
-            }
+            point[side] = side_stats([row["points"][side][index] for row in rows])
         ours, theirs = point["pglab"]["mean"], point["reference"]
         point["within"] = ours is not None and theirs["min"] is not None and theirs["min"] <= ours <= theirs["max"]
         points.append(point)
@@ -290,24 +298,66 @@ def speed(run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def compare(env: str, seeds: list[int], steps: int, reference: Path, last: int, work: Path) -> dict[str, Any]:
-    """Both sides on ``env`` for every seed (reference first; runs stored in ``work``); the record's task entry."""
-    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
-    for seed in seeds:
-        for side in SIDES:
-            run = one_run(side, env, seed, steps, reference, work)
-            runs[side].append(run)
-            print(f"{env} seed {seed} {side}: {json.dumps(speed(run))}", file=sys.stderr, flush=True)
+def seed_row(seed: int, runs: dict[str, dict[str, Any]], steps: int, last: int) -> dict[str, Any]:
+    """One seed's figures, both sides: its value at each summary point, its speed and its curve."""
+    return {
+        "seed": seed,
+        "points": {side: [last_mean(runs[side]["episodes"], f * steps, last) for f in FRACTIONS] for side in SIDES},
+        "speed": {side: speed(runs[side]) for side in SIDES},
+        "curves": {side: binned(runs[side]["episodes"], steps) for side in SIDES},
+    }
+
+
+def task_rows(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """The per-seed rows of a record's task entry (the inverse of :func:`assemble`)."""
+    return [
+        {
+            "seed": seed,
+            "points": {side: [point[side]["per_seed"][index] for point in task["points"]] for side in SIDES},
+            "speed": {side: task["speed"][side][index] for side in SIDES},
+            "curves": {side: task["curves"][side][index] for side in SIDES},
+        }
+        for index, seed in enumerate(task["seeds"])
+    ]
+
+
+def assemble(env: str, steps: int, last: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The record's task entry for the per-seed ``rows``."""
     return {
         "env": env,
         "reference_script": reference_script(env)[0],
-        "seeds": seeds,
+        "seeds": [row["seed"] for row in rows],
         "steps": steps,
         "last_episodes": last,
-        **summarise(runs, steps, last),
-        "speed": {side: [speed(run) for run in runs[side]] for side in SIDES},
-        "curves": {side: [binned(run["episodes"], steps) for run in runs[side]] for side in SIDES},
+        **summarise(rows, steps),
+        "speed": {side: [row["speed"][side] for row in rows] for side in SIDES},
+        "curves": {side: [row["curves"][side] for row in rows] for side in SIDES},
     }
+
+
+def extend(task: dict[str, Any], recorded: dict[str, Any]) -> dict[str, Any]:
+    """``task`` with the seeds of the ``recorded`` entry (same environment, budget and
+    ``--last``) that it does not run again, as recorded; seeds in increasing order."""
+    if recorded["last_episodes"] != task["last_episodes"]:
+        raise SystemExit(
+            f"stream_vs_reference: --extend: the recorded entry averages the last {recorded['last_episodes']} "
+            f"episodes, this run {task['last_episodes']}; pass --last {recorded['last_episodes']}"
+        )
+    kept = [row for row in task_rows(recorded) if row["seed"] not in task["seeds"]]
+    rows = sorted([*kept, *task_rows(task)], key=lambda row: row["seed"])
+    return assemble(task["env"], task["steps"], task["last_episodes"], rows)
+
+
+def compare(env: str, seeds: list[int], steps: int, reference: Path, last: int, work: Path) -> dict[str, Any]:
+    """Both sides on ``env`` for every seed (reference first; runs stored in ``work``); the record's task entry."""
+    rows = []
+    for seed in seeds:
+        runs = {}
+        for side in SIDES:
+            runs[side] = one_run(side, env, seed, steps, reference, work)
+            print(f"{env} seed {seed} {side}: {json.dumps(speed(runs[side]))}", file=sys.stderr, flush=True)
+        rows.append(seed_row(seed, runs, steps, last))
+    return assemble(env, steps, last, rows)
 
 
 # -- the record and the figure ---------------------------------------------------------------------------
@@ -419,7 +469,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="run this side only, into --work (two processes can run the two sides at once; a later run "
         "without --side reuses both)",
     )
+    parser.add_argument(
+        "--extend",
+        action="store_true",
+        help="keep the seeds of --record's entry for this environment and budget that this run does not "
+        "run again (their stored figures), so that seeds can be added on another machine",
+    )
     args = parser.parse_args(argv)
+    if args.extend and args.record is None:
+        parser.error("--extend needs --record (the entry it extends)")
     if args.steps < 1 or args.last < 1:
         parser.error("--steps and --last must be positive")
     if args.side is not None and (args.work is None or args.record is not None):
@@ -436,6 +494,14 @@ def run_side(args: argparse.Namespace) -> None:
             print(f"{args.env} seed {seed} {args.side}: {json.dumps(speed(run))}", file=sys.stderr, flush=True)
 
 
+def recorded_task(path: Path, key: str) -> dict[str, Any]:
+    """The task entry ``key`` (``ENV@STEPS``) of the record at ``path``; exit 2 if it has none."""
+    tasks = json.loads(path.read_text())["figures"]["tasks"] if path.exists() else {}
+    if key not in tasks:
+        raise SystemExit(f"stream_vs_reference: --extend: {path} has no entry {key}")
+    return tasks[key]
+
+
 def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
     """The comparison of ``args``; stored in ``--record`` when given. Returns the figures."""
     load = results_tables().machine()
@@ -447,10 +513,12 @@ def run_comparison(args: argparse.Namespace) -> dict[str, Any]:
         reference = reference_checkout(args, Path(folder))
         work = args.work if args.work is not None else Path(scratch)
         task = compare(args.env, args.seeds, args.steps, reference, args.last, work)
+    if args.extend:
+        task = extend(task, recorded_task(args.record, f"{task['env']}@{task['steps']}"))
     print(task_headline(task), file=sys.stderr)
     if args.record is None:
         return {"headline": task_headline(task), "tasks": {f"{task['env']}@{task['steps']}": task}}
-    flags = ["--env", args.env, "--steps", str(args.steps), "--seeds", *map(str, args.seeds)]
+    flags = ["--env", args.env, "--steps", str(args.steps), "--seeds", *map(str, task["seeds"])]
     command = "python bench/stream_vs_reference.py " + shlex.join([*flags, "--record", str(args.record), "--json"])
     write_record(args.record, task, command, round(time.perf_counter() - start, 1), load)
     draw_figure(args.record, args.figure_path)
