@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -88,6 +89,11 @@ def test_a_run_whose_environments_capture_nothing_resumes_from_fresh_ones(tmp_pa
     assert torch.equal(recorder.seen[0], env.reset(seed=0))
     env.close()
     assert load_checkpoint_file(first.run_dir)["extra"]["tracker"]["lengths"].tolist() == [4, 4]
+    with pytest.warns(UserWarning, match="freshly reset"):
+        train_ppo(make_config(PPOConfig, resume=tmp_path / "async", **QUIET))  # to the end
+    with warnings.catch_warnings():  # a finished run resumed: nothing is trained, nothing to warn of
+        warnings.simplefilter("error")
+        train_ppo(make_config(PPOConfig, resume=tmp_path / "async", **QUIET))
 
 
 def test_train_cli_checkpoint_evaluate_and_load(tmp_path, capsys):

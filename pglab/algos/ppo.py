@@ -675,8 +675,8 @@ def _continue_uncaptured_environments(
     gave ``None``, see :mod:`pglab.envs.base`) continues from the freshly reset ones: their
     observations, and no running episodes."""
     assert run.checkpoint is not None
-    if run.checkpoint["extra"]["env"] is not None:
-        return
+    if run.checkpoint["extra"]["env"] is not None or run.start >= config.num_iterations:
+        return  # captured, or nothing left to train
     warnings.warn(
         f"env={config.env}: its state could not be checkpointed; the resumed run continues from "
         "freshly reset environments and is not bit-identical to an uninterrupted one",
