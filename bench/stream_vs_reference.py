@@ -57,7 +57,6 @@ default, ``git archive`` of the Python files of ``--reference-git`` (a clone or 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import runpy
@@ -382,8 +381,14 @@ def write_record(path: Path, task: dict[str, Any], command: str, wall_s: float, 
     """Store ``task`` in the record at ``path`` under ``ENV@STEPS`` (other entries are kept); the
     headline is the Breakout entry with the most seeds."""
     tables = results_tables()
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    task = {**task, "command": command, "date": now, "commit": tables.commit(), "machine": load, "wall_s": wall_s}
+    task = {
+        **task,
+        "command": command,
+        "date": tables.now(),
+        "commit": tables.commit(),
+        "machine": load,
+        "wall_s": wall_s,
+    }
     tasks = json.loads(path.read_text())["figures"]["tasks"] if path.exists() else {}
     tasks[f"{task['env']}@{task['steps']}"] = task
     breakout = [entry for entry in tasks.values() if entry["env"] == "minatar:breakout"]

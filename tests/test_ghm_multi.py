@@ -485,3 +485,46 @@ def test_the_multi_bench_reads_a_finished_run_and_refuses_an_unfinished_one(divi
     code = ghm_multi.main(["--divisions", "2", "--seeds", "3", "--log-dir", str(folder), "--json"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "divisions-n2-s3: holds a run the bench did not finish" in err[0], err
+
+
+def test_the_multi_bench_extends_a_record_from_its_runs(divisions_run, tmp_path, monkeypatch, capsys):
+    # a run whose training command the record holds is read from it: nothing is trained, and
+    # the record is rewritten with the bench's own command (without --extend) and figures
+    folder = tmp_path / "bench"
+    shutil.copytree(divisions_run.run_dir, folder / "divisions-n2-s3")
+    measured = {"command": "pglab train ghm", "wall_s": 12.0, "cpu_s": 7.5, "load_average_before": 1.0}
+    (folder / "divisions-n2-s3" / ghm_multi.MEASUREMENT).write_text(json.dumps({**measured, "load_average_after": 2.0}))
+    config = ghm_multi.GHMMultiBenchConfig(divisions=(2,), seeds=(3,), train_flags="--eval_dt 0.01")
+    (row,) = ghm_multi.measure(config, folder, echo=print)
+    row["command"] = "pglab " + " ".join(ghm_multi.training_argv(ghm_multi.run_names(config)[0][1], 200))
+    description = {
+        "system": "GHM cash management",
+        "title": "N = 2 divisions",
+        "kind": "result",
+        "command": "python bench/ghm_multi.py --seeds 9",
+        "reads": "stdout",
+        "headline": "worst {summary[worst_pct]:.2f}% of V*",
+        "docs": "ghm-models.md",
+    }
+    record = tmp_path / "divisions.json"
+    record.write_text(json.dumps({**description, "figures": {"runs": [row]}}))
+
+    def no_training(*args):
+        raise AssertionError("a recorded run was trained again")
+
+    monkeypatch.setattr(ghm_multi, "train", no_training)
+    argv = ["--divisions", "2", "--seeds", "3", "--train_flags=--eval_dt 0.01", "--extend", str(record), "--json"]
+    assert ghm_multi.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    stored = json.loads(record.read_text())
+    assert out == stored["figures"] and out["runs"] == [row] and out["summary"]["worst_pct"] == row["worst_pct"]
+    assert stored["title"] == "N = 2 divisions" and "date" in stored and "machine" in stored
+    expected = (
+        'python bench/ghm_multi.py --model divisions --divisions 2 --seeds 3 --train_flags="--eval_dt 0.01" --json'
+    )
+    assert stored["command"] == expected
+    # a run the record does not hold would be trained; a file that is not a record: one line, exit 2
+    (tmp_path / "other.json").write_text("{}")
+    assert ghm_multi.main([*argv[:-3], "--extend", str(tmp_path / "other.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "other.json: not a record of this bench" in err[0], err

@@ -425,6 +425,11 @@ def commit() -> str:
     return sha.stdout.strip() + ("" if clean else "+modified")
 
 
+def now() -> str:
+    """The date of a measurement: UTC, to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
 def record(path: Path) -> dict[str, Any]:
     """Run the record's command, store what it measured in the record, return the record."""
     try:
@@ -439,7 +444,7 @@ def record(path: Path) -> dict[str, Any]:
     figures, wall_s = run_command(described, path.name)
     updated = {
         **{field: described[field] for field in DESCRIBED},
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": now(),
         "commit": commit(),
         "machine": load,
         "wall_s": round(wall_s, 1),

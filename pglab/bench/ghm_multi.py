@@ -17,6 +17,10 @@ defaults otherwise), in a process of its own, one after the other. Reported per 
 
 ``--log-dir`` keeps the run directories; a run found there finished (its ``bench.json``) is
 read instead of trained again, so a bench stopped midway continues where it stopped.
+``--extend RECORD`` reads every run whose training command the record (one of this bench's)
+holds from the record, trains the others, and rewrites the record with all of them and
+the command that measures them from nothing, so a record grows by seeds on a machine
+without its earlier runs.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from pglab.bench import results_tables
 from pglab.errors import ConfigError, UsageError
 from pglab.run.config import parse_config
 from pglab.validation import check_int, check_int_sequence, check_path
@@ -60,6 +65,10 @@ class GHMMultiBenchConfig:
     log_dir: Path | None = None
     """where the run directories go (default: a temporary folder, removed at the end); a
     finished run found there is read, not trained again"""
+    extend: Path | None = None
+    """a record of this bench (results/NAME.json): a run whose training command one of its
+    runs has is read from it, not trained again; the record is then rewritten with this
+    bench's runs and command (without --extend), its description kept"""
     json: bool = False
     """print JSON instead of a table"""
 
@@ -70,6 +79,7 @@ class GHMMultiBenchConfig:
         check_int_sequence("seeds", self.seeds, minimum=0)
         check_int("eval_quick_paths", self.eval_quick_paths, minimum=1)
         check_path("log_dir", self.log_dir)
+        check_path("extend", self.extend)
 
 
 def run_names(config: GHMMultiBenchConfig) -> list[tuple[str, list[str], dict[str, Any]]]:
@@ -89,11 +99,17 @@ def run_names(config: GHMMultiBenchConfig) -> list[tuple[str, list[str], dict[st
     return runs
 
 
+def training_argv(flags: list[str], eval_quick_paths: int) -> list[str]:
+    """``pglab train ghm``'s arguments for a run (its log directory aside); their text is the
+    run's ``command``, by which ``--extend`` finds it in a record."""
+    return ["train", "ghm", *flags, "--eval_quick_paths", str(eval_quick_paths)]
+
+
 def train(run_dir: Path, flags: list[str], eval_quick_paths: int) -> dict[str, Any]:
     """Train one run in a process of its own; return its wall-clock and CPU seconds and the
     load average before and after (also written to the run's ``bench.json``)."""
-    argv = [sys.executable, "-m", "pglab", "train", "ghm", *flags]
-    argv += ["--eval_quick_paths", str(eval_quick_paths), "--log_dir", str(run_dir)]
+    arguments = training_argv(flags, eval_quick_paths)
+    argv = [sys.executable, "-m", "pglab", *arguments, "--log_dir", str(run_dir)]
     env = {**os.environ, "PGLAB_NO_PROGRESS": "1"}
     load_before = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -106,7 +122,7 @@ def train(run_dir: Path, flags: list[str], eval_quick_paths: int) -> dict[str, A
     if done.returncode != 0:
         raise UsageError(f"{' '.join(argv[1:])} exited with {done.returncode} (its output: {log})")
     measurement = {
-        "command": "pglab " + " ".join(argv[3:-2]),
+        "command": "pglab " + " ".join(arguments),
         "wall_s": wall_s,
         "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         "load_average_before": load_before,
@@ -160,11 +176,19 @@ def run_row(run_dir: Path, measurement: dict[str, Any], keys: dict[str, Any]) ->
     }
 
 
-def measure(config: GHMMultiBenchConfig, folder: Path, echo) -> list[dict[str, Any]]:
-    """Every run's row, training those not finished in ``folder``."""
+def measure(
+    config: GHMMultiBenchConfig, folder: Path, echo, recorded: dict[str, dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Every run's row: read from ``recorded`` (rows by their training command) or from a run
+    finished in ``folder``, else trained there."""
     rows = []
     for name, flags, keys in run_names(config):
         run_dir = folder / name
+        command = "pglab " + " ".join(training_argv(flags, config.eval_quick_paths))
+        if recorded is not None and command in recorded:
+            echo(f"{name}: read from {config.extend}")
+            rows.append(recorded[command])
+            continue
         if (run_dir / MEASUREMENT).is_file():
             measurement = json.loads((run_dir / MEASUREMENT).read_text(encoding="utf-8"))
         elif run_dir.exists():
@@ -215,6 +239,54 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def recorded_runs(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The record at ``path`` and its runs by training command (``--extend``)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return record, {row["command"]: row for row in record["figures"]["runs"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"extend: {path}: not a record of this bench ({type(exc).__name__}: {exc})") from exc
+
+
+def bench_command(config: GHMMultiBenchConfig) -> str:
+    """The command that measures ``config``'s runs from nothing (``--extend`` left out)."""
+    parts = ["python bench/ghm_multi.py", "--model", config.model]
+    if config.model == "divisions":
+        parts += ["--divisions", *map(str, config.divisions)]
+    parts += ["--seeds", *map(str, config.seeds)]
+    if config.eval_quick_paths != GHMMultiBenchConfig.eval_quick_paths:
+        parts += ["--eval_quick_paths", str(config.eval_quick_paths)]
+    if config.train_flags:
+        plain = not any(char in config.train_flags for char in '"\\$`')
+        parts.append(
+            f'--train_flags="{config.train_flags}"' if plain else "--train_flags=" + shlex.quote(config.train_flags)
+        )
+    if config.log_dir is not None:
+        parts += ["--log-dir", shlex.quote(str(config.log_dir))]
+    return " ".join([*parts, "--json"])
+
+
+def write_record(
+    path: Path, record: dict[str, Any], config: GHMMultiBenchConfig, figures: dict[str, Any], measured: dict[str, Any]
+) -> None:
+    """Rewrite the record at ``path``: its description kept, this bench's command and
+    figures, and ``measured`` (the date, commit, machine and wall-clock seconds)."""
+    tables = results_tables()
+    updated = {
+        **{field: record[field] for field in tables.DESCRIBED},
+        "command": bench_command(config),
+        **measured,
+        "figures": figures,
+    }
+    temporary = path.with_name(path.name + ".tmp")
+    try:
+        tables.check_record(updated, path.name)
+        temporary.write_text(json.dumps(updated, indent=2) + "\n", encoding="utf-8")
+        temporary.replace(path)
+    except (tables.RecordError, OSError) as exc:
+        raise UsageError(f"extend: {path}: {exc}") from exc
+
+
 def main(argv: list[str] | None = None) -> int:
     config = parse_config(
         GHMMultiBenchConfig,
@@ -223,20 +295,26 @@ def main(argv: list[str] | None = None) -> int:
         description=(__doc__ or "").splitlines()[0],
     )
     echo = (lambda *args: print(*args, file=sys.stderr)) if config.json else print
+    start, measured = time.perf_counter(), {}
     try:
+        record, recorded = recorded_runs(config.extend) if config.extend is not None else ({}, None)
+        if config.extend is not None:
+            tables = results_tables()
+            measured = {"date": tables.now(), "commit": tables.commit(), "machine": tables.machine()}
         if config.log_dir is None:
             with tempfile.TemporaryDirectory(prefix="pglab-ghm-multi-") as tmp:
-                rows = measure(config, Path(tmp), echo)
+                rows = measure(config, Path(tmp), echo, recorded)
         else:
             config.log_dir.mkdir(parents=True, exist_ok=True)
-            rows = measure(config, config.log_dir, echo)
+            rows = measure(config, config.log_dir, echo, recorded)
+        figures = {"summary": summarise(rows), "runs": rows}
+        if config.extend is not None:
+            measured["wall_s"] = round(time.perf_counter() - start, 1)
+            write_record(config.extend, record, config, figures, measured)
     except UsageError as exc:
         print(f"pglab: error: {exc}", file=sys.stderr)
         return 2
-    if config.json:
-        print(json.dumps({"summary": summarise(rows), "runs": rows}, indent=2))
-    else:
-        print(format_rows(rows))
+    print(json.dumps(figures, indent=2) if config.json else format_rows(rows))
     return 0
 
 
