@@ -14,8 +14,9 @@ A new record is a file with the fields that describe it; ``record`` fills in the
 
     system    one of SYSTEMS (the README's table has one row per system)
     title     what was measured, in a few words
-    kind      "result" (the README's table and the benchmarks page) or "benchmark" (the
-              benchmarks page only: speed, which depends on the machine)
+    kind      "result" (the README's table and the benchmarks page), "benchmark" (the
+              benchmarks page only: speed, which depends on the machine) or "study" (the
+              benchmarks page only: a measurement behind a choice, such as a budget)
     command   the reproduce command, as typed from the repository root ("pglab ..." or
               "python bench/...")
     reads     "stdout" (the command prints JSON) or {"flag": "--log-dir", "file": "summary.json"}
@@ -53,7 +54,7 @@ SYSTEMS = {  # the README's row order, and each system's page under docs/
     "Streaming A2C and stream-AC": "a2c.md",
     "REINFORCE, VPG and PPO": "ppo.md",
 }
-KINDS = ("result", "benchmark")
+KINDS = ("result", "benchmark", "study")
 DESCRIBED = ("system", "title", "kind", "command", "reads", "headline", "docs")
 MEASURED = ("date", "commit", "machine", "wall_s", "figures")
 CODE = ("pglab", "bench", "configs", "pyproject.toml")  # what a measurement depends on
@@ -140,9 +141,9 @@ def machine_summary(record: dict[str, Any]) -> str:
 
 
 def benchmarks_section(records: list[dict[str, Any]]) -> str:
-    """Every record, results first, each with its command, date, commit and machine."""
+    """Every record, results first, then speed and studies, each with its command, date, commit and machine."""
     parts = []
-    for kind, heading in (("result", "Results"), ("benchmark", "Speed")):
+    for kind, heading in (("result", "Results"), ("benchmark", "Speed"), ("study", "Studies behind a choice")):
         rows = [record for record in records if record["kind"] == kind]
         if not rows:
             continue
