@@ -159,8 +159,9 @@ def test_the_divisions_table_has_every_run_of_every_divisions_record(records):
     changed = copy.deepcopy(records)
     chosen = [record for record in changed if record["name"].startswith("ghm-multi-divisions")]
     runs = [run for record in chosen for run in record["figures"]["runs"]]
-    runs[0]["worst_pct"], runs[0]["reaches_target"] = 12.345, False
+    runs[0]["worst_pct"], runs[0]["reaches_target"], runs[0]["step_s_median"] = 12.345, False, 9.876
     table = tables.divisions_table(changed)
+    assert " 12.35 (" in table and "| 9.88 |" in table
     assert len([line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]) == len(runs)
     assert " 12.35 (" in table and all(f"`{record['command']}`" in table for record in chosen)
     sizes = [int(line.split("|")[1]) for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]

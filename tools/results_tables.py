@@ -256,7 +256,8 @@ def stream_comparison_table(records: list[dict[str, Any]]) -> str:
 
 def divisions_table(records: list[dict[str, Any]]) -> str:
     """docs/ghm-models.md: every run of the ``ghm-multi-divisions*`` records, one row per run
-    (N, seed, iterations, the worst evaluation state, CPU seconds), N after N."""
+    (N, seed, iterations, the worst evaluation state, CPU seconds, the median wall-clock
+    seconds of an iteration), N after N."""
     chosen = sorted(
         (record for record in records if record["name"].startswith("ghm-multi-divisions")),
         key=lambda record: record["name"],
@@ -268,15 +269,16 @@ def divisions_table(records: list[dict[str, Any]]) -> str:
         key=lambda pair: (pair[0]["divisions"], pair[0]["iterations"], pair[0]["seed"]),
     )
     lines = [
-        "| N | seed | iterations | worst % of V* (state) | >= 98% | CPU s | load | record |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| N | seed | iterations | worst % of V* (state) | >= 98% | CPU s | wall s / iteration | load | record |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for run, name in runs:
         load = "-".join(f"{value:.1f}" for value in run["load_average"])
         lines.append(
             f"| {run['divisions']} | {run['seed']} | {run['iterations']:,} |"
             f" {run['worst_pct']:.2f} ({run['worst_label']})"
-            f" | {'yes' if run['reaches_target'] else 'no'} | {run['cpu_s']:,.0f} | {load} | `results/{name}.json` |"
+            f" | {'yes' if run['reaches_target'] else 'no'} | {run['cpu_s']:,.0f} | {run['step_s_median']:.2f}"
+            f" | {load} | `results/{name}.json` |"
         )
     commands = "; ".join(f"`{record['command']}`" for record in chosen)
     return "\n".join([*lines, "", f"Reproduce: {commands}."])
