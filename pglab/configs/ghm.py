@@ -268,8 +268,8 @@ def mc_iterations(rho: float, refined: bool = True, parts: int = 1) -> int:
     The firm's return is one number, so each division's controls are scored against the
     noise of all N divisions' futures, and the signal-to-noise ratio of each control's
     gradient falls with N (docs/ghm-models.md, "Why N divisions learn slowly with mc"): the
-    budget grows in proportion. Measured at N = 2 (seed 1): the worst of the 8 evaluation
-    states reached 97.50% of V* after 1,000 iterations and 98.40% after 2,000."""
+    budget grows in proportion. The runs at this budget and at 1,000 iterations are in
+    ``results/ghm-multi-divisions.json`` and ``results/ghm-multi-divisions-1000.json``."""
     base = MC_REFINED_ITERATIONS if refined else SOLVER_DEFAULTS["mc"]["n_iterations"]
     return int(round(base * max(1.0, MC_REFERENCE_RHO / rho))) * parts
 
