@@ -513,7 +513,8 @@ def test_the_multi_bench_extends_a_record_from_its_runs(divisions_run, tmp_path,
         raise AssertionError("a recorded run was trained again")
 
     monkeypatch.setattr(ghm_multi, "train", no_training)
-    argv = ["--divisions", "2", "--seeds", "3", "--train_flags=--eval_dt 0.01", "--extend", str(record), "--json"]
+    argv = ["--divisions", "2", "--seeds", "3", "--train_flags=--eval_dt 0.01", "--log-dir", str(tmp_path / "new")]
+    argv += ["--extend", str(record), "--json"]
     assert ghm_multi.main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     stored = json.loads(record.read_text())
@@ -526,5 +527,6 @@ def test_the_multi_bench_extends_a_record_from_its_runs(divisions_run, tmp_path,
     # a run the record does not hold would be trained; a file that is not a record: one line, exit 2
     (tmp_path / "other.json").write_text("{}")
     assert ghm_multi.main([*argv[:-3], "--extend", str(tmp_path / "other.json")]) == 2
+    assert not (tmp_path / "new" / "divisions-n2-s3").exists()  # read from the record, not trained
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "other.json: not a record of this bench" in err[0], err

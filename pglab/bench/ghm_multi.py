@@ -68,7 +68,7 @@ class GHMMultiBenchConfig:
     extend: Path | None = None
     """a record of this bench (results/NAME.json): a run whose training command one of its
     runs has is read from it, not trained again; the record is then rewritten with this
-    bench's runs and command (without --extend), its description kept"""
+    bench's runs and command (without --extend and --log-dir), its description kept"""
     json: bool = False
     """print JSON instead of a table"""
 
@@ -249,7 +249,8 @@ def recorded_runs(path: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]
 
 
 def bench_command(config: GHMMultiBenchConfig) -> str:
-    """The command that measures ``config``'s runs from nothing (``--extend`` left out)."""
+    """The command that measures ``config``'s runs from nothing (``--extend`` and ``--log-dir``
+    left out: where the runs are kept is not part of the measurement)."""
     parts = ["python bench/ghm_multi.py", "--model", config.model]
     if config.model == "divisions":
         parts += ["--divisions", *map(str, config.divisions)]
@@ -261,8 +262,6 @@ def bench_command(config: GHMMultiBenchConfig) -> str:
         parts.append(
             f'--train_flags="{config.train_flags}"' if plain else "--train_flags=" + shlex.quote(config.train_flags)
         )
-    if config.log_dir is not None:
-        parts += ["--log-dir", shlex.quote(str(config.log_dir))]
     return " ".join([*parts, "--json"])
 
 
