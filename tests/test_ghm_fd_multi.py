@@ -4,13 +4,14 @@ the 1-D reference in their limits, for monotonicity and for grid convergence."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
 import numpy as np
 import pytest
 
-from pglab.configs.ghm import GHMParams
+from pglab.configs.ghm import CreditLineParams, FirmTerms, GHMParams
 from pglab.configs.ghm_multi import OUGHMParams, RegimeGHMParams
 from pglab.envs.ghm import GHMModel
 from pglab.errors import ConfigError
@@ -47,6 +48,26 @@ def one_d(params: GHMParams, **options):
 def test_bad_parameters_name_their_field(model, field, value):
     with pytest.raises(ConfigError, match=f"^{field}:"):
         model(**{field: value})
+
+
+@pytest.mark.parametrize("model", [GHMParams, CreditLineParams, RegimeGHMParams, OUGHMParams])
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        ({"rho": 0.05}, "rho"),  # rho <= r: the value is unbounded
+        ({"r": math.inf}, "r"),
+        ({"a_L_max": -1.0}, "a_L_max"),
+        ({"a_E_max": -0.5}, "a_E_max"),
+        ({"initial_cash_low": -0.3}, "initial_cash_low"),  # below every model's liquidation point
+        ({"initial_cash_low": 1.0, "initial_cash_high": 0.5}, "initial_cash_high"),
+    ],
+)
+def test_every_model_checks_the_shared_terms(model, fields, named):
+    """The rates, control bounds and initial cash are FirmTerms' fields, checked the same way
+    in every model."""
+    with pytest.raises(ConfigError, match=f"^{named}:"):
+        model(**fields)
+    assert set(FirmTerms().terms()) <= {f.name for f in dataclasses.fields(model)}
 
 
 def test_regime_and_frozen_models_carry_the_shared_fields():

@@ -117,17 +117,14 @@ def evaluation_bytes(paths: int, cash_levels: int) -> int:
 
 
 @dataclass(frozen=True)
-class GHMParams:
-    """Parameters of the GHM model (the default calibration)."""
+class FirmTerms:
+    """The terms every GHM model shares, validated in one place: the rates, the control
+    bounds and the law of the initial cash. A model's parameters add its cash-flow
+    dynamics and issuance cost (:class:`GHMParams`, and those of
+    :mod:`pglab.configs.ghm_multi`)."""
 
-    mu: float = 0.1
-    """cash-flow drift (per unit time)"""
-    sigma: float = 0.2
-    """cash-flow volatility"""
     r: float = 0.05
     """interest rate earned on cash"""
-    lambda_dilution: float = 0.1
-    """proportional cost of issuing equity"""
     rho: float = 0.1
     """shareholders' discount rate (must exceed r)"""
     a_L_max: float = 1.0
@@ -139,27 +136,26 @@ class GHMParams:
     initial_cash_high: float = 2.0
     """upper end of the initial-cash distribution"""
 
-    def __post_init__(self):
-        check_finite("mu", self.mu)
-        check_non_negative("sigma", self.sigma)
-        check_finite("r", self.r)
-        check_non_negative("lambda_dilution", self.lambda_dilution)
-        check_positive("rho", self.rho)
-        if self.rho <= self.r:
-            # rho <= r makes hoarding cash forever optimal and the value unbounded.
-            raise ConfigError("rho", self.rho, f"must exceed r={self.r} (otherwise the value is unbounded)")
-        check_non_negative("a_L_max", self.a_L_max)
-        check_non_negative("a_E_max", self.a_E_max)
-        self._check_initial_cash()
-
     @property
     def liquidation_cash(self) -> float:
         """Cash at which the firm is liquidated: 0 (a variant of the model with another
         liquidation point overrides it; the model's state is ``cash - liquidation_cash``)."""
         return 0.0
 
-    def _check_initial_cash(self) -> None:
-        """``liquidation_cash <= initial_cash_low <= initial_cash_high``."""
+    def terms(self) -> dict[str, float]:
+        """The shared terms by name (to build another model's parameters from these)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(FirmTerms)}
+
+    def _check_terms(self) -> None:
+        """``r < rho``, non-negative control bounds and
+        ``liquidation_cash <= initial_cash_low <= initial_cash_high``."""
+        check_finite("r", self.r)
+        check_positive("rho", self.rho)
+        if self.rho <= self.r:
+            # rho <= r makes hoarding cash forever optimal and the value unbounded.
+            raise ConfigError("rho", self.rho, f"must exceed r={self.r} (otherwise the value is unbounded)")
+        check_non_negative("a_L_max", self.a_L_max)
+        check_non_negative("a_E_max", self.a_E_max)
         lowest = self.liquidation_cash
         check_finite("initial_cash_low", self.initial_cash_low)
         if self.initial_cash_low < lowest:
@@ -171,6 +167,25 @@ class GHMParams:
             raise ConfigError(
                 "initial_cash_high", self.initial_cash_high, f"must be >= initial_cash_low={self.initial_cash_low}"
             )
+
+
+@dataclass(frozen=True)
+class GHMParams(FirmTerms):
+    """Parameters of the GHM model (the default calibration): the shared terms of
+    :class:`FirmTerms` and the cash-flow dynamics."""
+
+    mu: float = 0.1
+    """cash-flow drift (per unit time)"""
+    sigma: float = 0.2
+    """cash-flow volatility"""
+    lambda_dilution: float = 0.1
+    """proportional cost of issuing equity"""
+
+    def __post_init__(self):
+        check_finite("mu", self.mu)
+        check_non_negative("sigma", self.sigma)
+        check_non_negative("lambda_dilution", self.lambda_dilution)
+        self._check_terms()
 
 
 @dataclass(frozen=True)

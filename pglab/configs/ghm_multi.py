@@ -33,41 +33,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pglab.configs.ghm import GHMParams
-from pglab.errors import ConfigError
+from pglab.configs.ghm import FirmTerms, GHMParams
 from pglab.validation import check_finite, check_non_negative, check_positive, check_range
 
 REGIMES = (0, 1)
 """The regime labels of :class:`RegimeGHMParams`."""
 
 
-def _check_rates(params: RegimeGHMParams | OUGHMParams) -> None:
-    """The fields both models share: ``r < rho`` and the control bounds."""
-    check_finite("r", params.r)
-    check_positive("rho", params.rho)
-    if params.rho <= params.r:
-        # rho <= r makes hoarding cash forever optimal and the value unbounded.
-        raise ConfigError("rho", params.rho, f"must exceed r={params.r} (otherwise the value is unbounded)")
-    check_non_negative("a_L_max", params.a_L_max)
-    check_non_negative("a_E_max", params.a_E_max)
-
-
-def _check_initial_cash(params: RegimeGHMParams | OUGHMParams) -> None:
-    """``0 <= initial_cash_low <= initial_cash_high``."""
-    check_range("initial_cash_low", params.initial_cash_low, 0.0)
-    check_finite("initial_cash_high", params.initial_cash_high)
-    if params.initial_cash_high < params.initial_cash_low:
-        raise ConfigError(
-            "initial_cash_high", params.initial_cash_high, f"must be >= initial_cash_low={params.initial_cash_low}"
-        )
-
-
 @dataclass(frozen=True)
-class RegimeGHMParams:
+class RegimeGHMParams(FirmTerms):
     """GHM with a two-state Markov regime of financing conditions (module docstring).
 
     Regime 0 is the good state (GHM's defaults), regime 1 the bad one: lower cash flow
-    and dearer equity. An equity market that is closed in a regime is a large
+    and dearer equity. The terms of :class:`~pglab.configs.ghm.FirmTerms` (rates, control
+    bounds, initial cash) hold in both regimes. An equity market that is closed in a regime is a large
     ``lambda_dilution`` there (issuing never pays)."""
 
     mu_0: float = 0.1
@@ -86,18 +65,6 @@ class RegimeGHMParams:
     """intensity of the switch from regime 0 to regime 1 (expected stay in 0: 1 / q01)"""
     q10: float = 0.5
     """intensity of the switch from regime 1 to regime 0 (expected stay in 1: 1 / q10)"""
-    r: float = 0.05
-    """interest rate earned on cash (both regimes)"""
-    rho: float = 0.1
-    """shareholders' discount rate (must exceed r)"""
-    a_L_max: float = 1.0
-    """maximal dividend rate (both regimes)"""
-    a_E_max: float = 1.0
-    """maximal equity-issuance rate (both regimes)"""
-    initial_cash_low: float = 0.0
-    """initial cash ~ Uniform[initial_cash_low, initial_cash_high]"""
-    initial_cash_high: float = 2.0
-    """upper end of the initial-cash distribution"""
     initial_regime_1_probability: float = 0.5
     """probability that a path starts in regime 1 (independent of its initial cash)"""
 
@@ -108,14 +75,8 @@ class RegimeGHMParams:
             check_non_negative(f"lambda_dilution_{regime}", getattr(self, f"lambda_dilution_{regime}"))
         check_non_negative("q01", self.q01)
         check_non_negative("q10", self.q10)
-        _check_rates(self)
-        _check_initial_cash(self)
+        self._check_terms()
         check_range("initial_regime_1_probability", self.initial_regime_1_probability, 0.0, 1.0)
-
-    @property
-    def liquidation_cash(self) -> float:
-        """Cash at which the firm is liquidated (in both regimes): 0."""
-        return 0.0
 
     def switch_rate(self, regime: int) -> float:
         """Intensity of leaving ``regime`` (``q01`` from 0, ``q10`` from 1)."""
@@ -133,20 +94,15 @@ class RegimeGHMParams:
         if regime not in REGIMES:
             raise ValueError(f"regime must be 0 or 1, got {regime!r}")
         return GHMParams(
+            **self.terms(),
             mu=getattr(self, f"mu_{regime}"),
             sigma=getattr(self, f"sigma_{regime}"),
-            r=self.r,
             lambda_dilution=getattr(self, f"lambda_dilution_{regime}"),
-            rho=self.rho,
-            a_L_max=self.a_L_max,
-            a_E_max=self.a_E_max,
-            initial_cash_low=self.initial_cash_low,
-            initial_cash_high=self.initial_cash_high,
         )
 
 
 @dataclass(frozen=True)
-class OUGHMParams:
+class OUGHMParams(FirmTerms):
     """GHM whose cash-flow drift ``mu`` follows an Ornstein-Uhlenbeck process (module
     docstring). ``sigma_mu = 0`` with the initial ``mu = mu_bar`` is GHM at ``mu_bar``."""
 
@@ -160,20 +116,8 @@ class OUGHMParams:
     """correlation of the cash shock dW and the profitability shock dZ, in [-1, 1]"""
     sigma: float = 0.2
     """cash-flow volatility"""
-    r: float = 0.05
-    """interest rate earned on cash"""
     lambda_dilution: float = 0.1
     """proportional cost of issuing equity"""
-    rho: float = 0.1
-    """shareholders' discount rate (must exceed r)"""
-    a_L_max: float = 1.0
-    """maximal dividend rate"""
-    a_E_max: float = 1.0
-    """maximal equity-issuance rate"""
-    initial_cash_low: float = 0.0
-    """initial cash ~ Uniform[initial_cash_low, initial_cash_high]"""
-    initial_cash_high: float = 2.0
-    """upper end of the initial-cash distribution"""
     initial_mu_spread: float = 1.0
     """initial mu ~ Uniform[mu_bar - s d, mu_bar + s d] with s this spread and d the
     stationary standard deviation (independent of the initial cash; 0: mu starts at mu_bar)"""
@@ -185,14 +129,8 @@ class OUGHMParams:
         check_range("correlation", self.correlation, -1.0, 1.0)
         check_non_negative("sigma", self.sigma)
         check_non_negative("lambda_dilution", self.lambda_dilution)
-        _check_rates(self)
-        _check_initial_cash(self)
+        self._check_terms()
         check_non_negative("initial_mu_spread", self.initial_mu_spread)
-
-    @property
-    def liquidation_cash(self) -> float:
-        """Cash at which the firm is liquidated (whatever mu): 0."""
-        return 0.0
 
     @property
     def stationary_std(self) -> float:
@@ -207,17 +145,7 @@ class OUGHMParams:
     def frozen(self, mu: float) -> GHMParams:
         """The GHM model with the profitability held at ``mu`` (``sigma_mu = 0``,
         ``mu = mu_bar``: the model itself)."""
-        return GHMParams(
-            mu=mu,
-            sigma=self.sigma,
-            r=self.r,
-            lambda_dilution=self.lambda_dilution,
-            rho=self.rho,
-            a_L_max=self.a_L_max,
-            a_E_max=self.a_E_max,
-            initial_cash_low=self.initial_cash_low,
-            initial_cash_high=self.initial_cash_high,
-        )
+        return GHMParams(**self.terms(), mu=mu, sigma=self.sigma, lambda_dilution=self.lambda_dilution)
 
 
 __all__ = ["REGIMES", "RegimeGHMParams", "OUGHMParams"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pglab.configs.ghm import MODEL_FIELDS, GHMParams, GHMTrainConfig, fd_grid_bytes
+from pglab.configs.ghm import MODEL_FIELDS, FirmTerms, GHMParams, GHMTrainConfig, fd_grid_bytes
 from pglab.errors import ConfigError
 from pglab.validation import (
     check_device,
@@ -27,12 +27,16 @@ from pglab.validation import (
     check_threads,
 )
 
-# The model parameters a sweep may vary: GHMParams' fields, and each model's own
-# (GHMTrainConfig's credit_limit/credit_spread for --model credit-line, ...).
+# The model parameters a sweep may vary: GHMParams' fields (its cash-flow dynamics first,
+# then the terms every model shares), and each model's own (GHMTrainConfig's
+# credit_limit/credit_spread for --model credit-line, ...). A grid is the product in this order.
 CREDIT_LINE_PARAMETERS = ("credit_limit", "credit_spread")
 MODEL_PARAMETERS: dict[str, tuple[str, ...]] = {"credit-line": CREDIT_LINE_PARAMETERS, **MODEL_FIELDS}
-SWEEPABLE = tuple(field.name for field in dataclasses.fields(GHMParams)) + tuple(
-    name for names in MODEL_PARAMETERS.values() for name in names
+_TERMS = tuple(field.name for field in dataclasses.fields(FirmTerms))
+SWEEPABLE = (
+    tuple(field.name for field in dataclasses.fields(GHMParams) if field.name not in _TERMS)
+    + _TERMS
+    + tuple(name for names in MODEL_PARAMETERS.values() for name in names)
 )
 INTEGER_PARAMETERS = ("divisions",)
 SOLVERS = ("mc", "pathwise", "actor-critic")
