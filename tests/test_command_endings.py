@@ -198,6 +198,33 @@ def test_a2c_train_json_and_a_board_game_without_success(runs):
     assert not any("success" in label for label in summary["result"])
 
 
+def test_a2c_summary_reports_the_last_window_that_ended_episodes(runs):
+    """A last logged window in which no episode ended (here seed 1's 30th) does not leave the
+    summary without a return: it reports the most recent window's episodes."""
+    flags = ["--env", "minatar:breakout", "--num-envs", "2", "--update-every", "1", "--total-env-steps", "60"]
+    run_dir, out, _ = trained(runs, "quiet-end", ["train", "a2c", *flags, "--seed", "1", "--device", "cpu", "--json"])
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    with_episodes = [row for row in rows if row.get("episode/count", 0) > 0]
+    assert rows[-1]["episode/count"] == 0 and with_episodes
+    last = machine(out)["last"]
+    assert {name: last.get(name) for name in ("episode/count", "return/mean", "episode/length")} == {
+        name: with_episodes[-1][name] for name in ("episode/count", "return/mean", "episode/length")
+    }
+    assert last["env_steps"] == 60
+    assert machine(out)["summary"]["result"] == {"mean return of the last training episodes": last["return/mean"]}
+
+
+def test_latest_keeps_the_episode_metrics_of_the_previous_record_only_where_none_ended():
+    from pglab.algos.a2c_common import latest
+
+    earlier = {"env_steps": 10.0, "episode/count": 3.0, "return/mean": 2.5, "return/std": 0.5, "episode/length": 7.0}
+    quiet = {"env_steps": 20.0, "episode/count": 0.0, "loss": 0.1}
+    assert latest(earlier, quiet) == {**quiet, **{k: v for k, v in earlier.items() if k != "env_steps"}}
+    busy = {"env_steps": 30.0, "episode/count": 1.0, "return/mean": 4.0, "return/std": 0.0, "episode/length": 9.0}
+    assert latest(earlier, busy) == busy
+    assert latest({}, quiet) == quiet
+
+
 def test_a2c_evaluate_judges_the_policy_against_a_random_one(a2c_run):
     run_dir = a2c_run[0]
     flags = ["--episodes", "4", "--num-envs", "4", "--device", "cpu"]

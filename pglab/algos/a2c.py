@@ -97,6 +97,7 @@ from pglab.algos.a2c_common import (
     evaluate_policy,
     finished_episodes,
     format_postfix,
+    latest,
     present,
     record_keys,
     run_result,
@@ -368,7 +369,7 @@ class A2CTrainer:
         try:
             for opt_step in run.steps(total, desc="train a2c --algo a2c", unit="opt"):
                 grad_norm = self.window(no_sync)
-                last = present(run.log(opt_step, self.record(grad_norm)))
+                last = latest(last, present(run.log(opt_step, self.record(grad_norm))))
                 run.set_postfix(**format_postfix(last))
                 self.stats.reset()
                 if any_rank_stops is not None and opt_step < total and any_rank_stops(run.stop_requested):

@@ -259,6 +259,15 @@ def run_result(run: TrainingRun, last: dict[str, float]) -> dict[str, Any]:
     }
 
 
+def latest(previous: dict[str, float], row: dict[str, float]) -> dict[str, float]:
+    """The last logged record ``row``; where no episode ended in its window, with the episode
+    metrics of ``previous`` (the record this returned before), so that the run's summary
+    reports the most recent window's episodes instead of none."""
+    if row.get("episode/count", 0.0) > 0 or "return/mean" not in previous:
+        return row
+    return {**row, **{name: previous[name] for name in EPISODE_METRICS if name in previous}}
+
+
 def present(values: dict[str, float]) -> dict[str, float]:
     """A logged record without its empty fields (NaN: no value in that interval)."""
     return {key: value for key, value in values.items() if not math.isnan(value)}

@@ -55,6 +55,7 @@ from pglab.algos.a2c_common import (
     episode_summary,
     finished_episodes,
     format_postfix,
+    latest,
     present,
     record_keys,
     run_result,
@@ -256,7 +257,7 @@ def train_stream_ac(
             for step in run.steps(config.total_env_steps, desc="train a2c --algo stream-ac", unit="step"):
                 learner.transition()
                 if step % LOG_EVERY == 0 or step == config.total_env_steps:
-                    last = present(run.log(step, learner.row()))
+                    last = latest(last, present(run.log(step, learner.row())))
                     run.set_postfix(**format_postfix(last))
                     learner.stats.reset()
         finally:
