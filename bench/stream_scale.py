@@ -212,12 +212,15 @@ def headline(figures: dict[str, Any]) -> str:
     )
 
 
-def write_record(path: Path, figures: dict[str, Any], command: str, wall_s: float, load: dict[str, Any]) -> None:
+def write_record(
+    path: Path, figures: dict[str, Any], command: str, wall_s: float, load: dict[str, Any], kind: str
+) -> None:
     tables = results_tables()
+    setting = "" if kind == "benchmark" else f", {figures['num_envs']:,} envs"
     record = {
         "system": "Streaming A2C and stream-AC",
-        "title": "Scale: batched A2C against the single stream, in wall time",
-        "kind": "result",
+        "title": f"Scale: batched A2C against the single stream, in wall time{setting}",
+        "kind": kind,
         "command": command,
         "reads": "stdout",
         "headline": "{headline}",
@@ -276,6 +279,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--figure-path", type=Path, default=DEFAULT_FIGURE)
     parser.add_argument("--figure", action="store_true", help="only draw the figure from --record")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--kind",
+        choices=("benchmark", "study"),
+        default="benchmark",
+        help="the record's kind: the benchmark (results/stream-scale.json) or a study of another setting",
+    )
     args = parser.parse_args(argv)
     if min(args.reference_steps, args.steps, args.num_envs, args.last) < 1:
         parser.error("--reference-steps, --steps, --num-envs and --last must be positive")
@@ -290,6 +299,7 @@ def command_of(args: argparse.Namespace) -> str:
         *("--reference-seed", str(args.reference_seed), "--steps", str(args.steps)),
         *("--num-envs", str(args.num_envs), "--a2c-flags", args.a2c_flags, "--last", str(args.last)),
         *("--seeds", *map(str, args.seeds)),
+        *(("--kind", args.kind) if args.kind != "benchmark" else ()),
     ]
     return "python bench/stream_scale.py " + shlex.join([*flags, "--record", str(args.record), "--json"])
 
@@ -309,8 +319,10 @@ def main(argv: list[str]) -> int:
         figures = compare(args, reference_dir, args.work if args.work is not None else Path(scratch))
     print(headline(figures), file=sys.stderr)
     if args.record is not None:
-        write_record(args.record, figures, command_of(args), round(time.perf_counter() - start, 1), load)
-        draw_figure(args.record, args.figure_path)
+        wall_s = round(time.perf_counter() - start, 1)
+        write_record(args.record, figures, command_of(args), wall_s, load, args.kind)
+        if args.kind == "benchmark":  # a study's record leaves the benchmark's figure alone
+            draw_figure(args.record, args.figure_path)
     if args.json:
         print(json.dumps({"headline": headline(figures), **figures}))
     return 0
