@@ -93,8 +93,9 @@ def random_reference(run_dir: str, device: str) -> dict[str, Any] | None:
 
 def train_summary(result: dict[str, Any], kind: str, random: dict[str, Any] | None) -> Summary:
     """The training episodes of the last logged window in which some ended (return, success
-    rate where the environment defines success; :func:`pglab.algos.a2c_common.latest`) beside a uniformly random policy's on a few episodes
-    (:func:`random_reference`; no target: no verdict)."""
+    rate where the environment defines success; :func:`pglab.algos.a2c_common.latest`)
+    beside a uniformly random policy's on a few episodes (:func:`random_reference`; no
+    target: no verdict)."""
     last, run_dir = result["last"], result["run_dir"]
     figures = [Figure("mean return of the last training episodes", last.get("return/mean"), ".3f")]
     if "episode/success_rate" in last:
