@@ -380,7 +380,7 @@ GENERATED: dict[str, tuple[Callable[[list[dict[str, Any]]], str], ...]] = {
     # one renderer per generated section of the file, in the file's order
     "README.md": (readme_table,),
     "docs/benchmarks.md": (benchmarks_section,),
-    "docs/a2c.md": (stream_comparison_table, minatar_throughput_table),
+    "docs/a2c.md": (stream_comparison_table, scale_table, minatar_throughput_table),
     "docs/ghm-models.md": (ghm_cost_table, divisions_table),
     "docs/ppo.md": (zoo_returns_table,),
 }
