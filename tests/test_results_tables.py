@@ -168,3 +168,21 @@ def test_the_divisions_table_has_every_run_of_every_divisions_record(records):
     assert sizes == sorted(sizes)
     with pytest.raises(tables.RecordError, match="divisions table needs"):
         tables.divisions_table([record for record in records if not record["name"].startswith("ghm-multi-div")])
+
+
+def test_the_scale_table_has_the_single_stream_once_and_every_batched_run(records):
+    changed = copy.deepcopy(records)
+    scale = [record for record in changed if record["name"].startswith("stream-scale")]
+    batched = sum(len(record["figures"]["batched"]) for record in scale)
+    text = tables.scale_table(changed)
+    assert sum(line.startswith("| batched A2C") for line in text.splitlines()) == batched
+    assert sum(line.startswith("| single stream") for line in text.splitlines()) == 1  # one reference run
+    assert text.splitlines()[3].endswith("`results/stream-scale.json` |")  # the benchmark before the studies
+    benchmark = next(record for record in scale if record["name"] == "stream-scale")
+    row = benchmark["figures"]["batched"][0]
+    assert f"| {row['ratio']:.3f} |" in text
+    assert "**yes**" in text if benchmark["figures"]["pays"] else "**no**" in text
+    row["ratio"], row["to_target"], benchmark["figures"]["pays"] = None, None, False
+    text = tables.scale_table(changed)
+    assert "| never | - |" in text and "(benchmark)" in text
+    assert "Scale pays (every seed at 1/10 of the single stream's CPU seconds or less): **no**" in text
