@@ -47,8 +47,8 @@ from stream_vs_reference import (  # noqa: E402  (the sibling bench: its childre
     BINS,
     DEFAULT_REFERENCE_GIT,
     ROOT,
-    Episodes,
     one_run,
+    recording_child,
     reference_checkout,
     results_tables,
 )
@@ -63,24 +63,8 @@ PAYS = 0.1
 def batched_child(argv: list[str], out: Path) -> None:
     """Run ``pglab train a2c`` with ``argv`` in this process, recording every finished episode."""
     import pglab.algos.a2c as a2c
-    from pglab.cli import main
 
-    episodes = Episodes()
-    counter = {"steps": 0}
-    finished_episodes = a2c.finished_episodes
-
-    def recording(*args: Any) -> Any:
-        returns, lengths, ended, succeeded = finished_episodes(*args)
-        counter["steps"] += int(ended.shape[0])
-        for value in returns[ended].tolist():
-            episodes.add(counter["steps"], float(value))
-        return returns, lengths, ended, succeeded
-
-    a2c.finished_episodes = recording  # type: ignore[assignment]  # the child's own copy
-    code = main(argv)
-    if code != 0:
-        raise SystemExit(code)
-    episodes.dump(out, counter["steps"])
+    recording_child(a2c, argv, out)
 
 
 def batched_argv(env: str, seed: int, steps: int, num_envs: int, flags: str, log_dir: Path) -> list[str]:

@@ -138,27 +138,34 @@ def reference_child(script: Path, argv: list[str], out: Path) -> None:
     episodes.dump(out, counter["steps"])
 
 
-def pglab_child(argv: list[str], out: Path) -> None:
-    """Run ``pglab`` with ``argv`` in this process, recording its episodes."""
-    import pglab.algos.stream_ac as stream_ac
+def recording_child(module: Any, argv: list[str], out: Path) -> None:
+    """Run ``pglab`` with ``argv`` in this process, recording every episode that ends in any
+    environment, through ``module.finished_episodes`` (the trainer's module: its own copy)."""
     from pglab.cli import main
 
     episodes = Episodes()
     counter = {"steps": 0}
-    finished_episodes = stream_ac.finished_episodes
+    finished_episodes = module.finished_episodes
 
     def recording(*args: Any) -> Any:
         returns, lengths, ended, succeeded = finished_episodes(*args)
-        counter["steps"] += 1
-        if bool(ended[0]):
-            episodes.add(counter["steps"], float(returns[0]))
+        counter["steps"] += int(ended.shape[0])  # one env step of every environment
+        for value in returns[ended].tolist():
+            episodes.add(counter["steps"], float(value))
         return returns, lengths, ended, succeeded
 
-    stream_ac.finished_episodes = recording  # type: ignore[assignment]  # the child's own copy
+    module.finished_episodes = recording
     code = main(argv)
     if code != 0:
         raise SystemExit(code)
     episodes.dump(out, counter["steps"])
+
+
+def pglab_child(argv: list[str], out: Path) -> None:
+    """Run ``pglab train a2c --algo stream-ac`` with ``argv`` in this process, recording its episodes."""
+    import pglab.algos.stream_ac as stream_ac
+
+    recording_child(stream_ac, argv, out)
 
 
 # -- running one comparison ---------------------------------------------------------------------------
