@@ -55,7 +55,7 @@ from stream_vs_reference import (  # noqa: E402  (the sibling bench: its childre
 
 DEFAULT_RECORD = ROOT / "results" / "stream-scale.json"
 DEFAULT_FIGURE = ROOT / "docs" / "figures" / "stream_scale.png"
-DEFAULT_A2C_FLAGS = "--gamma 0.99 --obs-norm --reward-scale --layer-norm"
+DEFAULT_A2C_FLAGS = "--update-every 1 --gamma 0.99 --obs-norm --reward-scale --layer-norm"
 PAYS = 0.1
 """the largest time ratio (batched to reference) at which scale pays"""
 
@@ -94,8 +94,9 @@ def batched_run(env: str, seed: int, steps: int, num_envs: int, flags: str, work
     command = [sys.executable, str(Path(__file__).resolve()), "--child", str(out), "--", *real]
     process = subprocess.Popen(command, env=env_vars, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(process.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"stream_scale: the batched run exited with {status}: {shlex.join(real)}")
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise SystemExit(f"stream_scale: the batched run exited with {code}: {shlex.join(real)}")
     stored = json.loads(out.read_text())
     stored.update(argv=argv, process_cpu_s=usage.ru_utime + usage.ru_stime, load_average_1min=load)
     out.write_text(json.dumps(stored))
@@ -252,8 +253,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--env", default="minatar:breakout", help="a minatar:GAME")
     parser.add_argument("--reference-steps", type=int, default=1_000_000, help="the single stream's env steps")
     parser.add_argument("--reference-seed", type=int, default=31)
-    parser.add_argument("--steps", type=int, default=4_000_000, help="each batched run's env steps")
-    parser.add_argument("--num-envs", type=int, default=2048)
+    parser.add_argument("--steps", type=int, default=2_000_000, help="each batched run's env steps")
+    parser.add_argument("--num-envs", type=int, default=512, help="the batched runs' environments")
     parser.add_argument("--a2c-flags", default=DEFAULT_A2C_FLAGS, help="further flags of the batched runs")
     parser.add_argument("--seeds", type=int, nargs="+", default=[41, 42, 43], help="the batched runs' seeds")
     parser.add_argument("--last", type=int, default=500, help="episodes averaged for a return")
