@@ -51,6 +51,7 @@ from stream_vs_reference import (  # noqa: E402  (the sibling bench: its childre
     recording_child,
     reference_checkout,
     results_tables,
+    usage_error,
 )
 
 DEFAULT_RECORD = ROOT / "results" / "stream-scale.json"
@@ -296,6 +297,8 @@ def main(argv: list[str]) -> int:
         return 0
     args = parse(argv)
     if args.figure:
+        if not (args.record or DEFAULT_RECORD).is_file():
+            usage_error(f"--record: no such record {args.record or DEFAULT_RECORD}")
         draw_figure(args.record or DEFAULT_RECORD, args.figure_path)
         return 0
     load = results_tables().machine()

@@ -68,7 +68,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pglab.bench import results_tables
 
@@ -446,10 +446,19 @@ def draw_figure(record_path: Path, figure_path: Path) -> None:
     fig.savefig(figure_path, dpi=90)
 
 
+def usage_error(message: str) -> NoReturn:
+    """One line on stderr naming the bad argument, then exit 2 (a usage error)."""
+    print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def reference_checkout(args: argparse.Namespace, folder: Path) -> Path:
     """``--reference``, or ``git archive`` of ``--reference-git`` unpacked into ``folder``."""
     if args.reference is not None:
-        return Path(args.reference).resolve()
+        checkout = Path(args.reference).resolve()
+        if not (checkout / "stream_ac_discrete_minatar.py").is_file():
+            usage_error(f"--reference: {checkout} is not a checkout of mohmdelsayed/streaming-drl")
+        return checkout
     git = Path(args.reference_git)
     if not git.exists():
         raise SystemExit(f"stream_vs_reference: --reference-git: no such repository {git} (give --reference DIR)")
@@ -547,6 +556,8 @@ def main(argv: list[str]) -> int:
         return 0
     args = parse(argv)
     if args.figure:
+        if not (args.record or DEFAULT_RECORD).is_file():
+            usage_error(f"--record: no such record {args.record or DEFAULT_RECORD}")
         draw_figure(args.record or DEFAULT_RECORD, args.figure_path)
         return 0
     if args.side is not None:
