@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import os
 import shlex
@@ -80,7 +81,8 @@ def batched_argv(env: str, seed: int, steps: int, num_envs: int, flags: str, log
 def batched_run(env: str, seed: int, steps: int, num_envs: int, flags: str, work: Path) -> dict[str, Any]:
     """One batched run, stored in ``work`` (a stored run of the same arguments is read)."""
     argv = batched_argv(env, seed, steps, num_envs, flags, Path("LOG"))
-    folder = work / env.replace(":", "-") / f"batched-{num_envs}-{seed}"
+    tag = hashlib.sha256(shlex.join(argv).encode()).hexdigest()[:8]  # runs of other settings stay apart
+    folder = work / env.replace(":", "-") / f"batched-{num_envs}-{seed}-{tag}"
     out = folder / "batched.json"
     if out.exists() and json.loads(out.read_text()).get("argv") == argv:
         return {"seed": seed, **json.loads(out.read_text())}
