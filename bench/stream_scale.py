@@ -46,8 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from stream_vs_reference import (  # noqa: E402  (the sibling bench: its children and helpers)
     BINS,
-    DEFAULT_REFERENCE_GIT,
     ROOT,
+    add_output_arguments,
     one_run,
     recording_child,
     reference_checkout,
@@ -261,13 +261,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--a2c-flags", default=DEFAULT_A2C_FLAGS, help="further flags of the batched runs")
     parser.add_argument("--seeds", type=int, nargs="+", default=[41, 42, 43], help="the batched runs' seeds")
     parser.add_argument("--last", type=int, default=500, help="episodes averaged for a return")
-    parser.add_argument("--reference", default=None, help="a checkout of mohmdelsayed/streaming-drl")
-    parser.add_argument("--reference-git", default=str(DEFAULT_REFERENCE_GIT), help="its git directory")
-    parser.add_argument("--work", type=Path, default=None, help="keep the runs here; stored runs are reused")
-    parser.add_argument("--record", type=Path, default=None, help=f"store the result here (e.g. {DEFAULT_RECORD})")
-    parser.add_argument("--figure-path", type=Path, default=DEFAULT_FIGURE)
-    parser.add_argument("--figure", action="store_true", help="only draw the figure from --record")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    add_output_arguments(parser, DEFAULT_RECORD, DEFAULT_FIGURE)
     parser.add_argument(
         "--kind",
         choices=("benchmark", "study"),

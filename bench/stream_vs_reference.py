@@ -470,19 +470,24 @@ def reference_checkout(args: argparse.Namespace, folder: Path) -> Path:
     return folder
 
 
+def add_output_arguments(parser: argparse.ArgumentParser, record: Path, figure: Path) -> None:
+    """The flags both benches share: where the reference code and the runs are, and the outputs."""
+    parser.add_argument("--reference", default=None, help="a checkout of mohmdelsayed/streaming-drl")
+    parser.add_argument("--reference-git", default=str(DEFAULT_REFERENCE_GIT), help="its git directory")
+    parser.add_argument("--work", type=Path, default=None, help="keep the runs here; stored runs are reused")
+    parser.add_argument("--record", type=Path, default=None, help=f"store the result here (e.g. {record})")
+    parser.add_argument("--figure-path", type=Path, default=figure)
+    parser.add_argument("--figure", action="store_true", help="only draw the figure from --record")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--env", default="minatar:breakout", help="pglab environment (minatar:GAME or gym:ID)")
     parser.add_argument("--steps", type=int, default=2000, help="env steps per run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[31])
     parser.add_argument("--last", type=int, default=50, help="episodes averaged at each summary point")
-    parser.add_argument("--reference", default=None, help="a checkout of mohmdelsayed/streaming-drl")
-    parser.add_argument("--reference-git", default=str(DEFAULT_REFERENCE_GIT), help="its git directory")
-    parser.add_argument("--work", type=Path, default=None, help="keep the runs here; stored runs are reused")
-    parser.add_argument("--record", type=Path, default=None, help=f"store the result here (e.g. {DEFAULT_RECORD})")
-    parser.add_argument("--figure-path", type=Path, default=DEFAULT_FIGURE)
-    parser.add_argument("--figure", action="store_true", help="only draw the figure from --record")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    add_output_arguments(parser, DEFAULT_RECORD, DEFAULT_FIGURE)
     parser.add_argument(
         "--side",
         choices=SIDES,
